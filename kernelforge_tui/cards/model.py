@@ -1,0 +1,233 @@
+"""The operator card: what an operator is (sizes, tensors, tolerances, cost) and how to launch a kernel.
+
+A card is a directory a person can read: `card.toml` (this model) plus `.npz` input sets. Every
+boundary is a pydantic model, and every consistency rule says which field is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from kernelforge_tui.cards import expr
+from kernelforge_tui.cards.dtypes import FLOATING, DType
+
+Expr = Annotated[str | int, Field(union_mode="left_to_right")]
+"""An integer, or an integer formula over the card's sizes (see `expr.HELP`)."""
+
+IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+OpFamily = Literal[
+    "elementwise",
+    "softmax",
+    "rms_norm",
+    "layer_norm",
+    "group_norm",
+    "pooling",
+    "stencil",
+    "matmul",
+    "reduction",
+    "other",
+]
+
+
+class Strict(BaseModel):
+    """Unknown keys are errors: a typo in a manifest must not be silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Distribution(Strict):
+    """How fresh inputs are drawn, so fresh sets look like the captured ones."""
+
+    kind: Literal["normal", "uniform", "randint"] = "normal"
+    mean: float = 0.0
+    std: float = 1.0
+    low: float = -1.0
+    high: float = 1.0
+
+
+class TensorSpec(Strict):
+    """One tensor argument: name, dtype, shape over named sizes, layout."""
+
+    name: str
+    dtype: DType
+    shape: list[Expr]
+    layout: Literal["row_major"] = "row_major"
+    distribution: Distribution = Field(default_factory=Distribution)
+
+    @field_validator("name")
+    @classmethod
+    def _identifier(cls, value: str) -> str:
+        if not IDENT.match(value):
+            raise ValueError(f"{value!r} is not an identifier; use letters, digits and '_'")
+        return value
+
+    def dims(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """The concrete shape."""
+        return tuple(expr.evaluate(dim, sizes) for dim in self.shape)
+
+    def numel(self, sizes: dict[str, int]) -> int:
+        count = 1
+        for dim in self.dims(sizes):
+            count *= dim
+        return count
+
+
+class Tolerance(Strict):
+    """An output matches where |out - ref| <= atol + rtol * |ref| everywhere, and is never NaN."""
+
+    rtol: float = Field(gt=0)
+    atol: float = Field(ge=0)
+
+
+DEFAULT_TOLERANCE: dict[str, Tolerance] = {
+    "float64": Tolerance(rtol=1e-7, atol=1e-12),
+    "float32": Tolerance(rtol=1e-5, atol=1e-8),
+    "float16": Tolerance(rtol=1e-3, atol=1e-5),
+    "bfloat16": Tolerance(rtol=1.6e-2, atol=1e-5),
+}
+"""Strict enough that a precision downgrade fails (fp32 computed in fp16 errs by 1e-3), loose enough
+for a reordered reduction; bf16 follows PyTorch's `assert_close`. Integers must match exactly."""
+
+EXACT = Tolerance(rtol=1e-30, atol=0.0)
+
+
+class OutputSpec(TensorSpec):
+    """An output tensor and the tolerance it is checked with."""
+
+    tolerance: Tolerance | None = None
+
+    def effective_tolerance(self) -> Tolerance:
+        """The card's tolerance, else the per-dtype default (exact for integers)."""
+        if self.tolerance is not None:
+            return self.tolerance
+        return DEFAULT_TOLERANCE.get(self.dtype, EXACT)
+
+
+class Cost(Strict):
+    """What the operator must do at least: for the roofline and the ceiling check."""
+
+    flops: Expr = 0
+    bytes: Expr = 0
+
+
+class InputSet(Strict):
+    """One set of inputs with reference outputs: a stored .npz file, or drawn from a seed."""
+
+    name: str
+    file: str | None = None
+    seed: int | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InputSet:
+        if (self.file is None) == (self.seed is None):
+            raise ValueError("give exactly one of `file` (an .npz in the card directory) or `seed`")
+        return self
+
+
+class Reference(Strict):
+    """Where reference outputs for fresh inputs come from."""
+
+    kind: Literal["numpy", "baseline"] = "numpy"
+    function: str | None = None
+    """For numpy: a built-in name (`kernelforge_tui.cards.references`) or `file.py:function` in the card."""
+
+    @model_validator(mode="after")
+    def _function_given(self) -> Reference:
+        if self.kind == "numpy" and not self.function:
+            raise ValueError("a numpy reference needs `function` (a built-in name or 'file.py:function')")
+        return self
+
+
+SCALAR_TYPES = {"i32": "int32", "i64": "int64", "u32": "uint32", "u64": "uint64", "f32": "float32"}
+
+
+class LaunchPlan(Strict):
+    """How to launch a candidate: data, never host code.
+
+    `args` binds kernel parameters in order: a tensor name passes its device pointer; anything else is
+    an integer formula over the sizes, optionally typed with a suffix (`cols:i64`; default `i32`).
+    """
+
+    entry: str
+    grid: list[Expr] = Field(min_length=1, max_length=3)
+    block: list[Expr] = Field(min_length=1, max_length=3)
+    shared_bytes: Expr = 0
+    args: list[str]
+
+    @field_validator("entry")
+    @classmethod
+    def _entry_identifier(cls, value: str) -> str:
+        if not IDENT.match(value):
+            raise ValueError(f"entry {value!r} is not a C identifier")
+        return value
+
+
+class BaselineSpec(Strict):
+    """The kernel every speedup is measured against, timed beside each candidate."""
+
+    source: str = "baseline.cu"
+    plan: LaunchPlan
+
+
+class OperatorCard(Strict):
+    """The manifest `card.toml`."""
+
+    format_version: Literal[1] = 1
+    name: str
+    family: OpFamily
+    description: str = ""
+    sizes: dict[str, int]
+    inputs: list[TensorSpec] = Field(min_length=1)
+    outputs: list[OutputSpec] = Field(min_length=1)
+    cost: Cost = Field(default_factory=Cost)
+    input_sets: list[InputSet] = Field(min_length=1)
+    reference: Reference
+    baseline: BaselineSpec | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> OperatorCard:
+        for key, value in self.sizes.items():
+            if not IDENT.match(key):
+                raise ValueError(f"sizes.{key}: not an identifier")
+            if value <= 0:
+                raise ValueError(f"sizes.{key} = {value}: sizes must be positive integers")
+        tensors = [t.name for t in [*self.inputs, *self.outputs]]
+        clash = {n for n in tensors if tensors.count(n) > 1} | (set(tensors) & set(self.sizes))
+        if clash:
+            raise ValueError(f"names used twice among tensors and sizes: {sorted(clash)}; rename them")
+        for group, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
+            for spec in specs:
+                try:
+                    dims = spec.dims(self.sizes)
+                except expr.ExprError as exc:
+                    raise ValueError(f"{group}.{spec.name}.shape: {exc}") from None
+                if any(d <= 0 for d in dims):
+                    raise ValueError(f"{group}.{spec.name}.shape evaluates to {dims}: dimensions must be > 0")
+        for field in ("flops", "bytes"):
+            try:
+                expr.evaluate(getattr(self.cost, field), self.sizes)
+            except expr.ExprError as exc:
+                raise ValueError(f"cost.{field}: {exc}") from None
+        set_names = [s.name for s in self.input_sets]
+        if len(set(set_names)) != len(set_names):
+            raise ValueError("input_sets: names must be unique")
+        for out in self.outputs:
+            if out.tolerance is not None and out.dtype not in FLOATING:
+                raise ValueError(f"outputs.{out.name}.tolerance: integer outputs are compared exactly")
+        return self
+
+    def tensor(self, name: str) -> TensorSpec:
+        for spec in [*self.inputs, *self.outputs]:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+    def flops(self) -> int:
+        return expr.evaluate(self.cost.flops, self.sizes)
+
+    def bytes_moved(self) -> int:
+        return expr.evaluate(self.cost.bytes, self.sizes)

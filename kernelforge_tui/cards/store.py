@@ -1,0 +1,220 @@
+"""Load and save card directories: `card.toml` plus one `.npz` per stored input set."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import tomllib
+from pydantic import ValidationError
+
+from kernelforge_tui.cards import references
+from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, from_storage, to_storage
+from kernelforge_tui.cards.errors import CardError, from_validation_error
+from kernelforge_tui.cards.model import InputSet, OperatorCard, TensorSpec
+
+MANIFEST = "card.toml"
+
+Arrays = dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Card:
+    """A loaded card: the manifest and the directory its files live in."""
+
+    spec: OperatorCard
+    root: Path
+
+    @property
+    def manifest(self) -> Path:
+        return self.root / MANIFEST
+
+    def baseline_source(self) -> str:
+        """The baseline kernel's CUDA source."""
+        if self.spec.baseline is None:
+            raise CardError(self.manifest, "baseline", "this card has no baseline kernel", "add [baseline]")
+        path = self.root / self.spec.baseline.source
+        if not path.is_file():
+            raise CardError(self.manifest, "baseline.source", f"{path.name} not found", "add the file or fix the name")
+        return path.read_text()
+
+    def input_set(self, which: InputSet) -> tuple[Arrays, Arrays]:
+        """(inputs, reference outputs) of one set: read from its file, or drawn from its seed."""
+        if which.seed is not None:
+            inputs = draw_inputs(self.spec, which.seed)
+            return inputs, self.reference(inputs)
+        assert which.file is not None
+        path = self.root / which.file
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                stored = {key: data[key] for key in data.files}
+        except FileNotFoundError:
+            raise CardError(
+                path, None, "input set file not found", "restore it or drop the set from card.toml"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise CardError(path, None, f"not a readable .npz file ({exc})", "re-create the set") from None
+        inputs = {spec.name: _checked(path, stored, spec, self.spec.sizes) for spec in self.spec.inputs}
+        outputs = {spec.name: _checked(path, stored, spec, self.spec.sizes) for spec in self.spec.outputs}
+        return inputs, outputs
+
+    def reference(self, inputs: Arrays) -> Arrays:
+        """Reference outputs for any inputs, rounded to the output dtypes."""
+        ref = self.spec.reference
+        if ref.kind != "numpy" or ref.function is None:
+            raise CardError(
+                self.manifest,
+                "reference.kind",
+                "no host reference for fresh inputs",
+                "give a numpy reference function (the baseline reference runs on the GPU)",
+            )
+        raw = _reference_function(self, ref.function)(inputs, dict(self.spec.sizes))
+        result: Arrays = {}
+        for spec in self.spec.outputs:
+            if spec.name not in raw:
+                raise CardError(
+                    self.manifest,
+                    "reference.function",
+                    f"it returned no output {spec.name!r}",
+                    "return a dict with every output",
+                )
+            result[spec.name] = np.ascontiguousarray(
+                np.asarray(raw[spec.name]).astype(NUMPY[spec.dtype]).reshape(spec.dims(self.spec.sizes))
+            )
+        return result
+
+
+def _reference_function(card: Card, function: str) -> references.ReferenceFn:
+    if ":" not in function:
+        if function not in references.BUILTIN:
+            raise CardError(
+                card.manifest,
+                "reference.function",
+                f"no built-in reference {function!r}",
+                f"use one of {sorted(references.BUILTIN)} or 'file.py:function'",
+            )
+        return references.BUILTIN[function]
+    file_name, _, name = function.partition(":")
+    path = card.root / file_name
+    module_spec = importlib.util.spec_from_file_location(f"kernelforge_card_ref_{path.stem}", path)
+    if module_spec is None or module_spec.loader is None or not path.is_file():
+        raise CardError(card.manifest, "reference.function", f"{file_name} not found", "add the file beside card.toml")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise CardError(path, name, "no such function", f"define {name}(inputs, sizes) -> dict of outputs")
+    return fn  # type: ignore[no-any-return]
+
+
+def _checked(path: Path, stored: Arrays, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:
+    if spec.name not in stored:
+        raise CardError(path, spec.name, "array missing", f"store {spec.name!r} in every input set")
+    array = stored[spec.name]
+    try:
+        array = from_storage(array, spec.dtype)
+    except TypeError as exc:
+        raise CardError(path, spec.name, str(exc), "store the array with the dtype card.toml declares") from None
+    expected = spec.dims(sizes)
+    if array.shape != expected:
+        raise CardError(
+            path,
+            spec.name,
+            f"shape {array.shape} but card.toml says {expected}",
+            "re-capture the set or fix the sizes in card.toml",
+        )
+    return np.ascontiguousarray(array)
+
+
+def draw_inputs(spec: OperatorCard, seed: int) -> Arrays:
+    """Fresh inputs of the card's shapes, dtypes and value distributions, from a seed."""
+    rng = np.random.default_rng(seed)
+    arrays: Arrays = {}
+    for tensor in spec.inputs:
+        dims = tensor.dims(spec.sizes)
+        dist = tensor.distribution
+        values: np.ndarray
+        if dist.kind == "normal":
+            values = rng.standard_normal(dims, dtype=np.float32) * dist.std + dist.mean
+        elif dist.kind == "uniform":
+            values = rng.uniform(dist.low, dist.high, dims).astype(np.float32)
+        else:
+            values = rng.integers(int(dist.low), int(dist.high), dims)
+        if tensor.dtype not in FLOATING and dist.kind != "randint":
+            values = np.rint(values)
+        arrays[tensor.name] = np.ascontiguousarray(values.astype(NUMPY[tensor.dtype]))
+    return arrays
+
+
+def load_card(path: Path) -> Card:
+    """Read and check a card directory (or its card.toml)."""
+    root = path if path.is_dir() else path.parent
+    manifest = root / MANIFEST
+    if not manifest.is_file():
+        raise CardError(manifest, None, "no card manifest here", "point at a card directory holding card.toml")
+    try:
+        data = tomllib.loads(manifest.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise CardError(manifest, None, f"not valid TOML: {exc}", "fix the TOML syntax") from None
+    try:
+        spec = OperatorCard.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(manifest, exc) from None
+    for which in spec.input_sets:
+        if which.file is not None and not (root / which.file).is_file():
+            raise CardError(
+                manifest,
+                f"input_sets.{which.name}.file",
+                f"{which.file} not found",
+                "restore the file, or use `seed = N` to draw the set",
+            )
+    if spec.baseline is not None and not (root / spec.baseline.source).is_file():
+        raise CardError(manifest, "baseline.source", f"{spec.baseline.source} not found", "add the kernel file")
+    return Card(spec=spec, root=root)
+
+
+def save_card(spec: OperatorCard, root: Path, stored_sets: dict[str, tuple[Arrays, Arrays]]) -> Card:
+    """Write card.toml and the .npz of each stored set (name -> (inputs, outputs))."""
+    root.mkdir(parents=True, exist_ok=True)
+    for which in spec.input_sets:
+        if which.file is None:
+            continue
+        inputs, outputs = stored_sets[which.name]
+        arrays = {t.name: to_storage(inputs[t.name], t.dtype) for t in spec.inputs}
+        arrays |= {t.name: to_storage(outputs[t.name], t.dtype) for t in spec.outputs}
+        np.savez_compressed(root / which.file, **arrays)  # type: ignore[arg-type]
+    (root / MANIFEST).write_text(to_toml(spec.model_dump(mode="json", exclude_defaults=True)))
+    return load_card(root)
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"cannot write {type(value).__name__} to TOML")
+
+
+def to_toml(data: dict[str, object]) -> str:
+    """A small TOML writer for manifests: scalars first, then tables and arrays of tables."""
+    lines: list[str] = []
+    tables: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            tables.append(f"\n[{key}]")
+            tables += [f"{k} = {_toml_value(v)}" for k, v in value.items()]
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for item in value:
+                tables.append(f"\n[[{key}]]")
+                tables += [f"{k} = {_toml_value(v)}" for k, v in item.items()]
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    return "\n".join(lines + tables) + "\n"
