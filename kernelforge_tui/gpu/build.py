@@ -1,0 +1,410 @@
+"""Build stage: compile a candidate to a cubin with nvcc, asynchronously, behind a content-hash cache.
+
+Why a cubin: the harness loads the entry point by name and launches it from a LaunchPlan, so no line
+of generated code runs on the host. Why a cache: the search proposes the same source again (repairs,
+resumed runs), and a failed build is remembered as failed so a broken candidate is not rebuilt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from kernelforge_tui.config import cache_dir as default_cache_root
+from kernelforge_tui.gpu.source_check import DEFAULT_ALLOWED_INCLUDES, SourceProblem, check_source
+
+CACHE_FORMAT = 1
+"""Bump when the cache entry or the compile command changes meaning: old entries stop matching."""
+
+SOURCE_NAME = "candidate.cu"
+DEFAULT_ARCH = "sm_90"
+DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo")
+NVCC_MISSING_HELP = (
+    "nvcc not found: install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME), "
+    "or set build.nvcc in config.toml / KERNELFORGE_BUILD__NVCC to the nvcc path"
+)
+
+Failure = Literal["compile error", "source check", "timeout", "nvcc missing"]
+
+_VERSION = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
+# EDG front end: `candidate.cu(3): error: identifier "x" is undefined` (also `warning #177-D:`).
+_EDG = re.compile(
+    r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning)(?: #[\w-]+)?: (?P<msg>.*)$"
+)
+# GCC-style preprocessor: `candidate.cu:1:10: fatal error: nope.h: No such file or directory`.
+_GCC = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning): (?P<msg>.*)$")
+# Tools: `ptxas error   : Entry function 'k' uses too much shared data (...)`,
+# `ptxas /tmp/x.ptx, line 26; error   : Unknown symbol 'r'`, `nvcc fatal   : Unsupported gpu architecture`.
+_TOOL = re.compile(r"^(?P<tool>nvcc|ptxas|nvlink)(?: [^;]*;)?\s+(?P<sev>error|warning|fatal)\s*: (?P<msg>.*)$")
+_CARET = re.compile(r"^ *\^$")
+_GCC_GUTTER = re.compile(r"^ *\d* \| ")
+
+_PTX_ENTRY = re.compile(r"ptxas info\s+: Compiling entry function '(?P<name>[^']+)'")
+_PTX_PROPS = re.compile(r"ptxas info\s+: Function properties for (?P<name>\S+)")
+_PTX_FRAME = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
+)
+_PTX_USED = re.compile(r"ptxas info\s+: Used (?P<regs>\d+) registers(?P<rest>.*)$")
+_PTX_BARRIERS = re.compile(r"used (\d+) barriers")
+_PTX_SMEM = re.compile(r"(\d+) bytes smem")
+_PTX_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+
+
+class PtxasStats(BaseModel):
+    """Resource use of one kernel as ptxas reports it (`-Xptxas -v`)."""
+
+    registers: int = 0
+    barriers: int = 0
+    shared_bytes: int = 0
+    """Static shared memory; dynamic shared memory comes from the launch plan."""
+    constant_bytes: int = 0
+    """Constant banks on the kernel's line; ptxas 13 no longer prints cmem[0] for sm_90 and newer."""
+    stack_frame_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+
+
+class Diagnostic(BaseModel):
+    """One compiler message, placed in the candidate source where the compiler says."""
+
+    file: str = SOURCE_NAME
+    """`candidate.cu`, a header path, or the tool (`ptxas`, `nvcc`) for messages with no place."""
+    line: int | None = None
+    column: int | None = None
+    severity: Literal["error", "warning"]
+    message: str
+    source_line: str | None = None
+
+
+class BuildResult(BaseModel):
+    """What one build produced; the same model is the cache entry's metadata."""
+
+    ok: bool
+    cubin_path: Path | None = None
+    key: str
+    cached: bool = False
+    seconds: float = 0.0
+    """Wall time of this call (a cache hit is fast)."""
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    ptxas: dict[str, PtxasStats] = Field(default_factory=dict)
+    """Entry-function (kernel) name to its resource use."""
+    log: str = ""
+    failure: Failure | None = None
+
+
+@cache
+def nvcc_version(nvcc: str) -> str:
+    """The toolkit version of `nvcc` such as "13.0.88" (part of the cache key); cached per path.
+
+    Raises OSError when nvcc cannot run and ValueError when its output has no version.
+    """
+    out = subprocess.run([nvcc, "--version"], capture_output=True, text=True, timeout=30, check=False)
+    match = _VERSION.search(out.stdout)
+    if match is None:
+        raise ValueError(f"cannot read a version from `{nvcc} --version`: {out.stdout.strip()[-200:]}")
+    return match.group(3)
+
+
+def detect_arch() -> str | None:
+    """The first GPU's target such as "sm_90" from nvidia-smi; None without nvidia-smi or a GPU."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return None
+    try:
+        out = subprocess.run(
+            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True, text=True, timeout=20, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    match = re.match(r"\s*(\d+)\.(\d+)", out.stdout)
+    return f"sm_{match.group(1)}{match.group(2)}" if out.returncode == 0 and match else None
+
+
+def find_nvcc(configured: str | None = None) -> str | None:
+    """The nvcc to use: the configured path, else nvcc on PATH, else $CUDA_HOME/bin/nvcc."""
+    if configured:
+        return configured if os.access(configured, os.X_OK) else shutil.which(configured)
+    found = shutil.which("nvcc")
+    if found is not None:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    candidate = Path(home, "bin", "nvcc") if home else None
+    return str(candidate) if candidate is not None and os.access(candidate, os.X_OK) else None
+
+
+def parse_ptxas(log: str) -> dict[str, PtxasStats]:
+    """Per-kernel stats from `-Xptxas -v` output; device functions (no "entry function" line) are left out."""
+    entries: list[str] = []
+    stats: dict[str, PtxasStats] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        if match := _PTX_ENTRY.search(line):
+            current = match.group("name")
+            entries.append(current)
+        elif match := _PTX_PROPS.search(line):
+            current = match.group("name")
+        elif current is not None and (match := _PTX_FRAME.search(line)):
+            entry = stats.setdefault(current, PtxasStats())
+            entry.stack_frame_bytes = int(match.group("stack"))
+            entry.spill_store_bytes = int(match.group("stores"))
+            entry.spill_load_bytes = int(match.group("loads"))
+        elif current is not None and (match := _PTX_USED.search(line)):
+            entry = stats.setdefault(current, PtxasStats())
+            rest = match.group("rest")
+            entry.registers = int(match.group("regs"))
+            entry.barriers = sum(int(n) for n in _PTX_BARRIERS.findall(rest))
+            entry.shared_bytes = sum(int(n) for n in _PTX_SMEM.findall(rest))
+            entry.constant_bytes = sum(int(n) for n in _PTX_CMEM.findall(rest))
+    return {name: stats.get(name, PtxasStats()) for name in entries}
+
+
+def _column(echo: str, caret: str, source_line: str | None) -> int | None:
+    """1-based column from nvcc's echoed line and caret.
+
+    The echo is the preprocessed line (`__device__` shows as `__attribute__((device))`) indented by
+    two spaces, so the caret is mapped back by matching the rest of the line from the caret on.
+    """
+    offset = len(caret) - 1 - 2
+    if offset < 0 or not echo.startswith("  "):
+        return None
+    tail = echo[2 + offset :]
+    if source_line is None:
+        return offset + 1
+    original = source_line.replace("\t", " ").rstrip()
+    return len(original) - len(tail) + 1 if tail and original.endswith(tail) else None
+
+
+def parse_diagnostics(log: str, source: str) -> list[Diagnostic]:
+    """Errors and warnings from nvcc, cudafe (EDG), the preprocessor and ptxas, in output order."""
+    source_lines = source.splitlines()
+    lines = log.splitlines()
+    diagnostics: list[Diagnostic] = []
+
+    def line_text(file: str, number: int) -> str | None:
+        return source_lines[number - 1] if file == SOURCE_NAME and 0 < number <= len(source_lines) else None
+
+    i = 0
+    while i < len(lines):
+        text = lines[i]
+        i += 1
+        if match := _EDG.match(text):
+            file, number = match.group("file"), int(match.group("line"))
+            severity: Literal["error", "warning"] = "warning" if match.group("sev") == "warning" else "error"
+            message = match.group("msg")
+            source_line = line_text(file, number)
+            column: int | None = None
+            # Indented lines follow until a blank line: message continuations, the echo and its caret.
+            block: list[str] = []
+            while i < len(lines) and lines[i].strip():
+                block.append(lines[i])
+                i += 1
+            carets = [k for k, b in enumerate(block) if _CARET.match(b)]
+            if carets and carets[0] > 0:
+                k = carets[0]
+                column = _column(block[k - 1], block[k], source_line)
+                source_line = source_line if source_line is not None else block[k - 1][2:]
+                block = block[: k - 1] + block[k + 1 :]
+            message = " ".join([message, *(b.strip() for b in block)])
+            diagnostics.append(
+                Diagnostic(
+                    file=file, line=number, column=column, severity=severity,
+                    message=message, source_line=source_line,
+                )
+            )  # fmt: skip
+        elif match := _GCC.match(text):
+            file, number = match.group("file"), int(match.group("line"))
+            while i < len(lines) and _GCC_GUTTER.match(lines[i]):
+                i += 1
+            diagnostics.append(
+                Diagnostic(
+                    file=file,
+                    line=number,
+                    column=int(match.group("col")),
+                    severity="warning" if match.group("sev") == "warning" else "error",
+                    message=match.group("msg"),
+                    source_line=line_text(file, number),
+                )
+            )
+        elif match := _TOOL.match(text):
+            diagnostics.append(
+                Diagnostic(
+                    file=match.group("tool"),
+                    severity="warning" if match.group("sev") == "warning" else "error",
+                    message=f"{match.group('tool')}: {match.group('msg')}",
+                )
+            )
+    return diagnostics
+
+
+class Builder:
+    """Compiles candidates with nvcc, a bounded number at a time, and caches cubins by content hash."""
+
+    def __init__(
+        self,
+        nvcc: str | None = None,
+        arch: str | None = None,
+        flags: Sequence[str] = DEFAULT_FLAGS,
+        timeout_s: float = 60.0,
+        max_parallel: int | None = None,
+        cache_dir: Path | None = None,
+        work_dir: Path | None = None,
+        allowed_includes: frozenset[str] = DEFAULT_ALLOWED_INCLUDES,
+    ) -> None:
+        """Arguments mirror `BuildSettings`; `work_dir` holds the per-build temp dirs (system temp by default)."""
+        self.nvcc = find_nvcc(nvcc)
+        self.flags = tuple(flags)
+        self.timeout_s = timeout_s
+        self.cache_dir = cache_dir if cache_dir is not None else default_cache_root() / "cubin"
+        self.work_dir = work_dir
+        self.allowed_includes = allowed_includes
+        self._arch = arch
+        self._slots = asyncio.Semaphore(max_parallel or os.cpu_count() or 2)
+        self._key_locks: dict[str, asyncio.Lock] = {}
+
+    async def arch(self) -> str:
+        """The configured target, else the GPU's (detected once), else sm_90."""
+        if self._arch is None:
+            self._arch = await asyncio.to_thread(detect_arch) or DEFAULT_ARCH
+        return self._arch
+
+    def cache_key(self, source: str, entry: str, arch: str, version: str) -> str:
+        """sha256 over everything that changes the cubin or the verdict."""
+        payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, source])
+        return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+    async def build(self, source: str, entry: str) -> BuildResult:
+        """Check, then compile (or fetch from the cache) one candidate; failures are results, not exceptions."""
+        started = time.perf_counter()
+        arch = await self.arch()
+        version: str | None = None
+        if self.nvcc is not None:
+            try:
+                version = await asyncio.to_thread(nvcc_version, self.nvcc)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
+                version = None
+        key = self.cache_key(source, entry, arch, version or "no nvcc")
+
+        problems = [p for p in check_source(source, entry, self.allowed_includes) if p.severity == "error"]
+        if problems:
+            return BuildResult(
+                ok=False, key=key, failure="source check", seconds=time.perf_counter() - started,
+                diagnostics=[_from_problem(p, source) for p in problems],
+                log="\n".join(f"{SOURCE_NAME}:{p.line}:{p.column}: {p.rule}: {p.message}" for p in problems),
+            )  # fmt: skip
+        if self.nvcc is None or version is None:
+            help_text = NVCC_MISSING_HELP if self.nvcc is None else f"{self.nvcc} does not run; {NVCC_MISSING_HELP}"
+            return BuildResult(
+                ok=False, key=key, failure="nvcc missing", seconds=time.perf_counter() - started, log=help_text,
+                diagnostics=[Diagnostic(file="nvcc", severity="error", message=help_text)],
+            )  # fmt: skip
+
+        lock = self._key_locks.setdefault(key, asyncio.Lock())
+        async with lock:  # the same candidate requested twice at once compiles once
+            hit = self._load(key)
+            if hit is not None:
+                return hit.model_copy(update={"cached": True, "seconds": time.perf_counter() - started})
+            result = await self._compile(self.nvcc, source, arch, key)
+            if result.failure != "timeout":
+                self._store(result)
+        return result.model_copy(update={"seconds": time.perf_counter() - started})
+
+    async def _compile(self, nvcc: str, source: str, arch: str, key: str) -> BuildResult:
+        async with self._slots:
+            if self.work_dir is not None:
+                self.work_dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryDirectory(prefix="kernelforge-build-", dir=self.work_dir) as tmp:
+                Path(tmp, SOURCE_NAME).write_text(source, encoding="utf-8")
+                command = [
+                    nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-Xptxas", "-v", *self.flags,
+                    "-o", "kernel.cubin", SOURCE_NAME,
+                ]  # fmt: skip
+                # TMPDIR keeps nvcc's intermediates inside the build dir, so a killed build leaves nothing.
+                proc = await asyncio.create_subprocess_exec(
+                    *command, cwd=tmp, env={**os.environ, "TMPDIR": tmp},
+                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+                )  # fmt: skip
+                try:
+                    out, _ = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+                except asyncio.TimeoutError:
+                    await _kill_group(proc)
+                    message = f"nvcc ran longer than {self.timeout_s:g} s and was stopped"
+                    return BuildResult(
+                        ok=False, key=key, failure="timeout", log=message,
+                        diagnostics=[Diagnostic(file="nvcc", severity="error", message=message)],
+                    )  # fmt: skip
+                except BaseException:  # cancelled: no nvcc may outlive the search that asked for it
+                    await _kill_group(proc)
+                    raise
+                log = out.decode("utf-8", "replace")
+                diagnostics = parse_diagnostics(log, source)
+                cubin = Path(tmp, "kernel.cubin")
+                if proc.returncode != 0 or not cubin.is_file():
+                    if not any(d.severity == "error" for d in diagnostics):
+                        message = f"nvcc exited with status {proc.returncode}"
+                        diagnostics.append(Diagnostic(file="nvcc", severity="error", message=message))
+                    return BuildResult(
+                        ok=False, key=key, failure="compile error", diagnostics=diagnostics, log=log,
+                        ptxas=parse_ptxas(log),
+                    )  # fmt: skip
+                self.cache_dir.mkdir(parents=True, exist_ok=True)
+                target = self.cache_dir / f"{key}.cubin"
+                _atomic_write(target, cubin.read_bytes())
+                return BuildResult(
+                    ok=True, key=key, cubin_path=target, diagnostics=diagnostics, log=log, ptxas=parse_ptxas(log)
+                )
+
+    def _load(self, key: str) -> BuildResult | None:
+        meta = self.cache_dir / f"{key}.json"
+        try:
+            result = BuildResult.model_validate_json(meta.read_bytes())
+        except (OSError, ValidationError):
+            return None
+        if result.ok and (result.cubin_path is None or not result.cubin_path.is_file()):
+            return None
+        return result
+
+    def _store(self, result: BuildResult) -> None:
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        _atomic_write(self.cache_dir / f"{result.key}.json", result.model_dump_json(indent=1).encode("utf-8"))
+
+
+def _from_problem(problem: SourceProblem, source: str) -> Diagnostic:
+    lines = source.splitlines()
+    return Diagnostic(
+        line=problem.line,
+        column=problem.column,
+        severity=problem.severity,
+        message=f"{problem.message} [{problem.rule}]",
+        source_line=lines[problem.line - 1] if 0 < problem.line <= len(lines) else None,
+    )
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write then rename, so a reader (or a crash) never sees half a cache entry."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    """Kill nvcc and its children (cicc, ptxas, ...), which share its session, and reap nvcc."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
