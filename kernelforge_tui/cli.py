@@ -1,0 +1,196 @@
+"""The `kernelforge` command: doctor, eval (and, as they land, optimize, runs, tui, open, profile)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.metadata
+import importlib.util
+import json
+import platform
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from kernelforge_tui.cards import CardError, load_card, plan_for_kernel
+from kernelforge_tui.config import load_settings
+from kernelforge_tui.gpu.build import Builder, find_nvcc, nvcc_version
+from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
+from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+
+
+class Check(BaseModel):
+    """One line of `kernelforge doctor`."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+def doctor_checks() -> list[Check]:
+    """What this machine has for each stage, and the fix for what it lacks."""
+    checks: list[Check] = []
+
+    def add(name: str, ok: bool, detail: str, fix: str = "") -> None:
+        checks.append(Check(name=name, ok=ok, detail=detail, fix="" if ok else fix))
+
+    add("python", sys.version_info >= (3, 10), platform.python_version(), "use Python 3.10 or newer")
+    nvcc = find_nvcc(load_settings().build.nvcc)
+    if nvcc is None:
+        add("nvcc", False, "not found", "install the CUDA toolkit, or set KERNELFORGE_BUILD__NVCC to nvcc's path")
+    else:
+        try:
+            add("nvcc", True, f"{nvcc_version(nvcc)} ({nvcc})")
+        except (OSError, ValueError) as exc:
+            add("nvcc", False, str(exc), "repair the CUDA toolkit installation")
+    gpus = detect_gpus()
+    for gpu in gpus:
+        add(f"gpu {gpu.index}", True, f"{gpu.name}, compute capability {gpu.capability}, {gpu.memory_mib} MiB")
+    if gpus:
+        add("driver", True, gpus[0].driver)
+    else:
+        add("gpu", False, "no NVIDIA GPU found (nvidia-smi is missing or lists none)",
+            "evaluate on a machine with an NVIDIA GPU and its driver; cards and builds work without one")  # fmt: skip
+    problem = pycuda_problem()
+    add("pycuda", problem is None, _version("pycuda") if problem is None else "not installed",
+        "pip install 'kernelforge-tui[gpu]'")  # fmt: skip
+    ncu = shutil.which("ncu")
+    add("ncu", ncu is not None, ncu or "not found", "install Nsight Compute (in the CUDA toolkit) for profiling")
+    torch = importlib.util.find_spec("torch") is not None
+    add("torch", torch, _version("torch") if torch else "not installed",
+        "pip install 'kernelforge-tui[torch]' to capture PyTorch models")  # fmt: skip
+    return checks
+
+
+def _version(dist: str) -> str:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return "installed"
+
+
+def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
+    checks = doctor_checks()
+    if args.json:
+        print(json.dumps([c.model_dump() for c in checks], indent=2))
+    else:
+        table = Table(title="kernelforge doctor", show_lines=False)
+        for column in ("part", "", "found", "fix"):
+            table.add_column(column)
+        for c in checks:
+            table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]missing[/]", escape(c.detail), escape(c.fix))
+        console.print(table)
+    essential = {"python", "nvcc"}
+    return EXIT_OK if all(c.ok for c in checks if c.name in essential) else EXIT_FAILED
+
+
+async def _evaluate(card_path: Path, kernel: Path, plan_path: Path | None) -> Evaluation:
+    settings = load_settings()
+    card = load_card(card_path)
+    plan = plan_for_kernel(kernel, plan_path)
+    gpu = require_gpu()[0]
+    b = settings.build
+    builder = Builder(nvcc=b.nvcc, arch=b.arch or gpu.arch, flags=b.flags, timeout_s=b.timeout_s,
+                      max_parallel=b.max_parallel)  # fmt: skip
+    evaluator = Evaluator(card, builder, settings, gpu)
+    try:
+        await evaluator.start()
+        return await evaluator.evaluate(kernel.read_text(), plan)
+    finally:
+        await evaluator.close()
+
+
+def render_evaluation(evaluation: Evaluation, console: Console, copy_gbps: float | None = None) -> None:
+    """The human view of one verdict: a row per input set, then timing against the baseline."""
+    result = evaluation.result
+    if evaluation.build is not None:
+        build = evaluation.build
+        stats = ", ".join(f"{k}: {v.registers} regs, {v.shared_bytes} B smem, {v.spill_store_bytes} B spills"
+                          for k, v in build.ptxas.items())  # fmt: skip
+        console.print(f"build: {'cached' if build.cached else f'{build.seconds:.2f} s'}  {stats}")
+    if result is not None and result.checks:
+        table = Table(title="correctness")
+        for column in ("input set", "", "worst error / tolerance", "bad", "never written"):
+            table.add_column(column)
+        for check in result.checks:
+            table.add_row(check.name, "[green]pass[/]" if check.ok else "[red]FAIL[/]",
+                          f"{check.max_error_ratio:.3g}", str(check.bad), str(check.unwritten))  # fmt: skip
+        console.print(table)
+    if result is not None and result.candidate is not None:
+        table = Table(title="timing (CUDA events, L2 flushed, interleaved with the baseline)")
+        for column in ("kernel", "median", "p10-p90", "cv", "reps"):
+            table.add_column(column)
+        for name, t in (("candidate", result.candidate), ("baseline", result.baseline)):
+            if t is not None:
+                table.add_row(name, f"{t.median_us:.2f} us", f"{t.p10_us:.2f}-{t.p90_us:.2f} us", f"{t.cv:.2%}",
+                              str(t.reps))  # fmt: skip
+        console.print(table)
+        parts = []
+        if result.speedup is not None:
+            parts.append(f"speedup over the baseline: [bold]{result.speedup:.2f}x[/]")
+        if result.achieved_gbps is not None:
+            parts.append(f"{result.achieved_gbps:.0f} GB/s")
+        if evaluation.ceiling_share is not None:
+            parts.append(f"{evaluation.ceiling_share:.0%} of the measured ceiling")
+        console.print("  ".join(parts))
+    if evaluation.ok:
+        console.print(
+            "[green bold]correct[/]" + ("" if result and result.deterministic else " (not bitwise deterministic)")
+        )
+    else:
+        console.print(f"[red bold]{evaluation.failure}[/]: {escape(evaluation.reason)}")
+
+
+def cmd_eval(args: argparse.Namespace, console: Console) -> int:
+    try:
+        evaluation = asyncio.run(_evaluate(Path(args.card), Path(args.kernel), Path(args.plan) if args.plan else None))
+    except NoGpuError as exc:
+        return _fail(console, args.json, "no-gpu", str(exc), EXIT_NO_GPU)
+    except (CardError, FileNotFoundError) as exc:
+        return _fail(console, args.json, "bad-input", str(exc), EXIT_USAGE)
+    if args.json:
+        print(evaluation.model_dump_json(indent=2))
+    else:
+        render_evaluation(evaluation, console)
+    return EXIT_OK if evaluation.ok else EXIT_FAILED
+
+
+def _fail(console: Console, as_json: bool, kind: str, message: str, code: int) -> int:
+    if as_json:
+        print(json.dumps({"ok": False, "error": kind, "message": message}))
+    else:
+        console.print(f"[red bold]error:[/] {escape(message)}")
+    return code
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelforge", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    doctor = sub.add_parser("doctor", help="check Python, nvcc, the GPU and driver, pycuda and ncu")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    ev = sub.add_parser("eval", help="build, prove correct and time one kernel against a card's baseline")
+    ev.add_argument("card", help="card directory (holding card.toml)")
+    ev.add_argument("kernel", help="CUDA source of the candidate")
+    ev.add_argument("--plan", help="launch plan TOML (default: KERNEL with .plan.toml)")
+    ev.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False)
+    handlers = {"doctor": cmd_doctor, "eval": cmd_eval}
+    return handlers[args.command](args, console)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,298 @@
+"""The asyncio side of evaluation: one worker subprocess per GPU, its watchdog and restarts.
+
+`GpuWorker` speaks the JSON-lines protocol to one `kernelforge_tui.gpu.worker` process; a reply that
+does not come in time means a hung kernel (the process group is killed), and a worker that dies means a
+fault (it is restarted). Either way the caller gets a typed `EvalResult`, never an exception.
+`Evaluator` adds what makes a speedup real on top: the card loaded with fresh seeds, the baseline built
+and timed beside every candidate, and the measured ceilings that no honest kernel can beat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import secrets
+import signal
+import sys
+from importlib import resources
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from kernelforge_tui.cards.expr import ExprError
+from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards.plan import resolve
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.config import Settings, cache_dir
+from kernelforge_tui.gpu.build import Builder, BuildResult
+from kernelforge_tui.gpu.detect import GpuInfo
+from kernelforge_tui.gpu.protocol import (
+    CardLoaded,
+    Ceilings,
+    Crash,
+    EvalResult,
+    Evaluate,
+    FailureKind,
+    KernelRef,
+    LoadCard,
+    MeasureCeilings,
+    ReplyEnvelope,
+    RequestEnvelope,
+    WorkerFailure,
+)
+
+STDERR_LINES = 40
+
+
+class WorkerDied(RuntimeError):
+    """The worker exited without answering (a faulting kernel, or a broken installation)."""
+
+
+class WorkerTimeout(RuntimeError):
+    """The worker did not answer in time and was killed (a hung kernel)."""
+
+
+class GpuWorker:
+    """One GPU worker subprocess, started on demand and restarted after it dies."""
+
+    def __init__(self, gpu_index: int = 0, python: str = sys.executable) -> None:
+        self.gpu_index = gpu_index
+        self.python = python
+        self.process: asyncio.subprocess.Process | None = None
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self.restarts = 0
+        self._stderr_task: asyncio.Task[None] | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def start(self) -> None:
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.gpu_index), PYTHONUNBUFFERED="1")
+        self.process = await asyncio.create_subprocess_exec(
+            self.python, "-m", "kernelforge_tui.gpu.worker",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env, start_new_session=True, limit=16 * 1024 * 1024,
+        )  # fmt: skip
+        self._stderr_task = asyncio.create_task(self._drain_stderr(self.process))
+
+    async def _drain_stderr(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stderr is not None
+        async for line in process.stderr:
+            self.stderr_tail.append(line.decode(errors="replace").rstrip())
+
+    async def request(self, message: RequestEnvelope, timeout_s: float) -> BaseModel:
+        """Send one request and wait for its reply; WorkerTimeout or WorkerDied when none comes."""
+        if not self.alive:
+            if self.process is not None:
+                self.restarts += 1
+            await self.start()
+        process = self.process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(message.model_dump_json().encode() + b"\n")
+            await process.stdin.drain()
+            line = await asyncio.wait_for(process.stdout.readline(), timeout_s)
+        except TimeoutError:
+            await self.kill()
+            raise WorkerTimeout(f"no answer within {timeout_s:g} s: the worker was killed") from None
+        except (BrokenPipeError, ConnectionResetError):
+            line = b""
+        if not line:
+            await self.wait_exit()
+            raise WorkerDied(self._death_note())
+        try:
+            return ReplyEnvelope.model_validate_json(line).reply
+        except ValidationError as exc:
+            await self.kill()
+            raise WorkerDied(f"the worker answered garbage ({exc.errors()[0]['msg']}): {line[:200]!r}") from None
+
+    def _death_note(self) -> str:
+        code = self.process.returncode if self.process else None
+        tail = " | ".join(line for line in list(self.stderr_tail)[-6:] if line.strip())
+        return f"the GPU worker exited (code {code}) while running the request" + (f": {tail}" if tail else "")
+
+    async def wait_exit(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.process.wait(), 10)
+            if self._stderr_task is not None:
+                with contextlib.suppress(TimeoutError, asyncio.CancelledError):
+                    await asyncio.wait_for(self._stderr_task, 2)
+
+    async def kill(self) -> None:
+        """Kill the whole process group (the worker and anything it started)."""
+        if self.process is not None and self.process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+        await self.wait_exit()
+
+    async def close(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            assert self.process.stdin is not None
+            self.process.stdin.close()
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                await self.kill()
+        await self.wait_exit()
+
+
+class Evaluation(BaseModel):
+    """One candidate's whole verdict: its build, its checks, its timing, and its share of the ceiling."""
+
+    ok: bool
+    failure: FailureKind | None = None
+    reason: str = ""
+    build: BuildResult | None = None
+    result: EvalResult | None = None
+    ceiling_share: float | None = None
+    """The larger of achieved bandwidth over the copy ceiling and achieved FLOP rate over the FMA ceiling."""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.result.speedup if self.result else None
+
+
+def helpers_source() -> str:
+    return resources.files("kernelforge_tui.gpu").joinpath("helpers.cu").read_text()
+
+
+class Evaluator:
+    """Proves and times candidates for one card on one GPU, against the card's baseline."""
+
+    def __init__(self, card: Card, builder: Builder, settings: Settings, gpu: GpuInfo) -> None:
+        self.card = card
+        self.builder = builder
+        self.settings = settings
+        self.gpu = gpu
+        self.worker = GpuWorker(gpu.index)
+        self.ceilings: Ceilings | None = None
+        self.baseline: KernelRef | None = None
+        self.helpers: Path | None = None
+        self.loaded: CardLoaded | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Build the helper and baseline kernels, measure (or read) the ceilings, load the card."""
+        helpers = await self.builder.build(helpers_source(), "kf_compare_float32")
+        if not helpers.ok or helpers.cubin_path is None:
+            raise RuntimeError(f"the harness's own helper kernels did not build: {helpers.log[-2000:]}")
+        self.helpers = helpers.cubin_path
+        if self.card.spec.baseline is not None:
+            built = await self.builder.build(self.card.baseline_source(), self.card.spec.baseline.plan.entry)
+            if not built.ok or built.cubin_path is None:
+                raise RuntimeError(f"the card's baseline kernel does not build: {_first_error(built)}")
+            self.baseline = KernelRef(
+                cubin=built.cubin_path, launch=resolve(self.card.spec.baseline.plan, self.card.spec)
+            )
+        self.ceilings = await self._ceilings()
+        await self._load_card()
+
+    async def _load_card(self) -> None:
+        assert self.helpers is not None
+        request = LoadCard(
+            card_dir=self.card.root, helpers_cubin=self.helpers, settings=self.settings.eval,
+            fresh_seed=secrets.randbelow(2**31), baseline=self.baseline,
+        )  # fmt: skip
+        reply = await self.worker.request(RequestEnvelope(request=request), timeout_s=900)
+        if isinstance(reply, WorkerFailure):
+            raise RuntimeError(f"the GPU worker could not load card {self.card.spec.name}: {reply.error}")
+        assert isinstance(reply, CardLoaded)
+        self.loaded = reply
+
+    def _ceilings_path(self) -> Path:
+        return cache_dir() / "ceilings" / f"{self.gpu.uuid}.json"
+
+    async def _ceilings(self) -> Ceilings:
+        """Measured once per GPU and cached: copy bandwidth and FMA rate."""
+        path = self._ceilings_path()
+        if path.is_file():
+            with contextlib.suppress(ValidationError, json.JSONDecodeError):
+                return Ceilings.model_validate_json(path.read_text())
+        assert self.helpers is not None
+        reply = await self.worker.request(
+            RequestEnvelope(request=MeasureCeilings(helpers_cubin=self.helpers)), timeout_s=300
+        )
+        if not isinstance(reply, Ceilings):
+            raise RuntimeError(f"measuring the GPU's ceilings failed: {reply}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(reply.model_dump_json(indent=2))
+        os.replace(tmp, path)
+        return reply
+
+    async def evaluate(self, source: str, plan: LaunchPlan, *, time_it: bool = True) -> Evaluation:
+        """Build, prove and time one candidate. Every failure is a typed Evaluation, never an exception."""
+        try:
+            launch = resolve(plan, self.card.spec)
+        except ExprError as exc:
+            return Evaluation(ok=False, failure="launch", reason=f"bad launch plan: {exc}")
+        built = await self.builder.build(source, plan.entry)
+        if not built.ok or built.cubin_path is None:
+            return Evaluation(ok=False, failure="compile", reason=_first_error(built), build=built)
+        request = Evaluate(
+            candidate=KernelRef(cubin=built.cubin_path, launch=launch), baseline=self.baseline, time_it=time_it,
+            bytes_moved=self.card.spec.bytes_moved(), flops=self.card.spec.flops(),
+        )  # fmt: skip
+        async with self._lock:
+            result = await self._run(request)
+        return self._judge(result, built)
+
+    async def _run(self, request: Evaluate) -> EvalResult:
+        if not self.worker.alive and self.loaded is not None:
+            await self._load_card()  # a fresh worker after a crash: reload the card first
+        try:
+            reply = await self.worker.request(RequestEnvelope(request=request), self.settings.eval.timeout_s)
+        except WorkerTimeout as exc:
+            return EvalResult(ok=False, failure="timeout", reason=f"the kernel did not finish: {exc}")
+        except WorkerDied as exc:
+            return EvalResult(ok=False, failure="launch", reason=str(exc))
+        if isinstance(reply, WorkerFailure):
+            return EvalResult(ok=False, failure="worker", reason=reply.error)
+        assert isinstance(reply, EvalResult)
+        if reply.fatal:
+            await self.worker.wait_exit()
+        return reply
+
+    def _judge(self, result: EvalResult, built: BuildResult) -> Evaluation:
+        """Hold the measured rates against the ceilings: faster than physics means skipped work."""
+        share = None
+        if result.ok and self.ceilings is not None:
+            margin = self.settings.eval.ceiling_margin
+            shares = []
+            if result.achieved_gbps is not None:
+                shares.append(result.achieved_gbps / self.ceilings.copy_gbps)
+            if result.achieved_tflops is not None:
+                shares.append(result.achieved_tflops / self.ceilings.fma_tflops)
+            share = max(shares, default=None)
+            if share is not None and share > margin:
+                result.ok, result.failure = False, "cheat"
+                result.reason = (
+                    f"faster than the measured ceiling ({share:.0%} of it, limit {margin:.0%}): "
+                    "it must skip work the operator requires"
+                )
+        return Evaluation(
+            ok=result.ok, failure=result.failure, reason=result.reason, build=built, result=result,
+            ceiling_share=share,
+        )  # fmt: skip
+
+    async def crash_worker_for_test(self) -> None:
+        """Make the worker die as a faulting kernel would (used by the GPU tests)."""
+        with contextlib.suppress(WorkerDied):
+            await self.worker.request(RequestEnvelope(request=Crash()), timeout_s=30)
+
+    async def close(self) -> None:
+        await self.worker.close()
+
+
+def _first_error(built: BuildResult) -> str:
+    errors = [d for d in built.diagnostics if d.severity == "error"]
+    if errors:
+        first = errors[0]
+        where = f"line {first.line}: " if first.line else ""
+        return f"{built.failure or 'build failed'}: {where}{first.message}"
+    return f"{built.failure or 'build failed'}: {built.log.strip()[-300:]}"

@@ -1,0 +1,152 @@
+"""GPU tests of the trust core: run on the H200 with `pytest -m gpu` (skipped nowhere: deselected in CI).
+
+Each cheat kernel must be caught with the right failure kind and a reason that names what it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelforge_tui.cards import load_card, plan_for_kernel
+from kernelforge_tui.config import Settings
+from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.gpu.detect import require_gpu
+from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
+
+from .conftest import EXAMPLES
+
+pytestmark = pytest.mark.gpu
+CARDS = EXAMPLES / "cards"
+CHEATS = EXAMPLES / "kernels" / "cheats"
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+class Harness:
+    """One evaluator per card, kept for the module: loading a card on the GPU costs seconds."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.evaluators: dict[str, Evaluator] = {}
+        self.settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2}})
+        self.builder = Builder(arch="sm_90")
+
+    def evaluator(self, card: str) -> Evaluator:
+        if card not in self.evaluators:
+            evaluator = Evaluator(load_card(CARDS / card), self.builder, self.settings, require_gpu()[0])
+            self.loop.run_until_complete(evaluator.start())
+            self.evaluators[card] = evaluator
+        return self.evaluators[card]
+
+    def run(self, card: str, kernel: Path) -> Evaluation:
+        plan = plan_for_kernel(kernel)
+        return self.loop.run_until_complete(self.evaluator(card).evaluate(kernel.read_text(), plan))
+
+    def close(self) -> None:
+        for evaluator in self.evaluators.values():
+            self.loop.run_until_complete(evaluator.close())
+
+
+@pytest.fixture(scope="module")
+def harness(loop: asyncio.AbstractEventLoop) -> Iterator[Harness]:
+    h = Harness(loop)
+    yield h
+    h.close()
+
+
+def candidates(card: str) -> list[Path]:
+    return sorted((CARDS / card / "candidates").glob("*.cu"))
+
+
+@pytest.mark.parametrize(
+    "card",
+    ["vector_add_f32", "softmax_f32_small", "softmax_bf16_small", "rms_norm_bf16_small"],
+)
+def test_hand_written_candidates_pass_and_are_timed(harness: Harness, card: str) -> None:
+    for kernel in candidates(card):
+        evaluation = harness.run(card, kernel)
+        assert evaluation.ok, f"{kernel.name}: {evaluation.failure}: {evaluation.reason}"
+        result = evaluation.result
+        assert result is not None and result.candidate is not None and result.baseline is not None
+        assert result.speedup is not None and result.speedup > 0
+        assert all(check.ok for check in result.checks)
+        assert len(result.checks) >= 3  # card sets + fresh sets + the second run
+        assert evaluation.ceiling_share is not None and evaluation.ceiling_share < 1.1
+
+
+def test_vector_add_candidate_beats_naive_baseline_within_ceiling(harness: Harness) -> None:
+    evaluation = harness.run("vector_add_f32", candidates("vector_add_f32")[0])
+    assert evaluation.ok and evaluation.result is not None
+    assert evaluation.ceiling_share is not None and 0.3 < evaluation.ceiling_share < 1.1
+    assert evaluation.result.candidate is not None and evaluation.result.candidate.cv < 0.05
+
+
+CAUGHT = [
+    ("vector_add_f32", "wrong_answer", "mismatch", "outside rtol"),
+    ("vector_add_f32", "never_writes", "mismatch", "never written"),
+    ("vector_add_f32", "out_of_bounds", "cheat", "past the end"),
+    ("vector_add_f32", "infinite_loop", "timeout", "did not finish"),
+    ("vector_add_f32", "caching", "mismatch", "set "),
+    ("vector_add_f32", "modifies_input", "cheat", "modified its input"),
+    ("softmax_bf16_small", "first_row_only", "mismatch", "never written"),
+    ("softmax_f32_small", "half_precision", "mismatch", "outside rtol"),
+]
+
+
+@pytest.mark.parametrize(("card", "cheat", "failure", "reason"), CAUGHT, ids=[c[1] for c in CAUGHT])
+def test_cheats_are_caught_with_the_right_reason(
+    harness: Harness, card: str, cheat: str, failure: str, reason: str
+) -> None:
+    evaluation = harness.run(card, CHEATS / card / f"{cheat}.cu")
+    assert not evaluation.ok
+    assert evaluation.failure == failure, evaluation.reason
+    assert reason in evaluation.reason
+
+
+def test_worker_recovers_after_a_cheat(harness: Harness) -> None:
+    """After a timeout or a stray write killed the worker, the next good kernel still passes."""
+    harness.run("vector_add_f32", CHEATS / "vector_add_f32" / "infinite_loop.cu")
+    evaluation = harness.run("vector_add_f32", candidates("vector_add_f32")[0])
+    assert evaluation.ok, evaluation.reason
+    assert harness.evaluator("vector_add_f32").worker.restarts >= 1
+
+
+def test_bf16_tolerance_is_honoured(harness: Harness) -> None:
+    """A bf16 kernel that reorders its reduction differs in the last bits and still passes."""
+    kernels = sorted((CHEATS / "softmax_bf16_small").glob("reorder*.cu"))
+    assert kernels, "examples/kernels/cheats/softmax_bf16_small/reorder*.cu is missing"
+    for kernel in kernels:
+        evaluation = harness.run("softmax_bf16_small", kernel)
+        assert evaluation.ok, evaluation.reason
+        assert evaluation.result is not None
+        assert max(check.max_error_ratio for check in evaluation.result.checks) > 0
+
+
+ILLEGAL_ADDRESS = r"""
+extern "C" __global__ void far_write(const float* a, const float* b, float* c, int n) {
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i == 0) { c[1ll << 38] = 1.0f; }
+}
+"""
+
+
+def test_illegal_address_kills_only_the_worker(harness: Harness) -> None:
+    evaluator = harness.evaluator("vector_add_f32")
+    plan = plan_for_kernel(candidates("vector_add_f32")[0]).model_copy(update={"entry": "far_write"})
+    plan = plan.model_copy(update={"args": ["a", "b", "c", "n"], "grid": [1], "block": [32]})
+    bad = harness.loop.run_until_complete(evaluator.evaluate(ILLEGAL_ADDRESS, plan))
+    assert not bad.ok and bad.failure == "launch"
+    assert "illegal" in bad.reason.lower() or "exited" in bad.reason
+    good = harness.run("vector_add_f32", candidates("vector_add_f32")[0])
+    assert good.ok, good.reason
+
+
