@@ -17,6 +17,7 @@ import os
 import secrets
 import signal
 import sys
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -58,9 +59,10 @@ class WorkerTimeout(RuntimeError):
 class GpuWorker:
     """One GPU worker subprocess, started on demand and restarted after it dies."""
 
-    def __init__(self, gpu_index: int = 0, python: str = sys.executable) -> None:
+    def __init__(self, gpu_index: int = 0, argv: Sequence[str] | None = None) -> None:
+        """`argv` replaces the worker command (tests run stand-ins that hang, die or babble)."""
         self.gpu_index = gpu_index
-        self.python = python
+        self.argv = list(argv or [sys.executable, "-m", "kernelforge_tui.gpu.worker"])
         self.process: asyncio.subprocess.Process | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self.restarts = 0
@@ -73,7 +75,7 @@ class GpuWorker:
     async def start(self) -> None:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.gpu_index), PYTHONUNBUFFERED="1")
         self.process = await asyncio.create_subprocess_exec(
-            self.python, "-m", "kernelforge_tui.gpu.worker",
+            *self.argv,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=env, start_new_session=True, limit=16 * 1024 * 1024,
         )  # fmt: skip
