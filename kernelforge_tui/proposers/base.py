@@ -1,0 +1,95 @@
+"""The proposer interface: what the search hands a proposer, and what it gets back.
+
+Why a Protocol: the search must not care whether candidates come from the template library or from an
+LLM team; both see the same context (the parent, its failed siblings, hints from the person steering)
+and answer with the same `Proposal` (device source plus a LaunchPlan: data, never host code).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.gpu.protocol import FailureKind
+
+ParamValue = int | str | float
+"""A template parameter value (block size, vector width, a variant name, ...)."""
+
+
+class Proposal(BaseModel):
+    """One candidate kernel a proposer offers as a child of a node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source: str
+    """Device-only CUDA source; it is checked and built with `nvcc -cubin`, never run on the host."""
+    plan: LaunchPlan
+    mutation: str
+    """What changed against the parent, in words the TUI shows (e.g. "vector width 4 -> 8")."""
+    proposer: str
+    """The proposer's name (e.g. "templates", "hand", an agent's name)."""
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    """Template parameters of this candidate; {} for LLM-written or hand-written kernels."""
+
+
+class ParentInfo(BaseModel):
+    """The node being expanded: the proposer mutates this one."""
+
+    id: int
+    source: str
+    plan: LaunchPlan
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    latency_us: float | None = None
+    speedup: float | None = None
+    """Baseline time over the parent's time (the root, the card's baseline, is about 1.0)."""
+    ncu_summary: str | None = None
+    """Filtered Nsight Compute findings when the parent was profiled (the profiling issue fills it)."""
+
+
+class FailedSibling(BaseModel):
+    """A child of the same parent that failed: so the proposer does not offer it again."""
+
+    node_id: int
+    summary: str
+    """The mutation text, so the proposer (or an LLM) can read what was tried."""
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    failure: FailureKind
+    reason: str = ""
+
+
+class ProposalContext(BaseModel):
+    """Everything a proposer may use to propose children of one node."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    card: OperatorCard
+    card_dir: Path
+    parent: ParentInfo
+    failed_siblings: list[FailedSibling] = Field(default_factory=list)
+    tried_children_params: list[dict[str, ParamValue]] = Field(default_factory=list)
+    """Params of every existing child of the parent (in flight, timed or failed): do not repeat them."""
+    tried_sources: set[str] = Field(default_factory=set)
+    """sha256 hex digests of the sources already in the tree (any node): the search drops duplicates anyway."""
+    hints: list[str] = Field(default_factory=list)
+    """Free text from the person steering, for this node and its ancestors (nearest first)."""
+    best_speedup: float | None = None
+    """The best speedup in the run so far."""
+
+
+@runtime_checkable
+class Proposer(Protocol):
+    """A source of candidate kernels. `seeds` gives the root's first children; `propose` mutates a node."""
+
+    name: str
+
+    async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
+        """Up to `n` new children of `ctx.parent` (fewer, or none, when the neighbourhood is exhausted)."""
+        ...
+
+    def seeds(self, card: Card) -> list[Proposal]:
+        """The initial children of the root (the card's baseline kernel)."""
+        ...
