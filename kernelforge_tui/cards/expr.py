@@ -72,6 +72,30 @@ def _binop(op: ast.operator, a: int, b: int) -> int:
     raise ExprError(f"operator {type(op).__name__} is not allowed; {HELP}")
 
 
+def _describe(node: ast.AST) -> str:
+    """A readable name for a construct the evaluator refuses."""
+    if isinstance(node, ast.Constant):
+        if isinstance(node.value, float):
+            return f"the float {node.value!r} (sizes and launch dimensions are integers)"
+        if isinstance(node.value, str):
+            return f"the string {node.value!r}"
+        return f"the constant {node.value!r}"
+    named = {
+        ast.Attribute: "attribute access",
+        ast.Subscript: "indexing",
+        ast.Lambda: "a lambda",
+        ast.Call: "a call of anything but cdiv/round_up/min/max, or with keyword arguments",
+        ast.Compare: "a comparison",
+        ast.BoolOp: "and/or",
+        ast.IfExp: "a conditional expression",
+        ast.NamedExpr: "an assignment",
+    }
+    for kind, text in named.items():
+        if isinstance(node, kind):
+            return text
+    return f"{type(node).__name__} ({ast.unparse(node)[:40]!r})"
+
+
 def _walk(node: ast.AST, sizes: Mapping[str, int]) -> int:
     if isinstance(node, ast.Expression):
         return _walk(node.body, sizes)
@@ -98,7 +122,7 @@ def _walk(node: ast.AST, sizes: Mapping[str, int]) -> int:
         if len(node.args) != arity:
             raise ExprError(f"{name}() takes {arity} arguments, got {len(node.args)}")
         return int(fn(*(_walk(arg, sizes) for arg in node.args)))
-    raise ExprError(f"{ast.dump(node)[:40]}... is not allowed; {HELP}")
+    raise ExprError(f"{_describe(node)} is not allowed; {HELP}")
 
 
 def parse(expr: str | int) -> ast.Expression:
@@ -110,6 +134,8 @@ def parse(expr: str | int) -> ast.Expression:
         return ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExprError(f"cannot parse {text!r}: {exc.msg}; {HELP}") from None
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, absurd nesting
+        raise ExprError(f"cannot parse {text!r}: {exc}; {HELP}") from None
 
 
 def names(expr: str | int) -> set[str]:

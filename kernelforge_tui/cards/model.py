@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from kernelforge_tui.cards import expr
 from kernelforge_tui.cards.dtypes import FLOATING, DType
+from kernelforge_tui.cards.errors import FieldProblem
 
 Expr = Annotated[str | int, Field(union_mode="left_to_right")]
 """An integer, or an integer formula over the card's sizes (see `expr.HELP`)."""
@@ -192,32 +193,45 @@ class OperatorCard(Strict):
     def _consistent(self) -> OperatorCard:
         for key, value in self.sizes.items():
             if not IDENT.match(key):
-                raise ValueError(f"sizes.{key}: not an identifier")
+                raise FieldProblem(f"sizes.{key}", "not an identifier", "use letters, digits and '_'")
             if value <= 0:
-                raise ValueError(f"sizes.{key} = {value}: sizes must be positive integers")
+                raise FieldProblem(f"sizes.{key}", f"{value} is not positive", "sizes must be integers >= 1")
         tensors = [t.name for t in [*self.inputs, *self.outputs]]
         clash = {n for n in tensors if tensors.count(n) > 1} | (set(tensors) & set(self.sizes))
         if clash:
-            raise ValueError(f"names used twice among tensors and sizes: {sorted(clash)}; rename them")
+            raise FieldProblem(
+                "inputs/outputs/sizes",
+                f"names used twice among tensors and sizes: {sorted(clash)}",
+                "give every tensor and size its own name",
+            )
         for group, specs in (("inputs", self.inputs), ("outputs", self.outputs)):
             for spec in specs:
                 try:
                     dims = spec.dims(self.sizes)
                 except expr.ExprError as exc:
-                    raise ValueError(f"{group}.{spec.name}.shape: {exc}") from None
+                    raise FieldProblem(
+                        f"{group}.{spec.name}.shape", str(exc), "use only names defined under [sizes]"
+                    ) from None
                 if any(d <= 0 for d in dims):
-                    raise ValueError(f"{group}.{spec.name}.shape evaluates to {dims}: dimensions must be > 0")
+                    raise FieldProblem(
+                        f"{group}.{spec.name}.shape", f"evaluates to {dims}", "every dimension must be >= 1"
+                    )
         for field in ("flops", "bytes"):
             try:
                 expr.evaluate(getattr(self.cost, field), self.sizes)
             except expr.ExprError as exc:
-                raise ValueError(f"cost.{field}: {exc}") from None
+                raise FieldProblem(f"cost.{field}", str(exc), expr.HELP) from None
         set_names = [s.name for s in self.input_sets]
-        if len(set(set_names)) != len(set_names):
-            raise ValueError("input_sets: names must be unique")
+        duplicates = sorted({n for n in set_names if set_names.count(n) > 1})
+        if duplicates:
+            raise FieldProblem("input_sets", f"names used twice: {duplicates}", "give every input set its own name")
         for out in self.outputs:
             if out.tolerance is not None and out.dtype not in FLOATING:
-                raise ValueError(f"outputs.{out.name}.tolerance: integer outputs are compared exactly")
+                raise FieldProblem(
+                    f"outputs.{out.name}.tolerance",
+                    f"a tolerance on a {out.dtype} output",
+                    "remove it: integer outputs are compared exactly",
+                )
         return self
 
     def tensor(self, name: str) -> TensorSpec:

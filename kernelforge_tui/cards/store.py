@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,7 +82,7 @@ class Card:
                     "return a dict with every output",
                 )
             result[spec.name] = np.ascontiguousarray(
-                np.asarray(raw[spec.name]).astype(NUMPY[spec.dtype]).reshape(spec.dims(self.spec.sizes))
+                np.asarray(raw[spec.name]).astype(NUMPY[spec.dtype], copy=False).reshape(spec.dims(self.spec.sizes))
             )
         return result
 
@@ -137,20 +138,22 @@ def draw_inputs(spec: OperatorCard, seed: int) -> Arrays:
         dist = tensor.distribution
         values: np.ndarray
         if dist.kind == "normal":
-            values = rng.standard_normal(dims, dtype=np.float32) * dist.std + dist.mean
+            values = rng.standard_normal(dims, dtype=np.float32)
+            values *= np.float32(dist.std)  # in place: the same float32 arithmetic as `values * std + mean`
+            values += np.float32(dist.mean)  # (also turns the generator's rare -0.0 into +0.0, as before)
         elif dist.kind == "uniform":
             values = rng.uniform(dist.low, dist.high, dims).astype(np.float32)
         else:
             values = rng.integers(int(dist.low), int(dist.high), dims)
         if tensor.dtype not in FLOATING and dist.kind != "randint":
             values = np.rint(values)
-        arrays[tensor.name] = np.ascontiguousarray(values.astype(NUMPY[tensor.dtype]))
+        arrays[tensor.name] = np.ascontiguousarray(values.astype(NUMPY[tensor.dtype], copy=False))
     return arrays
 
 
 def load_card(path: Path) -> Card:
     """Read and check a card directory (or its card.toml)."""
-    root = path if path.is_dir() else path.parent
+    root = path.parent if path.is_file() or path.name == MANIFEST else path
     manifest = root / MANIFEST
     if not manifest.is_file():
         raise CardError(manifest, None, "no card manifest here", "point at a card directory holding card.toml")
@@ -184,9 +187,31 @@ def save_card(spec: OperatorCard, root: Path, stored_sets: dict[str, tuple[Array
         inputs, outputs = stored_sets[which.name]
         arrays = {t.name: to_storage(inputs[t.name], t.dtype) for t in spec.inputs}
         arrays |= {t.name: to_storage(outputs[t.name], t.dtype) for t in spec.outputs}
-        np.savez_compressed(root / which.file, **arrays)  # type: ignore[arg-type]
+        _write_npz(root / which.file, arrays)
     (root / MANIFEST).write_text(to_toml(spec.model_dump(mode="json", exclude_defaults=True)))
     return load_card(root)
+
+
+def _write_npz(path: Path, arrays: Arrays) -> None:
+    """Like np.savez_compressed, but byte-for-byte reproducible (fixed member timestamps), so that
+    re-writing a card from the same data leaves git with nothing to commit."""
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, array in arrays.items():
+            member = zipfile.ZipInfo(f"{name}.npy", date_time=(1980, 1, 1, 0, 0, 0))
+            member.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(member, "w", force_zip64=True) as stream:
+                np.lib.format.write_array(stream, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def _toml_string(value: str) -> str:
+    """A TOML basic string (multi-line when the text has line breaks), every control character escaped."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+    escaped = "".join(
+        ch if ch == "\n" or (ord(ch) >= 0x20 and ord(ch) != 0x7F) else f"\\u{ord(ch):04x}" for ch in escaped
+    )
+    if "\n" in value:
+        return '"""\n' + escaped + '"""'
+    return '"' + escaped + '"'
 
 
 def _toml_value(value: object) -> str:
@@ -195,7 +220,7 @@ def _toml_value(value: object) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+        return _toml_string(value)
     if isinstance(value, list):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
