@@ -1,0 +1,257 @@
+"""Evaluation backends: the GPU (one `Evaluator` per visible GPU) and a simulation for machines without one.
+
+Why a simulation: CI has nvcc but no GPU, and the search, the store and the views must be tested for
+real there. `SimulatedBackend` builds every candidate with the real nvcc (compile errors are real) and
+then invents a deterministic latency from the source and the plan, as Kernel Tuner's simulation runner
+replays measurements. It is named "simulated" wherever it shows (the run's backend, the GPU name, each
+evaluation's reason): its numbers are never GPU measurements.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import math
+import random
+import re
+from typing import Protocol, runtime_checkable
+
+from kernelforge_tui.cards.expr import ExprError
+from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards.plan import resolve
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.config import Settings
+from kernelforge_tui.gpu.build import Builder, BuildResult
+from kernelforge_tui.gpu.detect import GpuInfo
+from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
+from kernelforge_tui.gpu.protocol import EvalResult, FailureKind, SetCheck, Timing
+
+SIMULATED = "simulated"
+
+
+@runtime_checkable
+class EvaluationBackend(Protocol):
+    """Proves and times candidates for one card. `evaluate` never raises for a bad candidate."""
+
+    gpu_name: str
+
+    async def start(self) -> None: ...
+
+    async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation: ...
+
+    async def close(self) -> None: ...
+
+
+@runtime_checkable
+class PipelinedBackend(EvaluationBackend, Protocol):
+    """A backend whose build stage the search can run ahead of the GPU (several nvcc at once).
+
+    `build` fills the shared cubin cache, so the `evaluate` that follows finds the cubin and the GPU
+    never waits on the compiler; `lanes` is how many evaluations may run at once (one per GPU).
+    """
+
+    name: str
+    lanes: int
+
+    async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
+        """None when the candidate built; else the failed Evaluation (compile or launch plan)."""
+        ...
+
+
+def make_builder(settings: Settings, arch: str | None = None) -> Builder:
+    """The one Builder a search shares between its build stage and its evaluators (one cubin cache)."""
+    b = settings.build
+    return Builder(nvcc=b.nvcc, arch=b.arch or arch, flags=b.flags, timeout_s=b.timeout_s, max_parallel=b.max_parallel)
+
+
+def build_error(built: BuildResult) -> str:
+    """The first compiler error, placed, for the node's reason line."""
+    errors = [d for d in built.diagnostics if d.severity == "error"]
+    if errors:
+        where = f"line {errors[0].line}: " if errors[0].line else ""
+        return f"{built.failure or 'build failed'}: {where}{errors[0].message}"
+    return f"{built.failure or 'build failed'}: {built.log.strip()[-300:]}"
+
+
+async def _prebuild(card: Card, builder: Builder, source: str, plan: LaunchPlan) -> Evaluation | None:
+    try:
+        resolve(plan, card.spec)
+    except ExprError as exc:
+        return Evaluation(ok=False, failure="launch", reason=f"bad launch plan: {exc}")
+    built = await builder.build(source, plan.entry)
+    if not built.ok or built.cubin_path is None:
+        return Evaluation(ok=False, failure="compile", reason=build_error(built), build=built)
+    return None
+
+
+class GpuBackend:
+    """The real thing: one Evaluator (worker subprocess) per GPU, one evaluation at a time on each."""
+
+    name = "gpu"
+
+    def __init__(self, card: Card, settings: Settings, gpus: list[GpuInfo], builder: Builder | None = None) -> None:
+        if not gpus:
+            raise ValueError("GpuBackend needs at least one GPU (see kernelforge_tui.gpu.detect.require_gpu)")
+        self.card = card
+        self.settings = settings
+        self.builder = builder or make_builder(settings, gpus[0].arch)
+        self.evaluators = [Evaluator(card, self.builder, settings, gpu) for gpu in gpus]
+        self.lanes = len(gpus)
+        names = sorted({gpu.name for gpu in gpus})
+        self.gpu_name = ", ".join(names) + (f" x{len(gpus)}" if len(gpus) > 1 else "")
+        self._free: asyncio.Queue[Evaluator] = asyncio.Queue()
+
+    async def start(self) -> None:
+        await asyncio.gather(*(e.start() for e in self.evaluators))
+        for evaluator in self.evaluators:
+            self._free.put_nowait(evaluator)
+
+    async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
+        return await _prebuild(self.card, self.builder, source, plan)
+
+    async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation:
+        evaluator = await self._free.get()
+        try:
+            return await evaluator.evaluate(source, plan)
+        finally:
+            self._free.put_nowait(evaluator)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(e.close() for e in self.evaluators), return_exceptions=True)
+
+
+_DIRECTIVE = re.compile(r"//\s*kf-simulate:\s*(?P<key>speedup|fail)\s*=\s*(?P<value>[\w.]+)")
+_DEFINE = re.compile(r"^\s*#define\s+(\w+)\s+(\S+)", re.MULTILINE)
+_CONSTEXPR = re.compile(r"constexpr\s+\w+\s+(\w+)\s*=\s*([^;]+);")
+_SIM_FAILURES: tuple[FailureKind, ...] = ("mismatch", "launch", "timeout")
+
+
+def _unit(*parts: object) -> float:
+    """A deterministic number in [0, 1) from the parts (sha256, not Python's salted hash)."""
+    digest = hashlib.sha256(repr(parts).encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64
+
+
+class SimulatedBackend:
+    """Real nvcc builds, invented timings: for CI and for trying the tool without a GPU.
+
+    The simulated speedup is a product of factors, each fixed by one feature of the candidate: every
+    `#define NAME VALUE` and `constexpr ... NAME = VALUE;` in the source, the block shape, and (weakly)
+    the whole source text; so related candidates have related speedups and a search has something to
+    find. Latency is the baseline's divided by it, with seeded noise. A comment `// kf-simulate:
+    speedup=2.5` fixes the speedup and `// kf-simulate: fail=mismatch` fails the candidate (for tests);
+    `failure_rate` fails that share of candidates (chosen by a hash of the source) as mismatch, launch or
+    timeout. The card's baseline itself always measures about 1.0x.
+    """
+
+    name = SIMULATED
+
+    def __init__(
+        self,
+        card: Card,
+        builder: Builder,
+        *,
+        seed: int = 0,
+        baseline_us: float = 100.0,
+        noise: float = 0.01,
+        failure_rate: float = 0.0,
+        eval_seconds: float = 0.01,
+        max_speedup: float = 8.0,
+        lanes: int = 1,
+    ) -> None:
+        self.card = card
+        self.builder = builder
+        self.seed = seed
+        self.baseline_us = baseline_us
+        self.noise = noise
+        self.failure_rate = failure_rate
+        self.eval_seconds = eval_seconds
+        """Simulated GPU time per evaluation: slept, and reported as the evaluation's GPU seconds."""
+        self.max_speedup = max_speedup
+        """The simulated ceiling: a candidate at this speedup is at 100% of it."""
+        self.lanes = lanes
+        self.gpu_name = "simulated (no GPU)"
+        self.evaluations = 0
+        self._slots = asyncio.Semaphore(lanes)
+        self._baseline_source = ""
+        self._draws: dict[str, int] = {}
+
+    async def start(self) -> None:
+        """Build the card's baseline for real: a card whose baseline does not compile is broken."""
+        self._baseline_source = self.card.baseline_source()
+        assert self.card.spec.baseline is not None
+        failed = await self.build(self._baseline_source, self.card.spec.baseline.plan)
+        if failed is not None:
+            raise RuntimeError(f"the card's baseline kernel does not build: {failed.reason}")
+
+    async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
+        return await _prebuild(self.card, self.builder, source, plan)
+
+    def true_speedup(self, source: str, plan: LaunchPlan) -> float:
+        """The noiseless simulated speedup of a candidate (1.0 for the baseline)."""
+        if source == self._baseline_source:
+            return 1.0
+        for match in _DIRECTIVE.finditer(source):
+            if match.group("key") == "speedup":
+                with contextlib.suppress(ValueError):
+                    return float(match.group("value"))
+        features = [f"{k}={v}" for k, v in _DEFINE.findall(source)]
+        features += [f"{k}={v.strip()}" for k, v in _CONSTEXPR.findall(source)]
+        features.append(f"block={plan.block}")
+        log_speedup = sum(math.log(0.6) + math.log(3.0) * _unit(self.seed, f) for f in features)
+        log_speedup += 0.2 * (_unit(self.seed, source) - 0.5)
+        return min(math.exp(log_speedup), self.max_speedup)
+
+    def _failure(self, source: str) -> FailureKind | None:
+        for match in _DIRECTIVE.finditer(source):
+            if match.group("key") == "fail":
+                value = match.group("value")
+                return value if value in ("compile", "launch", "mismatch", "timeout", "cheat", "worker") else "mismatch"  # type: ignore[return-value]
+        if source != self._baseline_source and _unit(self.seed, "fail", source) < self.failure_rate:
+            return _SIM_FAILURES[int(_unit(self.seed, "kind", source) * len(_SIM_FAILURES))]
+        return None
+
+    async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation:
+        failed = await self.build(source, plan)
+        if failed is not None:
+            return failed
+        built: BuildResult = await self.builder.build(source, plan.entry)
+        async with self._slots:
+            await asyncio.sleep(self.eval_seconds)
+            self.evaluations += 1
+        gpu_s = self.eval_seconds
+        failure = self._failure(source)
+        if failure is not None:
+            reason = f"simulated {failure} (no GPU ran this kernel)"
+            result = EvalResult(ok=False, failure=failure, reason=reason, gpu_seconds=gpu_s)
+            return Evaluation(ok=False, failure=failure, reason=reason, build=built, result=result)
+        key = hashlib.sha256(source.encode()).hexdigest()
+        draw = self._draws.get(key, 0)
+        self._draws[key] = draw + 1
+        rng = random.Random(f"{self.seed}:{key}:{draw}")
+        speedup_true = self.true_speedup(source, plan)
+        latency = self.baseline_us / speedup_true * (1 + self.noise * rng.gauss(0, 1))
+        base = self.baseline_us * (1 + self.noise * rng.gauss(0, 1))
+        bytes_moved = self.card.spec.bytes_moved()
+        result = EvalResult(
+            ok=True,
+            reason="simulated: no GPU ran this kernel",
+            checks=[SetCheck(name="simulated", ok=True, reason="simulated: not compared on a GPU")],
+            deterministic=True,
+            candidate=_timing(latency, self.noise),
+            baseline=_timing(base, self.noise),
+            speedup=base / latency,
+            achieved_gbps=bytes_moved / (latency * 1e3) if bytes_moved else None,
+            gpu_seconds=gpu_s,
+        )
+        share = min(1.0, (base / latency) / self.max_speedup)
+        return Evaluation(ok=True, reason=result.reason, build=built, result=result, ceiling_share=share)
+
+    async def close(self) -> None:
+        return None
+
+
+def _timing(median_us: float, noise: float) -> Timing:
+    spread = median_us * noise
+    return Timing(median_us=median_us, p10_us=median_us - spread, p90_us=median_us + spread, cv=noise, reps=20)

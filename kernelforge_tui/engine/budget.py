@@ -1,0 +1,56 @@
+"""Budgets: the caps a search stops at, cleanly, and where it stands against them.
+
+Why totals per run: a run resumed after a crash continues against the same caps (the counts are
+rebuilt from the store), so `--budget-iters 200` means 200 candidates in the run, not per session.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Budget(BaseModel):
+    """What a run may spend; None means no cap. The search stops at the first cap it reaches."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int | None = Field(default=None, ge=0)
+    """Candidates evaluated (measured or failed), the root (the baseline) not counted."""
+    max_minutes: float | None = Field(default=None, ge=0)
+    """Wall time the search runs, summed over sessions of the run (pauses included)."""
+    max_gpu_seconds: float | None = Field(default=None, ge=0)
+    """GPU time the workers report for proving and timing candidates."""
+    max_money: float | None = Field(default=None, ge=0)
+    """LLM spend in US dollars (for the LLM proposers; the template proposer spends nothing)."""
+
+    def merged(self, override: Budget) -> Budget:
+        """This budget with every cap `override` sets replaced (a resumed run given new caps)."""
+        return self.model_copy(update=override.model_dump(exclude_none=True))
+
+
+class BudgetUsage(BaseModel):
+    """Where a run stands: counted from the store on resume, advanced by the search."""
+
+    iterations: int = 0
+    elapsed_s: float = 0.0
+    gpu_seconds: float = 0.0
+    money: float = 0.0
+    """Always 0 for now: no proposer spends money yet."""
+
+    def exhausted(self, budget: Budget) -> str | None:
+        """The reason to stop (which cap was reached), or None."""
+        if budget.max_iterations is not None and self.iterations >= budget.max_iterations:
+            return f"iteration budget reached ({self.iterations} of {budget.max_iterations})"
+        if budget.max_minutes is not None and self.elapsed_s >= budget.max_minutes * 60:
+            return f"time budget reached ({self.elapsed_s / 60:.1f} of {budget.max_minutes:g} min)"
+        if budget.max_gpu_seconds is not None and self.gpu_seconds >= budget.max_gpu_seconds:
+            return f"GPU budget reached ({self.gpu_seconds:.1f} of {budget.max_gpu_seconds:g} GPU s)"
+        if budget.max_money is not None and self.money >= budget.max_money:
+            return f"money budget reached (${self.money:.2f} of ${budget.max_money:.2f})"
+        return None
+
+    def may_propose(self, budget: Budget, in_flight: int) -> bool:
+        """Whether another candidate fits the iteration cap, counting those already in flight."""
+        if budget.max_iterations is None:
+            return True
+        return self.iterations + in_flight < budget.max_iterations

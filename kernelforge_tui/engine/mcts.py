@@ -1,0 +1,335 @@
+"""The revision tree and its Monte Carlo tree search rules: pure logic, no I/O, no clock.
+
+Why pure: every rule here (UCT, progressive widening, pruning, ban and pin) is tested on small trees
+with hand-computed numbers, and the orchestrator (`search.py`) rebuilds the same tree from the store
+after a crash by replaying the nodes.
+
+Reward (to maximise; the search minimises latency through it):
+
+    r(node) = ln(speedup)             for a measured node (speedup = baseline time / node time)
+    r(node) = failure_reward          for a failed node (default -1.0, as bad as a 2.7x slowdown)
+
+Because ln(speedup) = ln(t_baseline) - ln(t_node), maximising r is minimising the log latency, and a
+2x gain weighs the same at 10 us as at 10 ms. Every measured or failed node adds its reward to itself and
+each ancestor (`visits` += 1, `value` += r) and raises the subtree's `best` reward where it beats it.
+
+Selection descends from the root by UCT for minimisation, written on rewards:
+
+    Q(child)   = (1 - max_weight) * value / visits + max_weight * best
+    UCT(child) = Q(child) + exploration * sqrt(ln(visits(parent)) / visits(child))
+
+Mixing in the best reward matters for optimisation: one fast kernel in a subtree is worth more than a
+good average. Progressive widening stops at the first node that may take another child:
+
+    children allowed(node) = ceil(widening_k * max(1, visits(node)) ** widening_alpha)
+
+so a node first gets a few children and more as its subtree proves itself. A subtree whose best reward
+has not improved for `prune_after` visits is pruned (never selected again, unless pinned).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelforge_tui.engine.events import NodeStatus
+from kernelforge_tui.gpu.protocol import FailureKind
+
+ParamValue = int | str | float
+
+IN_FLIGHT: frozenset[NodeStatus] = frozenset({"proposed", "built"})
+"""Proposed or built but not yet measured: such nodes are neither selected nor counted as visits."""
+MEASURED: frozenset[NodeStatus] = frozenset({"verified", "timed", "profiled"})
+"""Proven correct (and usually timed): only these nodes can be parents of new candidates."""
+
+
+class TreeSettings(BaseModel):
+    """The constants of the tree search. Defaults suit the template proposer on one GPU."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exploration: float = Field(default=0.5, ge=0)
+    """UCT exploration weight c. Rewards are log speedups (a 2x gain is 0.69), so c near 0.5 balances them."""
+    widening_k: float = Field(default=2.0, gt=0)
+    """Progressive widening: a node may have ceil(k * visits^alpha) children."""
+    widening_alpha: float = Field(default=0.5, ge=0, le=1)
+    """Progressive widening exponent: 0 fixes the number of children at ceil(k); 1 grows it with every visit."""
+    expand_batch: int = Field(default=4, ge=1)
+    """Children asked of the proposer per expansion, at most (fewer when widening allows fewer)."""
+    max_weight: float = Field(default=0.5, ge=0, le=1)
+    """Share of the subtree's best reward in Q; the rest is the mean reward. 0 is classic UCT."""
+    failure_reward: float = -1.0
+    """Reward of a failed candidate (compile, launch, mismatch, timeout, cheat): ln(0.37), a 2.7x slowdown."""
+    prune_after: int = Field(default=24, ge=1)
+    """A subtree (other than the root) whose best reward did not improve for this many visits is pruned."""
+    improvement_epsilon: float = Field(default=0.01, ge=0)
+    """Reward gain that counts as an improvement for pruning (0.01 is a 1% speedup): noise is not progress."""
+
+
+@dataclass
+class TreeNode:
+    """One candidate in the tree: its status, measurements, statistics and steering flags."""
+
+    id: int
+    parent_id: int | None
+    params: dict[str, ParamValue] = field(default_factory=dict)
+    mutation: str = ""
+    status: NodeStatus = "proposed"
+    failure: FailureKind | None = None
+    reason: str = ""
+    speedup: float | None = None
+    children: list[int] = field(default_factory=list)
+    visits: int = 0
+    """Measured or failed nodes in this subtree, itself included."""
+    value: float = 0.0
+    """Sum of their rewards."""
+    best: float = -math.inf
+    """Best reward in this subtree."""
+    visits_at_best: int = 0
+    """`visits` when `best` last improved by more than the epsilon (for pruning)."""
+    banned: bool = False
+    pinned: bool = False
+    pruned: bool = False
+    exhausted: bool = False
+    """The proposer had nothing new for this node: it is not expanded again."""
+    hints: list[str] = field(default_factory=list)
+
+    @property
+    def in_flight(self) -> bool:
+        return self.status in IN_FLIGHT
+
+    @property
+    def measured(self) -> bool:
+        return self.status in MEASURED
+
+    @property
+    def mean(self) -> float:
+        return self.value / self.visits if self.visits else 0.0
+
+
+class Tree:
+    """The revision tree with its selection rules. Node ids come from the store; the first node is the root."""
+
+    def __init__(self, settings: TreeSettings | None = None) -> None:
+        self.settings = settings or TreeSettings()
+        self.nodes: dict[int, TreeNode] = {}
+        self.root_id: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def __getitem__(self, node_id: int) -> TreeNode:
+        return self.nodes[node_id]
+
+    def __contains__(self, node_id: object) -> bool:
+        return node_id in self.nodes
+
+    @property
+    def root(self) -> TreeNode:
+        if self.root_id is None:
+            raise LookupError("the tree has no root yet")
+        return self.nodes[self.root_id]
+
+    def add(
+        self,
+        node_id: int,
+        parent_id: int | None,
+        params: dict[str, ParamValue] | None = None,
+        mutation: str = "",
+    ) -> TreeNode:
+        """A new, unmeasured node under `parent_id` (None: the root)."""
+        if node_id in self.nodes:
+            raise ValueError(f"node {node_id} is already in the tree")
+        if parent_id is None:
+            if self.root_id is not None:
+                raise ValueError("the tree already has a root")
+            self.root_id = node_id
+        elif parent_id not in self.nodes:
+            raise KeyError(f"parent {parent_id} of node {node_id} is not in the tree")
+        node = TreeNode(id=node_id, parent_id=parent_id, params=dict(params or {}), mutation=mutation)
+        self.nodes[node_id] = node
+        if parent_id is not None:
+            self.nodes[parent_id].children.append(node_id)
+        return node
+
+    def ancestors(self, node_id: int) -> Iterator[TreeNode]:
+        """The node itself, then its parent, up to the root."""
+        current: int | None = node_id
+        while current is not None:
+            node = self.nodes[current]
+            yield node
+            current = node.parent_id
+
+    def subtree(self, node_id: int) -> Iterator[TreeNode]:
+        stack = [node_id]
+        while stack:
+            node = self.nodes[stack.pop()]
+            yield node
+            stack.extend(reversed(node.children))
+
+    # ---- measurements -------------------------------------------------------------------------------
+
+    def reward(self, node: TreeNode) -> float:
+        """ln(speedup) for a measured node, `failure_reward` for a failed one (see the module docstring)."""
+        if node.status == "failed":
+            return self.settings.failure_reward
+        if node.speedup is None or node.speedup <= 0:
+            return 0.0  # proven correct but not timed against the baseline: neutral
+        return math.log(node.speedup)
+
+    def mark_built(self, node_id: int) -> None:
+        node = self.nodes[node_id]
+        if node.status == "proposed":
+            node.status = "built"
+
+    def finish(
+        self,
+        node_id: int,
+        status: NodeStatus,
+        speedup: float | None = None,
+        failure: FailureKind | None = None,
+        reason: str = "",
+    ) -> list[int]:
+        """Record a node's outcome and back its reward up to the root; returns the nodes newly pruned."""
+        node = self.nodes[node_id]
+        if not node.in_flight:
+            raise ValueError(f"node {node_id} is already {node.status}")
+        if status in IN_FLIGHT:
+            raise ValueError(f"finish needs a final status, not {status!r}")
+        node.status, node.speedup, node.failure, node.reason = status, speedup, failure, reason
+        reward = self.reward(node)
+        newly_pruned: list[int] = []
+        eps = self.settings.improvement_epsilon
+        for ancestor in self.ancestors(node_id):
+            ancestor.visits += 1
+            ancestor.value += reward
+            if reward > ancestor.best + eps or ancestor.best == -math.inf:
+                ancestor.visits_at_best = ancestor.visits
+            ancestor.best = max(ancestor.best, reward)
+            if (
+                ancestor.id != self.root_id
+                and not ancestor.pruned
+                and ancestor.visits - ancestor.visits_at_best >= self.settings.prune_after
+            ):
+                ancestor.pruned = True
+                newly_pruned.append(ancestor.id)
+        return newly_pruned
+
+    def reopen(self, node_id: int) -> None:
+        """Put a measured or failed node back in flight, undoing its reward (a re-queued node after a crash)."""
+        node = self.nodes[node_id]
+        if node.in_flight:
+            return
+        reward = self.reward(node)
+        for ancestor in self.ancestors(node_id):
+            ancestor.visits -= 1
+            ancestor.value -= reward
+        node.status, node.speedup, node.failure, node.reason = "proposed", None, None, ""
+
+    # ---- selection ----------------------------------------------------------------------------------
+
+    def allowed_children(self, node: TreeNode) -> int:
+        """Progressive widening: ceil(k * max(1, visits)^alpha)."""
+        s = self.settings
+        grown: float = s.widening_k * math.pow(max(1, node.visits), s.widening_alpha)
+        return math.ceil(grown - 1e-9)
+
+    def q(self, node: TreeNode) -> float:
+        s = self.settings
+        best = node.best if node.best != -math.inf else s.failure_reward
+        return (1 - s.max_weight) * node.mean + s.max_weight * best
+
+    def uct(self, child: TreeNode, parent: TreeNode) -> float:
+        """Q(child) + c * sqrt(ln(N(parent)) / N(child)); +inf for an unvisited child."""
+        if child.visits == 0:
+            return math.inf
+        explore = math.sqrt(math.log(max(parent.visits, 1)) / child.visits)
+        return self.q(child) + self.settings.exploration * explore
+
+    def _pin_scope(self) -> tuple[set[int], set[int]]:
+        """(nodes inside a pinned subtree, strict ancestors of pinned nodes); both empty without pins."""
+        pinned = [n.id for n in self.nodes.values() if n.pinned]
+        inside: set[int] = set()
+        above: set[int] = set()
+        for pin in pinned:
+            inside.update(n.id for n in self.subtree(pin))
+            above.update(n.id for n in self.ancestors(pin) if n.id != pin)
+        return inside, above - inside
+
+    def expandable(self, node: TreeNode, forced: bool = False) -> bool:
+        """May this node take another child now? (`forced`: a person asked, so widening does not apply.)"""
+        if not node.measured or node.exhausted:
+            return False
+        if any(a.banned for a in self.ancestors(node.id)):
+            return False
+        if forced:
+            return True
+        inside, _ = self._pin_scope()
+        if node.pruned and node.id not in inside:
+            return False
+        return len(node.children) < self.allowed_children(node)
+
+    def select(self) -> int | None:
+        """The node to expand next, or None when every open branch waits on candidates in flight."""
+        if self.root_id is None:
+            return None
+        inside, above = self._pin_scope()
+        pins = bool(inside)
+        return self._select(self.root, inside, above, pins)
+
+    def _select(self, node: TreeNode, inside: set[int], above: set[int], pins: bool) -> int | None:
+        if node.banned or not node.measured:
+            return None
+        in_scope = not pins or node.id in inside
+        if node.pruned and node.id not in inside:
+            return None
+        if in_scope and not node.exhausted and len(node.children) < self.allowed_children(node):
+            return node.id
+        children = [
+            self.nodes[c] for c in node.children if self.nodes[c].measured and (not pins or c in inside or c in above)
+        ]
+        children.sort(key=lambda child: (-self.uct(child, node), child.id))
+        for child in children:
+            found = self._select(child, inside, above, pins)
+            if found is not None:
+                return found
+        return None
+
+    def expansion_size(self, node_id: int, forced: bool = False) -> int:
+        """How many children to ask for: the widening room, capped by `expand_batch`."""
+        node = self.nodes[node_id]
+        if forced:
+            return self.settings.expand_batch
+        room = self.allowed_children(node) - len(node.children)
+        return max(1, min(self.settings.expand_batch, room))
+
+    # ---- what the proposer is told ------------------------------------------------------------------
+
+    def failed_children(self, node_id: int) -> list[TreeNode]:
+        return [self.nodes[c] for c in self.nodes[node_id].children if self.nodes[c].status == "failed"]
+
+    def children_params(self, node_id: int) -> list[dict[str, ParamValue]]:
+        return [dict(self.nodes[c].params) for c in self.nodes[node_id].children]
+
+    def hints_for(self, node_id: int) -> list[str]:
+        """Hints on the node and its ancestors, nearest first: a hint on the root applies everywhere."""
+        return [hint for node in self.ancestors(node_id) for hint in reversed(node.hints)]
+
+    # ---- steering -----------------------------------------------------------------------------------
+
+    def ban(self, node_id: int, banned: bool = True) -> None:
+        self.nodes[node_id].banned = banned
+
+    def pin(self, node_id: int, pinned: bool = True) -> None:
+        self.nodes[node_id].pinned = pinned
+
+    def best_node(self) -> TreeNode | None:
+        """The measured node with the highest speedup."""
+        timed = [n for n in self.nodes.values() if n.measured and n.speedup is not None]
+        return max(timed, key=lambda n: (n.speedup or 0.0, -n.id), default=None)
+
+    def in_flight_ids(self) -> list[int]:
+        return sorted(n.id for n in self.nodes.values() if n.in_flight)

@@ -1,0 +1,571 @@
+"""The run store: one SQLite database per run directory, holding everything the search knows.
+
+Why SQLite in WAL mode: the search commits every node as it happens, so a `kill -9` loses at most the
+candidates in flight; a second process (the TUI following a live run) reads while the search writes;
+and a TUI in another process steers the run by writing commands the search polls. The schema carries a
+version and a list of migrations, so old runs stay readable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.engine.events import EngineCommand, EngineEvent, NodeView
+from kernelforge_tui.gpu.evaluate import Evaluation
+
+DB_NAME = "run.sqlite"
+BUSY_TIMEOUT_MS = 10_000
+
+MIGRATIONS: list[str] = [
+    # 1: the first schema.
+    """
+    CREATE TABLE run (
+        id TEXT PRIMARY KEY,
+        card_name TEXT NOT NULL,
+        family TEXT NOT NULL,
+        card_json TEXT NOT NULL,
+        card_dir TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        gpu_name TEXT NOT NULL,
+        settings_json TEXT NOT NULL,
+        started_at REAL NOT NULL,
+        ended_at REAL,
+        state TEXT NOT NULL,
+        reason TEXT NOT NULL DEFAULT '',
+        active_seconds REAL NOT NULL DEFAULT 0,
+        pid INTEGER,
+        host TEXT
+    );
+    CREATE TABLE nodes (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        parent INTEGER REFERENCES nodes(id),
+        status TEXT NOT NULL,
+        failure TEXT,
+        reason TEXT NOT NULL DEFAULT '',
+        mutation TEXT NOT NULL DEFAULT '',
+        proposer TEXT NOT NULL DEFAULT '',
+        params TEXT NOT NULL DEFAULT '{}',
+        source TEXT NOT NULL,
+        plan TEXT NOT NULL,
+        latency REAL,
+        speedup REAL,
+        ceiling_share REAL,
+        visits INTEGER NOT NULL DEFAULT 0,
+        value REAL NOT NULL DEFAULT 0,
+        banned INTEGER NOT NULL DEFAULT 0,
+        pinned INTEGER NOT NULL DEFAULT 0,
+        export INTEGER NOT NULL DEFAULT 0,
+        hints TEXT NOT NULL DEFAULT '[]',
+        attempts INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    CREATE INDEX nodes_parent ON nodes(parent);
+    CREATE TABLE measurements (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        node INTEGER NOT NULL REFERENCES nodes(id),
+        evaluation TEXT NOT NULL,
+        gpu_seconds REAL NOT NULL DEFAULT 0,
+        at REAL NOT NULL
+    );
+    CREATE INDEX measurements_node ON measurements(node);
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        json TEXT NOT NULL
+    );
+    CREATE TABLE commands (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        kind TEXT NOT NULL,
+        json TEXT NOT NULL,
+        applied INTEGER NOT NULL DEFAULT 0,
+        at REAL NOT NULL
+    );
+    CREATE TABLE profiles (
+        node INTEGER PRIMARY KEY REFERENCES nodes(id),
+        json TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    """,
+]
+"""Migration i (0-based) takes the schema from version i to i + 1. Append; never edit a released one."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+_EVENT = TypeAdapter[EngineEvent](EngineEvent)
+_COMMAND = TypeAdapter[EngineCommand](EngineCommand)
+_FINISHED = ("verified", "timed", "profiled")
+
+
+class StoreError(RuntimeError):
+    """A run directory that cannot be opened: the message says why and what to do."""
+
+
+class RunInfo(BaseModel):
+    """One run at a glance: for `kernelforge runs`, the TUI's header and the end of `optimize`."""
+
+    run_id: str
+    run_dir: Path
+    card_name: str
+    family: str
+    gpu_name: str
+    backend: str
+    """"gpu", or "simulated" (no GPU ran anything: the timings are invented)."""
+    state: str
+    """starting, running, paused, stopping, finished, or interrupted (the process died mid-run)."""
+    reason: str = ""
+    started_at: float
+    ended_at: float | None = None
+    best_node_id: int | None = None
+    best_speedup: float | None = None
+    best_latency_us: float | None = None
+    best_ceiling_share: float | None = None
+    node_count: int = 0
+    failure_count: int = 0
+    in_flight_count: int = 0
+    active_seconds: float = 0.0
+    gpu_seconds: float = 0.0
+
+
+class NodeRecord(BaseModel):
+    """A node row in full (the search restores its tree from these)."""
+
+    id: int
+    parent_id: int | None
+    status: str
+    failure: str | None
+    reason: str
+    mutation: str
+    proposer: str
+    params: dict[str, int | str | float]
+    source: str
+    plan: LaunchPlan
+    latency_us: float | None
+    speedup: float | None
+    ceiling_share: float | None
+    banned: bool
+    pinned: bool
+    export: bool
+    hints: list[str]
+    attempts: int
+    last_measurement: int | None
+    """Id of the node's latest measurement: the order the search replays outcomes in."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class RunStore:
+    """The SQLite database of one run. Thread-safe (one lock); every write commits before it returns."""
+
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, readonly: bool) -> None:
+        self.run_dir = run_dir
+        self.readonly = readonly
+        self._conn = conn
+        self._lock = threading.RLock()
+
+    # ---- opening ------------------------------------------------------------------------------------
+
+    @staticmethod
+    def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
+        if readonly:
+            conn = sqlite3.connect(
+                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None, check_same_thread=False,
+            )  # fmt: skip
+        else:
+            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across a process crash
+        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.row_factory = sqlite3.Row
+        return conn
+
+    @classmethod
+    def create(cls, run_dir: Path, card: Card, backend_name: str, gpu_name: str, settings: BaseModel) -> RunStore:
+        """A new run in `run_dir` (created; it must not already hold a run)."""
+        run_dir.mkdir(parents=True, exist_ok=True)
+        path = run_dir / DB_NAME
+        if path.exists():
+            raise StoreError(f"{run_dir} already holds a run: resume it with --resume, or pick another --run-dir")
+        store = cls(run_dir, cls._connect(path, readonly=False), readonly=False)
+        store._migrate()
+        with store._tx() as c:
+            c.execute(
+                "INSERT INTO run (id, card_name, family, card_json, card_dir, backend, gpu_name, settings_json,"
+                " started_at, state, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (run_dir.name, card.spec.name, card.spec.family, card.spec.model_dump_json(),
+                 str(card.root.resolve()), backend_name, gpu_name, settings.model_dump_json(), time.time(),
+                 "starting", os.getpid(), socket.gethostname()),
+            )  # fmt: skip
+        return store
+
+    @classmethod
+    def open(cls, run_dir: Path, readonly: bool = False) -> RunStore:
+        """An existing run; `readonly` opens it with `mode=ro` (safe beside a live writer, never blocks it)."""
+        path = run_dir / DB_NAME
+        if not path.is_file():
+            raise StoreError(f"no run in {run_dir} ({DB_NAME} not found): list runs with `kernelforge runs`")
+        try:
+            store = cls(run_dir, cls._connect(path, readonly), readonly)
+            if readonly:
+                version = store._version()
+                if version != SCHEMA_VERSION:
+                    raise StoreError(
+                        f"{path} has schema version {version}, this kernelforge reads {SCHEMA_VERSION}: "
+                        "open it once without readonly to migrate it, or upgrade kernelforge"
+                    )
+            else:
+                store._migrate()
+        except sqlite3.DatabaseError as exc:
+            raise StoreError(f"{path} is not a readable run database: {exc}") from None
+        return store
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> RunStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _version(self) -> int:
+        row = self._conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name='schema_version'"
+        ).fetchone()
+        if row is None:
+            return 0
+        found = self._conn.execute("SELECT version FROM schema_version").fetchone()
+        return int(found[0]) if found else 0
+
+    def _migrate(self) -> None:
+        with self._tx() as c:
+            c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+            version = self._version()
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"this run has schema version {version}, newer than this kernelforge ({SCHEMA_VERSION}): "
+                    "upgrade kernelforge"
+                )
+            for script in MIGRATIONS[version:]:
+                for statement in script.split(";"):
+                    if statement.strip():
+                        c.execute(statement)
+            c.execute("DELETE FROM schema_version")
+            c.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+
+    @contextlib.contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction (BEGIN IMMEDIATE: take the write lock up front, waiting up to busy_timeout)."""
+        if self.readonly:
+            raise StoreError("this store was opened readonly")
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return list(self._conn.execute(sql, params).fetchall())
+
+    # ---- the run ------------------------------------------------------------------------------------
+
+    def run_info(self) -> RunInfo:
+        run = self._read("SELECT * FROM run")
+        if not run:
+            raise StoreError(f"{self.run_dir} has no run row: the run was never created completely")
+        r = run[0]
+        counts = self._read(
+            "SELECT COUNT(*) AS n, SUM(status = 'failed') AS failed,"
+            " SUM(status IN ('proposed', 'built')) AS flying FROM nodes"
+        )[0]
+        best = self._read(
+            "SELECT id, speedup, latency, ceiling_share FROM nodes WHERE status IN ('verified','timed','profiled')"
+            " AND speedup IS NOT NULL ORDER BY speedup DESC, id ASC LIMIT 1"
+        )
+        gpu = self._read("SELECT COALESCE(SUM(gpu_seconds), 0) AS s FROM measurements")[0]
+        state = r["state"]
+        if state not in ("finished",) and r["pid"] and r["host"] == socket.gethostname() and not _pid_alive(r["pid"]):
+            state = "interrupted"
+        return RunInfo(
+            run_id=r["id"], run_dir=self.run_dir, card_name=r["card_name"], family=r["family"],
+            gpu_name=r["gpu_name"], backend=r["backend"], state=state, reason=r["reason"],
+            started_at=r["started_at"], ended_at=r["ended_at"],
+            best_node_id=best[0]["id"] if best else None, best_speedup=best[0]["speedup"] if best else None,
+            best_latency_us=best[0]["latency"] if best else None,
+            best_ceiling_share=best[0]["ceiling_share"] if best else None,
+            node_count=counts["n"] or 0, failure_count=counts["failed"] or 0,
+            in_flight_count=counts["flying"] or 0, active_seconds=r["active_seconds"], gpu_seconds=gpu["s"],
+        )  # fmt: skip
+
+    def card_json(self) -> tuple[str, Path]:
+        """The card manifest as recorded at creation, and the card directory it came from."""
+        r = self._read("SELECT card_json, card_dir FROM run")[0]
+        return r["card_json"], Path(r["card_dir"])
+
+    def settings_json(self) -> str:
+        return str(self._read("SELECT settings_json FROM run")[0]["settings_json"])
+
+    def set_settings_json(self, text: str) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE run SET settings_json = ?", (text,))
+
+    def set_state(self, state: str, reason: str = "", ended: bool = False) -> None:
+        """The run's state; a live state also records this process as the run's owner."""
+        with self._tx() as c:
+            c.execute(
+                "UPDATE run SET state = ?, reason = ?, ended_at = ?, pid = ?, host = ?",
+                (state, reason, time.time() if ended else None, os.getpid(), socket.gethostname()),
+            )
+
+    def add_active_seconds(self, seconds: float) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE run SET active_seconds = active_seconds + ?", (seconds,))
+
+    # ---- nodes --------------------------------------------------------------------------------------
+
+    def add_node(
+        self,
+        parent_id: int | None,
+        source: str,
+        plan: LaunchPlan,
+        mutation: str = "",
+        proposer: str = "",
+        params: dict[str, int | str | float] | None = None,
+        status: str = "proposed",
+    ) -> NodeView:
+        now = time.time()
+        with self._tx() as c:
+            cursor = c.execute(
+                "INSERT INTO nodes (parent, status, mutation, proposer, params, source, plan, created_at, updated_at)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (parent_id, status, mutation, proposer, json.dumps(params or {}), source, plan.model_dump_json(),
+                 now, now),
+            )  # fmt: skip
+            node_id = cursor.lastrowid
+        assert node_id is not None
+        return self.node(node_id)
+
+    _UPDATABLE = frozenset(
+        {"status", "failure", "reason", "latency", "speedup", "ceiling_share", "visits", "value", "banned",
+         "pinned", "export", "hints", "attempts"}
+    )  # fmt: skip
+
+    def update_node(self, node_id: int, **fields: Any) -> NodeView:
+        """Change columns of one node (`hints` takes a list); returns the new view."""
+        with self._tx() as c:
+            self._update(c, node_id, fields)
+        return self.node(node_id)
+
+    def _update(self, c: sqlite3.Connection, node_id: int, fields: dict[str, Any]) -> None:
+        unknown = set(fields) - self._UPDATABLE
+        if unknown:
+            raise ValueError(f"not updatable node fields: {sorted(unknown)}")
+        values = {k: json.dumps(v) if k == "hints" else v for k, v in fields.items()}
+        values["updated_at"] = time.time()
+        assignments = ", ".join(f"{k} = ?" for k in values)
+        c.execute(f"UPDATE nodes SET {assignments} WHERE id = ?", (*values.values(), node_id))
+
+    def finish_node(
+        self, node_id: int, evaluation: Evaluation, fields: dict[str, Any], stats: dict[int, tuple[int, float]]
+    ) -> None:
+        """A node's outcome, its measurement and its ancestors' statistics (id -> (visits, value)), atomically."""
+        gpu_seconds = evaluation.result.gpu_seconds if evaluation.result else 0.0
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO measurements (node, evaluation, gpu_seconds, at) VALUES (?,?,?,?)",
+                (node_id, evaluation.model_dump_json(), gpu_seconds, time.time()),
+            )
+            self._update(c, node_id, fields)
+            for other, (visits, value) in stats.items():
+                c.execute("UPDATE nodes SET visits = ?, value = ? WHERE id = ?", (visits, value, other))
+
+    def _view(self, r: sqlite3.Row) -> NodeView:
+        return NodeView(
+            id=r["id"], parent_id=r["parent"], status=r["status"], failure=r["failure"], reason=r["reason"],
+            mutation=r["mutation"], proposer=r["proposer"], latency_us=r["latency"], speedup=r["speedup"],
+            ceiling_share=r["ceiling_share"], visits=r["visits"], value=r["value"], banned=bool(r["banned"]),
+            pinned=bool(r["pinned"]), export=bool(r["export"]), created_at=r["created_at"],
+        )  # fmt: skip
+
+    _VIEW_COLUMNS = (
+        "id, parent, status, failure, reason, mutation, proposer, latency, speedup, ceiling_share, visits, value,"
+        " banned, pinned, export, created_at"
+    )
+
+    def nodes(self) -> list[NodeView]:
+        """Every node, in id order (a parent always comes before its children)."""
+        return [self._view(r) for r in self._read(f"SELECT {self._VIEW_COLUMNS} FROM nodes ORDER BY id")]
+
+    def node(self, node_id: int) -> NodeView:
+        rows = self._read(f"SELECT {self._VIEW_COLUMNS} FROM nodes WHERE id = ?", (node_id,))
+        if not rows:
+            raise KeyError(f"no node {node_id} in run {self.run_dir.name}")
+        return self._view(rows[0])
+
+    def node_source(self, node_id: int) -> tuple[str, LaunchPlan]:
+        rows = self._read("SELECT source, plan FROM nodes WHERE id = ?", (node_id,))
+        if not rows:
+            raise KeyError(f"no node {node_id} in run {self.run_dir.name}")
+        return rows[0]["source"], LaunchPlan.model_validate_json(rows[0]["plan"])
+
+    def node_records(self) -> list[NodeRecord]:
+        """Every node in full, in id order, with the id of its latest measurement."""
+        rows = self._read(
+            "SELECT n.*, (SELECT MAX(m.id) FROM measurements m WHERE m.node = n.id) AS last_m FROM nodes n ORDER BY id"
+        )
+        return [
+            NodeRecord(
+                id=r["id"],
+                parent_id=r["parent"],
+                status=r["status"],
+                failure=r["failure"],
+                reason=r["reason"],
+                mutation=r["mutation"],
+                proposer=r["proposer"],
+                params=json.loads(r["params"]),
+                source=r["source"],
+                plan=LaunchPlan.model_validate_json(r["plan"]),
+                latency_us=r["latency"],
+                speedup=r["speedup"],
+                ceiling_share=r["ceiling_share"],
+                banned=bool(r["banned"]),
+                pinned=bool(r["pinned"]),
+                export=bool(r["export"]),
+                hints=json.loads(r["hints"]),
+                attempts=r["attempts"],
+                last_measurement=r["last_m"],
+            )
+            for r in rows
+        ]
+
+    def evaluation(self, node_id: int) -> Evaluation | None:
+        """The node's latest whole Evaluation (build, checks, timing), or None before it was measured."""
+        rows = self._read("SELECT evaluation FROM measurements WHERE node = ? ORDER BY id DESC LIMIT 1", (node_id,))
+        if not rows:
+            return None
+        try:
+            return Evaluation.model_validate_json(rows[0]["evaluation"])
+        except ValidationError:
+            return None
+
+    def gpu_seconds(self) -> float:
+        return float(self._read("SELECT COALESCE(SUM(gpu_seconds), 0) FROM measurements")[0][0])
+
+    # ---- events and commands ------------------------------------------------------------------------
+
+    def append_event(self, event: EngineEvent) -> int:
+        with self._tx() as c:
+            cursor = c.execute("INSERT INTO events (kind, json) VALUES (?, ?)", (event.kind, event.model_dump_json()))
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def events_since(self, after_id: int, limit: int = 1000) -> list[tuple[int, EngineEvent]]:
+        """Events with an id above `after_id`, oldest first (a follower keeps the last id it saw)."""
+        rows = self._read("SELECT id, json FROM events WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
+        return [(r["id"], _EVENT.validate_json(r["json"])) for r in rows]
+
+    def record_command(self, cmd: EngineCommand) -> int:
+        """Queue a command for the search that owns this run (it polls them), from any process."""
+        with self._tx() as c:
+            cursor = c.execute(
+                "INSERT INTO commands (kind, json, at) VALUES (?, ?, ?)", (cmd.kind, cmd.model_dump_json(), time.time())
+            )
+        assert cursor.lastrowid is not None
+        return cursor.lastrowid
+
+    def pending_commands(self) -> list[tuple[int, EngineCommand]]:
+        rows = self._read("SELECT id, json FROM commands WHERE applied = 0 ORDER BY id")
+        return [(r["id"], _COMMAND.validate_json(r["json"])) for r in rows]
+
+    def mark_applied(self, command_id: int) -> None:
+        with self._tx() as c:
+            c.execute("UPDATE commands SET applied = 1 WHERE id = ?", (command_id,))
+
+    # ---- profiles -----------------------------------------------------------------------------------
+
+    def save_profile(self, node_id: int, json_text: str) -> None:
+        with self._tx() as c:
+            c.execute(
+                "INSERT INTO profiles (node, json, at) VALUES (?, ?, ?)"
+                " ON CONFLICT(node) DO UPDATE SET json = excluded.json, at = excluded.at",
+                (node_id, json_text, time.time()),
+            )
+
+    def profile(self, node_id: int) -> str | None:
+        rows = self._read("SELECT json FROM profiles WHERE node = ?", (node_id,))
+        return str(rows[0]["json"]) if rows else None
+
+
+def runs_root() -> Path:
+    """Where runs live by default: `<data dir>/runs/<run-id>`."""
+    from kernelforge_tui.config import data_dir
+
+    return data_dir() / "runs"
+
+
+def new_run_dir(card_name: str, root: Path | None = None) -> Path:
+    """A fresh run directory name: `<UTC time>-<card name>` (made unique with a counter)."""
+    base = root or runs_root()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    candidate = base / f"{stamp}-{card_name}"
+    counter = 2
+    while candidate.exists():
+        candidate = base / f"{stamp}-{card_name}-{counter}"
+        counter += 1
+    return candidate
+
+
+def resolve_run(run: str, root: Path | None = None) -> Path:
+    """A run given as a directory path or as a run id under the runs root."""
+    path = Path(run).expanduser()
+    if (path / DB_NAME).is_file():
+        return path
+    under = (root or runs_root()) / run
+    if (under / DB_NAME).is_file():
+        return under
+    raise StoreError(f"no run {run!r} (neither a run directory nor an id under {root or runs_root()})")
+
+
+def list_runs(root: Path | None = None) -> list[RunInfo]:
+    """Every readable run under `root` (default: the runs root), newest first."""
+    base = root or runs_root()
+    infos: list[RunInfo] = []
+    if not base.is_dir():
+        return infos
+    for db in base.glob(f"*/{DB_NAME}"):
+        with contextlib.suppress(StoreError, sqlite3.Error, ValidationError):
+            store = RunStore.open(db.parent, readonly=True)
+            try:
+                infos.append(store.run_info())
+            finally:
+                store.close()
+    infos.sort(key=lambda info: info.started_at, reverse=True)
+    return infos
