@@ -98,11 +98,17 @@ CAUGHT = [
     ("vector_add_f32", "caching", "mismatch", "set "),
     ("vector_add_f32", "modifies_input", "cheat", "modified its input"),
     ("softmax_bf16_small", "first_row_only", "mismatch", "never written"),
+    ("softmax_bf16_small", "wrong_answer", "mismatch", "outside rtol"),
+    ("softmax_bf16_small", "never_writes", "mismatch", "never written"),
+    ("softmax_bf16_small", "out_of_bounds", "cheat", "past the end"),
+    ("softmax_bf16_small", "caching", "mismatch", "set "),
+    ("softmax_bf16_small", "modifies_input", "cheat", "modified its input"),
+    ("vector_add_f32", "first_row_only", "mismatch", "never written"),
     ("softmax_f32_small", "half_precision", "mismatch", "outside rtol"),
 ]
 
 
-@pytest.mark.parametrize(("card", "cheat", "failure", "reason"), CAUGHT, ids=[c[1] for c in CAUGHT])
+@pytest.mark.parametrize(("card", "cheat", "failure", "reason"), CAUGHT, ids=[f"{c[0]}-{c[1]}" for c in CAUGHT])
 def test_cheats_are_caught_with_the_right_reason(
     harness: Harness, card: str, cheat: str, failure: str, reason: str
 ) -> None:
@@ -120,15 +126,17 @@ def test_worker_recovers_after_a_cheat(harness: Harness) -> None:
     assert harness.evaluator("vector_add_f32").worker.restarts >= 1
 
 
-def test_bf16_tolerance_is_honoured(harness: Harness) -> None:
-    """A bf16 kernel that reorders its reduction differs in the last bits and still passes."""
-    kernels = sorted((CHEATS / "softmax_bf16_small").glob("reorder*.cu"))
-    assert kernels, "examples/kernels/cheats/softmax_bf16_small/reorder*.cu is missing"
-    for kernel in kernels:
-        evaluation = harness.run("softmax_bf16_small", kernel)
-        assert evaluation.ok, evaluation.reason
-        assert evaluation.result is not None
-        assert max(check.max_error_ratio for check in evaluation.result.checks) > 0
+@pytest.mark.parametrize(
+    ("card", "kernel"),
+    [("softmax_bf16_small", "half_precision_bf16"), ("softmax_f32_small", "reordered_reduction")],
+)
+def test_tolerances_accept_honest_rounding_differences(harness: Harness, card: str, kernel: str) -> None:
+    """fp16 math under a bf16 output, and a reordered fp32 reduction, differ in the last bits yet pass;
+    (the same fp16 shortcut under an fp32 output fails: see half_precision in CAUGHT)."""
+    evaluation = harness.run(card, CHEATS / card / f"{kernel}.cu")
+    assert evaluation.ok, evaluation.reason
+    assert evaluation.result is not None
+    assert max(check.max_error_ratio for check in evaluation.result.checks) > 0
 
 
 ILLEGAL_ADDRESS = r"""
@@ -148,5 +156,3 @@ def test_illegal_address_kills_only_the_worker(harness: Harness) -> None:
     assert "illegal" in bad.reason.lower() or "exited" in bad.reason
     good = harness.run("vector_add_f32", candidates("vector_add_f32")[0])
     assert good.ok, good.reason
-
-
