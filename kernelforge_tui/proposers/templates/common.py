@@ -1,0 +1,255 @@
+"""What every template shares: the parameter-space contract and the CUDA snippets they are built from.
+
+Why one module: the families differ in their kernels, not in how a parameter set is checked,
+canonicalised, rendered and described, nor in how fp32 math, 16-byte vectors and group reductions
+are written. Sizes are known when a template renders (a card fixes them), so templates check
+divisibility and capacity in Python and never emit a kernel that is wrong for the card's sizes.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard, TensorSpec
+from kernelforge_tui.proposers.base import ParamValue
+
+Params = dict[str, ParamValue]
+Space = dict[str, tuple[ParamValue, ...]]
+
+ELEMENT_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+C_TYPE = {"float32": "float", "bfloat16": "__nv_bfloat16", "float16": "__half"}
+SM_COUNT = 132
+"""H200 streaming multiprocessors: grids sized in waves of resident blocks use it."""
+MAX_DYNAMIC_SHARED = 227 * 1024 - 1024
+"""Hopper's per-block shared memory, less a margin for the templates' static reduction scratch."""
+
+
+class Template(ABC):
+    """One parameterised kernel family: its space, its validity rules, and its renderer."""
+
+    families: tuple[str, ...] = ()
+    entry = "kf_kernel"
+
+    @abstractmethod
+    def unsupported(self, card: OperatorCard) -> str | None:
+        """Why this template cannot serve the card at all (tensor names, dtypes), or None."""
+
+    @abstractmethod
+    def space(self, card: OperatorCard) -> Space:
+        """Every parameter and its values, in an order where neighbours are small steps."""
+
+    @abstractmethod
+    def problem(self, card: OperatorCard, params: Params) -> str | None:
+        """Why these (canonical) params would be wrong or unlaunchable for the card, or None."""
+
+    @abstractmethod
+    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        """Source and plan for valid params."""
+
+    @abstractmethod
+    def seed_params(self, card: OperatorCard) -> list[Params]:
+        """Diverse starting points (different strategies); invalid ones are dropped by the caller."""
+
+    def canonical(self, card: OperatorCard, params: Params) -> Params:
+        """The params with values that do not matter for the chosen strategy fixed, so twins compare equal."""
+        return dict(params)
+
+    def valid(self, card: OperatorCard, params: Params) -> Params | None:
+        """The canonical form when the params belong to this space and are valid, else None."""
+        space = self.space(card)
+        if set(params) != set(space) or any(params[k] not in values for k, values in space.items()):
+            return None
+        canon = self.canonical(card, params)
+        return {k: canon[k] for k in space} if self.problem(card, canon) is None else None
+
+
+def describe(params: Mapping[str, ParamValue]) -> str:
+    """`block 256, vec 8, storage registers`: params in words for the TUI."""
+    return ", ".join(f"{k} {v}" for k, v in params.items())
+
+
+def changes(old: Mapping[str, ParamValue], new: Mapping[str, ParamValue]) -> str:
+    """`block 256 -> 512, vec 4 -> 8`: what a mutation changed."""
+    return ", ".join(f"{k} {old.get(k)} -> {new[k]}" for k in new if old.get(k) != new[k])
+
+
+def tensor_by_name(card: OperatorCard, name: str) -> TensorSpec | None:
+    for spec in [*card.inputs, *card.outputs]:
+        if spec.name == name:
+            return spec
+    return None
+
+
+def naming_problem(
+    card: OperatorCard, inputs: Sequence[str], outputs: Sequence[str], sizes: Sequence[str]
+) -> str | None:
+    """Why the card does not follow a template's tensor and size naming convention, or None."""
+    have_in = [t.name for t in card.inputs]
+    have_out = [t.name for t in card.outputs]
+    if have_in != list(inputs) or have_out != list(outputs):
+        return f"expects inputs {list(inputs)} and outputs {list(outputs)}, card has {have_in} -> {have_out}"
+    missing = [s for s in sizes if s not in card.sizes]
+    if missing:
+        return f"card lacks sizes {missing}"
+    dtypes = {t.dtype for t in [*card.inputs, *card.outputs]}
+    if len(dtypes) != 1 or not dtypes <= set(C_TYPE):
+        return f"expects one dtype among {sorted(C_TYPE)}, card has {sorted(dtypes)}"
+    return None
+
+
+def dtype_of(card: OperatorCard) -> str:
+    return card.outputs[0].dtype
+
+
+def vec_widths(dtype: str) -> tuple[int, ...]:
+    """Vector widths (elements) whose access fits one 16-byte load for the dtype."""
+    return tuple(v for v in (1, 2, 4, 8) if v * ELEMENT_BYTES[dtype] <= 16)
+
+
+def launch_bounds(block: int, min_blocks: int) -> str:
+    """Always bound the block size: without it ptxas may use more registers than a 1024-thread launch allows."""
+    return f"__launch_bounds__({block}, {min_blocks})"
+
+
+def prelude(dtype: str, vec: int) -> str:
+    """Headers, the element type T, fp32 conversions, and a 16-byte-or-less aligned vector of VEC elements.
+
+    Base pointers are cudaMalloc'd (256-byte aligned; the worker's guard regions are 64 KiB), so chunk i
+    of a tensor whose chunks start at multiples of VEC elements is aligned for one vector access.
+    """
+    include = {"float32": "", "bfloat16": "#include <cuda_bf16.h>\n", "float16": "#include <cuda_fp16.h>\n"}[dtype]
+    to_f, from_f = {
+        "float32": ("v", "v"),
+        "bfloat16": ("__bfloat162float(v)", "__float2bfloat16_rn(v)"),
+        "float16": ("__half2float(v)", "__float2half_rn(v)"),
+    }[dtype]
+    return f"""{include}#include <stdint.h>
+
+typedef {C_TYPE[dtype]} T;
+#define VEC {vec}
+#define NEG_INF __int_as_float(0xff800000)
+
+struct __align__({vec * ELEMENT_BYTES[dtype]}) VecT {{
+    T v[VEC];
+}};
+
+__device__ __forceinline__ float to_f(T v) {{ return {to_f}; }}
+__device__ __forceinline__ T from_f(float v) {{ return {from_f}; }}
+
+__device__ __forceinline__ void widen(const VecT& c, float (&f)[VEC]) {{
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {{
+        f[j] = to_f(c.v[j]);
+    }}
+}}
+
+// Chunk i (VEC elements) of p, widened to fp32: one vector load.
+__device__ __forceinline__ void load_chunk(const T* __restrict__ p, long long i, float (&f)[VEC]) {{
+    widen(reinterpret_cast<const VecT*>(p)[i], f);
+}}
+
+__device__ __forceinline__ void store_chunk(T* __restrict__ p, long long i, const float (&f)[VEC]) {{
+    VecT c;
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {{
+        c.v[j] = from_f(f[j]);
+    }}
+    reinterpret_cast<VecT*>(p)[i] = c;
+}}
+"""
+
+
+REDUCE = """
+#define FULL_MASK 0xffffffffu
+
+// Reduction states: combine() must be exact for Sum/Max; group_reduce broadcasts one lane's result so
+// that every thread of a group holds bit-identical statistics even for the non-commutative ones.
+struct Sum {
+    float s;
+    __device__ static Sum combine(Sum a, Sum b) { return {a.s + b.s}; }
+    __device__ Sum shfl(int src, bool xr) const {
+        return {xr ? __shfl_xor_sync(FULL_MASK, s, src) : __shfl_sync(FULL_MASK, s, src)};
+    }
+};
+
+struct Max {
+    float m;
+    __device__ static Max combine(Max a, Max b) { return {fmaxf(a.m, b.m)}; }
+    __device__ Max shfl(int src, bool xr) const {
+        return {xr ? __shfl_xor_sync(FULL_MASK, m, src) : __shfl_sync(FULL_MASK, m, src)};
+    }
+};
+
+// Online softmax state: running max m and sum s of exp(x - m).
+struct MaxSum {
+    float m, s;
+    __device__ static MaxSum combine(MaxSum a, MaxSum b) {
+        const float m = fmaxf(a.m, b.m);
+        if (m == NEG_INF) {
+            return {m, 0.0f};
+        }
+        return {m, a.s * EXPF(a.m - m) + b.s * EXPF(b.m - m)};
+    }
+    __device__ MaxSum shfl(int src, bool xr) const {
+        return xr ? MaxSum{__shfl_xor_sync(FULL_MASK, m, src), __shfl_xor_sync(FULL_MASK, s, src)}
+                  : MaxSum{__shfl_sync(FULL_MASK, m, src), __shfl_sync(FULL_MASK, s, src)};
+    }
+};
+
+// Welford state (count, mean, sum of squared deviations), merged with Chan's formula.
+struct Welford {
+    float n, mean, m2;
+    __device__ static Welford combine(Welford a, Welford b) {
+        const float n = a.n + b.n;
+        if (n == 0.0f) {
+            return {0.0f, 0.0f, 0.0f};
+        }
+        const float d = b.mean - a.mean;
+        const float r = b.n / n;
+        return {n, a.mean + d * r, a.m2 + b.m2 + d * d * a.n * r};
+    }
+    __device__ Welford shfl(int src, bool xr) const {
+        return xr ? Welford{__shfl_xor_sync(FULL_MASK, n, src), __shfl_xor_sync(FULL_MASK, mean, src),
+                            __shfl_xor_sync(FULL_MASK, m2, src)}
+                  : Welford{__shfl_sync(FULL_MASK, n, src), __shfl_sync(FULL_MASK, mean, src),
+                            __shfl_sync(FULL_MASK, m2, src)};
+    }
+};
+
+// Reduce over the GROUP consecutive threads (a power of two, or a multiple of 32) that share a row.
+// Every thread of the block must call it (it shuffles with a full mask and may __syncthreads);
+// red holds one state per warp of the block and is free again on return.
+template <int GROUP, typename S>
+__device__ __forceinline__ S group_reduce(S v, S* red) {
+    constexpr int W = GROUP < 32 ? GROUP : 32;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) {
+        v = S::combine(v, v.shfl(o, true));
+    }
+    v = v.shfl(lane & ~(W - 1), false);
+    if constexpr (GROUP > 32) {
+        constexpr int WPG = GROUP / 32;
+        const int warp = threadIdx.x >> 5;
+        if (lane == 0) {
+            red[warp] = v;
+        }
+        __syncthreads();
+        const int first = warp / WPG * WPG;
+        v = red[first];
+#pragma unroll
+        for (int k = 1; k < WPG; ++k) {
+            v = S::combine(v, red[first + k]);
+        }
+        __syncthreads();
+    }
+    return v;
+}
+"""
+"""Needs `EXPF` defined (the exp the kernel uses) before it; `red` arrays are `__shared__ S red[32]`."""
+
+
+def reduce_helpers(fast_exp: bool) -> str:
+    """The reduction states, with the exp the kernel chose (fast __expf or accurate expf)."""
+    return f"#define EXPF {'__expf' if fast_exp else 'expf'}\n" + REDUCE

@@ -1,0 +1,171 @@
+"""The offline proposer: seeds from each family's template, then mutations of one or two parameters.
+
+Why this order of preference: a hint from the person steering names what to try, so it goes first;
+then single-parameter steps to neighbouring values (small moves that a tree search can chain), spread
+over different parameters; then jumps and two-parameter moves. Exact repeats of tried or failed
+children are never offered, and changes that already failed from this parent are offered last.
+Randomness only breaks ties and comes from a generator seeded by (seed, card, parent params).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import random
+import re
+from functools import partial
+
+from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.proposers.base import ParamValue, Proposal, ProposalContext
+from kernelforge_tui.proposers.templates.common import Params, Template, changes, describe
+from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
+from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
+from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
+from kernelforge_tui.proposers.templates.rows import RowTemplate
+from kernelforge_tui.proposers.templates.stencil import StencilTemplate
+
+TEMPLATES: tuple[Template, ...] = (
+    ElementwiseTemplate(),
+    RowTemplate(),
+    GroupNormTemplate(),
+    PoolingTemplate(),
+    StencilTemplate(),
+)
+_HINT = re.compile(r"([A-Za-z_]+)\s*(?:=|:|->|to)\s*([A-Za-z0-9_.]+)")
+
+
+def template_for(card: OperatorCard) -> Template | None:
+    """The template serving the card's family, if it can serve this card."""
+    for template in TEMPLATES:
+        if card.family in template.families and template.unsupported(card) is None:
+            return template
+    return None
+
+
+def _key(params: dict[str, ParamValue]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, str(v)) for k, v in params.items()))
+
+
+def _distance(values: tuple[ParamValue, ...], old: ParamValue, new: ParamValue) -> int:
+    """Steps between two values of one parameter (values are ordered so that neighbours are small moves)."""
+    return abs(values.index(new) - values.index(old))
+
+
+def _hint_targets(hints: list[str], space: dict[str, tuple[ParamValue, ...]]) -> tuple[dict[str, str], set[str]]:
+    """(param -> wanted value) from `name=value` and bare value words, and params merely named."""
+    wanted: dict[str, str] = {}
+    named: set[str] = set()
+    for hint in hints:
+        for name, value in _HINT.findall(hint):
+            if name in space:
+                wanted.setdefault(name, value)
+        for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", hint):
+            if word in space:
+                named.add(word)
+            for param, values in space.items():
+                if word in {str(v) for v in values if isinstance(v, str)}:
+                    wanted.setdefault(param, word)
+    return wanted, named
+
+
+class TemplateProposer:
+    """Proposer over the built-in templates; deterministic for a given `seed`."""
+
+    name = "templates"
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+
+    def seeds(self, card: Card | OperatorCard) -> list[Proposal]:
+        spec = card.spec if isinstance(card, Card) else card
+        template = template_for(spec)
+        if template is None:
+            return []
+        proposals: list[Proposal] = []
+        seen: set[tuple[tuple[str, str], ...]] = set()
+        for raw in template.seed_params(spec):
+            params = self._nearest_valid(template, spec, raw)
+            if params is None or _key(params) in seen:
+                continue
+            seen.add(_key(params))
+            proposals.append(self._proposal(template, spec, params, f"seed: {describe(params)}"))
+        return proposals
+
+    async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
+        card = ctx.card
+        template = template_for(card)
+        if template is None or n <= 0:
+            return []
+        tried = {_key(p) for p in ctx.tried_children_params} | {_key(f.params) for f in ctx.failed_siblings}
+        parent = template.valid(card, ctx.parent.params)
+        if parent is None:  # hand-written or LLM-written parent: start the template over
+            fresh = [p for p in self.seeds(card) if _key(p.params) not in tried and p.source not in ctx.tried_sources]
+            return fresh[:n]
+        tried.add(_key(parent))
+        rng = random.Random(self._rng_seed(card, parent))
+        space = template.space(card)
+        wanted, named = _hint_targets(ctx.hints, space)
+        failed_moves = {
+            (k, str(v)) for f in ctx.failed_siblings for k, v in f.params.items() if str(parent.get(k)) != str(v)
+        }
+
+        singles: dict[str, list[Params]] = {}
+        for name, values in space.items():
+            order = sorted((v for v in values if v != parent[name]), key=lambda v: _distance(values, parent[name], v))
+            singles[name] = [{**parent, name: v} for v in order]
+        pairs = [
+            {**parent, a: va, b: vb}
+            for a, b in itertools.combinations(space, 2)
+            for va in (singles[a][0][a],) if singles[a]
+            for vb in (singles[b][0][b],) if singles[b]
+        ]  # fmt: skip
+        rng.shuffle(pairs)
+
+        # Round-robin over parameters in a seeded order, nearest values first, then pairs.
+        names = list(space)
+        rng.shuffle(names)
+        ladder = [c for column in itertools.zip_longest(*(singles[k] for k in names)) for c in column if c is not None]
+
+        def rank(candidate: Params) -> tuple[int, int]:
+            moved = {k: str(v) for k, v in candidate.items() if v != parent[k]}
+            hinted = sum(wanted.get(k) == v for k, v in moved.items()) * 2 + len(set(moved) & named)
+            return (-hinted, sum((k, v) in failed_moves for k, v in moved.items()))
+
+        ordered = sorted(ladder + pairs, key=rank)  # stable: keeps the ladder order within a rank
+        proposals: list[Proposal] = []
+        for candidate in ordered:
+            params = template.valid(card, candidate)
+            if params is None or _key(params) in tried:
+                continue
+            tried.add(_key(params))
+            proposal = self._proposal(template, card, params, changes(parent, params))
+            if hashlib.sha256(proposal.source.encode()).hexdigest() in ctx.tried_sources:
+                continue
+            proposals.append(proposal)
+            if len(proposals) == n:
+                break
+        return proposals
+
+    def _rng_seed(self, card: OperatorCard, params: Params) -> int:
+        text = repr((self.seed, card.name, _key(params)))
+        return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+    def _nearest_valid(self, template: Template, card: OperatorCard, params: Params) -> Params | None:
+        """The params if valid, else the first valid one or two-parameter change (smaller values first)."""
+        valid = template.valid(card, params)
+        if valid is not None:
+            return valid
+        space = template.space(card)
+        for count in (1, 2):
+            for names in itertools.combinations(space, count):
+                options = [sorted(space[k], key=partial(_distance, space[k], params[k])) for k in names]
+                for values in itertools.product(*options):
+                    valid = template.valid(card, {**params, **dict(zip(names, values, strict=True))})
+                    if valid is not None:
+                        return valid
+        return None
+
+    def _proposal(self, template: Template, card: OperatorCard, params: Params, mutation: str) -> Proposal:
+        source, plan = template.render(card, params)
+        return Proposal(source=source, plan=plan, mutation=mutation, proposer=self.name, params=params)

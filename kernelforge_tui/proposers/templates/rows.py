@@ -1,0 +1,246 @@
+"""Row reductions: softmax, rms_norm and layer_norm over the last axis, math in fp32.
+
+Conventions (the example cards'): softmax x -> y; rms_norm x, w -> y with eps 1e-6; layer_norm
+x, w, b -> y with eps 1e-5; x and y are [rows, cols], w and b are [cols]; one dtype (fp32/bf16/fp16).
+
+Parameters: `strategy` (warp_per_row, rows_per_block, block_per_row) with `block` and `rpb` (rows per
+block) fixing TPR, the threads that share a row; `vec` (elements per vector access; must divide cols,
+so every chunk of every row is aligned and there is no tail); `storage` of the row between passes
+(registers: read once, needs cols <= TPR * ITEMS * VEC; smem: read once into dynamic shared memory;
+stream: read again from global/L2); `minb` (the __launch_bounds__ min blocks per SM); softmax adds
+`online` (max and sum in one pass and one reduction) and `fast_exp`; layer_norm adds `welford` (one
+reduction of (count, mean, M2) instead of mean then centred sum of squares).
+"""
+
+from __future__ import annotations
+
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
+from kernelforge_tui.proposers.templates.common import (
+    ELEMENT_BYTES,
+    MAX_DYNAMIC_SHARED,
+    Params,
+    Space,
+    Template,
+    dtype_of,
+    launch_bounds,
+    naming_problem,
+    prelude,
+    reduce_helpers,
+    vec_widths,
+)
+
+TENSORS = {"softmax": (["x"], ["y"]), "rms_norm": (["x", "w"], ["y"]), "layer_norm": (["x", "w", "b"], ["y"])}
+EPS = {"rms_norm": "1e-6f", "layer_norm": "1e-5f"}
+MAX_FLOATS_PER_THREAD = 64
+"""Row values a thread may hold in registers (also capped at a quarter of 64K registers / block)."""
+
+
+def _each(stmt: str) -> str:
+    return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
+
+
+def _pass(storage: str, first: bool, body: str) -> str:
+    """A loop over this thread's chunks `i` of the row with `f` (VEC floats) holding chunk i.
+
+    The first pass reads x (and keeps it: registers or shared memory); later passes read the kept copy,
+    or x again when streaming. Each thread only ever re-reads chunks it wrote itself, so no barrier is
+    needed between the passes beyond those inside the reductions.
+    """
+    if storage == "registers":
+        load = "load_chunk(xr, i, f);\n" if first else ""
+        return (
+            "#pragma unroll\n for (int k = 0; k < ITEMS; ++k) {\n const int i = t + k * TPR;\n"
+            f" if (i < n) {{\n float(&f)[VEC] = r[k];\n {load}{body} }}\n }}\n"
+        )
+    if first and storage == "smem":
+        load = "const VecT c = reinterpret_cast<const VecT*>(xr)[i];\n reinterpret_cast<VecT*>(sr)[i] = c;\n"
+        load += " float f[VEC];\n widen(c, f);\n"
+    else:
+        load = f"float f[VEC];\n load_chunk({'xr' if first or storage == 'stream' else 'sr'}, i, f);\n"
+    return f"for (int i = t; i < n; i += TPR) {{\n {load} {body} }}\n"
+
+
+def _softmax(p: Params) -> tuple[str, str]:
+    storage = str(p["storage"])
+    cached = storage == "registers"
+    if p["online"]:
+        body = _pass(
+            storage,
+            True,
+            "float cm = f[0];\n" + _each("cm = fmaxf(cm, f[j]);")
+            + "if (cm > m) { s *= EXPF(m - cm); m = cm; }\n" + _each("s += EXPF(f[j] - m);"),
+        )  # fmt: skip
+        body = "float m = NEG_INF, s = 0.0f;\n" + body
+        body += "const MaxSum ms = group_reduce<TPR>(MaxSum{m, s}, red_ms);\n"
+        body += "const float mx = ms.m, inv = 1.0f / ms.s;\n"
+        body += _pass(storage, False, _each("f[j] = EXPF(f[j] - mx) * inv;") + "store_chunk(yr, i, f);\n")
+        return body, "__shared__ MaxSum red_ms[32];\n"
+    body = "float m = NEG_INF;\n" + _pass(storage, True, _each("m = fmaxf(m, f[j]);"))
+    body += "const float mx = group_reduce<TPR>(Max{m}, red_max).m;\nfloat s = 0.0f;\n"
+    if cached:
+        body += _pass(storage, False, _each("f[j] = EXPF(f[j] - mx); s += f[j];"))
+        scale = "f[j] *= inv;"
+    else:
+        body += _pass(storage, False, _each("s += EXPF(f[j] - mx);"))
+        scale = "f[j] = EXPF(f[j] - mx) * inv;"
+    body += "const float inv = 1.0f / group_reduce<TPR>(Sum{s}, red_sum).s;\n"
+    body += _pass(storage, False, _each(scale) + "store_chunk(yr, i, f);\n")
+    return body, "__shared__ Max red_max[32];\n __shared__ Sum red_sum[32];\n"
+
+
+def _rms_norm(p: Params) -> tuple[str, str]:
+    storage = str(p["storage"])
+    body = "float ss = 0.0f;\n" + _pass(storage, True, _each("ss += f[j] * f[j];"))
+    body += "const float inv = rsqrtf(group_reduce<TPR>(Sum{ss}, red_sum).s / (float)cols + EPS);\n"
+    body += _pass(storage, False, "float wf[VEC];\n load_chunk(w, i, wf);\n" + _each("f[j] = f[j] * inv * wf[j];")
+                  + "store_chunk(yr, i, f);\n")  # fmt: skip
+    return body, "__shared__ Sum red_sum[32];\n"
+
+
+def _layer_norm(p: Params) -> tuple[str, str]:
+    storage = str(p["storage"])
+    write = "float wf[VEC], bf[VEC];\n load_chunk(w, i, wf);\n load_chunk(b, i, bf);\n"
+    write += _each("f[j] = (f[j] - mean) * rstd * wf[j] + bf[j];") + "store_chunk(yr, i, f);\n"
+    if p["welford"]:
+        chunk = "float cm = 0.0f, c2 = 0.0f;\n" + _each("cm += f[j];") + "cm *= 1.0f / VEC;\n"
+        chunk += _each("const float d = f[j] - cm; c2 += d * d;")
+        chunk += "acc = Welford::combine(acc, Welford{(float)VEC, cm, c2});\n"
+        body = "Welford acc = {0.0f, 0.0f, 0.0f};\n" + _pass(storage, True, chunk)
+        body += "acc = group_reduce<TPR>(acc, red_w);\n"
+        body += "const float mean = acc.mean, rstd = rsqrtf(acc.m2 / (float)cols + EPS);\n"
+        return body + _pass(storage, False, write), "__shared__ Welford red_w[32];\n"
+    body = "float sum = 0.0f;\n" + _pass(storage, True, _each("sum += f[j];"))
+    body += "const float mean = group_reduce<TPR>(Sum{sum}, red_sum).s / (float)cols;\nfloat sq = 0.0f;\n"
+    body += _pass(storage, False, _each("const float d = f[j] - mean; sq += d * d;"))
+    body += "const float rstd = rsqrtf(group_reduce<TPR>(Sum{sq}, red_sum).s / (float)cols + EPS);\n"
+    return body + _pass(storage, False, write), "__shared__ Sum red_sum[32];\n"
+
+
+BODIES = {"softmax": _softmax, "rms_norm": _rms_norm, "layer_norm": _layer_norm}
+
+
+class RowTemplate(Template):
+    """One kernel shape for all three: TPR threads per row, RPB rows per block, grid cdiv(rows, RPB)."""
+
+    families = ("softmax", "rms_norm", "layer_norm")
+
+    def unsupported(self, card: OperatorCard) -> str | None:
+        inputs, outputs = TENSORS[card.family]
+        return naming_problem(card, inputs, outputs, ["rows", "cols"])
+
+    def space(self, card: OperatorCard) -> Space:
+        space: Space = {
+            "strategy": ("warp_per_row", "rows_per_block", "block_per_row"),
+            "block": (64, 128, 256, 512, 1024),
+            "rpb": (1, 2, 4, 8, 16, 32),
+            "vec": vec_widths(dtype_of(card)),
+            "storage": ("registers", "smem", "stream"),
+            "minb": (1, 2, 4),
+        }
+        if card.family == "softmax":
+            space |= {"online": (0, 1), "fast_exp": (0, 1)}
+        if card.family == "layer_norm":
+            space["welford"] = (0, 1)
+        return space
+
+    def canonical(self, card: OperatorCard, params: Params) -> Params:
+        """warp_per_row and block_per_row fix rpb; rows_per_block with 32 or all threads per row is one of them."""
+        p = dict(params)
+        block = int(p["block"])
+        if p["strategy"] == "warp_per_row":
+            p["rpb"] = block // 32
+        elif p["strategy"] == "block_per_row":
+            p["rpb"] = 1
+        elif p["rpb"] == 1:
+            p["strategy"] = "block_per_row"
+        elif block == 32 * int(p["rpb"]):
+            p["strategy"] = "warp_per_row"
+        return p
+
+    def problem(self, card: OperatorCard, params: Params) -> str | None:
+        cols, block, rpb, vec = card.sizes["cols"], int(params["block"]), int(params["rpb"]), int(params["vec"])
+        tpr = block // rpb
+        nvec = cols // vec
+        if block % rpb or tpr < 4:
+            return f"block {block} / rpb {rpb} leaves fewer than 4 threads per row"
+        if cols % vec:
+            return f"vec {vec} does not divide cols {cols} (rows would start misaligned)"
+        if tpr > max(32, nvec):
+            return f"{tpr} threads per row for {nvec} chunks leaves threads idle"
+        if int(params["minb"]) * block > 2048:
+            return f"minb {params['minb']} x block {block} exceeds 2048 threads per SM"
+        if params["storage"] == "registers":
+            items = -(-nvec // tpr)
+            if items * vec > min(MAX_FLOATS_PER_THREAD, 16384 // block):
+                return f"{items * vec} floats per thread do not fit in registers at block {block}"
+        if params["storage"] == "smem" and rpb * cols * ELEMENT_BYTES[dtype_of(card)] > MAX_DYNAMIC_SHARED:
+            return f"{rpb} rows of {cols} do not fit in shared memory"
+        return None
+
+    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        family = card.family
+        dtype = dtype_of(card)
+        block, rpb, vec = int(params["block"]), int(params["rpb"]), int(params["vec"])
+        tpr = block // rpb
+        storage = str(params["storage"])
+        items = -(-(card.sizes["cols"] // vec) // tpr)
+        body, shared = BODIES[family](params)
+        inputs, outputs = TENSORS[family]
+        entry = f"kf_{family}"
+        signature = ", ".join(
+            [*(f"const T* __restrict__ {name}" for name in inputs), "T* __restrict__ y", "int rows", "int cols"]
+        )
+        fast = bool(params.get("fast_exp", 1))
+        defines = f"#define TPR {tpr}\n#define RPB {rpb}\n#define ITEMS {items}\n"
+        defines += f"#define EPS {EPS[family]}\n" if family in EPS else ""
+        row = "const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;\n"
+        keep = {
+            "registers": "float r[ITEMS][VEC];\n",
+            "smem": "extern __shared__ __align__(16) unsigned char smem_raw[];\n"
+            "T* sr = reinterpret_cast<T*>(smem_raw) + (long long)(threadIdx.x / TPR) * cols;\n",
+            "stream": "",
+        }[storage]
+        source = f"""// {family} ({dtype}, fp32 math): {params["strategy"]}, {tpr} threads per row,
+// {rpb} rows per block, {vec}-element vectors, row kept in {storage}. Generated by the template proposer.
+{prelude(dtype, vec)}{defines}{reduce_helpers(fast)}
+extern "C" __global__ void {launch_bounds(block, int(params["minb"]))} {entry}({signature}) {{
+{shared}{row}const int t = threadIdx.x % TPR;
+// Spare rows of the last block still run every reduction (shuffles and barriers need all threads).
+const bool valid = row < rows;
+const int n = valid ? cols / VEC : 0;
+const T* __restrict__ xr = x + (valid ? row : 0) * (long long)cols;
+T* __restrict__ yr = y + (valid ? row : 0) * (long long)cols;
+{keep}{body}}}
+"""
+        shared_bytes = rpb * card.sizes["cols"] * ELEMENT_BYTES[dtype] if storage == "smem" else 0
+        plan = LaunchPlan(
+            entry=entry,
+            grid=[f"cdiv(rows, {rpb})"],
+            block=[block],
+            shared_bytes=f"{rpb} * cols * {ELEMENT_BYTES[dtype]}" if shared_bytes else 0,
+            args=[*inputs, *outputs, "rows", "cols"],
+        )
+        return source, plan
+
+    def seed_params(self, card: OperatorCard) -> list[Params]:
+        vec = max(vec_widths(dtype_of(card)))
+        extra: Params = {}
+        if card.family == "softmax":
+            extra = {"online": 0, "fast_exp": int(dtype_of(card) != "float32")}
+        if card.family == "layer_norm":
+            extra = {"welford": 0}
+        base: Params = {"rpb": 1, "vec": vec, "minb": 1, **extra}
+        seeds: list[Params] = [
+            {**base, "strategy": "block_per_row", "block": 1024, "storage": "registers"},
+            {**base, "strategy": "block_per_row", "block": 512, "storage": "registers"},
+            {**base, "strategy": "block_per_row", "block": 256, "storage": "smem"},
+            {**base, "strategy": "warp_per_row", "block": 256, "storage": "registers"},
+            {**base, "strategy": "rows_per_block", "block": 256, "rpb": 4, "storage": "registers"},
+            {**base, "strategy": "block_per_row", "block": 512, "storage": "stream"},
+            {**base, "strategy": "warp_per_row", "block": 128, "storage": "stream", "vec": 1},
+        ]
+        if card.family == "softmax":
+            seeds.append({**base, "strategy": "block_per_row", "block": 1024, "storage": "stream", "online": 1})
+        if card.family == "layer_norm":
+            seeds.append({**base, "strategy": "block_per_row", "block": 512, "storage": "registers", "welford": 1})
+        return seeds
