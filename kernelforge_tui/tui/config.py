@@ -1,0 +1,62 @@
+"""TUI settings: the `[tui]` table of the kernelforge config file and `KERNELFORGE_TUI__*` variables."""
+
+from __future__ import annotations
+
+import sys
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+from typing import Any
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from kernelforge_tui.config import config_file
+from kernelforge_tui.tui.keymap import validate_keymap
+
+
+def _toml_table() -> dict[str, Any]:
+    path = config_file()
+    if not path.exists():
+        return {}
+    with path.open("rb") as fh:
+        table = tomllib.load(fh).get("tui", {})
+    return table if isinstance(table, dict) else {}
+
+
+class TuiSettings(BaseSettings):
+    """How the TUI looks and which keys it answers to."""
+
+    model_config = SettingsConfigDict(env_prefix="KERNELFORGE_TUI__", env_nested_delimiter="__", extra="ignore")
+
+    theme: str = "dark"
+    """dark, light, high-contrast, ansi (or any Textual theme name, or one in the user themes folder)."""
+    keymap: dict[str, str] = Field(default_factory=dict)
+    """Binding id to keys (comma-separated), e.g. {"pause_resume": "space", "stop": "ctrl+x"}."""
+    refresh_hz: float = Field(default=4.0, gt=0, le=30)
+    """How often new events are folded into the panes."""
+    ssh_refresh_hz: float = Field(default=2.0, gt=0, le=30)
+    """The same over SSH (`SSH_CONNECTION` set): fewer, larger repaints."""
+
+    @field_validator("keymap")
+    @classmethod
+    def _known_ids(cls, value: dict[str, str]) -> dict[str, str]:
+        return validate_keymap(value)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """Arguments beat the environment, which beats the config file's `[tui]` table."""
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=_toml_table()))
+
+
+def load_tui_settings(**overrides: Any) -> TuiSettings:
+    return TuiSettings(**{k: v for k, v in overrides.items() if v is not None})

@@ -1,0 +1,68 @@
+"""Every TUI action: its default key, its binding id (the name the config keymap remaps) and its words.
+
+One table feeds the app's `BINDINGS`, the command palette and the help screen, so they never disagree.
+Remap in the config file (`[tui.keymap]`, e.g. `pause_resume = "space"`) or with
+`KERNELFORGE_TUI__KEYMAP='{"stop": "ctrl+x"}'`; `App.set_keymap` applies it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class Action:
+    id: str
+    key: str
+    action: str
+    description: str
+    help: str
+    show: bool = False
+    steering: bool = False
+    """Sends a command to the engine (disabled for a finished run)."""
+
+
+ACTIONS: tuple[Action, ...] = (
+    Action("help", "question_mark", "help", "Keys", "Show every key, its binding id and what it does", show=True),
+    Action("pause_resume", "p", "pause_resume", "Pause", "Pause the search, or resume it", show=True, steering=True),
+    Action("expand", "x", "expand", "Expand", "Propose children of the selected node next", show=True, steering=True),
+    Action("hint", "h", "hint", "Hint", "Add a hint for the selected node's next children", show=True, steering=True),
+    Action("edit", "e", "edit", "Edit", "Edit the selected kernel and submit it as a child", show=True, steering=True),
+    Action(
+        "edit_external",
+        "E",
+        "edit_external",
+        "Edit in $EDITOR",
+        "Edit the selected kernel in $EDITOR and submit it as a child",
+        steering=True,
+    ),
+    Action("ban", "b", "ban", "Ban", "Ban (or unban) the selected subtree from selection", steering=True),
+    Action("pin", "t", "pin", "Pin", "Pin (or unpin) selection to the selected subtree", steering=True),
+    Action("export", "m", "mark_export", "Mark export", "Mark (or unmark) the selected node for export", steering=True),
+    Action("stop", "S", "stop", "Stop", "Stop the search (it stays resumable)", steering=True),
+    Action("jump_best", "g", "jump_best", "Best", "Jump to the best node and open its path", show=True),
+    Action(
+        "filter", "f", "cycle_filter", "Filter", "Cycle the tree filter: all, only improving, only failures", show=True
+    ),
+    Action("diff_base", "d", "cycle_diff_base", "Diff vs", "Diff the selected node against parent, baseline, best"),
+    Action("diff_layout", "s", "toggle_diff_layout", "Side by side", "Flip the diff between unified and side by side"),
+    Action(
+        "quit", "q", "quit_app", "Quit", "Quit (a search in this process stops cleanly; q again quits now)", show=True
+    ),
+)
+
+BY_ID = {a.id: a for a in ACTIONS}
+
+
+def bindings() -> list[Binding]:
+    return [Binding(a.key, a.action, a.description, show=a.show, id=a.id) for a in ACTIONS]
+
+
+def validate_keymap(keymap: dict[str, str]) -> dict[str, str]:
+    """The entries whose id is one of ours (unknown ids are reported, not fatal)."""
+    unknown = sorted(set(keymap) - set(BY_ID))
+    if unknown:
+        raise ValueError(f"unknown binding ids in the keymap: {', '.join(unknown)} (known: {', '.join(BY_ID)})")
+    return dict(keymap)

@@ -1,0 +1,51 @@
+"""Edit a kernel in a TextArea highlighted as CUDA; ctrl+s submits it as a child of the node."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Label, TextArea
+
+from kernelforge_tui.tui.cuda import cuda_language, highlight_query
+
+
+class EditorScreen(ModalScreen[str | None]):
+    DEFAULT_CSS = """
+    EditorScreen { align: center middle; }
+    EditorScreen > Vertical { width: 100%; height: 100%; border: round $primary; background: $surface; }
+    EditorScreen TextArea { height: 1fr; border: none; }
+    EditorScreen Label { color: $text-muted; padding: 0 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+s", "submit", "Submit as child", id="editor_submit"),
+        Binding("escape", "cancel", "Cancel", id="editor_cancel"),
+    ]
+
+    def __init__(self, node_id: int, source: str) -> None:
+        super().__init__()
+        self.node_id = node_id
+        self.source = source
+
+    def compose(self) -> ComposeResult:
+        area = TextArea.code_editor(self.source, id="editor-area", soft_wrap=False)
+        area.register_language("cuda", cuda_language(), highlight_query())
+        area.language = "cuda"
+        area.theme = "vscode_dark" if self.app.current_theme.dark else "github_light"
+        with Vertical() as box:
+            box.border_title = f"Child of #{self.node_id}: same launch plan"
+            yield area
+            yield Label("ctrl+s submits as a child (evaluated like any candidate), esc cancels")
+
+    def on_mount(self) -> None:
+        self.query_one(TextArea).focus()
+
+    def action_submit(self) -> None:
+        text = self.query_one(TextArea).text
+        self.dismiss(None if text.strip() == self.source.strip() else text)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

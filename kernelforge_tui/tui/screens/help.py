@@ -1,0 +1,59 @@
+"""`?`: every key, its binding id (for the config keymap) and what it does."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from kernelforge_tui.tui.keymap import ACTIONS
+
+NOTES = (
+    "Tree: up/down move, right/left or space open and close, enter selects.",
+    "Tab moves between panes; ctrl+p opens the command palette (every action is there too).",
+    'Remap a key in the config file: [tui.keymap] pause_resume = "space" (ids above).',
+    "Glyphs: ○ proposed ◔ built ◑ verified ● timed ◆ profiled ✗ failed; ⊘ banned ⇡ pinned ★ export.",
+)
+
+
+def key_display(key: str) -> str:
+    return ", ".join("?" if k == "question_mark" else k for k in key.split(","))
+
+
+class HelpScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > VerticalScroll {
+        width: 90; max-width: 100%; height: auto; max-height: 100%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q,question_mark", "dismiss", "Close", show=False),
+    ]
+
+    def __init__(self, keys: dict[str, str] | None = None) -> None:
+        super().__init__()
+        self.keys = keys or {}
+
+    def compose(self) -> ComposeResult:
+        table = Table.grid(padding=(0, 2))
+        table.add_column(style="bold", no_wrap=True)
+        table.add_column(style="dim", no_wrap=True)
+        table.add_column()
+        for action in ACTIONS:
+            table.add_row(key_display(self.keys.get(action.id, action.key)), action.id, action.help)
+        with VerticalScroll() as scroll:
+            scroll.border_title = "Keys"
+            scroll.border_subtitle = "esc closes"
+            yield Static(table)
+            yield Static(Text("\n".join(NOTES), style="italic"))
+
+    def action_dismiss(self) -> None:  # type: ignore[override]
+        self.dismiss(None)

@@ -1,0 +1,199 @@
+"""The metrics of the selected node: timing, speedup, share of the ceiling, ptxas, ncu; each against its parent."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field, ValidationError
+from rich.console import Group, RenderableType
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from kernelforge_tui.engine.events import NodeView
+from kernelforge_tui.gpu.evaluate import Evaluation
+
+BAR_WIDTH = 16
+
+
+class ProfileSummary(BaseModel):
+    """What the pane reads from a profile report (JSON): a bottleneck class and named numbers."""
+
+    bottleneck: str | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+
+
+def parse_profile(raw: str | None) -> ProfileSummary | None:
+    """Lenient: `{"bottleneck": ..., "metrics": {name: number}}`, or `bottleneck_class`, or a flat dict."""
+    if not raw:
+        return None
+    try:
+        data: Any = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    bottleneck = data.get("bottleneck") or data.get("bottleneck_class") or data.get("class")
+    metrics = data.get("metrics")
+    if isinstance(metrics, list):  # [{"name": ..., "value": ...}]
+        metrics = {m.get("name"): m.get("value") for m in metrics if isinstance(m, dict)}
+    if not isinstance(metrics, dict):
+        metrics = {k: v for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    try:
+        return ProfileSummary(
+            bottleneck=None if bottleneck is None else str(bottleneck),
+            metrics={str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float)},
+        )
+    except (ValidationError, TypeError, ValueError):
+        return None
+
+
+def bar(share: float, width: int = BAR_WIDTH) -> str:
+    filled = max(0, min(width, round(share * width)))
+    return "█" * filled + "░" * (width - filled)
+
+
+class NodeDetail(BaseModel):
+    """Everything the pane shows for one node (and the same for its parent, to compare)."""
+
+    node: NodeView
+    evaluation: Evaluation | None = None
+    profile: ProfileSummary | None = None
+    baseline_name: str = "the card's baseline"
+
+
+class MetricsPane(VerticalScroll, can_focus=True):
+    """A compact table; deltas are green when better, orange when worse."""
+
+    DEFAULT_CSS = """
+    MetricsPane { background: $surface; }
+    MetricsPane > Static { width: 100%; }
+    MetricsPane > .metrics-pane--better { color: $success; }
+    MetricsPane > .metrics-pane--worse { color: $warning; }
+    MetricsPane > .metrics-pane--label { color: $text-muted; }
+    MetricsPane > .metrics-pane--bar { color: $primary; }
+    MetricsPane > .metrics-pane--error { color: $error; }
+    """
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "metrics-pane--better",
+        "metrics-pane--worse",
+        "metrics-pane--label",
+        "metrics-pane--bar",
+        "metrics-pane--error",
+    }
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._body = Static("select a node", id="metrics-body")
+        self._current: tuple[NodeDetail, NodeDetail | None] | None = None
+
+    def compose(self):  # type: ignore[no-untyped-def]
+        yield self._body
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self._redraw())
+
+    def show(self, detail: NodeDetail, parent: NodeDetail | None) -> None:
+        self._current = (detail, parent)
+        self._redraw()
+
+    def _redraw(self) -> None:
+        if self._current is not None:
+            self._body.update(self.render_detail(*self._current))
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"metrics-pane--{name}", partial=True)
+
+    def _delta(self, value: float | None, before: float | None, lower_is_better: bool, fmt: str) -> Text:
+        """`+0.31` / `-12` against the parent; fmt `%` shows the relative change instead."""
+        if value is None or before is None or value == before:
+            return Text("")
+        change = value - before
+        better = (change < 0) == lower_is_better
+        shown = (f"{change / before:+.0%}" if before else "") if fmt == "%" else format(change, fmt)
+        return Text(shown, style=self._style("better" if better else "worse"))
+
+    def render_detail(self, d: NodeDetail, p: NodeDetail | None) -> RenderableType:
+        node, ev = d.node, d.evaluation
+        pev = p.evaluation if p is not None else None
+        label = self._style("label")
+        table = Table.grid(padding=(0, 1), expand=True)
+        table.add_column(style=label, no_wrap=True, width=8)
+        table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+        table.add_column(no_wrap=True, justify="right")
+
+        head = Text(f"#{node.id} {node.status}", style="bold", no_wrap=True, overflow="ellipsis")
+        if node.parent_id is not None:
+            head.append(f" · parent #{node.parent_id}", style=label)
+        if node.proposer:
+            head.append(f" · {node.proposer}", style=label)
+        rows: list[RenderableType] = [head]
+        if node.mutation:
+            rows.append(Text(node.mutation, overflow="ellipsis", no_wrap=True))
+        if node.status == "failed":
+            rows.append(Text(f"{node.failure or 'failed'}: {node.reason}", style=self._style("error")))
+
+        res = ev.result if ev is not None else None
+        pres = pev.result if pev is not None else None
+        speedup = res.speedup if res is not None and res.speedup is not None else node.speedup
+        if speedup is not None:
+            parent_speedup = p.node.speedup if p is not None else None
+            against = f" vs {res.baseline.median_us:.2f} us" if res is not None and res.baseline is not None else ""
+            table.add_row(
+                "speedup",
+                Text.assemble((f"{speedup:.2f}x", "bold"), (against, label)),
+                self._delta(speedup, parent_speedup, False, "+.2f"),
+            )
+        share = ev.ceiling_share if ev is not None and ev.ceiling_share is not None else node.ceiling_share
+        if share is not None:
+            parent_share = (pev.ceiling_share if pev is not None else None) or (p.node.ceiling_share if p else None)
+            table.add_row(
+                "ceiling",
+                Text.assemble((bar(share), self._style("bar")), f" {share:.0%}"),
+                self._delta(share * 100, None if parent_share is None else parent_share * 100, False, "+.0f"),
+            )
+        cand = res.candidate if res is not None else None
+        pcand = pres.candidate if pres is not None else None
+        if cand is not None:
+            before = pcand.median_us if pcand else (p.node.latency_us if p else None)
+            table.add_row("median", f"{cand.median_us:.2f} us", self._delta(cand.median_us, before, True, "%"))
+            table.add_row("spread", f"{cand.p10_us:.2f}-{cand.p90_us:.2f} us (p10-p90)", "")
+            table.add_row("runs", f"{cand.reps} · cv {cand.cv:.1%}", "")
+        elif node.latency_us is not None:
+            before = p.node.latency_us if p is not None else None
+            table.add_row("median", f"{node.latency_us:.2f} us", self._delta(node.latency_us, before, True, "%"))
+        if ev is not None and ev.build is not None and ev.build.ptxas:
+            pstats = pev.build.ptxas if pev is not None and pev.build is not None else {}
+            for name, stats in ev.build.ptxas.items():
+                prev = pstats.get(name) or (next(iter(pstats.values())) if len(pstats) == 1 else None)
+                if len(ev.build.ptxas) > 1:
+                    table.add_row("kernel", name, "")
+                table.add_row(
+                    "regs",
+                    str(stats.registers),
+                    self._delta(stats.registers, prev.registers if prev else None, True, "+d"),
+                )
+                table.add_row(
+                    "smem",
+                    f"{stats.shared_bytes} B",
+                    self._delta(stats.shared_bytes, prev.shared_bytes if prev else None, True, "+d"),
+                )
+                spills = stats.spill_store_bytes + stats.spill_load_bytes
+                pspills = prev.spill_store_bytes + prev.spill_load_bytes if prev else None
+                table.add_row("spills", f"{spills} B", self._delta(spills, pspills, True, "+d"))
+        if d.profile is not None:
+            pprof = p.profile.metrics if p is not None and p.profile is not None else {}
+            table.add_row("ncu", Text(d.profile.bottleneck or "unclassified", style="bold"), "")
+            for name, value in d.profile.metrics.items():
+                table.add_row(
+                    Text(name, overflow="ellipsis"), f"{value:.4g}", self._delta(value, pprof.get(name), False, "+.3g")
+                )
+        table.add_row("visits", f"{node.visits} · value {node.value:.3f}", "")
+        flags = [f for f, on in (("banned", node.banned), ("pinned", node.pinned), ("export", node.export)) if on]
+        if flags:
+            table.add_row("flags", ", ".join(flags), "")
+        rows.append(table)
+        return Group(*rows)
