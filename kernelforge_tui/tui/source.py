@@ -23,6 +23,8 @@ from kernelforge_tui.engine.events import (
     EngineCommand,
     EngineEvent,
     LogLine,
+    NodeAdded,
+    NodeChanged,
     NodeView,
     SearchState,
     StateChanged,
@@ -102,7 +104,8 @@ def header_from(info: Any) -> RunHeader:
         if name in fields:
             fields[name] = "" if fields[name] is None else str(fields[name])
     if fields.get("state") not in ("starting", "running", "paused", "stopping", "finished"):
-        fields["state"] = "finished" if fields.get("ended_at") else "running"
+        # "interrupted" (the process died mid-run) and anything newer: not running now.
+        fields["state"] = "finished"
     return RunHeader.model_validate(fields)
 
 
@@ -148,13 +151,40 @@ class _StoreReads:
         return getter(node_id) if callable(getter) else None
 
 
+def describe(event: EngineEvent, previous_status: str | None) -> LogLine | None:
+    """The log line an event deserves beyond the engine's own log lines: what a proposer tried, each
+    failure with its error (a compiler error keeps its offending line), new bests and state changes."""
+    if isinstance(event, NodeAdded | NodeChanged):
+        node = event.node
+        if isinstance(event, NodeAdded) and node.mutation:
+            parent = f" on #{node.parent_id}" if node.parent_id is not None else ""
+            return LogLine(at=event.at, level="debug", node_id=node.id,
+                           text=f"{node.proposer or 'proposer'} tried: {node.mutation}{parent}")  # fmt: skip
+        if node.status == "failed" and previous_status != "failed":
+            return LogLine(at=event.at, level="error", node_id=node.id,
+                           text=f"{node.failure or 'failed'}: {node.reason}".rstrip(": "))  # fmt: skip
+        return None
+    if isinstance(event, BestImproved):
+        return LogLine(at=event.at, node_id=event.node_id,
+                       text=f"new best: {event.speedup:.2f}x ({event.latency_us:.2f} us)")  # fmt: skip
+    if isinstance(event, StateChanged):
+        return LogLine(at=event.at, text=f"search {event.state}" + (f": {event.reason}" if event.reason else ""))
+    return None
+
+
 def _replay(store: Any, snapshot: Snapshot, after: int = 0, page: int = 2000) -> int:
     """Fold the store's event log into `snapshot` (budget, state, recent logs); the last event id."""
     logs: deque[LogLine] = deque(snapshot.logs, maxlen=LOG_KEEP)
+    status: dict[int, str] = {}
     while True:
         batch = store.events_since(after, page)
         for event_id, event in batch:
             after = max(after, int(event_id))
+            line = describe(event, status.get(event.node.id) if isinstance(event, NodeAdded | NodeChanged) else None)
+            if line is not None:
+                logs.append(line)
+            if isinstance(event, NodeAdded | NodeChanged):
+                status[event.node.id] = event.node.status
             if isinstance(event, LogLine):
                 logs.append(event)
             elif isinstance(event, BudgetUsed):
@@ -169,6 +199,10 @@ def _replay(store: Any, snapshot: Snapshot, after: int = 0, page: int = 2000) ->
     return after
 
 
+def _live(info: Any) -> bool:
+    return getattr(info, "ended_at", None) is None and getattr(info, "state", "") not in ("finished", "interrupted")
+
+
 class StoreSource(_StoreReads):
     """A run read from its store: finished, or followed live while another process writes it."""
 
@@ -180,14 +214,18 @@ class StoreSource(_StoreReads):
         self._closed = False
 
     @classmethod
-    def open(cls, run_dir: Path | str, readonly: bool = False) -> StoreSource:
-        """Open `run_dir` with `kernelforge_tui.store.RunStore` (imported here: the TUI may load first)."""
+    def open(cls, run_dir: Path | str) -> StoreSource:
+        """Open a run read-only; a run still live in another process is reopened writable, to steer it."""
         module = importlib.import_module("kernelforge_tui.store")
-        return cls(module.RunStore.open(Path(run_dir), readonly=readonly))
+        store = module.RunStore.open(Path(run_dir), readonly=True)
+        if _live(store.run_info()):
+            store.close()
+            store = module.RunStore.open(Path(run_dir), readonly=False)
+        return cls(store)
 
     @property
     def can_steer(self) -> bool:
-        return not self._closed and self.store.run_info().ended_at is None
+        return not self._closed and not getattr(self.store, "readonly", False) and _live(self.store.run_info())
 
     def snapshot(self) -> Snapshot:
         snap = Snapshot(header=header_from(self.store.run_info()), nodes=list(self.store.nodes()))

@@ -20,7 +20,7 @@ from kernelforge_tui.engine.events import (
     NodeView,
     StateChanged,
 )
-from kernelforge_tui.tui.source import LOG_KEEP, RunHeader, Snapshot
+from kernelforge_tui.tui.source import LOG_KEEP, RunHeader, Snapshot, describe
 
 
 @dataclass
@@ -88,6 +88,11 @@ class RunState:
         added: dict[int, None] = {}
         changed: dict[int, None] = {}
         for event in events:
+            previous = self.nodes.get(event.node.id) if isinstance(event, NodeAdded | NodeChanged) else None
+            derived = describe(event, previous.status if previous is not None else None)
+            if derived is not None:
+                self.logs.append(derived)
+                changes.logs.append(derived)
             if isinstance(event, NodeAdded | NodeChanged):
                 if self._put(event.node):
                     added[event.node.id] = None

@@ -69,7 +69,7 @@ class RunHeaderBar(Static):
             text.append(f"  {_minutes(header.ended_at - header.started_at)}", muted)
         if header.gpu_name:
             text.append(f"  {header.gpu_name}", muted)
-        if header.backend:
+        if header.backend and header.backend not in header.gpu_name:
             text.append(f" ({header.backend})", muted)
         if header.run_id:
             text.append(f"  run {header.run_id}", muted)
