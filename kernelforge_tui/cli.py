@@ -172,6 +172,35 @@ def _fail(console: Console, as_json: bool, kind: str, message: str, code: int) -
     return code
 
 
+# ---- tui and open ---------------------------------------------------------------------------------
+
+
+def cmd_tui(args: argparse.Namespace, console: Console) -> int:
+    from kernelforge_tui.tui.launch import run_tui
+
+    try:
+        run_dir = run_tui(Path(args.card), theme=args.theme, budget_iters=args.budget_iters,
+                          budget_minutes=args.budget_minutes, simulate=args.simulate)  # fmt: skip
+    except NoGpuError as exc:
+        return _fail(console, False, "no-gpu", f"{exc} (or pass --simulate to try the search with invented timings)",
+                     EXIT_NO_GPU)  # fmt: skip
+    except (CardError, FileNotFoundError, ValueError, RuntimeError) as exc:
+        return _fail(console, False, "bad-input", str(exc), EXIT_USAGE)
+    if run_dir:
+        console.print(f"run stored in {escape(run_dir)}: `kernelforge open` it, or resume it with `optimize --resume`")
+    return EXIT_OK
+
+
+def cmd_open(args: argparse.Namespace, console: Console) -> int:
+    from kernelforge_tui.tui.launch import open_run
+
+    try:
+        open_run(args.run, theme=args.theme)
+    except (FileNotFoundError, ValueError, RuntimeError) as exc:  # StoreError is a RuntimeError
+        return _fail(console, False, "bad-input", str(exc), EXIT_USAGE)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelforge", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -182,6 +211,16 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("kernel", help="CUDA source of the candidate")
     ev.add_argument("--plan", help="launch plan TOML (default: KERNEL with .plan.toml)")
     ev.add_argument("--json", action="store_true", help="machine-readable output")
+    tui = sub.add_parser("tui", help="search a card under the terminal UI (watch and steer it live)")
+    tui.add_argument("card", help="card directory (holding card.toml)")
+    tui.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
+    tui.add_argument("--budget-iters", type=int, metavar="N", help="stop after N candidates evaluated")
+    tui.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
+    tui.add_argument("--simulate", action="store_true",
+                     help="no GPU: real nvcc builds, INVENTED timings (for trying the tool)")  # fmt: skip
+    opn = sub.add_parser("open", help="open a run in the terminal UI: a finished one, or one live in another process")
+    opn.add_argument("run", help="run directory or run id")
+    opn.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
     return parser
 
 
@@ -189,6 +228,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
     handlers = {"doctor": cmd_doctor, "eval": cmd_eval}
+    handlers.update(tui=cmd_tui, open=cmd_open)
     return handlers[args.command](args, console)
 
 
