@@ -123,6 +123,7 @@ class Search:
         self.stop_reason: str | None = None
         self._subscribers: list[asyncio.Queue[EngineEvent]] = []
         self._keys: set[str] = set()
+        self._source_hashes: set[str] = set()
         self._flying: set[int] = set()
         self._forced: deque[int] = deque()
         self._best: tuple[int, float] | None = None
@@ -148,6 +149,7 @@ class Search:
             node = self.tree.add(rec.id, rec.parent_id, rec.params, rec.mutation)
             node.banned, node.pinned, node.hints = rec.banned, rec.pinned, list(rec.hints)
             self._keys.add(source_key(rec.source, rec.plan))
+            self._source_hashes.add(hashlib.sha256(rec.source.encode()).hexdigest())
         done = sorted((r for r in records if r.last_measurement is not None and r.status not in ("proposed", "built")),
                       key=lambda r: r.last_measurement or 0)  # fmt: skip
         for rec in done:
@@ -276,7 +278,7 @@ class Search:
         finished = False
         try:
             self._session_t0 = self._accounted = time.monotonic()
-            self._set_state("running", "resumed" if len(self.tree) else "started")
+            self._set_state("paused" if self._paused else "running", "resumed" if len(self.tree) else "started")
             self._start_or_resume()
             tasks += [asyncio.create_task(self._builder(), name=f"build-{i}")
                       for i in range(self.pipeline.build_parallel)]  # fmt: skip
@@ -343,6 +345,7 @@ class Search:
         if key in self._keys and not allow_duplicate:
             return None
         self._keys.add(key)
+        self._source_hashes.add(hashlib.sha256(proposal.source.encode()).hexdigest())
         view = self.store.add_node(parent_id, proposal.source, proposal.plan, proposal.mutation, proposal.proposer,
                                    proposal.params)  # fmt: skip
         self.tree.add(view.id, parent_id, proposal.params, proposal.mutation)
@@ -402,7 +405,7 @@ class Search:
             parent=ParentInfo(id=node_id, source=source, plan=plan, params=node.params, latency_us=view.latency_us,
                               speedup=view.speedup, ncu_summary=self.store.profile(node_id)),
             failed_siblings=failed, tried_children_params=self.tree.children_params(node_id),
-            tried_sources=set(self._keys), hints=self.tree.hints_for(node_id),
+            tried_sources=set(self._source_hashes), hints=self.tree.hints_for(node_id),
             best_speedup=self._best[1] if self._best else None,
         )  # fmt: skip
 
