@@ -118,6 +118,7 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S* part) {
     return v;
 }
 """
+            # Before __global__: the source check's CUDA grammar misreads it after the return type.
             attribute = f"__cluster_dims__({split}, 1, 1) "
         else:
             cluster = """template <typename S>
@@ -133,7 +134,7 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
 #define SPLIT {split}
 {reduce_helpers(True)}
 {cluster}
-extern "C" __global__ void {attribute}{launch_bounds(block, 1)} {self.entry}(
+extern "C" {attribute}__global__ void {launch_bounds(block, 1)} {self.entry}(
     const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y,
     int c, int hw, int groups) {{
 __shared__ {state} red[32];
