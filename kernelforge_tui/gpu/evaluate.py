@@ -207,7 +207,7 @@ class Evaluator:
         self.loaded = reply
 
     def _ceilings_path(self) -> Path:
-        return cache_dir() / "ceilings" / f"{self.gpu.uuid}.json"
+        return cache_dir() / "ceilings" / f"v2-{self.gpu.uuid}.json"  # v2: best of several copy shapes
 
     async def _ceilings(self) -> Ceilings:
         """Measured once per GPU and cached: copy bandwidth and FMA rate."""
