@@ -123,9 +123,9 @@ class ToyProposer:
         out: list[Proposal] = []
         for db, dv in ((0, 1), (1, 0), (-1, 0), (0, -1), (1, 1), (2, 0), (0, 2)):
             nb, nv = b + db, v + dv
-            if 0 <= nb < len(BLOCKS) and 0 <= nv < len(VECS):
-                if {"block": BLOCKS[nb], "vec": VECS[nv]} not in tried:
-                    out.append(self._make(BLOCKS[nb], VECS[nv]))
+            inside = 0 <= nb < len(BLOCKS) and 0 <= nv < len(VECS)
+            if inside and {"block": BLOCKS[nb], "vec": VECS[nv]} not in tried:
+                out.append(self._make(BLOCKS[nb], VECS[nv]))
         return out[:n]
 
 
