@@ -1,0 +1,351 @@
+"""Pilot tests of the TUI over a deterministic synthetic run: every binding sends its typed command and
+the screen shows the engine's answer; filters, jumps, diff modes, help, palette, keymap, quit."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+
+from kernelforge_tui.engine.events import (
+    AddHint,
+    BanSubtree,
+    ExpandNode,
+    InjectKernel,
+    MarkExport,
+    Pause,
+    PinSubtree,
+    Resume,
+    Stop,
+)
+from kernelforge_tui.tui.app import KernelForgeApp
+from kernelforge_tui.tui.config import TuiSettings
+from kernelforge_tui.tui.keymap import ACTIONS
+from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
+from kernelforge_tui.tui.source import RunSource
+from kernelforge_tui.tui.synthetic import SyntheticSource
+from kernelforge_tui.tui.widgets import DiffPane, SearchTree
+
+
+def screen_text(app: KernelForgeApp) -> str:
+    """What the terminal shows, as plain text (from the SVG screenshot, a public API)."""
+    svg = app.export_screenshot()
+    lines = re.findall(r"<text[^>]*>(.*?)</text>", svg)
+    return html.unescape("".join(lines)).replace("\xa0", " ")
+
+
+def make_app(source: SyntheticSource | None = None, **settings: object) -> KernelForgeApp:
+    return KernelForgeApp(source or SyntheticSource(40), TuiSettings(**settings))  # type: ignore[arg-type]
+
+
+def test_synthetic_source_follows_the_protocol() -> None:
+    assert isinstance(SyntheticSource(5), RunSource)
+
+
+async def test_opens_on_the_best_node_with_its_metrics_and_diff() -> None:
+    source = SyntheticSource(40)
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        best = source.best
+        assert best is not None and app.selected == best.id
+        text = screen_text(app)
+        assert f"best {best.speedup:.2f}x #{best.id}" in text
+        assert "speedup" in text and "ceiling" in text and "regs" in text
+        assert f"+++ #{best.id}" in text  # unified diff against the parent
+        assert "compile failed" in text  # the log, with the offending line below
+        assert "m = fmaxf(m, in4.x);" in text
+
+
+STEERING = [
+    ("p", Pause, "paused"),
+    ("x", ExpandNode, "expanding #"),
+    ("b", BanSubtree, "⊘"),
+    ("t", PinSubtree, "⇡"),
+    ("m", MarkExport, "★"),
+    ("S", Stop, "stopping"),
+]
+
+
+@pytest.mark.parametrize(("key", "command", "shown"), STEERING, ids=[c.__name__ for _, c, _ in STEERING])
+async def test_each_steering_key_sends_its_command_and_shows_the_answer(key: str, command: type, shown: str) -> None:
+    source = SyntheticSource(40)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        selected = app.selected
+        await pilot.press(key)
+        await pilot.pause()
+        assert len(source.sent) == 1 and isinstance(source.sent[0], command)
+        if hasattr(source.sent[0], "node_id"):
+            assert source.sent[0].node_id == selected
+        app.pump()
+        await pilot.pause()
+        assert shown in screen_text(app)
+
+
+async def test_pause_then_resume() -> None:
+    source = SyntheticSource(10)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await pilot.press("p")
+        app.pump()
+        await pilot.press("p")
+        app.pump()
+        await pilot.pause()
+        assert [type(c) for c in source.sent] == [Pause, Resume]
+        assert "running" in screen_text(app)
+
+
+async def test_ban_twice_unbans() -> None:
+    source = SyntheticSource(10)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await pilot.press("b")
+        app.pump()
+        await pilot.press("b")
+        await pilot.pause()
+        assert [c.banned for c in source.sent if isinstance(c, BanSubtree)] == [True, False]
+
+
+async def test_hint_goes_through_the_input_screen() -> None:
+    source = SyntheticSource(20)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        selected = app.selected
+        await pilot.press("h")
+        await pilot.pause()
+        assert isinstance(app.screen, HintScreen)
+        await pilot.press(*"try 8 rows per block", "enter")
+        await pilot.pause()
+        assert source.sent == [AddHint(node_id=selected, text="try 8 rows per block", at=source.sent[0].at)]
+        app.pump()
+        await pilot.pause()
+        assert "hint recorded: try 8 rows per block" in screen_text(app)
+
+
+async def test_escape_cancels_a_hint() -> None:
+    source = SyntheticSource(20)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await pilot.press("h", "a", "escape")
+        await pilot.pause()
+        assert source.sent == []
+
+
+async def test_edit_submits_the_kernel_as_a_child() -> None:
+    source = SyntheticSource(20)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        selected = app.selected
+        assert selected is not None
+        await pilot.press("e")
+        await pilot.pause()
+        assert isinstance(app.screen, EditorScreen)
+        assert app.screen.query_one("TextArea").language == "cuda"  # type: ignore[attr-defined]
+        await pilot.press("ctrl+home", *"// hand tuned", "enter", "ctrl+s")
+        await pilot.pause()
+        (sent,) = source.sent
+        assert isinstance(sent, InjectKernel) and sent.parent_id == selected
+        assert sent.source.startswith("// hand tuned\n") and sent.plan.entry == "softmax_rows"
+        app.pump()
+        await pilot.pause()
+        assert "hand-written" in screen_text(app)
+        assert len(app.state.nodes) == 21
+
+
+async def test_an_unchanged_edit_sends_nothing() -> None:
+    source = SyntheticSource(20)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await pilot.press("e")
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await pilot.pause()
+        assert source.sent == []
+
+
+async def test_a_finished_run_cannot_be_steered() -> None:
+    source = SyntheticSource(10, steerable=False, state="finished")
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await pilot.press("p", "b", "x")
+        await pilot.pause()
+        assert source.sent == []
+        assert "finished" in screen_text(app)
+
+
+async def test_filters_and_jump_to_best() -> None:
+    source = SyntheticSource(60)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        tree = app.query_one(SearchTree)
+        await pilot.press("f")
+        await pilot.pause()
+        assert tree.filter_mode == "improving" and "only improving" in screen_text(app)
+        shown = {n.data for n in tree.root.children}
+        assert shown == {i for i in app.state.matching("improving")}
+        assert all(app.state.is_improving(app.state.nodes[i]) for i in shown if i is not None)
+        await pilot.press("f")
+        await pilot.pause()
+        failed = {n.data for n in tree.root.children}
+        assert failed and all(app.state.nodes[i].status == "failed" for i in failed if i is not None)
+        await pilot.press("home")
+        await pilot.press("g")
+        await pilot.pause()
+        assert app.selected == app.state.best_id
+        assert tree.filter_mode == "all"  # the best node is no failure: jumping to it shows the whole tree
+        assert tree.cursor_node is not None and tree.cursor_node.data == app.state.best_id
+
+
+async def test_diff_base_and_layout() -> None:
+    source = SyntheticSource(30)
+    app = make_app(source)
+    async with app.run_test(size=(160, 48)) as pilot:
+        diff = app.query_one(DiffPane)
+        await pilot.press("d")
+        await pilot.pause()
+        assert app.diff_base == "baseline" and "Diff vs baseline" in screen_text(app)
+        await pilot.press("d")
+        await pilot.pause()
+        assert app.diff_base == "best"
+        assert "identical to best" in screen_text(app)  # the best node is selected
+        await pilot.press("d", "s")
+        await pilot.pause()
+        assert diff.side_by_side and "side by side" in screen_text(app)
+
+
+async def test_help_lists_every_binding_id() -> None:
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        text = screen_text(app)
+        for action in ACTIONS:
+            assert action.id in text
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_every_action_is_in_the_command_palette() -> None:
+    app = make_app()
+    async with app.run_test():
+        titles = {c.title for c in app.get_system_commands(app.screen)}
+        assert {a.help for a in ACTIONS} <= titles
+
+
+async def test_palette_command_runs_the_action() -> None:
+    source = SyntheticSource(10)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        (pause,) = [c for c in app.get_system_commands(app.screen) if c.title == "Pause the search, or resume it"]
+        await pause.callback()
+        await pilot.pause()
+        assert isinstance(source.sent[0], Pause)
+
+
+async def test_keymap_from_settings_remaps_a_binding() -> None:
+    source = SyntheticSource(10)
+    app = make_app(source, keymap={"pause_resume": "z"})
+    async with app.run_test() as pilot:
+        await pilot.press("p")
+        await pilot.pause()
+        assert source.sent == []
+        await pilot.press("z")
+        await pilot.pause()
+        assert isinstance(source.sent[0], Pause)
+
+
+def test_unknown_keymap_ids_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown binding ids"):
+        TuiSettings(keymap={"no_such_action": "z"})
+
+
+def test_keymap_and_theme_from_the_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    import os
+    from pathlib import Path
+
+    path = Path(os.environ["KERNELFORGE_CONFIG"])
+    path.write_text('[tui]\ntheme = "light"\n[tui.keymap]\nstop = "ctrl+x"\n')
+    settings = TuiSettings()
+    assert settings.theme == "light" and settings.keymap == {"stop": "ctrl+x"}
+    monkeypatch.setenv("KERNELFORGE_TUI__THEME", "ansi")
+    assert TuiSettings().theme == "ansi"
+
+
+@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast", "ansi"])
+async def test_themes_load(theme: str) -> None:
+    app = make_app(theme=theme)
+    async with app.run_test():
+        assert app.theme == f"kernelforge-{theme}"
+
+
+def test_an_unknown_theme_is_an_error() -> None:
+    with pytest.raises(ValueError, match="unknown theme"):
+        make_app(theme="nope")
+
+
+async def test_live_updates_arrive_in_batches() -> None:
+    source = SyntheticSource(40)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        source.grow(25, changes=10)
+        app.pump()
+        await pilot.pause()
+        assert len(app.state.nodes) == 65
+        assert f"{len(app.state.nodes)} nodes" in screen_text(app)
+        assert source.poll_events() == []
+
+
+async def test_no_animation_over_ssh(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SSH_CONNECTION", "10.0.0.1 5555 10.0.0.2 22")
+    app = make_app()
+    async with app.run_test():
+        assert app.ssh and app.animation_level == "none"
+
+
+async def test_quit_detaches_from_a_store_source() -> None:
+    source = SyntheticSource(10)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await pilot.press("q")
+        await pilot.pause()
+    assert source.closed and source.sent == []
+
+
+class InProcess(SyntheticSource):
+    """A synthetic source whose search runs in this process until it is told to stop."""
+
+    in_process = True
+
+    def __init__(self) -> None:
+        super().__init__(10)
+        import asyncio
+
+        self.stopped = asyncio.Event()
+        self.ran = False
+
+    async def send(self, command: object) -> None:
+        await super().send(command)  # type: ignore[arg-type]
+        if isinstance(command, Stop):
+            self.stopped.set()
+
+    async def run(self) -> None:
+        self.ran = True
+        await self.stopped.wait()  # finishes in-flight work, then returns
+        self.steerable = False
+
+
+async def test_quit_stops_an_in_process_search_cleanly_first() -> None:
+    source = InProcess()
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await pilot.pause()
+        assert source.ran
+        await pilot.press("q")
+        await pilot.pause(0.2)
+    assert isinstance(source.sent[-1], Stop) and source.stopped.is_set()
+    assert app.return_code == 0
