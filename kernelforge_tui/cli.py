@@ -19,10 +19,16 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelforge_tui.cards import CardError, load_card, plan_for_kernel
-from kernelforge_tui.config import load_settings
+from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards.plan import resolve
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.gpu.build import Builder, find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
+from kernelforge_tui.gpu.hardware import NodeProfile, analyse
+from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, Profiler
+from kernelforge_tui.gpu.protocol import Ceilings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 
@@ -201,6 +207,122 @@ def cmd_open(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+# ---- profile ----------------------------------------------------------------------------------------
+
+
+async def _profile_kernel(card_path: Path, kernel: Path, plan_path: Path | None) -> NodeProfile:
+    """Build one kernel file and profile one launch of it on the card's first input set."""
+    settings = load_settings()
+    card = load_card(card_path)
+    plan = plan_for_kernel(kernel, plan_path)
+    return await _profile_source(card, kernel.read_text(), plan, settings, measured_us=None)
+
+
+async def _profile_source(
+    card: Card, source: str, plan: LaunchPlan, settings: Settings, measured_us: float | None
+) -> NodeProfile:
+    gpu = require_gpu()[0]
+    b = settings.build
+    builder = Builder(nvcc=b.nvcc, arch=b.arch or gpu.arch, flags=b.flags, timeout_s=b.timeout_s,
+                      max_parallel=b.max_parallel)  # fmt: skip
+    built = await builder.build(source, plan.entry)
+    if not built.ok or built.cubin_path is None:
+        raise ProfileFailed(f"the kernel does not build: {built.failure or ''} {built.log.strip()[-300:]}",
+                            "fix it first: `kernelforge eval` shows the compiler's messages")  # fmt: skip
+    launch = resolve(plan, card.spec)
+    report = await Profiler(gpu_index=gpu.index).profile(card.root.resolve(), built.cubin_path, launch)
+    hardware = analyse(
+        report, flops=card.spec.flops(), counted_bytes=card.spec.bytes_moved(), measured_us=measured_us,
+        ceilings=_cached_ceilings(gpu.uuid),
+    )  # fmt: skip
+    return NodeProfile(profile=report, hardware=hardware, ptxas=built.ptxas.get(plan.entry))
+
+
+def _cached_ceilings(gpu_uuid: str) -> Ceilings | None:
+    """The ceilings `eval`/`optimize` measured on this GPU, if they did (profiling does not measure them)."""
+    from kernelforge_tui.config import cache_dir
+
+    path = cache_dir() / "ceilings" / f"{gpu_uuid}.json"
+    try:
+        return Ceilings.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _profile_node(run: str, node_id: int, again: bool, save: bool) -> NodeProfile:
+    """A run node's saved profile, or a fresh one (then saved on the node)."""
+    from kernelforge_tui.store import RunStore, resolve_run
+
+    run_dir = resolve_run(run)
+    with RunStore.open(run_dir, readonly=True) as store:
+        saved = store.profile(node_id)
+        source, plan = store.node_source(node_id)
+        _, card_dir = store.card_json()
+        evaluation = store.evaluation(node_id)
+    if saved is not None and not again:
+        return NodeProfile.model_validate_json(saved)
+    measured = evaluation.result.candidate if evaluation and evaluation.result else None
+    profiled = asyncio.run(
+        _profile_source(load_card(card_dir), source, plan, load_settings(), measured.median_us if measured else None)
+    )
+    if save:
+        with RunStore.open(run_dir) as store:
+            store.save_profile(node_id, profiled.model_dump_json())
+    return profiled
+
+
+def render_profile(profiled: NodeProfile, console: Console) -> None:
+    """The classified report: class and why, the metrics that matter for it, stalls, roofline, overhead."""
+    hw, report = profiled.hardware, profiled.profile
+    console.print(f"[bold]{escape(hw.kernel)}[/]: [bold cyan]{hw.class_name}[/]  [dim]{escape(hw.reason)}[/]")
+    table = Table(title=f"what matters for a {hw.class_name} kernel")
+    for column in ("metric", "value", "note"):
+        table.add_column(column)
+    for metric in hw.key_metrics + hw.stalls:
+        label = f"stall: {metric.label}" if metric in hw.stalls else metric.label
+        table.add_row(escape(label), escape(metric.value_text()), escape(metric.note))
+    console.print(table)
+    if hw.roofline is not None:
+        r = hw.roofline
+        console.print(
+            f"roofline: {r.arithmetic_intensity:.3g} FLOP/B (ridge {r.ridge_point:.3g}); {r.achieved_gbps:.0f} GB/s, "
+            f"{r.achieved_tflops:.3g} TFLOP/s: [bold]{r.share_of_attainable:.0%}[/] of the {r.bound} roof "
+            f"({r.time_source} time)"
+        )
+    else:
+        console.print("[dim]roofline: no measured ceilings for this GPU yet (run `kernelforge eval` once)[/]")
+    stats = profiled.ptxas
+    if stats is not None:
+        console.print(f"ptxas: {stats.registers} registers, {stats.shared_bytes} B static shared, "
+                      f"{stats.spill_store_bytes + stats.spill_load_bytes} B spills")  # fmt: skip
+    console.print(f"[dim]ncu {escape(report.ncu_version)}, {len(report.metrics)} metrics, "
+                  f"profiled in {report.seconds:.1f} s[/]")  # fmt: skip
+    for warning in report.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
+
+
+def cmd_profile(args: argparse.Namespace, console: Console) -> int:
+    from kernelforge_tui.store import StoreError
+
+    try:
+        if args.what.isdigit():
+            profiled = _profile_node(args.target, int(args.what), args.again, not args.no_save)
+        else:
+            plan = Path(args.plan) if args.plan else None
+            profiled = asyncio.run(_profile_kernel(Path(args.target), Path(args.what), plan))
+    except NoGpuError as exc:
+        return _fail(console, args.json, "no-gpu", str(exc), EXIT_NO_GPU)
+    except ProfileError as exc:
+        return _fail(console, args.json, f"profile-{exc.kind}", str(exc), EXIT_FAILED)
+    except (CardError, StoreError, KeyError, FileNotFoundError) as exc:
+        return _fail(console, args.json, "bad-input", str(exc).strip("'\""), EXIT_USAGE)
+    if args.json:
+        print(profiled.model_dump_json(indent=2))
+    else:
+        render_profile(profiled, console)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelforge", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -221,6 +343,13 @@ def build_parser() -> argparse.ArgumentParser:
     opn = sub.add_parser("open", help="open a run in the terminal UI: a finished one, or one live in another process")
     opn.add_argument("run", help="run directory or run id")
     opn.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
+    prof = sub.add_parser("profile", help="profile a run's node (or a kernel file) with Nsight Compute and classify it")
+    prof.add_argument("target", help="a run (directory or id), or a card directory")
+    prof.add_argument("what", help="the node id in the run, or a CUDA source file for the card")
+    prof.add_argument("--plan", help="launch plan TOML for a kernel file (default: KERNEL with .plan.toml)")
+    prof.add_argument("--again", action="store_true", help="profile a node again even where a profile is saved")
+    prof.add_argument("--no-save", action="store_true", help="do not save a node's new profile in the run")
+    prof.add_argument("--json", action="store_true", help="machine-readable output")
     return parser
 
 
@@ -228,6 +357,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
     handlers = {"doctor": cmd_doctor, "eval": cmd_eval}
+    handlers["profile"] = cmd_profile
     handlers.update(tui=cmd_tui, open=cmd_open)
     return handlers[args.command](args, console)
 

@@ -361,8 +361,9 @@ def _parse_details(header: list[str], rows: list[list[str]]) -> list[ParsedKerne
     """Details page: one row per (launch, section, metric); raw `--metrics` come under their raw names."""
     at = {name: i for i, name in enumerate(header)}
     kernels: dict[str, ParsedKernel] = {}
+    needed = max(at[name] for name in ("Metric Name", "Metric Value") if name in at)
     for row in rows:
-        if len(row) < len(header):
+        if len(row) <= needed:  # rule columns at the end are often left off
             continue
         launch_id = row[at["ID"]] if "ID" in at else "0"
         parsed = kernels.setdefault(
@@ -372,9 +373,9 @@ def _parse_details(header: list[str], rows: list[list[str]]) -> list[ParsedKerne
         name = row[at["Metric Name"]].strip()
         if number is None or not name:
             continue
-        raw_unit = row[at["Metric Unit"]] if "Metric Unit" in at else ""
+        raw_unit = row[at["Metric Unit"]] if "Metric Unit" in at and at["Metric Unit"] < len(row) else ""
         value, unit = normalise(number, raw_unit)
-        label = row[at["Section Name"]] if "Section Name" in at else ""
+        label = row[at["Section Name"]] if "Section Name" in at and at["Section Name"] < len(row) else ""
         section = DETAILS_SECTIONS.get(label, section_of(name) if "__" in name else label or "raw")
         parsed.metrics.setdefault(name, Metric(name=name, section=section, value=value, unit=unit, raw_unit=raw_unit))
     return list(kernels.values())

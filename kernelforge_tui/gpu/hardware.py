@@ -1,0 +1,346 @@
+"""What limits a kernel: its bottleneck class, the few metrics that matter for that class, its roofline position.
+
+The rule follows the expert workflow this tool imitates (CUDAMaster's hardware-analysis filter, in the
+Kernel Forge seed notes under shared/seeds/): compare the two Speed-Of-Light headlines of Nsight Compute,
+SM throughput and memory throughput, each in % of its sustained peak. When neither reaches the threshold
+(about 30%, a cut the authors derived with Otsu's method over their profiles) the kernel keeps neither
+the SMs nor the memory system busy: it waits, so it is memory-latency-bound (too few loads in flight, a
+dependent chain, a small grid). Otherwise the larger of the two names the class. Passing on only the
+class's own metrics keeps an analyst (person or LLM) on what can move the kernel.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from kernelforge_tui.gpu.build import PtxasStats
+from kernelforge_tui.gpu.profile import ProfileReport
+from kernelforge_tui.gpu.protocol import Ceilings
+
+Bottleneck = Literal["compute", "memory_bandwidth", "memory_latency"]
+
+CLASS_NAMES: dict[Bottleneck, str] = {
+    "compute": "compute-bound",
+    "memory_bandwidth": "memory-bandwidth-bound",
+    "memory_latency": "memory-latency-bound",
+}
+
+SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
+MEMORY_THROUGHPUT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
+DRAM_THROUGHPUT = (
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+)
+DURATION = "gpu__time_duration.sum"
+DRAM_BYTES = "dram__bytes.sum"
+L2_HIT = "lts__t_sector_hit_rate.pct"
+L1_HIT = "l1tex__t_sector_hit_rate.pct"
+LD_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"
+LD_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
+ST_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"
+ST_REQUESTS = "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
+ACHIEVED_OCCUPANCY = "sm__warps_active.avg.pct_of_peak_sustained_active"
+THEORETICAL_OCCUPANCY = "sm__maximum_warps_per_active_cycle_pct"
+ELIGIBLE_WARPS = "smsp__warps_eligible.avg.per_cycle_active"
+ISSUE_ACTIVE = "smsp__issue_active.avg.pct_of_peak_sustained_active"
+WAVES = "launch__waves_per_multiprocessor"
+REGISTERS = "launch__registers_per_thread"
+INSTRUCTIONS = "smsp__inst_executed.sum"
+IPC = "sm__inst_executed.avg.per_cycle_active"
+STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+PIPE = re.compile(r"^sm__(?:inst_executed_pipe_(\w+)|pipe_(\w+)_cycles_active)\.avg\.pct_of_peak_sustained_active$")
+MIX = {
+    "FFMA": "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "FADD": "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "FMUL": "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+}
+SECTOR_BYTES = 32
+
+
+class ClassifierSettings(BaseModel):
+    """How a profile is classified."""
+
+    threshold_pct: float = Field(default=30.0, gt=0, lt=100)
+    """Below this % of peak for both SM and memory throughput, a kernel is latency-bound. 30% is the cut of
+    the CUDAMaster hardware-analysis filter (Otsu's method over profiled kernels), see shared/seeds/."""
+    top_stalls: int = 3
+    """How many stall reasons a latency-bound report names."""
+
+
+class KeyMetric(BaseModel):
+    """One number worth showing for the kernel's class, with what it means."""
+
+    label: str
+    value: float
+    unit: str
+    note: str = ""
+
+    def value_text(self) -> str:
+        return _fmt(self.value, self.unit)
+
+    def text(self) -> str:
+        return f"{self.label} {self.value_text()}" + (f" ({self.note})" if self.note else "")
+
+
+class Roofline(BaseModel):
+    """Where the kernel sits against the measured ceilings, from the card's counted FLOPs and bytes."""
+
+    flops: int
+    bytes: int
+    seconds: float
+    """The time the rates are computed from (the worker's median where known, else ncu's duration)."""
+    time_source: Literal["measured", "ncu"]
+    arithmetic_intensity: float
+    """Counted FLOPs per counted byte."""
+    ridge_point: float
+    """FLOPs per byte where the copy ceiling meets the FMA ceiling: below it the memory side bounds."""
+    achieved_gbps: float
+    achieved_tflops: float
+    attainable_tflops: float
+    """min(FMA ceiling, intensity x copy ceiling)."""
+    bound: Literal["memory", "compute"]
+    share_of_attainable: float
+    """Achieved over attainable on the bounding side (1.0 = on the roof)."""
+
+
+class HardwareReport(BaseModel):
+    """The bottleneck class of one profiled kernel, the metrics that matter for it, and its roofline position."""
+
+    kernel: str
+    bottleneck: Bottleneck
+    sm_pct: float
+    memory_pct: float
+    threshold_pct: float
+    reason: str
+    key_metrics: list[KeyMetric]
+    stalls: list[KeyMetric] = Field(default_factory=list)
+    """Top stall reasons (cycles per issued instruction), for latency-bound kernels and any with stalls."""
+    roofline: Roofline | None = None
+
+    @property
+    def class_name(self) -> str:
+        return CLASS_NAMES[self.bottleneck]
+
+    def summary(self) -> str:
+        """One line: class, the two headlines, the most telling metric, the roofline share."""
+        parts = [f"{self.class_name}: SM {self.sm_pct:.0f}%, memory {self.memory_pct:.0f}% of peak"]
+        if self.key_metrics:
+            parts.append(self.key_metrics[0].text())
+        if self.bottleneck == "memory_latency" and self.stalls:
+            parts.append(f"top stall {self.stalls[0].label}")
+        if self.roofline is not None:
+            r = self.roofline
+            parts.append(f"{r.share_of_attainable:.0%} of the {r.bound} roof")
+        return "; ".join(parts)
+
+    def lines(self) -> list[str]:
+        """The full report as text lines (the CLI and the agents' prompt use them)."""
+        out = [f"{self.kernel}: {self.class_name}", f"  why: {self.reason}"]
+        out += [f"  {m.text()}" for m in self.key_metrics]
+        if self.stalls:
+            out.append("  stalls (cycles per issued instruction): " + ", ".join(m.text() for m in self.stalls))
+        if self.roofline is not None:
+            r = self.roofline
+            out.append(
+                f"  roofline: {r.arithmetic_intensity:.3g} FLOP/B (ridge {r.ridge_point:.3g}), "
+                f"{r.achieved_gbps:.0f} GB/s, {r.achieved_tflops:.3g} TFLOP/s, attainable {r.attainable_tflops:.3g} "
+                f"TFLOP/s: {r.share_of_attainable:.0%} of the {r.bound} roof ({r.time_source} time)"
+            )
+        return out
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "percent":
+        return f"{value:.1f}%"
+    if unit == "bytes":
+        return f"{value / 1e6:.1f} MB"
+    if unit == "bytes/second":
+        return f"{value / 1e9:.0f} GB/s"
+    if unit == "seconds":
+        return f"{value * 1e6:.1f} us"
+    return f"{value:.3g}" + (f" {unit}" if unit and unit not in ("count", "ratio") else "")
+
+
+def classify(sm_pct: float, memory_pct: float, threshold_pct: float = 30.0) -> tuple[Bottleneck, str]:
+    """The class and the reason in words, from the two Speed-Of-Light headlines (% of peak)."""
+    if sm_pct < threshold_pct and memory_pct < threshold_pct:
+        return "memory_latency", (
+            f"neither SM ({sm_pct:.0f}%) nor memory ({memory_pct:.0f}%) throughput reaches {threshold_pct:.0f}% of "
+            "peak: the kernel waits on latency (too little work in flight)"
+        )
+    if memory_pct >= sm_pct:
+        return "memory_bandwidth", f"memory throughput {memory_pct:.0f}% of peak is the larger (SM {sm_pct:.0f}%)"
+    return "compute", f"SM throughput {sm_pct:.0f}% of peak is the larger (memory {memory_pct:.0f}%)"
+
+
+def _first(values: Mapping[str, float], *names: str) -> float | None:
+    for name in names:
+        if name in values:
+            return values[name]
+    return None
+
+
+def stall_reasons(values: Mapping[str, float], top: int = 3) -> list[KeyMetric]:
+    """The largest stall reasons, in cycles per issued instruction ('selected' is issuing, not a stall)."""
+    found: list[tuple[str, float]] = []
+    for name, value in values.items():
+        match = STALL.match(name)
+        if match and not match.group(1).endswith("not_issued") and match.group(1) != "selected":
+            found.append((match.group(1), value))
+    found.sort(key=lambda item: -item[1])
+    return [KeyMetric(label=reason, value=value, unit="ratio") for reason, value in found[:top] if value > 0]
+
+
+def _bandwidth_metrics(values: Mapping[str, float], counted_bytes: int, seconds: float | None) -> list[KeyMetric]:
+    out: list[KeyMetric] = []
+    dram_pct = _first(values, *DRAM_THROUGHPUT)
+    if dram_pct is not None:
+        out.append(KeyMetric(label="DRAM throughput", value=dram_pct, unit="percent", note="of peak"))
+    dram_bytes = values.get(DRAM_BYTES)
+    if dram_bytes is not None:
+        note = f"{dram_bytes / counted_bytes:.2f}x the card's counted bytes" if counted_bytes else ""
+        out.append(KeyMetric(label="DRAM bytes", value=dram_bytes, unit="bytes", note=note))
+        if seconds:
+            out.append(KeyMetric(label="DRAM bandwidth", value=dram_bytes / seconds, unit="bytes/second"))
+    for label, sectors, requests in (("load", LD_SECTORS, LD_REQUESTS), ("store", ST_SECTORS, ST_REQUESTS)):
+        if values.get(requests):
+            per_request = values[sectors] / values[requests]
+            out.append(
+                KeyMetric(
+                    label=f"global {label} bytes per request", value=per_request * SECTOR_BYTES, unit="count",
+                    note=f"{per_request:.1f} sectors/request; 4: coalesced 4-byte, 32: scattered",
+                )
+            )  # fmt: skip
+    l2 = values.get(L2_HIT)
+    if l2 is not None:
+        out.append(KeyMetric(label="L2 hit rate", value=l2, unit="percent"))
+    return out
+
+
+def _latency_metrics(values: Mapping[str, float]) -> list[KeyMetric]:
+    out: list[KeyMetric] = []
+    achieved = values.get(ACHIEVED_OCCUPANCY)
+    if achieved is not None:
+        theoretical = values.get(THEORETICAL_OCCUPANCY)
+        note = f"theoretical {theoretical:.0f}%" if theoretical is not None else ""
+        out.append(KeyMetric(label="achieved occupancy", value=achieved, unit="percent", note=note))
+    eligible = values.get(ELIGIBLE_WARPS)
+    if eligible is not None:
+        out.append(
+            KeyMetric(
+                label="eligible warps per cycle", value=eligible, unit="ratio", note="per scheduler; < 1 idles it"
+            )
+        )
+    issue = values.get(ISSUE_ACTIVE)
+    if issue is not None:
+        out.append(KeyMetric(label="issue slots busy", value=issue, unit="percent"))
+    waves = values.get(WAVES)
+    if waves is not None:
+        out.append(
+            KeyMetric(label="waves per SM", value=waves, unit="ratio", note="< 1: the grid does not fill the GPU")
+        )
+    return out
+
+
+def _compute_metrics(values: Mapping[str, float]) -> list[KeyMetric]:
+    out: list[KeyMetric] = []
+    pipes: list[tuple[str, float]] = []
+    for name, value in values.items():
+        match = PIPE.match(name)
+        if match:
+            pipes.append((match.group(1) or match.group(2), value))
+    pipes.sort(key=lambda item: -item[1])
+    seen: set[str] = set()
+    for pipe, value in pipes:
+        if pipe not in seen and len(seen) < 3:
+            seen.add(pipe)
+            out.append(KeyMetric(label=f"{pipe} pipe", value=value, unit="percent", note="of peak"))
+    issue = values.get(ISSUE_ACTIVE)
+    if issue is not None:
+        out.append(KeyMetric(label="issue slots busy", value=issue, unit="percent"))
+    ipc = values.get(IPC)
+    if ipc is not None:
+        out.append(KeyMetric(label="IPC", value=ipc, unit="ratio", note="instructions per cycle per SM, 4 at most"))
+    total = values.get(INSTRUCTIONS)
+    if total is not None:
+        out.append(KeyMetric(label="warp instructions", value=total, unit="count"))
+    mix = {label: values[name] for label, name in MIX.items() if values.get(name)}
+    if mix:
+        all_fp = sum(mix.values())
+        text = ", ".join(f"{label} {count / all_fp:.0%}" for label, count in mix.items())
+        out.append(KeyMetric(label="fp32 thread instructions", value=all_fp, unit="count", note=text))
+    return out
+
+
+def roofline(
+    flops: int, counted_bytes: int, seconds: float, ceilings: Ceilings, time_source: Literal["measured", "ncu"]
+) -> Roofline:
+    """The roofline position from counted work, a time, and the measured ceilings."""
+    copy_bps = ceilings.copy_gbps * 1e9
+    fma_fps = ceilings.fma_tflops * 1e12
+    intensity = flops / counted_bytes if counted_bytes else float("inf")
+    ridge = fma_fps / copy_bps
+    attainable = min(fma_fps, intensity * copy_bps) if counted_bytes else fma_fps
+    achieved_bps = counted_bytes / seconds
+    achieved_fps = flops / seconds
+    bound: Literal["memory", "compute"] = "memory" if intensity < ridge else "compute"
+    share = achieved_bps / copy_bps if bound == "memory" else achieved_fps / fma_fps
+    return Roofline(
+        flops=flops, bytes=counted_bytes, seconds=seconds, time_source=time_source,
+        arithmetic_intensity=intensity, ridge_point=ridge, achieved_gbps=achieved_bps / 1e9,
+        achieved_tflops=achieved_fps / 1e12, attainable_tflops=attainable / 1e12, bound=bound,
+        share_of_attainable=share,
+    )  # fmt: skip
+
+
+def analyse(
+    report: ProfileReport | Mapping[str, float],
+    *,
+    kernel: str = "",
+    flops: int = 0,
+    counted_bytes: int = 0,
+    measured_us: float | None = None,
+    ceilings: Ceilings | None = None,
+    settings: ClassifierSettings | None = None,
+) -> HardwareReport:
+    """Classify a profile and keep the metrics that matter for its class; the roofline where ceilings are known."""
+    settings = settings or ClassifierSettings()
+    if isinstance(report, ProfileReport):
+        values = report.values()
+        kernel = kernel or report.kernel
+    else:
+        values = dict(report)
+    sm_pct = values.get(SM_THROUGHPUT)
+    memory_pct = values.get(MEMORY_THROUGHPUT)
+    if sm_pct is None or memory_pct is None:
+        missing = [n for n, v in ((SM_THROUGHPUT, sm_pct), (MEMORY_THROUGHPUT, memory_pct)) if v is None]
+        raise ValueError(f"the profile lacks {', '.join(missing)}: collect the SpeedOfLight section")
+    bottleneck, reason = classify(sm_pct, memory_pct, settings.threshold_pct)
+    ncu_seconds = values.get(DURATION)
+    seconds = measured_us * 1e-6 if measured_us else ncu_seconds
+    if bottleneck == "memory_bandwidth":
+        key = _bandwidth_metrics(values, counted_bytes, ncu_seconds)
+    elif bottleneck == "memory_latency":
+        key = _latency_metrics(values) + _bandwidth_metrics(values, counted_bytes, ncu_seconds)[:2]
+    else:
+        key = _compute_metrics(values)
+    line = None
+    if ceilings is not None and seconds and (flops or counted_bytes):
+        line = roofline(flops, counted_bytes, seconds, ceilings, "measured" if measured_us else "ncu")
+    return HardwareReport(
+        kernel=kernel, bottleneck=bottleneck, sm_pct=sm_pct, memory_pct=memory_pct,
+        threshold_pct=settings.threshold_pct, reason=reason, key_metrics=key,
+        stalls=stall_reasons(values, settings.top_stalls), roofline=line,
+    )  # fmt: skip
+
+
+class NodeProfile(BaseModel):
+    """What is saved on a node (`RunStore.save_profile`): ncu's metrics, the classified report, ptxas stats."""
+
+    profile: ProfileReport
+    hardware: HardwareReport
+    ptxas: PtxasStats | None = None
