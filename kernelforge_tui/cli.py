@@ -1,20 +1,25 @@
-"""The `kernelforge` command: doctor, eval (and, as they land, optimize, runs, tui, open, profile)."""
+"""The `kernelforge` command: doctor, eval, optimize, runs (and, as they land, tui, open, profile)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
+import contextlib
 import importlib.metadata
 import importlib.util
 import json
 import platform
 import shutil
+import signal
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
@@ -23,12 +28,19 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, load_settings
+from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
+from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.events import BestImproved, BudgetUsed, EngineEvent, LogLine, StateChanged, Stop
+from kernelforge_tui.engine.mcts import TreeSettings
+from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
 from kernelforge_tui.gpu.build import Builder, find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
 from kernelforge_tui.gpu.hardware import NodeProfile, analyse
 from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, Profiler
 from kernelforge_tui.gpu.protocol import Ceilings
+from kernelforge_tui.proposers.base import Proposer
+from kernelforge_tui.store import RunInfo, RunStore, StoreError, list_runs, new_run_dir, resolve_run, runs_root
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 
@@ -176,6 +188,223 @@ def _fail(console: Console, as_json: bool, kind: str, message: str, code: int) -
     else:
         console.print(f"[red bold]error:[/] {escape(message)}")
     return code
+
+
+# ---- optimize and runs ----------------------------------------------------------------------------
+
+DEFAULT_PROPOSER = "templates"
+
+
+def _load_proposer(spec: str) -> Proposer:
+    """`templates` (the built-in library) or `module:Class` (any class following the Proposer protocol)."""
+    if spec == DEFAULT_PROPOSER:
+        from kernelforge_tui.proposers.templates import TemplateProposer
+
+        return TemplateProposer()  # type: ignore[no-any-return, unused-ignore]
+    module_name, _, attr = spec.partition(":")
+    if not attr:
+        raise ValueError(f"--proposer {spec!r}: give 'templates' or 'module:Class'")
+    proposer = getattr(importlib.import_module(module_name), attr)()
+    if not isinstance(proposer, Proposer):
+        raise ValueError(f"--proposer {spec!r} does not follow the Proposer protocol (name, propose, seeds)")
+    return proposer
+
+
+def _tree_settings(pairs: list[str], base: TreeSettings) -> TreeSettings:
+    """`--tree exploration=0.7` overrides, checked by the TreeSettings model."""
+    updates: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or key not in TreeSettings.model_fields:
+            raise ValueError(f"--tree {pair!r}: use KEY=VALUE with KEY one of {sorted(TreeSettings.model_fields)}")
+        updates[key] = value
+    return TreeSettings.model_validate(base.model_dump() | updates)
+
+
+class _LiveState:
+    """What the live view shows, updated from the engine's events."""
+
+    def __init__(self) -> None:
+        self.budget: BudgetUsed | None = None
+        self.logs: collections.deque[str] = collections.deque(maxlen=4)
+
+    def update(self, event: EngineEvent) -> None:
+        if isinstance(event, BudgetUsed):
+            self.budget = event
+        elif isinstance(event, LogLine) and event.level != "debug":
+            self.logs.append(event.text)
+        elif isinstance(event, BestImproved):
+            self.logs.append(f"best: node {event.node_id} at {event.speedup:.3g}x ({event.latency_us:.3g} us)")
+        elif isinstance(event, StateChanged) and event.reason:
+            self.logs.append(f"{event.state}: {event.reason}")
+
+
+def render_run(info: RunInfo, live: _LiveState | None = None) -> Table:
+    """The run at a glance: best speedup, share of the ceiling, nodes, failures, throughput, GPU use."""
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    simulated = info.backend == SIMULATED
+    table.add_row("run", f"{escape(info.run_id)}  [dim]{escape(str(info.run_dir))}[/]")
+    table.add_row("card", f"{escape(info.card_name)} ({info.family})")
+    table.add_row("backend", "[yellow bold]SIMULATED: timings are invented, no GPU ran anything[/]" if simulated
+                  else escape(info.gpu_name))  # fmt: skip
+    table.add_row("state", f"{info.state}" + (f"  [dim]{escape(info.reason)}[/]" if info.reason else ""))
+    if info.best_speedup is not None:
+        label = "best (simulated)" if simulated else "best"
+        table.add_row(label, f"[green bold]{info.best_speedup:.3g}x[/] over the card's baseline, node "
+                      f"{info.best_node_id}, {info.best_latency_us or 0:.4g} us")  # fmt: skip
+        if info.best_ceiling_share is not None:
+            ceiling = "the simulated ceiling" if simulated else "the measured ceiling"
+            table.add_row("ceiling", f"{info.best_ceiling_share:.0%} of {ceiling}")
+    table.add_row("nodes", f"{info.node_count} ({info.in_flight_count} in flight, {info.failure_count} failed)")
+    budget = live.budget if live else None
+    if budget is not None:
+        caps = [f"{budget.iterations}" + (f"/{budget.max_iterations}" if budget.max_iterations is not None else "")
+                + " candidates",
+                f"{budget.elapsed_s / 60:.1f}" + (f"/{budget.max_seconds / 60:g}" if budget.max_seconds else "")
+                + " min",
+                f"{budget.gpu_seconds:.1f}" + (f"/{budget.max_gpu_seconds:g}" if budget.max_gpu_seconds else "")
+                + " GPU s"]  # fmt: skip
+        table.add_row("budget", ", ".join(caps))
+        table.add_row("rate", f"{budget.candidates_per_minute:.1f} candidates/min, GPU busy "
+                      f"{budget.gpu_busy_share:.0%}" + (" (simulated)" if simulated else ""))  # fmt: skip
+    if live is not None:
+        for line in live.logs:
+            table.add_row("", f"[dim]{escape(line)}[/]")
+    return table
+
+
+async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
+    settings = load_settings()
+    given = Budget(max_iterations=args.budget_iters, max_minutes=args.budget_minutes,
+                   max_gpu_seconds=args.budget_gpu_seconds)  # fmt: skip
+    store: RunStore | None = None
+    if args.resume:
+        run_dir = resolve_run(args.resume, Path(args.root) if args.root else None)
+        with RunStore.open(run_dir, readonly=True) as peek:
+            recorded = RunSettings.model_validate_json(peek.settings_json())
+            info = peek.run_info()
+            _, card_dir = peek.card_json()
+        if (info.backend == SIMULATED) != bool(args.simulate):
+            raise ValueError(
+                f"run {info.run_id} was {'simulated' if info.backend == SIMULATED else 'measured on a GPU'}: "
+                f"resume it {'with' if info.backend == SIMULATED else 'without'} --simulate (one run never mixes both)"
+            )
+        card = load_card(Path(args.card) if args.card else card_dir)
+        run_settings = recorded.model_copy(update={"budget": recorded.budget.merged(given)})
+        if args.tree:
+            run_settings.tree = _tree_settings(args.tree, run_settings.tree)
+        run_settings.proposer = args.proposer or recorded.proposer or DEFAULT_PROPOSER
+    else:
+        if not args.card:
+            raise ValueError("give a CARD directory, or --resume RUN")
+        card = load_card(Path(args.card))
+        run_dir = (
+            Path(args.run_dir) if args.run_dir else new_run_dir(card.spec.name, Path(args.root) if args.root else None)
+        )
+        run_settings = RunSettings(
+            tree=_tree_settings(args.tree or [], TreeSettings()),
+            pipeline=PipelineSettings(build_parallel=max(1, settings.build.max_parallel)),
+            budget=given, proposer=args.proposer or DEFAULT_PROPOSER, app=settings.model_dump(mode="json"),
+        )  # fmt: skip
+    proposer = _load_proposer(run_settings.proposer)
+    backend: SimulatedBackend | GpuBackend
+    if args.simulate:
+        backend = SimulatedBackend(card, make_builder(settings), eval_seconds=args.simulate_seconds)
+    else:
+        backend = GpuBackend(card, settings, require_gpu())
+    if args.resume:
+        store = RunStore.open(run_dir)
+        store.set_settings_json(run_settings.model_dump_json())
+    else:
+        store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
+    try:
+        search = Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline)
+        return await _drive(search, store, console, quiet=args.json)
+    finally:
+        store.close()
+
+
+async def _drive(search: Search, store: RunStore, console: Console, quiet: bool) -> RunInfo:
+    """Run the search under a live view; the first Ctrl-C (or SIGTERM) stops it cleanly, the second at once."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.create_task(search.run())
+    signals = 0
+    pending: set[asyncio.Task[None]] = set()
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            stop = loop.create_task(search.send(Stop()))
+            pending.add(stop)
+            stop.add_done_callback(pending.discard)
+        else:
+            task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, on_signal)
+    queue = search.subscribe()
+    state = _LiveState()
+    try:
+        if quiet:
+            return await task
+        with Live(render_run(store.run_info(), state), console=console, refresh_per_second=4) as live:
+            while not task.done():
+                with contextlib.suppress(TimeoutError):
+                    state.update(await asyncio.wait_for(queue.get(), 0.25))
+                while not queue.empty():
+                    state.update(queue.get_nowait())
+                live.update(render_run(store.run_info(), state))
+            info = await task
+            live.update(render_run(info, state))
+            return info
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
+    try:
+        info = asyncio.run(_optimize(args, console))
+    except NoGpuError as exc:
+        return _fail(console, args.json, "no-gpu", f"{exc} (or pass --simulate to try the search with invented "
+                     "timings)", EXIT_NO_GPU)  # fmt: skip
+    except (CardError, StoreError, ValueError, ImportError, FileNotFoundError) as exc:
+        return _fail(console, args.json, "bad-input", str(exc), EXIT_USAGE)
+    except asyncio.CancelledError:
+        return _fail(console, args.json, "interrupted", "interrupted: resume the run with --resume", EXIT_FAILED)
+    if args.json:
+        print(info.model_dump_json(indent=2))
+    else:
+        console.print()
+        console.print(f"resume or extend it with: kernelforge optimize --resume {escape(str(info.run_dir))}")
+    return EXIT_FAILED if "baseline failed" in info.reason else EXIT_OK
+
+
+def cmd_runs(args: argparse.Namespace, console: Console) -> int:
+    infos = list_runs(Path(args.root) if args.root else None)
+    if args.json:
+        print(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
+        return EXIT_OK
+    if not infos:
+        console.print(f"no runs under {escape(str(Path(args.root) if args.root else runs_root()))}")
+        return EXIT_OK
+    table = Table(title="kernelforge runs")
+    for column in ("run", "card", "backend", "state", "best", "ceiling", "nodes", "failed", "started"):
+        table.add_column(column)
+    for i in infos:
+        best = f"{i.best_speedup:.3g}x (node {i.best_node_id})" if i.best_speedup is not None else "-"
+        ceiling = f"{i.best_ceiling_share:.0%}" if i.best_ceiling_share is not None else "-"
+        backend = "[yellow]simulated[/]" if i.backend == SIMULATED else escape(i.gpu_name)
+        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.started_at))
+        table.add_row(escape(i.run_id), escape(i.card_name), backend, i.state, best, ceiling, str(i.node_count),
+                      str(i.failure_count), started)  # fmt: skip
+    console.print(table)
+    return EXIT_OK
 
 
 # ---- tui and open ---------------------------------------------------------------------------------
@@ -333,6 +562,25 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("kernel", help="CUDA source of the candidate")
     ev.add_argument("--plan", help="launch plan TOML (default: KERNEL with .plan.toml)")
     ev.add_argument("--json", action="store_true", help="machine-readable output")
+    opt = sub.add_parser("optimize", help="search for faster kernels for a card (tree search, live view)")
+    opt.add_argument("card", nargs="?", help="card directory (holding card.toml); optional with --resume")
+    opt.add_argument("--budget-iters", type=int, metavar="N", help="stop after N candidates evaluated")
+    opt.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
+    opt.add_argument("--budget-gpu-seconds", type=float, metavar="S", help="stop after S GPU seconds of evaluation")
+    opt.add_argument("--resume", metavar="RUN", help="continue a run (its id or directory) after a stop or a crash")
+    opt.add_argument("--run-dir", metavar="DIR", help="where the new run's store goes (default: under --root)")
+    opt.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
+    opt.add_argument("--simulate", action="store_true",
+                     help="no GPU: real nvcc builds, INVENTED timings (for trying the tool and for CI)")  # fmt: skip
+    opt.add_argument("--simulate-seconds", type=float, default=0.01, metavar="S",
+                     help="simulated GPU seconds per evaluation (with --simulate)")  # fmt: skip
+    opt.add_argument("--proposer", metavar="NAME", help="'templates' (default) or module:Class")
+    opt.add_argument("--tree", action="append", metavar="KEY=VALUE",
+                     help="tree search constant, e.g. --tree exploration=0.7 (see README)")  # fmt: skip
+    opt.add_argument("--json", action="store_true", help="no live view; print the run summary as JSON")
+    runs = sub.add_parser("runs", help="list runs with their best results")
+    runs.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
     tui = sub.add_parser("tui", help="search a card under the terminal UI (watch and steer it live)")
     tui.add_argument("card", help="card directory (holding card.toml)")
     tui.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
@@ -356,7 +604,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
-    handlers = {"doctor": cmd_doctor, "eval": cmd_eval}
+    handlers = {"doctor": cmd_doctor, "eval": cmd_eval, "optimize": cmd_optimize, "runs": cmd_runs}
     handlers["profile"] = cmd_profile
     handlers.update(tui=cmd_tui, open=cmd_open)
     return handlers[args.command](args, console)

@@ -204,14 +204,21 @@ class RunStore:
 
     @classmethod
     def create(cls, run_dir: Path, card: Card, backend_name: str, gpu_name: str, settings: BaseModel) -> RunStore:
-        """A new run in `run_dir` (created; it must not already hold a run)."""
+        """A new run in `run_dir` (created; it must not already hold a run).
+
+        The database is built under a temporary name and renamed into place, so a reader polling the
+        directory (the TUI, `kernelforge runs`) never sees a half-created run.
+        """
         run_dir.mkdir(parents=True, exist_ok=True)
         path = run_dir / DB_NAME
         if path.exists():
             raise StoreError(f"{run_dir} already holds a run: resume it with --resume, or pick another --run-dir")
-        store = cls(run_dir, cls._connect(path, readonly=False), readonly=False)
-        store._migrate()
-        with store._tx() as c:
+        tmp = run_dir / f".{DB_NAME}.{os.getpid()}.tmp"
+        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        building = cls(run_dir, cls._connect(tmp, readonly=False), readonly=False)
+        building._migrate()
+        with building._tx() as c:
             c.execute(
                 "INSERT INTO run (id, card_name, family, card_json, card_dir, backend, gpu_name, settings_json,"
                 " started_at, state, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -219,7 +226,9 @@ class RunStore:
                  str(card.root.resolve()), backend_name, gpu_name, settings.model_dump_json(), time.time(),
                  "starting", os.getpid(), socket.gethostname()),
             )  # fmt: skip
-        return store
+        building.close()  # checkpoints the WAL into the file and removes it
+        os.replace(tmp, path)
+        return cls(run_dir, cls._connect(path, readonly=False), readonly=False)
 
     @classmethod
     def open(cls, run_dir: Path, readonly: bool = False) -> RunStore:
