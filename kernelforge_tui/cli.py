@@ -200,7 +200,7 @@ def _load_proposer(spec: str) -> Proposer:
     if spec == DEFAULT_PROPOSER:
         from kernelforge_tui.proposers.templates import TemplateProposer
 
-        return TemplateProposer()  # type: ignore[no-any-return, unused-ignore]
+        return TemplateProposer()
     module_name, _, attr = spec.partition(":")
     if not attr:
         raise ValueError(f"--proposer {spec!r}: give 'templates' or 'module:Class'")
@@ -377,6 +377,8 @@ def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
         return _fail(console, args.json, "bad-input", str(exc), EXIT_USAGE)
     except asyncio.CancelledError:
         return _fail(console, args.json, "interrupted", "interrupted: resume the run with --resume", EXIT_FAILED)
+    except RuntimeError as exc:  # the backend did not start (a baseline that does not build, a broken worker)
+        return _fail(console, args.json, "backend", str(exc), EXIT_FAILED)
     if args.json:
         print(info.model_dump_json(indent=2))
     else:

@@ -273,7 +273,11 @@ class Search:
     async def run(self) -> RunInfo:
         """Start the backend, search until a budget, a Stop or an exhausted tree, close the backend."""
         self._emit(StateChanged(state="starting", reason="starting the evaluation backend"))
-        await self.backend.start()
+        try:
+            await self.backend.start()
+        except Exception as exc:
+            self._set_state("finished", f"the evaluation backend did not start: {exc}")
+            raise
         tasks: list[asyncio.Task[None]] = []
         finished = False
         try:
