@@ -148,10 +148,14 @@ class RunState:
         reference = parent.speedup if parent is not None and parent.speedup is not None else 1.0
         return node.speedup > reference
 
+    def matches(self, node: NodeView, mode: str) -> bool:
+        """Whether a filter shows this node."""
+        if mode == "improving":
+            return self.is_improving(node)
+        if mode == "failures":
+            return node.status == "failed"
+        return True
+
     def matching(self, mode: str) -> list[int]:
         """Ids a filter shows, in id order."""
-        if mode == "improving":
-            return [i for i, n in self.nodes.items() if self.is_improving(n)]
-        if mode == "failures":
-            return [i for i, n in self.nodes.items() if n.status == "failed"]
-        return list(self.nodes)
+        return [i for i, n in self.nodes.items() if self.matches(n, mode)]

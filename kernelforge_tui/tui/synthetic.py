@@ -81,6 +81,7 @@ class SyntheticSource:
         self.rng = random.Random(seed)
         self.nodes: dict[int, NodeView] = {}
         self.params: dict[int, tuple[int, int, bool]] = {}
+        self.children: dict[int, list[int]] = {}
         self.sources: dict[int, str] = {}
         self.pending: deque[EngineEvent] = deque()
         self.sent: list[EngineCommand] = []
@@ -139,8 +140,9 @@ class SyntheticSource:
         node_id = len(self.nodes) + 1
         ids = list(self.nodes)
         if parent_id is None:
-            # Prefer recent, good nodes as parents, the way selection would.
-            parent_id = max(rng.sample(ids[-50:], k=min(3, len(ids[-50:]))), key=lambda i: self.nodes[i].speedup or 0)
+            # Prefer good nodes as parents, the way selection would (a bushy tree, not a chain).
+            sample = self.rng.sample(ids, k=min(4, len(ids)))
+            parent_id = max(sample, key=lambda i: (self.nodes[i].speedup or 0) - 0.02 * len(self.children.get(i, ())))
         parent = self.nodes[parent_id]
         block, vec, unroll = self.params[parent_id]
         change = rng.choice(("block", "vec", "unroll"))
@@ -192,6 +194,7 @@ class SyntheticSource:
                 created_at=at,
             )
         self.nodes[node_id], self.params[node_id] = node, (block, vec, unroll)
+        self.children.setdefault(parent_id, []).append(node_id)
         self.sources[node_id] = kernel_source(block, vec, unroll)
         if (
             node.speedup is not None

@@ -19,7 +19,7 @@ from kernelforge_tui.tui.state import Changes, RunState
 
 FilterMode = Literal["all", "improving", "failures"]
 FILTERS: tuple[FilterMode, ...] = ("all", "improving", "failures")
-FILTER_LIMIT = 2000
+FILTER_LIMIT = 500
 """A filter lists at most this many nodes (the most recent), to keep the tree fast."""
 
 GLYPHS = {"proposed": "○", "built": "◔", "verified": "◑", "timed": "●", "profiled": "◆", "failed": "✗"}
@@ -211,12 +211,18 @@ class SearchTree(Tree[int]):
             self._tree_node[node_id].refresh()
 
     def _apply_filtered(self, changes: Changes) -> None:
-        wanted = set(self.state.matching(self.filter_mode)) if (changes.added or changes.changed) else set()
+        """New matches go at the end; the list keeps the newest FILTER_LIMIT (one rebuild per batch)."""
+        wanted = self.state.matches
         for node_id in [*changes.added, *changes.changed]:
-            if node_id in wanted and node_id not in self._tree_node:
-                self._add(self.root, node_id)
-            elif node_id in self._tree_node:
+            if node_id in self._tree_node:
                 self._tree_node[node_id].refresh()
+            elif wanted(self.state.nodes[node_id], self.filter_mode):
+                self._add(self.root, node_id)
+        children = self.root.children
+        for extra in list(children[: max(0, len(children) - FILTER_LIMIT)]):
+            if extra.data is not None:
+                self._tree_node.pop(extra.data, None)
+            extra.remove()
         if changes.best_changed:
             self.refresh()
 

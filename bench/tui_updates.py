@@ -1,0 +1,93 @@
+"""Benchmark: the TUI on a synthetic run of 10,000 nodes growing at 50 nodes a second.
+
+Measures the CPU time to fold one batch of events into the panes and redraw (the app folds events 4 times
+a second, so a batch is ~13 new nodes plus ~25 changed ones), and memory over time: Python heap
+(tracemalloc) and RSS, while the run grows and while it only changes (where it must stay flat).
+
+    .venv/bin/python bench/tui_updates.py [--nodes 10000] [--batches 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import time
+import tracemalloc
+
+from kernelforge_tui.tui.app import KernelForgeApp
+from kernelforge_tui.tui.config import TuiSettings
+from kernelforge_tui.tui.synthetic import SyntheticSource
+from kernelforge_tui.tui.widgets import SearchTree
+
+RATE, HZ = 50, 4
+APPLY: list[float] = []
+GOAL_MS = 50.0
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+async def phase(app: KernelForgeApp, source: SyntheticSource, pilot: object, batches: int, grow: bool) -> list[float]:
+    times = []
+    per_batch = RATE // HZ + (1 if grow else 0)
+    for _ in range(batches):
+        source.grow(per_batch if grow else 0, changes=2 * per_batch)
+        # CPU time, not wall time: Pilot.pause() sleeps until the app is idle, and those sleeps are not work.
+        t0 = time.process_time()
+        app.pump()
+        t1 = time.process_time()
+        await pilot.pause()  # type: ignore[attr-defined]  # the refresh and the redraw it triggers
+        times.append((time.process_time() - t0) * 1000)
+        APPLY.append((t1 - t0) * 1000)
+    return times
+
+
+def row(name: str, times: list[float], mem: tuple[float, float, float, float]) -> str:
+    p95 = statistics.quantiles(times, n=20)[-1]
+    heap0, heap1, rss0, rss1 = mem
+    return (f"{name:<28} {statistics.median(times):>7.1f} {p95:>7.1f} {max(times):>7.1f}"
+            f"  {heap1 - heap0:>+8.2f} {rss1 - rss0:>+8.1f}")  # fmt: skip
+
+
+async def main(nodes: int, batches: int) -> None:
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    source = SyntheticSource(nodes)
+    app = KernelForgeApp(source, TuiSettings(refresh_hz=HZ))
+    print(f"synthetic run: {nodes} nodes generated in {time.perf_counter() - t0:.1f} s")
+    async with app.run_test(size=(200, 60)) as pilot:
+        t0 = time.perf_counter()
+        await pilot.pause()
+        print(f"open (snapshot, state, tree, first paint): {(time.perf_counter() - t0) * 1000:.0f} ms")
+        app.action_jump_best()
+        await pilot.pause()
+        print(f"{'scenario':<28} {'median':>7} {'p95':>7} {'max':>7}  {'heap MiB':>8} {'RSS MiB':>8}   (ms per batch)")
+        tree = app.query_one(SearchTree)
+        for name, grow, mode in (
+            ("grow 50/s, lazy tree", True, "all"),
+            ("changes only, lazy tree", False, "all"),
+            ("grow 50/s, filter improving", True, "improving"),
+            ("changes only, filter", False, "improving"),
+        ):
+            if tree.filter_mode != mode:
+                tree.set_filter(mode)  # type: ignore[arg-type]
+                await pilot.pause()
+            heap0, rss0 = tracemalloc.get_traced_memory()[0] / 2**20, rss_mib()
+            times = await phase(app, source, pilot, batches, grow)
+            heap1, rss1 = tracemalloc.get_traced_memory()[0] / 2**20, rss_mib()
+            print(row(name, times, (heap0, heap1, rss0, rss1)) + f"   apply {statistics.median(APPLY):.1f}")
+            APPLY.clear()
+        lines = tree.last_line + 1
+        print(f"nodes at the end: {len(app.state.nodes)}; tree lines drawn: {lines}; goal < {GOAL_MS:.0f} ms a batch")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=10_000)
+    parser.add_argument("--batches", type=int, default=200)
+    args = parser.parse_args()
+    asyncio.run(main(args.nodes, args.batches))
