@@ -35,10 +35,9 @@ from kernelforge_tui.engine.mcts import TreeSettings
 from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
 from kernelforge_tui.gpu.build import Builder, find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
-from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
+from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator, cached_ceilings
 from kernelforge_tui.gpu.hardware import NodeProfile, analyse
 from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, Profiler
-from kernelforge_tui.gpu.protocol import Ceilings
 from kernelforge_tui.proposers.base import Proposer
 from kernelforge_tui.store import RunInfo, RunStore, StoreError, list_runs, new_run_dir, resolve_run, runs_root
 
@@ -464,20 +463,9 @@ async def _profile_source(
     report = await Profiler(gpu_index=gpu.index).profile(card.root.resolve(), built.cubin_path, launch)
     hardware = analyse(
         report, flops=card.spec.flops(), counted_bytes=card.spec.bytes_moved(), measured_us=measured_us,
-        ceilings=_cached_ceilings(gpu.uuid),
+        ceilings=cached_ceilings(gpu.uuid),
     )  # fmt: skip
     return NodeProfile(profile=report, hardware=hardware, ptxas=built.ptxas.get(plan.entry))
-
-
-def _cached_ceilings(gpu_uuid: str) -> Ceilings | None:
-    """The ceilings `eval`/`optimize` measured on this GPU, if they did (profiling does not measure them)."""
-    from kernelforge_tui.config import cache_dir
-
-    path = cache_dir() / "ceilings" / f"{gpu_uuid}.json"
-    try:
-        return Ceilings.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def _profile_node(run: str, node_id: int, again: bool, save: bool) -> NodeProfile:

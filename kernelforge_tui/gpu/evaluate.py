@@ -159,6 +159,19 @@ class Evaluation(BaseModel):
         return self.result.speedup if self.result else None
 
 
+def ceilings_path(gpu_uuid: str) -> Path:
+    """Where one GPU's measured ceilings are cached (v2: best of several copy launch shapes)."""
+    return cache_dir() / "ceilings" / f"v2-{gpu_uuid}.json"
+
+
+def cached_ceilings(gpu_uuid: str) -> Ceilings | None:
+    """The ceilings measured earlier on this GPU, or None (profiling and reports never measure them)."""
+    try:
+        return Ceilings.model_validate_json(ceilings_path(gpu_uuid).read_text())
+    except (OSError, ValidationError, json.JSONDecodeError):
+        return None
+
+
 def helpers_source() -> str:
     return resources.files("kernelforge_tui.gpu").joinpath("helpers.cu").read_text()
 
@@ -206,15 +219,12 @@ class Evaluator:
         assert isinstance(reply, CardLoaded)
         self.loaded = reply
 
-    def _ceilings_path(self) -> Path:
-        return cache_dir() / "ceilings" / f"v2-{self.gpu.uuid}.json"  # v2: best of several copy shapes
-
     async def _ceilings(self) -> Ceilings:
         """Measured once per GPU and cached: copy bandwidth and FMA rate."""
-        path = self._ceilings_path()
-        if path.is_file():
-            with contextlib.suppress(ValidationError, json.JSONDecodeError):
-                return Ceilings.model_validate_json(path.read_text())
+        known = cached_ceilings(self.gpu.uuid)
+        if known is not None:
+            return known
+        path = ceilings_path(self.gpu.uuid)
         assert self.helpers is not None
         reply = await self.worker.request(
             RequestEnvelope(request=MeasureCeilings(helpers_cubin=self.helpers)), timeout_s=300
