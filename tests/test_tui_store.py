@@ -138,3 +138,26 @@ async def test_quit_mid_search_stops_it_resumably() -> None:
     recorded = [c for _, c in store.events_since(0, 10)]
     assert recorded  # the run is in the store, resumable with `optimize --resume`
     store.close()
+
+
+RMS_NORM_RUN = EXAMPLES / "runs" / "rms_norm_bf16"
+
+
+@pytest.mark.skipif(not RMS_NORM_RUN.is_dir(), reason="example run missing")
+async def test_a_recorded_profile_shows_its_class_and_key_metrics() -> None:
+    """Node 52 of the recorded H200 rms_norm run has a saved `NodeProfile`: the pane shows its class,
+    the class's key metrics and the one-line summary."""
+    from .test_tui import screen_text
+
+    source = StoreSource.open(RMS_NORM_RUN)
+    app = KernelForgeApp(source, TuiSettings())
+    async with app.run_test(size=(160, 60)) as pilot:
+        await pilot.pause()
+        assert app.query_one(SearchTree).select_id(52)
+        await pilot.pause()
+        assert app.selected == 52
+        text = screen_text(app)
+        assert "memory-bandwidth-bound" in text
+        assert "DRAM throughput 77.1%" in text
+        assert "profile unreadable" not in text
+        await pilot.press("q")

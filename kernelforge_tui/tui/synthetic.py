@@ -7,7 +7,6 @@ command as the engine would answer it (a state change, a flag on the node, a new
 
 from __future__ import annotations
 
-import json
 import random
 from collections import deque
 
@@ -32,8 +31,11 @@ from kernelforge_tui.engine.events import (
     StateChanged,
     Stop,
 )
+from kernelforge_tui.gpu import hardware
 from kernelforge_tui.gpu.build import BuildResult, PtxasStats
 from kernelforge_tui.gpu.evaluate import Evaluation
+from kernelforge_tui.gpu.hardware import NodeProfile
+from kernelforge_tui.gpu.profile import Metric, ProfileReport, Unit, section_of
 from kernelforge_tui.gpu.protocol import EvalResult, Timing
 from kernelforge_tui.tui.source import RunHeader, Snapshot
 
@@ -339,14 +341,20 @@ class SyntheticSource:
         if node is None or node.status != "profiled":
             return None
         share = node.ceiling_share or 0.0
-        return json.dumps(
-            {
-                "bottleneck": "memory-bandwidth",
-                "metrics": {
-                    "dram__throughput.pct": round(100 * share, 1),
-                    "sm__throughput.pct": round(40 * share, 1),
-                    "l1tex__t_sector_hit_rate.pct": 12.5,
-                    "achieved_occupancy": 0.62,
-                },
-            }
+        values: dict[str, tuple[float, Unit]] = {
+            hardware.SM_THROUGHPUT: (round(40 * share, 1), "percent"),
+            hardware.MEMORY_THROUGHPUT: (round(100 * share, 1), "percent"),
+            hardware.DRAM_THROUGHPUT[0]: (round(100 * share, 1), "percent"),
+            hardware.DRAM_BYTES: (50_331_648.0, "bytes"),
+            hardware.L2_HIT: (12.5, "percent"),
+            hardware.DURATION: ((node.latency_us or 100.0) * 1e-6, "seconds"),
+        }
+        report = ProfileReport(
+            kernel="softmax_kernel",
+            metrics={
+                name: Metric(name=name, section=section_of(name), value=value, unit=unit)
+                for name, (value, unit) in values.items()
+            },
         )
+        saved = NodeProfile(profile=report, hardware=hardware.analyse(report, counted_bytes=50_331_648))
+        return saved.model_dump_json()

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
@@ -15,40 +14,29 @@ from textual.widgets import Static
 
 from kernelforge_tui.engine.events import NodeView
 from kernelforge_tui.gpu.evaluate import Evaluation
+from kernelforge_tui.gpu.hardware import NodeProfile
 
 BAR_WIDTH = 16
 
 
-class ProfileSummary(BaseModel):
-    """What the pane reads from a profile report (JSON): a bottleneck class and named numbers."""
+class ProfileRead(BaseModel):
+    """A node's saved profile as the pane sees it: the `NodeProfile`, or why it could not be read."""
 
-    bottleneck: str | None = None
-    metrics: dict[str, float] = Field(default_factory=dict)
+    profile: NodeProfile | None = None
+    error: str | None = None
 
 
-def parse_profile(raw: str | None) -> ProfileSummary | None:
-    """Lenient: `{"bottleneck": ..., "metrics": {name: number}}`, or `bottleneck_class`, or a flat dict."""
+def parse_profile(raw: str | None) -> ProfileRead | None:
+    """The JSON `RunStore.save_profile` keeps (a `NodeProfile`); None where the node has no profile."""
     if not raw:
         return None
     try:
-        data: Any = json.loads(raw)
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
-        return None
-    bottleneck = data.get("bottleneck") or data.get("bottleneck_class") or data.get("class")
-    metrics = data.get("metrics")
-    if isinstance(metrics, list):  # [{"name": ..., "value": ...}]
-        metrics = {m.get("name"): m.get("value") for m in metrics if isinstance(m, dict)}
-    if not isinstance(metrics, dict):
-        metrics = {k: v for k, v in data.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-    try:
-        return ProfileSummary(
-            bottleneck=None if bottleneck is None else str(bottleneck),
-            metrics={str(k): float(v) for k, v in metrics.items() if isinstance(v, int | float)},
-        )
-    except (ValidationError, TypeError, ValueError):
-        return None
+        return ProfileRead(profile=NodeProfile.model_validate_json(raw))
+    except ValidationError as exc:
+        first = exc.errors()[0] if exc.errors() else None
+        where = ".".join(str(part) for part in first["loc"]) if first else ""
+        why = (f"{where}: " if where else "") + (first["msg"] if first else str(exc))
+        return ProfileRead(error=f"{exc.error_count()} problem(s), first {why}")
 
 
 def bar(share: float, width: int = BAR_WIDTH) -> str:
@@ -61,7 +49,7 @@ class NodeDetail(BaseModel):
 
     node: NodeView
     evaluation: Evaluation | None = None
-    profile: ProfileSummary | None = None
+    profile: ProfileRead | None = None
     baseline_name: str = "the card's baseline"
 
 
@@ -131,6 +119,7 @@ class MetricsPane(VerticalScroll, can_focus=True):
         if node.proposer:
             head.append(f" · {node.proposer}", style=label)
         rows: list[RenderableType] = [head]
+        rows_after: list[RenderableType] = []
         if node.mutation:
             rows.append(Text(node.mutation, overflow="ellipsis", no_wrap=True))
         if node.status == "failed":
@@ -184,16 +173,31 @@ class MetricsPane(VerticalScroll, can_focus=True):
                 spills = stats.spill_store_bytes + stats.spill_load_bytes
                 pspills = prev.spill_store_bytes + prev.spill_load_bytes if prev else None
                 table.add_row("spills", f"{spills} B", self._delta(spills, pspills, True, "+d"))
-        if d.profile is not None:
-            pprof = p.profile.metrics if p is not None and p.profile is not None else {}
-            table.add_row("ncu", Text(d.profile.bottleneck or "unclassified", style="bold"), "")
-            for name, value in d.profile.metrics.items():
+        if d.profile is not None and d.profile.profile is None:
+            table.add_row("ncu", Text(f"profile unreadable: {d.profile.error}", style=self._style("error")), "")
+        elif d.profile is not None and d.profile.profile is not None:
+            hw = d.profile.profile.hardware
+            phw = p.profile.profile.hardware if p is not None and p.profile and p.profile.profile else None
+            pkeys = {m.label: m.value for m in phw.key_metrics} if phw is not None else {}
+            class_delta = Text(f"was {phw.class_name}", style=label) if phw and phw.bottleneck != hw.bottleneck else ""
+            table.add_row("ncu", Text(hw.class_name, style="bold"), class_delta)
+            for metric in hw.key_metrics:
+                lower_is_better = metric.unit == "bytes" or "per request" in metric.label
                 table.add_row(
-                    Text(name, overflow="ellipsis"), f"{value:.4g}", self._delta(value, pprof.get(name), False, "+.3g")
+                    "",
+                    Text.assemble((f"{metric.label} ", label), metric.value_text()),
+                    self._delta(
+                        metric.value,
+                        pkeys.get(metric.label),
+                        lower_is_better,
+                        "+.1f" if metric.unit == "percent" else "%",
+                    ),
                 )
+            rows_after.append(Text(hw.summary(), style=label, overflow="fold"))
         table.add_row("visits", f"{node.visits} · value {node.value:.3f}", "")
         flags = [f for f, on in (("banned", node.banned), ("pinned", node.pinned), ("export", node.export)) if on]
         if flags:
             table.add_row("flags", ", ".join(flags), "")
         rows.append(table)
+        rows.extend(rows_after)
         return Group(*rows)
