@@ -17,6 +17,7 @@ from pathlib import Path
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.config import load_settings
+from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
@@ -57,7 +58,7 @@ async def check_card(name: str, mutations: int, builder: Builder) -> list[dict[s
 
 
 async def main_async(cards: list[str], mutations: int) -> list[dict[str, object]]:
-    builder = Builder(arch=require_gpu()[0].arch)
+    builder = make_builder(load_settings(), require_gpu()[0].arch)
     rows: list[dict[str, object]] = []
     for name in cards:
         rows += await check_card(name, mutations, builder)

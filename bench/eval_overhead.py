@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kernelforge_tui.cards import load_card, plan_for_kernel
 from kernelforge_tui.config import load_settings
-from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
 
@@ -33,7 +33,7 @@ async def measure(card_dir: Path, kernel: Path, evals: int) -> dict[str, object]
     card = load_card(card_dir)
     plan = plan_for_kernel(kernel)
     source = kernel.read_text()
-    evaluator = Evaluator(card, Builder(arch=gpu.arch), settings, gpu)
+    evaluator = Evaluator(card, make_builder(settings, gpu.arch), settings, gpu)
     started = time.perf_counter()
     await evaluator.start()
     startup = time.perf_counter() - started

@@ -19,8 +19,8 @@ from typing import Any
 import torch
 
 from kernelforge_tui.cards import load_card
-from kernelforge_tui.config import cache_dir
-from kernelforge_tui.gpu.protocol import Ceilings
+from kernelforge_tui.gpu.detect import require_gpu
+from kernelforge_tui.gpu.evaluate import cached_ceilings
 
 ROOT = Path(__file__).resolve().parent.parent
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -59,10 +59,10 @@ def main() -> None:
                                                        "vector_add_f32"])  # fmt: skip
     args = parser.parse_args()
     if args.copy_gbps is None:
-        measured = sorted((cache_dir() / "ceilings").glob("v2-*.json"))
-        if not measured:
+        measured = cached_ceilings(require_gpu()[0].uuid)
+        if measured is None:
             raise SystemExit("no measured ceiling yet: run `kernelforge eval` once, or pass --copy-gbps")
-        args.copy_gbps = Ceilings.model_validate_json(measured[0].read_text()).copy_gbps
+        args.copy_gbps = measured.copy_gbps
     print(f"copy ceiling: {args.copy_gbps:.0f} GB/s")
     rows = []
     for name in args.cards:

@@ -33,7 +33,7 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.events import BestImproved, BudgetUsed, EngineEvent, LogLine, StateChanged, Stop
 from kernelforge_tui.engine.mcts import TreeSettings
 from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
-from kernelforge_tui.gpu.build import Builder, find_nvcc, nvcc_version
+from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator, cached_ceilings
 from kernelforge_tui.gpu.hardware import NodeProfile, analyse
@@ -60,7 +60,7 @@ def doctor_checks() -> list[Check]:
     def add(name: str, ok: bool, detail: str, fix: str = "") -> None:
         checks.append(Check(name=name, ok=ok, detail=detail, fix="" if ok else fix))
 
-    add("python", sys.version_info >= (3, 10), platform.python_version(), "use Python 3.10 or newer")
+    add("python", sys.version_info >= (3, 11), platform.python_version(), "use Python 3.11 or newer")
     nvcc = find_nvcc(load_settings().build.nvcc)
     if nvcc is None:
         add("nvcc", False, "not found", "install the CUDA toolkit, or set KERNELFORGE_BUILD__NVCC to nvcc's path")
@@ -115,10 +115,7 @@ async def _evaluate(card_path: Path, kernel: Path, plan_path: Path | None) -> Ev
     card = load_card(card_path)
     plan = plan_for_kernel(kernel, plan_path)
     gpu = require_gpu()[0]
-    b = settings.build
-    builder = Builder(nvcc=b.nvcc, arch=b.arch or gpu.arch, flags=b.flags, timeout_s=b.timeout_s,
-                      max_parallel=b.max_parallel)  # fmt: skip
-    evaluator = Evaluator(card, builder, settings, gpu)
+    evaluator = Evaluator(card, make_builder(settings, gpu.arch), settings, gpu)
     try:
         await evaluator.start()
         return await evaluator.evaluate(kernel.read_text(), plan)
@@ -452,10 +449,7 @@ async def _profile_source(
     card: Card, source: str, plan: LaunchPlan, settings: Settings, measured_us: float | None
 ) -> NodeProfile:
     gpu = require_gpu()[0]
-    b = settings.build
-    builder = Builder(nvcc=b.nvcc, arch=b.arch or gpu.arch, flags=b.flags, timeout_s=b.timeout_s,
-                      max_parallel=b.max_parallel)  # fmt: skip
-    built = await builder.build(source, plan.entry)
+    built = await make_builder(settings, gpu.arch).build(source, plan.entry)
     if not built.ok or built.cubin_path is None:
         raise ProfileFailed(f"the kernel does not build: {built.failure or ''} {built.log.strip()[-300:]}",
                             "fix it first: `kernelforge eval` shows the compiler's messages")  # fmt: skip

@@ -239,7 +239,7 @@ def test_detect_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert detect_arch() is None
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\necho 9.0\necho 9.0\n")
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H200, GPU-1234, 9.0, 580.159.04, 143771'\n")
     smi.chmod(0o755)
     assert detect_arch() == "sm_90"
 

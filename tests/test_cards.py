@@ -7,13 +7,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from types import ModuleType
 
 import ml_dtypes
 import numpy as np
 import pytest
-import tomllib
 
 from kernelforge_tui.cards import CardError, load_card, plan_for_kernel, resolve, save_card
 from kernelforge_tui.cards.model import (

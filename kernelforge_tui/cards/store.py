@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib.util
+import tomllib
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import tomllib
 from pydantic import ValidationError
 
 from kernelforge_tui.cards import references

@@ -17,14 +17,12 @@ import random
 import re
 from typing import Protocol, runtime_checkable
 
-from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder, BuildResult
+from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
-from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
+from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator, build_candidate
 from kernelforge_tui.gpu.protocol import EvalResult, FailureKind, SetCheck, Timing
 
 SIMULATED = "simulated"
@@ -65,24 +63,10 @@ def make_builder(settings: Settings, arch: str | None = None) -> Builder:
     return Builder(nvcc=b.nvcc, arch=b.arch or arch, flags=b.flags, timeout_s=b.timeout_s, max_parallel=b.max_parallel)
 
 
-def build_error(built: BuildResult) -> str:
-    """The first compiler error, placed, for the node's reason line."""
-    errors = [d for d in built.diagnostics if d.severity == "error"]
-    if errors:
-        where = f"line {errors[0].line}: " if errors[0].line else ""
-        return f"{built.failure or 'build failed'}: {where}{errors[0].message}"
-    return f"{built.failure or 'build failed'}: {built.log.strip()[-300:]}"
-
-
 async def _prebuild(card: Card, builder: Builder, source: str, plan: LaunchPlan) -> Evaluation | None:
-    try:
-        resolve(plan, card.spec)
-    except ExprError as exc:
-        return Evaluation(ok=False, failure="launch", reason=f"bad launch plan: {exc}")
-    built = await builder.build(source, plan.entry)
-    if not built.ok or built.cubin_path is None:
-        return Evaluation(ok=False, failure="compile", reason=build_error(built), build=built)
-    return None
+    """The build stage of the pipeline: a failed Evaluation, or None when the candidate is ready for the GPU."""
+    prepared = await build_candidate(card, builder, source, plan)
+    return prepared if isinstance(prepared, Evaluation) else None
 
 
 class GpuBackend:
@@ -213,10 +197,10 @@ class SimulatedBackend:
         return None
 
     async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation:
-        failed = await self.build(source, plan)
-        if failed is not None:
-            return failed
-        built: BuildResult = await self.builder.build(source, plan.entry)
+        prepared = await build_candidate(self.card, self.builder, source, plan)
+        if isinstance(prepared, Evaluation):
+            return prepared
+        built, _ = prepared
         async with self._slots:
             await asyncio.sleep(self.eval_seconds)
             self.evaluations += 1

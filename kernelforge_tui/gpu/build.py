@@ -26,6 +26,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from kernelforge_tui.config import cache_dir as default_cache_root
+from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.gpu.source_check import DEFAULT_ALLOWED_INCLUDES, SourceProblem, check_source
 
 CACHE_FORMAT = 1
@@ -121,19 +122,9 @@ def nvcc_version(nvcc: str) -> str:
 
 
 def detect_arch() -> str | None:
-    """The first GPU's target such as "sm_90" from nvidia-smi; None without nvidia-smi or a GPU."""
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return None
-    try:
-        out = subprocess.run(
-            [smi, "--query-gpu=compute_cap", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20, check=False,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    match = re.match(r"\s*(\d+)\.(\d+)", out.stdout)
-    return f"sm_{match.group(1)}{match.group(2)}" if out.returncode == 0 and match else None
+    """The first GPU's target such as "sm_90"; None without nvidia-smi or a GPU."""
+    gpus = detect_gpus()
+    return gpus[0].arch if gpus else None
 
 
 def find_nvcc(configured: str | None = None) -> str | None:
@@ -342,7 +333,7 @@ class Builder:
                 )  # fmt: skip
                 try:
                     out, _ = await asyncio.wait_for(proc.communicate(), self.timeout_s)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     await _kill_group(proc)
                     message = f"nvcc ran longer than {self.timeout_s:g} s and was stopped"
                     return BuildResult(

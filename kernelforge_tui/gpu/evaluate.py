@@ -25,7 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.plan import resolve
+from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, cache_dir
 from kernelforge_tui.gpu.build import Builder, BuildResult
@@ -200,7 +200,7 @@ class Evaluator:
         if self.card.spec.baseline is not None:
             built = await self.builder.build(self.card.baseline_source(), self.card.spec.baseline.plan.entry)
             if not built.ok or built.cubin_path is None:
-                raise RuntimeError(f"the card's baseline kernel does not build: {_first_error(built)}")
+                raise RuntimeError(f"the card's baseline kernel does not build: {build_error(built)}")
             self.baseline = KernelRef(
                 cubin=built.cubin_path, launch=resolve(self.card.spec.baseline.plan, self.card.spec)
             )
@@ -239,13 +239,11 @@ class Evaluator:
 
     async def evaluate(self, source: str, plan: LaunchPlan, *, time_it: bool = True) -> Evaluation:
         """Build, prove and time one candidate. Every failure is a typed Evaluation, never an exception."""
-        try:
-            launch = resolve(plan, self.card.spec)
-        except ExprError as exc:
-            return Evaluation(ok=False, failure="launch", reason=f"bad launch plan: {exc}")
-        built = await self.builder.build(source, plan.entry)
-        if not built.ok or built.cubin_path is None:
-            return Evaluation(ok=False, failure="compile", reason=_first_error(built), build=built)
+        prepared = await build_candidate(self.card, self.builder, source, plan)
+        if isinstance(prepared, Evaluation):
+            return prepared
+        built, launch = prepared
+        assert built.cubin_path is not None
         request = Evaluate(
             candidate=KernelRef(cubin=built.cubin_path, launch=launch), baseline=self.baseline, time_it=time_it,
             bytes_moved=self.card.spec.bytes_moved(), flops=self.card.spec.flops(),
@@ -301,7 +299,22 @@ class Evaluator:
         await self.worker.close()
 
 
-def _first_error(built: BuildResult) -> str:
+async def build_candidate(
+    card: Card, builder: Builder, source: str, plan: LaunchPlan
+) -> tuple[BuildResult, ResolvedLaunch] | Evaluation:
+    """Resolve the plan and build the source: (build, launch), or the failed Evaluation saying why."""
+    try:
+        launch = resolve(plan, card.spec)
+    except ExprError as exc:
+        return Evaluation(ok=False, failure="launch", reason=f"bad launch plan: {exc}")
+    built = await builder.build(source, plan.entry)
+    if not built.ok or built.cubin_path is None:
+        return Evaluation(ok=False, failure="compile", reason=build_error(built), build=built)
+    return built, launch
+
+
+def build_error(built: BuildResult) -> str:
+    """The first compiler error, placed, for a failure's reason line."""
     errors = [d for d in built.diagnostics if d.severity == "error"]
     if errors:
         first = errors[0]

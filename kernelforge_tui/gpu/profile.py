@@ -443,7 +443,7 @@ async def _run(command: Sequence[str], timeout_s: float, env: Mapping[str, str])
     )  # fmt: skip
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_s)
-    except (TimeoutError, asyncio.TimeoutError, asyncio.CancelledError):
+    except (TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
@@ -488,7 +488,7 @@ class Profiler:
         if self._version is None:
             try:
                 _, out, _ = await _run([self.ncu(), "--version"], 30, os.environ)
-            except (TimeoutError, asyncio.TimeoutError):
+            except TimeoutError:
                 out = ""
             lines = [line.strip() for line in out.splitlines() if line.strip()]
             self._version = lines[-1] if lines else "unknown"
@@ -529,7 +529,7 @@ class Profiler:
         command = self.command(card_dir, cubin, launch, metrics=metrics)
         try:
             code, out, err = await _run(command, self.settings.timeout_s, self.environment())
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             raise ProfileTimeout(
                 f"ncu did not finish within {self.settings.timeout_s:g} s and was killed.",
                 "raise the profile time limit (profile settings: timeout_s), or profile on smaller sizes: "

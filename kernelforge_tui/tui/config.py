@@ -2,28 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 from typing import Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
 from kernelforge_tui.config import config_file
 from kernelforge_tui.tui.keymap import validate_keymap
-
-
-def _toml_table() -> dict[str, Any]:
-    path = config_file()
-    if not path.exists():
-        return {}
-    with path.open("rb") as fh:
-        table = tomllib.load(fh).get("tui", {})
-    return table if isinstance(table, dict) else {}
 
 
 class TuiSettings(BaseSettings):
@@ -55,7 +40,8 @@ class TuiSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Arguments beat the environment, which beats the config file's `[tui]` table."""
-        return (init_settings, env_settings, InitSettingsSource(settings_cls, init_kwargs=_toml_table()))
+        file = TomlConfigSettingsSource(settings_cls, toml_file=config_file(), toml_table_header=("tui",))
+        return (init_settings, env_settings, file)
 
 
 def load_tui_settings(**overrides: Any) -> TuiSettings:

@@ -6,12 +6,7 @@ a user adds or overrides one by dropping a TOML file in `<config dir>/kernelforg
 
 from __future__ import annotations
 
-import sys
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
