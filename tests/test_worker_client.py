@@ -9,9 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.cards import load_card, plan_for_kernel
 from kernelforge_tui.cards.plan import ResolvedLaunch
-from kernelforge_tui.gpu.evaluate import GpuWorker, WorkerDied, WorkerTimeout
+from kernelforge_tui.config import Settings
+from kernelforge_tui.engine.backend import make_builder
+from kernelforge_tui.gpu.detect import GpuInfo
+from kernelforge_tui.gpu.evaluate import Evaluator, GpuWorker, WorkerDied, WorkerTimeout
 from kernelforge_tui.gpu.protocol import EvalResult, Evaluate, KernelRef, RequestEnvelope
+
+from .conftest import EXAMPLES
 
 FAKE = [sys.executable, "-m", "tests.fakes.worker"]
 REQUEST = RequestEnvelope(
@@ -79,3 +85,31 @@ async def test_garbage_from_the_worker_is_a_failure_not_a_result(monkeypatch: py
     with pytest.raises(WorkerDied, match="garbage"):
         await worker.request(REQUEST, timeout_s=30)
     assert not worker.alive
+
+
+async def test_evaluator_turns_every_worker_failure_into_a_typed_result(tmp_path: Path) -> None:
+    """Start, a fault mid-evaluation, then a restarted worker that cannot load the card: typed results, no raise."""
+    card = load_card(EXAMPLES / "cards" / "vector_add_f32")
+    kernel = sorted((card.root / "candidates").glob("*.cu"))[0]
+    mode = tmp_path / "mode"
+    mode.write_text("ok")
+    worker = GpuWorker(argv=FAKE)
+    gpu = GpuInfo(index=0, name="Fake GPU", uuid="GPU-fake", capability="9.0", driver="0", memory_mib=1)
+    settings = Settings()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FAKE_WORKER_MODE_FILE", str(mode))
+        evaluator = Evaluator(card, make_builder(settings, "sm_90"), settings, gpu, worker=worker)
+        await evaluator.start()
+        assert evaluator.ceilings is not None and evaluator.ceilings.copy_gbps == 4000.0
+        good = await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
+        assert good.ok and good.build is not None and good.build.ok
+        mode.write_text("die")
+        faulted = await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
+        assert not faulted.ok and faulted.failure == "launch" and "illegal memory access" in faulted.reason
+        mode.write_text("refuse_card")
+        refused = await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
+        assert not refused.ok and refused.failure == "worker" and "needs 9 GB" in refused.reason
+        mode.write_text("ok")
+        recovered = await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
+        assert recovered.ok and worker.restarts == 2
+        await evaluator.close()

@@ -179,12 +179,15 @@ def helpers_source() -> str:
 class Evaluator:
     """Proves and times candidates for one card on one GPU, against the card's baseline."""
 
-    def __init__(self, card: Card, builder: Builder, settings: Settings, gpu: GpuInfo) -> None:
+    def __init__(
+        self, card: Card, builder: Builder, settings: Settings, gpu: GpuInfo, worker: GpuWorker | None = None
+    ) -> None:
+        """`worker` replaces the GPU worker process (tests run a stand-in that speaks the same protocol)."""
         self.card = card
         self.builder = builder
         self.settings = settings
         self.gpu = gpu
-        self.worker = GpuWorker(gpu.index)
+        self.worker = worker or GpuWorker(gpu.index)
         self.ceilings: Ceilings | None = None
         self.baseline: KernelRef | None = None
         self.helpers: Path | None = None
@@ -254,7 +257,11 @@ class Evaluator:
 
     async def _run(self, request: Evaluate) -> EvalResult:
         if not self.worker.alive and self.loaded is not None:
-            await self._load_card()  # a fresh worker after a crash: reload the card first
+            try:  # a fresh worker after a crash: reload the card first
+                await self._load_card()
+            except (RuntimeError, WorkerTimeout, WorkerDied) as exc:
+                await self.worker.kill()  # a worker without the card is useless: the next request starts afresh
+                return EvalResult(ok=False, failure="worker", reason=f"the restarted GPU worker failed: {exc}")
         try:
             reply = await self.worker.request(RequestEnvelope(request=request), self.settings.eval.timeout_s)
         except WorkerTimeout as exc:

@@ -1,7 +1,10 @@
 """A stand-in GPU worker for CI: speaks the real protocol, then misbehaves as a bad kernel would.
 
-FAKE_WORKER_MODE: ok (answers), hang (a child process and itself spin forever), die (prints a CUDA-like
-error to stderr and exits), garbage (answers a line that is not a reply).
+FAKE_WORKER_MODE (read per request, so a test can change it between requests through a file named by
+FAKE_WORKER_MODE_FILE, or once through the environment):
+ok (answers every request), hang (a child process and itself spin forever), die (prints a CUDA-like
+error to stderr and exits), garbage (answers a line that is not a reply), refuse_card (answers
+load_card with a failure, everything else as ok).
 """
 
 from __future__ import annotations
@@ -10,14 +13,43 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
-from kernelforge_tui.gpu.protocol import EvalResult, ReplyEnvelope, RequestEnvelope
+from kernelforge_tui.gpu.protocol import (
+    CardLoaded,
+    Ceilings,
+    EvalResult,
+    LoadCard,
+    MeasureCeilings,
+    ReplyEnvelope,
+    RequestEnvelope,
+    WorkerFailure,
+)
+
+
+def _mode() -> str:
+    path = os.environ.get("FAKE_WORKER_MODE_FILE")
+    if path and Path(path).exists():
+        return Path(path).read_text().strip()
+    return os.environ.get("FAKE_WORKER_MODE", "ok")
+
+
+def _answer(request: object, mode: str) -> ReplyEnvelope:
+    if isinstance(request, LoadCard):
+        if mode == "refuse_card":
+            return ReplyEnvelope(reply=WorkerFailure(error="MemoryError: the card needs 9 GB"), kind="failure")
+        return ReplyEnvelope(reply=CardLoaded(sets=["set_1", "fresh-0"], device_bytes=1, seconds=0.0), kind="card")
+    if isinstance(request, MeasureCeilings):
+        ceilings = Ceilings(gpu_name="Fake GPU", copy_gbps=4000.0, fma_tflops=60.0, capability=(9, 0), sm_count=132,
+                            l2_bytes=60 << 20)  # fmt: skip
+        return ReplyEnvelope(reply=ceilings, kind="ceilings")
+    return ReplyEnvelope(reply=EvalResult(ok=True, gpu_seconds=0.01), kind="eval")
 
 
 def main() -> None:
-    mode = os.environ.get("FAKE_WORKER_MODE", "ok")
     for line in sys.stdin:
-        RequestEnvelope.model_validate_json(line)
+        request = RequestEnvelope.model_validate_json(line).request
+        mode = _mode()
         if mode == "hang":
             child = subprocess.Popen([sys.executable, "-c", "while True: pass"])
             with open(os.environ["FAKE_WORKER_PIDFILE"], "w") as f:
@@ -30,8 +62,7 @@ def main() -> None:
         if mode == "garbage":
             print("hello from a confused worker", flush=True)
             continue
-        reply = ReplyEnvelope(reply=EvalResult(ok=True, gpu_seconds=0.01), kind="eval")
-        print(reply.model_dump_json(), flush=True)
+        print(_answer(request, mode).model_dump_json(), flush=True)
 
 
 if __name__ == "__main__":
