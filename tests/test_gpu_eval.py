@@ -6,12 +6,14 @@ Each cheat kernel must be caught with the right failure kind and a reason that n
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.cards import load_card, plan_for_kernel
+from kernelforge_tui.cards import load_card, plan_for_kernel, save_card
+from kernelforge_tui.cards.model import Reference
 from kernelforge_tui.config import Settings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
@@ -156,3 +158,32 @@ def test_illegal_address_kills_only_the_worker(harness: Harness) -> None:
     assert "illegal" in bad.reason.lower() or "exited" in bad.reason
     good = harness.run("vector_add_f32", candidates("vector_add_f32")[0])
     assert good.ok, good.reason
+
+
+def test_baseline_kernel_as_the_reference_for_fresh_inputs(loop: asyncio.AbstractEventLoop, tmp_path: Path) -> None:
+    """A card without a host reference: fresh and seeded sets are referenced by running its baseline."""
+    source = load_card(CARDS / "vector_add_f32")
+    spec = source.spec.model_copy(
+        update={"name": "vector_add_baseline_ref", "sizes": {"n": 1_000_003}, "reference": Reference(kind="baseline")}
+    )
+    (tmp_path / "card").mkdir()
+    shutil.copy(source.root / "baseline.cu", tmp_path / "card" / "baseline.cu")
+    card = save_card(spec, tmp_path / "card", {})
+    settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2}})
+    evaluator = Evaluator(card, Builder(arch="sm_90"), settings, require_gpu()[0])
+    good, bad = candidates("vector_add_f32")[0], CHEATS / "vector_add_f32" / "wrong_answer.cu"
+
+    async def run() -> tuple[Evaluation, Evaluation]:
+        await evaluator.start()
+        try:
+            return (
+                await evaluator.evaluate(good.read_text(), plan_for_kernel(good)),
+                await evaluator.evaluate(bad.read_text(), plan_for_kernel(bad)),
+            )
+        finally:
+            await evaluator.close()
+
+    passed, caught = loop.run_until_complete(run())
+    assert passed.ok, passed.reason
+    assert passed.result is not None and len(passed.result.checks) == 3 + 2 + 1
+    assert not caught.ok and caught.failure == "mismatch"
