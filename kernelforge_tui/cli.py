@@ -28,17 +28,17 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, load_settings
-from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
+from kernelforge_tui.engine.backend import SIMULATED, make_builder
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.events import BestImproved, BudgetUsed, EngineEvent, LogLine, StateChanged, Stop
 from kernelforge_tui.engine.mcts import TreeSettings
-from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
+from kernelforge_tui.engine.search import RunSettings, Search
+from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, load_proposer, make_backend, new_run_settings
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator, cached_ceilings
 from kernelforge_tui.gpu.hardware import NodeProfile, analyse
 from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, Profiler
-from kernelforge_tui.proposers.base import Proposer
 from kernelforge_tui.store import RunInfo, RunStore, StoreError, list_runs, new_run_dir, resolve_run, runs_root
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
@@ -188,23 +188,6 @@ def _fail(console: Console, as_json: bool, kind: str, message: str, code: int) -
 
 # ---- optimize and runs ----------------------------------------------------------------------------
 
-DEFAULT_PROPOSER = "templates"
-
-
-def _load_proposer(spec: str) -> Proposer:
-    """`templates` (the built-in library) or `module:Class` (any class following the Proposer protocol)."""
-    if spec == DEFAULT_PROPOSER:
-        from kernelforge_tui.proposers.templates import TemplateProposer
-
-        return TemplateProposer()
-    module_name, _, attr = spec.partition(":")
-    if not attr:
-        raise ValueError(f"--proposer {spec!r}: give 'templates' or 'module:Class'")
-    proposer = getattr(importlib.import_module(module_name), attr)()
-    if not isinstance(proposer, Proposer):
-        raise ValueError(f"--proposer {spec!r} does not follow the Proposer protocol (name, propose, seeds)")
-    return proposer
-
 
 def _tree_settings(pairs: list[str], base: TreeSettings) -> TreeSettings:
     """`--tree exploration=0.7` overrides, checked by the TreeSettings model."""
@@ -299,17 +282,11 @@ async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
         run_dir = (
             Path(args.run_dir) if args.run_dir else new_run_dir(card.spec.name, Path(args.root) if args.root else None)
         )
-        run_settings = RunSettings(
-            tree=_tree_settings(args.tree or [], TreeSettings()),
-            pipeline=PipelineSettings(build_parallel=max(1, settings.build.max_parallel)),
-            budget=given, proposer=args.proposer or DEFAULT_PROPOSER, app=settings.model_dump(mode="json"),
-        )  # fmt: skip
-    proposer = _load_proposer(run_settings.proposer)
-    backend: SimulatedBackend | GpuBackend
-    if args.simulate:
-        backend = SimulatedBackend(card, make_builder(settings), eval_seconds=args.simulate_seconds)
-    else:
-        backend = GpuBackend(card, settings, require_gpu())
+        run_settings = new_run_settings(
+            settings, given, _tree_settings(args.tree or [], TreeSettings()), args.proposer or DEFAULT_PROPOSER
+        )
+    proposer = load_proposer(run_settings.proposer)
+    backend = make_backend(card, settings, simulate=args.simulate, simulate_seconds=args.simulate_seconds)
     if args.resume:
         store = RunStore.open(run_dir)
         store.set_settings_json(run_settings.model_dump_json())

@@ -12,28 +12,18 @@ def new_search(card_dir: Path, budget_iters: int | None, budget_minutes: float |
     """A `Search` on a new run of the card, with the template proposer (the same set-up as `optimize`)."""
     from kernelforge_tui.cards import load_card
     from kernelforge_tui.config import load_settings
-    from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder
     from kernelforge_tui.engine.budget import Budget
-    from kernelforge_tui.engine.mcts import TreeSettings
-    from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
-    from kernelforge_tui.gpu.detect import require_gpu
-    from kernelforge_tui.proposers.templates import TemplateProposer
+    from kernelforge_tui.engine.search import Search
+    from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, load_proposer, make_backend, new_run_settings
     from kernelforge_tui.store import RunStore, new_run_dir
 
     settings = load_settings()
     card = load_card(card_dir)
-    budget = Budget(max_iterations=budget_iters, max_minutes=budget_minutes)
-    run_settings = RunSettings(
-        tree=TreeSettings(),
-        pipeline=PipelineSettings(build_parallel=max(1, settings.build.max_parallel)),
-        budget=budget,
-        proposer="templates",
-        app=settings.model_dump(mode="json"),
-    )
-    backend: SimulatedBackend | GpuBackend
-    backend = SimulatedBackend(card, make_builder(settings)) if simulate else GpuBackend(card, settings, require_gpu())
+    run_settings = new_run_settings(settings, Budget(max_iterations=budget_iters, max_minutes=budget_minutes))
+    backend = make_backend(card, settings, simulate=simulate)
     store = RunStore.create(new_run_dir(card.spec.name), card, backend.name, backend.gpu_name, run_settings)
-    return Search(card, TemplateProposer(), backend, store, budget, run_settings.tree, run_settings.pipeline)
+    proposer = load_proposer(DEFAULT_PROPOSER)
+    return Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline)
 
 
 def run_tui(
