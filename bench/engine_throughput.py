@@ -79,7 +79,8 @@ async def bench(card_dir: Path, minutes: float, simulate: bool, run_dir: Path) -
     pipeline = PipelineSettings(build_parallel=max(1, settings.build.max_parallel))
     run_settings = RunSettings(budget=budget, pipeline=pipeline, proposer="templates")
     store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
-    search = Search(card, TemplateProposer(), backend, store, budget, run_settings.tree, pipeline)
+    search = Search(card, TemplateProposer(), backend, store, budget, run_settings.tree, pipeline,
+                    profile=settings.profile, reward=settings.reward)  # fmt: skip
     events = search.subscribe()
     t0 = time.monotonic()
     info = await search.run()

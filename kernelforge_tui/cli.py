@@ -293,7 +293,8 @@ async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
     else:
         store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
     try:
-        search = Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline)
+        search = Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline,
+                        profile=settings.profile, reward=settings.reward)  # fmt: skip
         return await _drive(search, store, console, quiet=args.json)
     finally:
         store.close()
@@ -431,10 +432,11 @@ async def _profile_source(
         raise ProfileFailed(f"the kernel does not build: {built.failure or ''} {built.log.strip()[-300:]}",
                             "fix it first: `kernelforge eval` shows the compiler's messages")  # fmt: skip
     launch = resolve(plan, card.spec)
-    report = await Profiler(gpu_index=gpu.index).profile(card.root.resolve(), built.cubin_path, launch)
+    profiler = Profiler(settings.profile, gpu_index=gpu.index)
+    report = await profiler.profile(card.root.resolve(), built.cubin_path, launch)
     hardware = analyse(
         report, flops=card.spec.flops(), counted_bytes=card.spec.bytes_moved(), measured_us=measured_us,
-        ceilings=cached_ceilings(gpu.uuid),
+        ceilings=cached_ceilings(gpu.uuid), settings=settings.profile.classifier,
     )  # fmt: skip
     return NodeProfile(profile=report, hardware=hardware, ptxas=built.ptxas.get(plan.entry))
 

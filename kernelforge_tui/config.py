@@ -73,6 +73,79 @@ class EvalSettings(BaseModel):
     """Scratch written before each timed launch to evict the L2 (60 MB on an H200)."""
 
 
+def _default_sections() -> list[str]:
+    from kernelforge_tui.gpu.profile import SECTIONS
+
+    return list(SECTIONS)
+
+
+def _default_metrics() -> list[str]:
+    from kernelforge_tui.gpu.profile import RAW_METRICS
+
+    return list(RAW_METRICS)
+
+
+class ClassifierSettings(BaseModel):
+    """How a profile is classified (`kernelforge_tui.gpu.hardware`)."""
+
+    threshold_pct: float = Field(default=30.0, gt=0, lt=100)
+    """Below this % of peak for both SM and memory throughput, a kernel is latency-bound. 30% is the cut of
+    the CUDAMaster hardware-analysis filter (Otsu's method over profiled kernels), see shared/seeds/."""
+    top_stalls: int = 3
+    """How many stall reasons a latency-bound report names."""
+
+
+class ProfileSettings(BaseModel):
+    """How candidates are profiled (`kernelforge_tui.gpu.profile`) and which ones the search profiles."""
+
+    ncu: str | None = None
+    """Path to ncu; found on PATH or under $CUDA_HOME/bin when unset."""
+    timeout_s: float = 120.0
+    """A profile that takes longer is killed (ncu replays the kernel once per counter pass, ~40 passes)."""
+    sections: list[str] = Field(default_factory=_default_sections)
+    metrics: list[str] = Field(default_factory=_default_metrics)
+    extra_args: list[str] = Field(default_factory=list)
+    """More ncu flags, e.g. ["--cache-control", "none"] to profile with warm caches."""
+    new_best: bool = True
+    """The search profiles each new best node."""
+    beats_parent: bool = True
+    """The search profiles each node faster than its parent."""
+    max_pending: int = Field(default=4, ge=0)
+    """Automatic profiles waiting at most; more are skipped (a ProfileNode command is always queued)."""
+    max_share: float = Field(default=0.25, gt=0, le=1)
+    """Share of wall time automatic profiling may hold a GPU lane (ncu replays the kernel ~40 times)."""
+    classifier: ClassifierSettings = Field(default_factory=ClassifierSettings)
+
+
+class RewardWeights(BaseModel):
+    """Weights and thresholds of the reward (`kernelforge_tui.engine.reward`); the log speedup dominates."""
+
+    speedup: float = 1.0
+    """Weight of ln(speedup over the card's baseline): the measured gain, the core of the reward."""
+    throughput: float = 0.2
+    """Weight of the change in the bounding unit's throughput (% of peak / 100) against the parent:
+    moving toward the roof is evidence of a real improvement."""
+    dram_bytes: float = 0.1
+    """Weight of -ln(child DRAM bytes / parent DRAM bytes): less traffic for the same work."""
+    evidence_cap: float = 0.1
+    """Hardware evidence in total is clipped to +-this, so it never outweighs a clear speed difference."""
+    gain_threshold: float = 0.02
+    """A child counts as having gained when it is at least this much faster than its parent (2%)."""
+    registers: float = 0.1
+    """Penalty weight of ln(child registers / parent registers) when more registers bought no gain."""
+    shared_memory: float = 0.1
+    """Penalty weight of ln(child / parent shared bytes per block) when more shared memory bought no gain."""
+    spills: float = 0.2
+    """Penalty weight of ln((1 + child spill bytes) / (1 + parent spill bytes)) when spilling bought no gain."""
+    occupancy: float = 0.2
+    """Penalty weight of the achieved-occupancy drop (/100) when the child is also slower than its parent."""
+    judge: float = 0.1
+    """Weight of the LLM judge's verdict (0..1, centred on 0.5), when a judge scored the edit."""
+    failure: float = -1.0
+    """The whole reward of a failed node (compile, launch, mismatch, timeout, cheat) when scored alone; in a
+    search the tree's own `failure_reward` (TreeSettings) is the one used, so the two never disagree."""
+
+
 class Settings(BaseSettings):
     """Everything a user can set. Nested fields use `__` in environment variables."""
 
@@ -80,6 +153,8 @@ class Settings(BaseSettings):
 
     build: BuildSettings = Field(default_factory=BuildSettings)
     eval: EvalSettings = Field(default_factory=EvalSettings)
+    profile: ProfileSettings = Field(default_factory=ProfileSettings)
+    reward: RewardWeights = Field(default_factory=RewardWeights)
 
     @classmethod
     def settings_customise_sources(

@@ -24,6 +24,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.engine.events import EngineCommand, EngineEvent, NodeView
+from kernelforge_tui.engine.reward import Reward
 from kernelforge_tui.gpu.evaluate import Evaluation
 
 DB_NAME = "run.sqlite"
@@ -100,6 +101,10 @@ MIGRATIONS: list[str] = [
         at REAL NOT NULL
     );
     """,
+    # 2: the reward of each node with every term (engine.reward.Reward as JSON).
+    """
+    ALTER TABLE nodes ADD COLUMN reward_json TEXT;
+    """,
 ]
 """Migration i (0-based) takes the schema from version i to i + 1. Append; never edit a released one."""
 
@@ -163,6 +168,8 @@ class NodeRecord(BaseModel):
     attempts: int
     last_measurement: int | None
     """Id of the node's latest measurement: the order the search replays outcomes in."""
+    reward_json: str | None = None
+    """The node's Reward (every term) as JSON; None before it was measured, or in a run of schema 1."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -183,6 +190,8 @@ class RunStore:
         self.readonly = readonly
         self._conn = conn
         self._lock = threading.RLock()
+        self.schema_version = SCHEMA_VERSION
+        """The schema of the file: older only for a run of an older kernelforge opened readonly."""
 
     # ---- opening ------------------------------------------------------------------------------------
 
@@ -238,13 +247,14 @@ class RunStore:
             raise StoreError(f"no run in {run_dir} ({DB_NAME} not found): list runs with `kernelforge runs`")
         try:
             store = cls(run_dir, cls._connect(path, readonly), readonly)
-            if readonly:
+            if readonly:  # never written, so never migrated: an older schema is read as it is
                 version = store._version()
-                if version != SCHEMA_VERSION:
+                if version > SCHEMA_VERSION:
                     raise StoreError(
-                        f"{path} has schema version {version}, this kernelforge reads {SCHEMA_VERSION}: "
-                        "open it once without readonly to migrate it, or upgrade kernelforge"
+                        f"{path} has schema version {version}, newer than this kernelforge reads "
+                        f"({SCHEMA_VERSION}): upgrade kernelforge"
                     )
+                store.schema_version = version
             else:
                 store._migrate()
         except sqlite3.DatabaseError as exc:
@@ -384,7 +394,7 @@ class RunStore:
 
     _UPDATABLE = frozenset(
         {"status", "failure", "reason", "latency", "speedup", "ceiling_share", "visits", "value", "banned",
-         "pinned", "export", "hints", "attempts"}
+         "pinned", "export", "hints", "attempts", "reward_json"}
     )  # fmt: skip
 
     def update_node(self, node_id: int, **fields: Any) -> NodeView:
@@ -416,25 +426,43 @@ class RunStore:
             for other, (visits, value) in stats.items():
                 c.execute("UPDATE nodes SET visits = ?, value = ? WHERE id = ?", (visits, value, other))
 
+    def save_rewards(self, rewards: dict[int, str], stats: dict[int, tuple[int, float]]) -> None:
+        """New rewards (node id -> Reward JSON) and the statistics they moved (id -> (visits, value)), at once."""
+        with self._tx() as c:
+            for node_id, text in rewards.items():
+                c.execute("UPDATE nodes SET reward_json = ?, updated_at = ? WHERE id = ?", (text, time.time(), node_id))
+            for other, (visits, value) in stats.items():
+                c.execute("UPDATE nodes SET visits = ?, value = ? WHERE id = ?", (visits, value, other))
+
     def _view(self, r: sqlite3.Row) -> NodeView:
         return NodeView(
             id=r["id"], parent_id=r["parent"], status=r["status"], failure=r["failure"], reason=r["reason"],
             mutation=r["mutation"], proposer=r["proposer"], latency_us=r["latency"], speedup=r["speedup"],
             ceiling_share=r["ceiling_share"], visits=r["visits"], value=r["value"], banned=bool(r["banned"]),
             pinned=bool(r["pinned"]), export=bool(r["export"]), created_at=r["created_at"],
+            profiled=bool(r["profiled"]), reward_total=r["reward_total"], reward_note=r["reward_note"] or "",
         )  # fmt: skip
 
-    _VIEW_COLUMNS = (
-        "id, parent, status, failure, reason, mutation, proposer, latency, speedup, ceiling_share, visits, value,"
-        " banned, pinned, export, created_at"
-    )
+    def _view_columns(self) -> str:
+        """The columns of a NodeView; a run of schema 1 (readonly) has no rewards."""
+        reward = (
+            "json_extract(reward_json, '$.total') AS reward_total,"
+            " json_extract(reward_json, '$.explanation') AS reward_note"
+            if self.schema_version >= 2
+            else "NULL AS reward_total, NULL AS reward_note"
+        )
+        return (
+            "id, parent, status, failure, reason, mutation, proposer, latency, speedup, ceiling_share, visits, value,"
+            " banned, pinned, export, created_at,"
+            " EXISTS (SELECT 1 FROM profiles p WHERE p.node = nodes.id) AS profiled, " + reward
+        )
 
     def nodes(self) -> list[NodeView]:
         """Every node, in id order (a parent always comes before its children)."""
-        return [self._view(r) for r in self._read(f"SELECT {self._VIEW_COLUMNS} FROM nodes ORDER BY id")]
+        return [self._view(r) for r in self._read(f"SELECT {self._view_columns()} FROM nodes ORDER BY id")]
 
     def node(self, node_id: int) -> NodeView:
-        rows = self._read(f"SELECT {self._VIEW_COLUMNS} FROM nodes WHERE id = ?", (node_id,))
+        rows = self._read(f"SELECT {self._view_columns()} FROM nodes WHERE id = ?", (node_id,))
         if not rows:
             raise KeyError(f"no node {node_id} in run {self.run_dir.name}")
         return self._view(rows[0])
@@ -471,6 +499,7 @@ class RunStore:
                 hints=json.loads(r["hints"]),
                 attempts=r["attempts"],
                 last_measurement=r["last_m"],
+                reward_json=r["reward_json"] if "reward_json" in r.keys() else None,  # noqa: SIM118 (Row: keys)
             )
             for r in rows
         ]
@@ -531,6 +560,27 @@ class RunStore:
     def profile(self, node_id: int) -> str | None:
         rows = self._read("SELECT json FROM profiles WHERE node = ?", (node_id,))
         return str(rows[0]["json"]) if rows else None
+
+    def profiled_ids(self) -> set[int]:
+        """The nodes with a saved profile."""
+        return {int(r["node"]) for r in self._read("SELECT node FROM profiles")}
+
+    # ---- rewards ------------------------------------------------------------------------------------
+
+    def reward(self, node_id: int) -> Reward | None:
+        """The node's reward with every term and its explanation; None before it was measured (or schema 1)."""
+        if self.schema_version < 2:
+            return None
+        rows = self._read("SELECT reward_json FROM nodes WHERE id = ?", (node_id,))
+        if not rows:
+            raise KeyError(f"no node {node_id} in run {self.run_dir.name}")
+        text = rows[0]["reward_json"]
+        if text is None:
+            return None
+        try:
+            return Reward.model_validate_json(text)
+        except ValidationError:
+            return None
 
 
 def runs_root() -> Path:

@@ -183,3 +183,19 @@ def test_best_node() -> None:
     child(t, 4, 1, None, failure="cheat")
     best = t.best_node()
     assert best is not None and best.id == 3
+
+
+def test_a_given_score_replaces_log_speedup_and_rescore_moves_it() -> None:
+    t = tree()
+    t.add(2, 1)
+    t.finish(2, "timed", 2.0, score=0.75)  # e.g. ln 2 = 0.693 plus hardware evidence 0.057
+    child(t, 3, 2, 1.5)  # no score: ln 1.5 = 0.405465
+    assert t.reward(t[2]) == 0.75
+    assert t[2].value == pytest.approx(0.75 + math.log(1.5))  # 1.155465
+    assert t.root.value == pytest.approx(0.0 + 0.75 + math.log(1.5)) and t.root.best == 0.75
+    t.rescore(2, 0.25)  # a profile arrived: the guardrails cost 0.5
+    assert t[2].value == pytest.approx(0.25 + math.log(1.5))  # 0.655465
+    assert t.root.value == pytest.approx(0.655465, abs=1e-6) and t.root.visits == 3
+    assert t[2].best == pytest.approx(math.log(1.5)) and t.root.best == pytest.approx(0.405465, abs=1e-6)
+    t.reopen(2)  # undoes the current score, not the first one
+    assert t.root.value == pytest.approx(math.log(1.5)) and t[2].score is None

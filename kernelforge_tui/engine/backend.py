@@ -23,6 +23,8 @@ from kernelforge_tui.config import Settings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator, build_candidate
+from kernelforge_tui.gpu.hardware import NodeProfile, analyse
+from kernelforge_tui.gpu.profile import ProfileFailed, Profiler, ProfilingUnavailable
 from kernelforge_tui.gpu.protocol import EvalResult, FailureKind, SetCheck, Timing
 
 SIMULATED = "simulated"
@@ -55,6 +57,18 @@ class PipelinedBackend(EvaluationBackend, Protocol):
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
         """None when the candidate built; else the failed Evaluation (compile or launch plan)."""
         ...
+
+
+@runtime_checkable
+class ProfilingBackend(Protocol):
+    """A backend that can profile a measured candidate with Nsight Compute (the search's profiling hook).
+
+    `profile` raises a typed `ProfileError` (ncu missing, not permitted, timeout, unavailable) when no
+    profile comes; the search then logs it and, for a missing or refused ncu, stops profiling on its own.
+    On a GPU it holds the candidate's GPU lane, so ncu's replays never overlap a timing on that GPU.
+    """
+
+    async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile: ...
 
 
 def make_builder(settings: Settings, arch: str | None = None) -> Builder:
@@ -100,6 +114,25 @@ class GpuBackend:
             return await evaluator.evaluate(source, plan)
         finally:
             self._free.put_nowait(evaluator)
+
+    async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile:
+        """Profile one launch with ncu on a free GPU, holding its lane (no evaluation runs there meanwhile)."""
+        prepared = await build_candidate(self.card, self.builder, source, plan)  # the cache has the cubin
+        if isinstance(prepared, Evaluation):
+            raise ProfileFailed(f"the candidate does not build: {prepared.reason}")
+        built, launch = prepared
+        assert built.cubin_path is not None
+        evaluator = await self._free.get()
+        try:
+            profiler = Profiler(self.settings.profile, gpu_index=evaluator.gpu.index)
+            report = await profiler.profile(self.card.root.resolve(), built.cubin_path, launch)
+        finally:
+            self._free.put_nowait(evaluator)
+        hardware = analyse(
+            report, flops=self.card.spec.flops(), counted_bytes=self.card.spec.bytes_moved(),
+            measured_us=measured_us, ceilings=evaluator.ceilings, settings=self.settings.profile.classifier,
+        )  # fmt: skip
+        return NodeProfile(profile=report, hardware=hardware, ptxas=built.ptxas.get(plan.entry))
 
     async def close(self) -> None:
         await asyncio.gather(*(e.close() for e in self.evaluators), return_exceptions=True)
@@ -231,6 +264,13 @@ class SimulatedBackend:
         )
         share = min(1.0, (base / latency) / self.max_speedup)
         return Evaluation(ok=True, reason=result.reason, build=built, result=result, ceiling_share=share)
+
+    async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile:
+        """No GPU ran the kernel, so there is nothing to profile: no ncu numbers are made up."""
+        raise ProfilingUnavailable(
+            "the simulated backend runs no GPU, so candidates are not profiled (no ncu numbers are invented).",
+            "run the search on a GPU (without --simulate) to profile candidates",
+        )
 
     async def close(self) -> None:
         return None

@@ -45,6 +45,12 @@ class NodeView(Frozen):
     pinned: bool = False
     export: bool = False
     created_at: float = Field(default_factory=time.time)
+    profiled: bool = False
+    """An ncu profile is saved on the node (`RunStore.profile`)."""
+    reward_total: float | None = None
+    """The node's reward in the tree search (every term: `RunStore.reward`); None before it was measured."""
+    reward_note: str = ""
+    """The reward's one-line explanation in words."""
 
 
 class Event(Frozen):
@@ -160,6 +166,13 @@ class PinSubtree(Command):
     pinned: bool = True
 
 
+class ProfileNode(Command):
+    """Profile this node with Nsight Compute now (queued ahead of the automatic profiles)."""
+
+    kind: Literal["profile"] = "profile"
+    node_id: int
+
+
 class MarkExport(Command):
     kind: Literal["export"] = "export"
     node_id: int
@@ -167,6 +180,6 @@ class MarkExport(Command):
 
 
 EngineCommand = Annotated[
-    Pause | Resume | Stop | ExpandNode | AddHint | InjectKernel | BanSubtree | PinSubtree | MarkExport,
+    Pause | Resume | Stop | ExpandNode | AddHint | InjectKernel | BanSubtree | PinSubtree | MarkExport | ProfileNode,
     Field(discriminator="kind"),
 ]

@@ -6,12 +6,17 @@ after a crash by replaying the nodes.
 
 Reward (to maximise; the search minimises latency through it):
 
-    r(node) = ln(speedup)             for a measured node (speedup = baseline time / node time)
+    r(node) = the reward's total      for a measured node scored by `engine.reward.compute_reward`
+    r(node) = ln(speedup)             for a measured node given no reward (speedup = baseline / node time)
     r(node) = failure_reward          for a failed node (default -1.0, as bad as a 2.7x slowdown)
 
+The search passes the total of `compute_reward`: w_speedup * ln(speedup), plus hardware evidence capped
+at +-0.1 and guardrail penalties; with no profiles and no wasted resources it is exactly ln(speedup).
 Because ln(speedup) = ln(t_baseline) - ln(t_node), maximising r is minimising the log latency, and a
 2x gain weighs the same at 10 us as at 10 ms. Every measured or failed node adds its reward to itself and
-each ancestor (`visits` += 1, `value` += r) and raises the subtree's `best` reward where it beats it.
+each ancestor (`visits` += 1, `value` += r) and raises the subtree's `best` reward where it beats it. A
+reward can change after the fact (a profile arrives): `rescore` moves the difference through every
+ancestor's value and recomputes their best.
 
 Selection descends from the root by UCT for minimisation, written on rewards:
 
@@ -96,6 +101,8 @@ class TreeNode:
     exhausted: bool = False
     """The proposer had nothing new for this node: it is not expanded again."""
     hints: list[str] = field(default_factory=list)
+    score: float | None = None
+    """The reward given for this measured node (None: ln(speedup) is used)."""
 
     @property
     def in_flight(self) -> bool:
@@ -173,9 +180,11 @@ class Tree:
     # ---- measurements -------------------------------------------------------------------------------
 
     def reward(self, node: TreeNode) -> float:
-        """ln(speedup) for a measured node, `failure_reward` for a failed one (see the module docstring)."""
+        """The given score, else ln(speedup), for a measured node; `failure_reward` for a failed one."""
         if node.status == "failed":
             return self.settings.failure_reward
+        if node.score is not None:
+            return node.score
         if node.speedup is None or node.speedup <= 0:
             return 0.0  # proven correct but not timed against the baseline: neutral
         return math.log(node.speedup)
@@ -192,14 +201,18 @@ class Tree:
         speedup: float | None = None,
         failure: FailureKind | None = None,
         reason: str = "",
+        score: float | None = None,
     ) -> list[int]:
-        """Record a node's outcome and back its reward up to the root; returns the nodes newly pruned."""
+        """Record a node's outcome and back its reward up to the root; returns the nodes newly pruned.
+
+        `score`: the node's reward (the total of `compute_reward`); None uses ln(speedup)."""
         node = self.nodes[node_id]
         if not node.in_flight:
             raise ValueError(f"node {node_id} is already {node.status}")
         if status in IN_FLIGHT:
             raise ValueError(f"finish needs a final status, not {status!r}")
         node.status, node.speedup, node.failure, node.reason = status, speedup, failure, reason
+        node.score = score
         reward = self.reward(node)
         newly_pruned: list[int] = []
         eps = self.settings.improvement_epsilon
@@ -227,7 +240,24 @@ class Tree:
         for ancestor in self.ancestors(node_id):
             ancestor.visits -= 1
             ancestor.value -= reward
-        node.status, node.speedup, node.failure, node.reason = "proposed", None, None, ""
+        node.status, node.speedup, node.failure, node.reason, node.score = "proposed", None, None, "", None
+
+    def rescore(self, node_id: int, score: float) -> None:
+        """Replace a measured node's reward: its ancestors' value moves by the difference, their best is
+        recomputed over their subtree (pruning counts an improvement beyond the epsilon as progress)."""
+        node = self.nodes[node_id]
+        if node.in_flight or node.status == "failed":
+            raise ValueError(f"node {node_id} is {node.status}: only a measured node can be rescored")
+        old = self.reward(node)
+        node.score = score
+        delta = score - old
+        eps = self.settings.improvement_epsilon
+        for ancestor in self.ancestors(node_id):
+            ancestor.value += delta
+            best = max((self.reward(n) for n in self.subtree(ancestor.id) if not n.in_flight), default=-math.inf)
+            if best > ancestor.best + eps:
+                ancestor.visits_at_best = ancestor.visits
+            ancestor.best = best
 
     # ---- selection ----------------------------------------------------------------------------------
 

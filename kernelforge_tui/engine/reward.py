@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, Field
 
+from kernelforge_tui.config import RewardWeights as RewardWeights
 from kernelforge_tui.gpu.build import PtxasStats
 from kernelforge_tui.gpu.hardware import (
     ACHIEVED_OCCUPANCY,
@@ -28,36 +29,6 @@ from kernelforge_tui.gpu.hardware import (
 )
 
 Metrics = Mapping[str, float]
-
-
-class RewardWeights(BaseModel):
-    """Weights and thresholds of the reward; the defaults keep the log speedup the dominant term."""
-
-    speedup: float = 1.0
-    """Weight of ln(speedup over the card's baseline): the measured gain, the core of the reward."""
-    throughput: float = 0.2
-    """Weight of the change in the bounding unit's throughput (% of peak / 100) against the parent:
-    moving toward the roof is evidence of a real improvement."""
-    dram_bytes: float = 0.1
-    """Weight of -ln(child DRAM bytes / parent DRAM bytes): less traffic for the same work."""
-    evidence_cap: float = 0.1
-    """Hardware evidence in total is clipped to +-this, so it never outweighs a clear speed difference."""
-    gain_threshold: float = 0.02
-    """A child counts as having gained when it is at least this much faster than its parent (2%)."""
-    registers: float = 0.1
-    """Penalty weight of ln(child registers / parent registers) when more registers bought no gain."""
-    shared_memory: float = 0.1
-    """Penalty weight of ln(child / parent shared bytes per block) when more shared memory bought no gain."""
-    spills: float = 0.2
-    """Penalty weight of ln((1 + child spill bytes) / (1 + parent spill bytes)) when spilling bought no gain."""
-    occupancy: float = 0.2
-    """Penalty weight of the achieved-occupancy drop (/100) when the child is also slower than its parent."""
-    judge: float = 0.1
-    """Weight of the LLM judge's verdict (0..1, centred on 0.5), when a judge scored the edit."""
-    failure: float = -1.0
-    """The whole reward of a failed node (compile, launch, mismatch, timeout, cheat)."""
-    threshold_pct: float = 30.0
-    """Latency-bound threshold for the words of the explanation (see gpu.hardware.ClassifierSettings)."""
 
 
 class RewardTerm(BaseModel):
@@ -145,8 +116,10 @@ def compute_reward(
     *,
     judge: float | None = None,
     weights: RewardWeights | None = None,
+    threshold_pct: float = 30.0,
 ) -> Reward:
-    """Score a measured node against its parent (or alone, for a root)."""
+    """Score a measured node against its parent (or alone, for a root). `threshold_pct`: the classifier's
+    latency-bound threshold (`ClassifierSettings`), for the words of the explanation."""
     w = weights or RewardWeights()
     terms: list[RewardTerm] = [
         RewardTerm(
@@ -239,10 +212,10 @@ def compute_reward(
         )
 
     if cm is not None:
-        bottleneck = bottleneck_of(cm, w.threshold_pct)
+        bottleneck = bottleneck_of(cm, threshold_pct)
         pct = _bounding_pct(cm)
         if bottleneck is not None and pct is not None:
-            prefix = "now " if pm is not None and bottleneck_of(pm, w.threshold_pct) != bottleneck else ""
+            prefix = "now " if pm is not None and bottleneck_of(pm, threshold_pct) != bottleneck else ""
             words.append(f"{prefix}{CLASS_NAMES[bottleneck]} at {pct:.0f}% of peak")
     total = sum(t.value for t in terms)
     if not words:

@@ -6,6 +6,18 @@ candidates per GPU lane; the GPU never waits on the compiler. Every step is comm
 before it is announced, so a view in another process sees what this one sees, and a crash loses only
 the candidates in flight.
 
+Profiling: the candidates that matter are profiled with Nsight Compute by a task of their own, never in
+the way of evaluation: the card's baseline and each new best, each node faster than its parent, and any
+node a person asks for (`ProfileNode`, queued first). On a GPU the profile holds that GPU's lane (ncu's
+replays would disturb a timing), while proposals and builds go on. At most `max_pending` automatic
+profiles wait (more are skipped) and automatic profiling holds a lane at most `max_share` of the time.
+A typed profiling error (ncu missing, not permitted, unsupported, a timeout; or a backend that cannot
+profile, such as the simulated one) is logged once and ends automatic profiling for the run.
+
+Reward: each measured node is scored by `engine.reward.compute_reward` against its parent (speedup,
+ptxas guardrails, and hardware evidence where both are profiled); every term is stored on the node, the
+total steers the tree, and a profile that arrives later rescores the node and its children.
+
 Resume: a Search built on a store that already holds nodes restores the tree by replaying them (nodes in
 id order, outcomes in the order they were measured). Nodes that were in flight when the previous process
 died (proposed or built, never measured) are re-queued once: their source and plan are in the store, and
@@ -25,9 +37,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.engine.backend import EvaluationBackend, PipelinedBackend
+from kernelforge_tui.config import ProfileSettings, RewardWeights
+from kernelforge_tui.engine.backend import EvaluationBackend, PipelinedBackend, ProfilingBackend
 from kernelforge_tui.engine.budget import Budget, BudgetUsage
 from kernelforge_tui.engine.events import (
     AddHint,
@@ -44,13 +59,17 @@ from kernelforge_tui.engine.events import (
     NodeChanged,
     Pause,
     PinSubtree,
+    ProfileNode,
     Resume,
     SearchState,
     StateChanged,
     Stop,
 )
 from kernelforge_tui.engine.mcts import Tree, TreeSettings
+from kernelforge_tui.engine.reward import Evidence, Reward, compute_reward, failure_reward
 from kernelforge_tui.gpu.evaluate import Evaluation
+from kernelforge_tui.gpu.hardware import NodeProfile
+from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, ProfilingUnavailable
 from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext, Proposer
 from kernelforge_tui.store import RunInfo, RunStore
 
@@ -58,6 +77,10 @@ LOST_IN_FLIGHT = "lost in flight"
 MAX_ATTEMPTS = 2
 """A node is handed to the pipeline at most this many times (the first run, then one resume)."""
 PRIORITY_STEERED, PRIORITY_NORMAL = 0, 1
+PROFILE_ASKED, PROFILE_NEW_BEST, PROFILE_BEATS_PARENT = 0, 1, 2
+"""Profile queue priorities: a person's request first, then new bests, then nodes that beat their parent."""
+PROFILE_FAILURES_IN_A_ROW = 3
+"""Automatic profiling also stops after this many candidate-specific failures in a row (kind "failed")."""
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
@@ -104,7 +127,12 @@ class Search:
         budget: Budget,
         settings: TreeSettings | None = None,
         pipeline: PipelineSettings | None = None,
+        *,
+        profile: ProfileSettings | None = None,
+        reward: RewardWeights | None = None,
     ) -> None:
+        """`profile` and `reward`: `Settings.profile` and `Settings.reward` (defaults when None). A failed
+        node's reward is the tree's `failure_reward`, so the stored reward and the tree agree."""
         if card.spec.baseline is None:
             raise ValueError(
                 f"card {card.spec.name} has no baseline kernel: the search starts from it (add [baseline])"
@@ -139,6 +167,18 @@ class Search:
         self._session_t0 = time.monotonic()
         self._session_iterations = 0
         self._session_gpu_s = 0.0
+        self.profile_settings = profile or ProfileSettings()
+        self.weights = (reward or RewardWeights()).model_copy(update={"failure": self.tree.settings.failure_reward})
+        self._profile_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
+        self._profile_waiting: set[int] = set()
+        self._profiling: int | None = None
+        self._profiled: set[int] = set()
+        self.auto_profile = True
+        """False once a profiling error ended automatic profiling for this run (ProfileNode still tries)."""
+        self._profile_failures = 0
+        self._profile_next_at = 0.0
+        self._stop_now = False
+        self._evidence: dict[int, Evidence] = {}
         self._restore()
 
     # ---- restoring a run ----------------------------------------------------------------------------
@@ -153,10 +193,15 @@ class Search:
         done = sorted((r for r in records if r.last_measurement is not None and r.status not in ("proposed", "built")),
                       key=lambda r: r.last_measurement or 0)  # fmt: skip
         for rec in done:
-            self.tree.finish(rec.id, rec.status, rec.speedup, rec.failure, rec.reason)  # type: ignore[arg-type]
+            score = None
+            if rec.reward_json is not None and rec.status != "failed":
+                with contextlib.suppress(ValueError):
+                    score = Reward.model_validate_json(rec.reward_json).total
+            self.tree.finish(rec.id, rec.status, rec.speedup, rec.failure, rec.reason, score)  # type: ignore[arg-type]
             if rec.id != self.tree.root_id:
                 self.usage.iterations += 1
         self._requeue = [(r.id, r.attempts) for r in records if r.status in ("proposed", "built")]
+        self._profiled = self.store.profiled_ids() if records else set()
         best = self.tree.best_node()
         if best is not None and best.speedup is not None:
             self._best = (best.id, best.speedup)
@@ -223,6 +268,7 @@ class Search:
                 self._running.set()
                 self._set_state("running", "resumed by request")
         elif isinstance(cmd, Stop):
+            self._stop_now = True  # the profiles still queued are dropped
             self._stop("stopped by request")
         elif isinstance(cmd, ExpandNode):
             if self._known(cmd.node_id):
@@ -254,6 +300,14 @@ class Search:
             if self._known(cmd.node_id):
                 self.tree.pin(cmd.node_id, cmd.pinned)
                 self._emit(NodeChanged(node=self.store.update_node(cmd.node_id, pinned=cmd.pinned)))
+        elif isinstance(cmd, ProfileNode):
+            if self._known(cmd.node_id):
+                node = self.tree[cmd.node_id]
+                if not node.measured:
+                    self._log(f"node {cmd.node_id} is {node.status}: only a measured node can be profiled",
+                              "warning", cmd.node_id)  # fmt: skip
+                elif self._request_profile(cmd.node_id, PROFILE_ASKED):
+                    self._log(f"node {cmd.node_id} will be profiled next", node_id=cmd.node_id)
         elif isinstance(cmd, MarkExport) and self._known(cmd.node_id):
             self._emit(NodeChanged(node=self.store.update_node(cmd.node_id, export=cmd.export)))
         self._wake.set()
@@ -289,6 +343,7 @@ class Search:
             tasks += [asyncio.create_task(self._gpu_lane(), name=f"gpu-{i}") for i in range(self.lanes)]
             tasks += [asyncio.create_task(self._ticker(), name="ticker")]
             tasks += [asyncio.create_task(self._poller(), name="poller")]
+            tasks += [asyncio.create_task(self._profiler(), name="profiler")]
             driver = asyncio.create_task(self._driver(), name="driver")
             tasks.append(driver)
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -363,7 +418,7 @@ class Search:
             reason = self.usage.exhausted(self.budget)
             if reason is not None:
                 self._stop(reason)
-            if self.stop_reason is not None and not self._flying:
+            if self.stop_reason is not None and not self._flying and not self._profiles_pending():
                 return
             if self.stop_reason is None and not self._paused and await self._step():
                 continue
@@ -474,10 +529,18 @@ class Search:
             failure = None
         else:
             status, failure = "failed", evaluation.failure or "worker"
-        pruned = self.tree.finish(node_id, status, speedup, failure, evaluation.reason)  # type: ignore[arg-type]
+        reward: Reward | None = None
+        if failure is not None:
+            reward = failure_reward(failure, evaluation.reason[:300], self.weights)
+        elif speedup is not None and speedup > 0:
+            self._evidence[node_id] = self._measured_evidence(node_id, speedup, evaluation)
+            reward = self._score(node_id)
+        score = reward.total if reward is not None and failure is None else None
+        pruned = self.tree.finish(node_id, status, speedup, failure, evaluation.reason, score)  # type: ignore[arg-type]
         ancestors = list(self.tree.ancestors(node_id))
         fields = {"status": status, "failure": failure, "reason": evaluation.reason, "latency": latency,
-                  "speedup": speedup, "ceiling_share": evaluation.ceiling_share if evaluation.ok else None}  # fmt: skip
+                  "speedup": speedup, "ceiling_share": evaluation.ceiling_share if evaluation.ok else None,
+                  "reward_json": reward.model_dump_json() if reward is not None else None}  # fmt: skip
         self.store.finish_node(node_id, evaluation, fields, {a.id: (a.visits, a.mean) for a in ancestors})
         self._flying.discard(node_id)
         gpu_s = result.gpu_seconds if result else 0.0
@@ -501,7 +564,162 @@ class Search:
             assert latency is not None
             self._emit(BestImproved(node_id=node_id, speedup=speedup, latency_us=latency,
                                     ceiling_share=evaluation.ceiling_share))  # fmt: skip
+            if self.profile_settings.new_best:
+                self._request_profile(node_id, PROFILE_NEW_BEST)
+        elif speedup is not None and self.profile_settings.beats_parent:
+            parent_id = self.tree[node_id].parent_id
+            parent_speedup = self.tree[parent_id].speedup if parent_id is not None else None
+            if parent_speedup is not None and speedup > parent_speedup:
+                self._request_profile(node_id, PROFILE_BEATS_PARENT)
         self._wake.set()
+
+    # ---- reward -------------------------------------------------------------------------------------
+
+    def _dynamic_shared(self, plan: LaunchPlan) -> int:
+        try:
+            return resolve(plan, self.card.spec).shared_bytes
+        except ExprError:
+            return 0
+
+    def _measured_evidence(self, node_id: int, speedup: float, evaluation: Evaluation | None) -> Evidence:
+        """What is known about a measured node: its speedup, its ptxas stats, its ncu metrics if profiled."""
+        _, plan = self.store.node_source(node_id)
+        build = evaluation.build if evaluation is not None else None
+        ptxas = build.ptxas.get(plan.entry) if build is not None else None
+        metrics: dict[str, float] | None = None
+        if node_id in self._profiled:
+            saved = self.store.profile(node_id)
+            if saved is not None:
+                with contextlib.suppress(ValueError):
+                    metrics = NodeProfile.model_validate_json(saved).profile.values()
+        return Evidence(speedup=speedup, metrics=metrics, ptxas=ptxas, dynamic_shared=self._dynamic_shared(plan))
+
+    def _evidence_of(self, node_id: int) -> Evidence | None:
+        """A measured node's evidence (from memory, else from the store: a resumed run)."""
+        known = self._evidence.get(node_id)
+        if known is not None:
+            return known
+        node = self.tree[node_id]
+        if not node.measured or node.speedup is None or node.speedup <= 0:
+            return None
+        evidence = self._measured_evidence(node_id, node.speedup, self.store.evaluation(node_id))
+        self._evidence[node_id] = evidence
+        return evidence
+
+    def _score(self, node_id: int) -> Reward | None:
+        """The node's reward against its parent (alone for the root); None for a node with no speedup."""
+        child = self._evidence_of(node_id)
+        if child is None:
+            return None
+        parent_id = self.tree[node_id].parent_id
+        parent = self._evidence_of(parent_id) if parent_id is not None else None
+        threshold = self.profile_settings.classifier.threshold_pct
+        return compute_reward(child, parent, weights=self.weights, threshold_pct=threshold)
+
+    def _rescore(self, node_id: int) -> set[int]:
+        """Score the node and its measured children again (a profile arrived); the nodes whose value moved."""
+        rewards: dict[int, str] = {}
+        touched: set[int] = set()
+        for target in [node_id, *self.tree[node_id].children]:
+            node = self.tree[target]
+            if not node.measured:
+                continue
+            reward = self._score(target)
+            if reward is None:
+                continue
+            self.tree.rescore(target, reward.total)
+            rewards[target] = reward.model_dump_json()
+            touched.update(a.id for a in self.tree.ancestors(target))
+        stats = {i: (self.tree[i].visits, self.tree[i].mean) for i in touched}
+        self.store.save_rewards(rewards, stats)
+        return touched
+
+    # ---- profiling ----------------------------------------------------------------------------------
+
+    def _profiles_pending(self) -> bool:
+        """Profiles queued or running that a finishing run still waits for (not after a Stop command)."""
+        return not self._stop_now and (bool(self._profile_waiting) or self._profiling is not None)
+
+    def _request_profile(self, node_id: int, priority: int) -> bool:
+        """Queue a profile; automatic ones only while enabled, not twice, and at most `max_pending` waiting."""
+        if node_id in self._profile_waiting or node_id == self._profiling:
+            return False
+        if priority != PROFILE_ASKED:
+            if not self.auto_profile or node_id in self._profiled:
+                return False
+            if len(self._profile_waiting) >= self.profile_settings.max_pending:
+                self._log(f"node {node_id} not profiled: {len(self._profile_waiting)} profiles already wait "
+                          "(profile settings: max_pending)", "debug", node_id)  # fmt: skip
+                return False
+        self._profile_waiting.add(node_id)
+        self._profile_q.put_nowait((priority, next(self._seq), node_id))
+        return True
+
+    async def _profiler(self) -> None:
+        """Profile the queued nodes one at a time, beside the pipeline (the backend holds a GPU lane)."""
+        while True:
+            await self._running.wait()
+            priority, _, node_id = await self._profile_q.get()
+            asked = priority == PROFILE_ASKED
+            if not asked:
+                if not self.auto_profile:
+                    self._profile_waiting.discard(node_id)
+                    self._wake.set()
+                    continue
+                delay = self._profile_next_at - time.monotonic()
+                if delay > 0:  # automatic profiling holds a lane at most max_share of the time
+                    await asyncio.sleep(delay)
+            self._profile_waiting.discard(node_id)
+            self._profiling = node_id
+            try:
+                await self._profile(node_id, asked)
+            finally:
+                self._profiling = None
+                self._wake.set()
+
+    async def _profile(self, node_id: int, asked: bool) -> None:
+        source, plan = self.store.node_source(node_id)
+        latency = self.store.node(node_id).latency_us
+        started = time.monotonic()
+        try:
+            if not isinstance(self.backend, ProfilingBackend):
+                raise ProfilingUnavailable(f"the {getattr(self.backend, 'name', 'evaluation')} backend cannot profile")
+            profiled = await self.backend.profile(source, plan, latency)
+        except ProfileError as exc:
+            self._profile_failed(node_id, exc, asked)
+            return
+        except Exception as exc:  # a broken backend must not end the run
+            self._profile_failed(node_id, ProfileFailed(f"{type(exc).__name__}: {exc}"), asked)
+            return
+        finally:
+            took = time.monotonic() - started
+            share = self.profile_settings.max_share
+            self._profile_next_at = time.monotonic() + took * (1 - share) / share
+        self._profile_failures = 0
+        self.store.save_profile(node_id, profiled.model_dump_json())
+        self._profiled.add(node_id)
+        node = self.tree[node_id]
+        if node.status == "timed":
+            node.status = "profiled"
+            self.store.update_node(node_id, status="profiled")
+        self._evidence.pop(node_id, None)
+        touched = self._rescore(node_id) | {node_id}
+        for changed in sorted(touched):
+            self._emit(NodeChanged(node=self.store.node(changed)))
+        self._log(f"profiled node {node_id} in {profiled.profile.seconds:.1f} s: {profiled.hardware.summary()}",
+                  node_id=node_id)  # fmt: skip
+
+    def _profile_failed(self, node_id: int, exc: ProfileError, asked: bool) -> None:
+        """Log a profiling error; one that is not about this candidate ends automatic profiling, once."""
+        self._profile_failures += 1
+        general = exc.kind != "failed" or self._profile_failures >= PROFILE_FAILURES_IN_A_ROW
+        if general and self.auto_profile:
+            self.auto_profile = False
+            level: LogLevel = "info" if exc.kind == "unavailable" else "warning"
+            self._log(f"node {node_id} not profiled: {exc}; automatic profiling is off for this run "
+                      "(ProfileNode still tries)", level, node_id)  # fmt: skip
+        elif asked or not general:
+            self._log(f"node {node_id} not profiled: {exc}", "warning", node_id)
 
     def _account_time(self) -> None:
         now = time.monotonic()

@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from kernelforge_tui.config import ClassifierSettings as ClassifierSettings
 from kernelforge_tui.gpu.build import PtxasStats
 from kernelforge_tui.gpu.profile import ProfileReport
 from kernelforge_tui.gpu.protocol import Ceilings
@@ -59,16 +60,6 @@ MIX = {
     "FMUL": "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
 }
 SECTOR_BYTES = 32
-
-
-class ClassifierSettings(BaseModel):
-    """How a profile is classified."""
-
-    threshold_pct: float = Field(default=30.0, gt=0, lt=100)
-    """Below this % of peak for both SM and memory throughput, a kernel is latency-bound. 30% is the cut of
-    the CUDAMaster hardware-analysis filter (Otsu's method over profiled kernels), see shared/seeds/."""
-    top_stalls: int = 3
-    """How many stall reasons a latency-bound report names."""
 
 
 class KeyMetric(BaseModel):

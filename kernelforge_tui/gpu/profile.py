@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.plan import ResolvedLaunch
+from kernelforge_tui.config import ProfileSettings as ProfileSettings
 
 Unit = Literal["percent", "bytes", "bytes/second", "seconds", "cycles", "hertz", "ratio", "count"]
 """Canonical units: values are converted to these (Kbyte -> bytes, usecond -> seconds, Ghz -> hertz)."""
@@ -181,6 +182,12 @@ class NcuUnsupported(ProfileError):
 
 class ProfileTimeout(ProfileError):
     kind = "timeout"
+
+
+class ProfilingUnavailable(ProfileError):
+    """The backend cannot profile at all (the simulated backend runs no GPU: it makes up no ncu numbers)."""
+
+    kind = "unavailable"
 
 
 class ProfileFailed(ProfileError):
@@ -382,19 +389,6 @@ def _parse_details(header: list[str], rows: list[list[str]]) -> list[ParsedKerne
 
 
 # -- running ncu ---------------------------------------------------------------------------------------------
-
-
-class ProfileSettings(BaseModel):
-    """How candidates are profiled."""
-
-    ncu: str | None = None
-    """Path to ncu; found on PATH or under $CUDA_HOME/bin when unset."""
-    timeout_s: float = 120.0
-    """A profile that takes longer is killed (ncu replays the kernel once per counter pass, ~40 passes)."""
-    sections: list[str] = Field(default_factory=lambda: list(SECTIONS))
-    metrics: list[str] = Field(default_factory=lambda: list(RAW_METRICS))
-    extra_args: list[str] = Field(default_factory=list)
-    """More ncu flags, e.g. ["--cache-control", "none"] to profile with warm caches."""
 
 
 def find_ncu(explicit: str | None = None) -> str | None:

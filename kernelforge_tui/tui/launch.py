@@ -23,7 +23,8 @@ def new_search(card_dir: Path, budget_iters: int | None, budget_minutes: float |
     backend = make_backend(card, settings, simulate=simulate)
     store = RunStore.create(new_run_dir(card.spec.name), card, backend.name, backend.gpu_name, run_settings)
     proposer = load_proposer(DEFAULT_PROPOSER)
-    return Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline)
+    return Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline,
+                  profile=settings.profile, reward=settings.reward)  # fmt: skip
 
 
 def run_tui(
