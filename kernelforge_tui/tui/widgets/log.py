@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections import deque
 from typing import ClassVar
 
+from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
-from textual.widgets import RichLog
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
 
 from kernelforge_tui.engine.events import LogLine
 
@@ -21,11 +26,16 @@ def clock(seconds: float) -> str:
     return f"+{h}:{m:02d}:{sec:02d}" if h else f"+{m}:{sec:02d}"
 
 
-class LogPane(RichLog):
-    """A bounded log; multi-line messages (compiler output) keep their lines, indented."""
+class LogPane(ScrollView, can_focus=True):
+    """A bounded log; multi-line messages (compiler output) keep their lines, indented.
+
+    Lines are kept as `Text` and rendered only when they are on screen (`render_line`, cached per line),
+    so adding a batch costs a deque append per line plus one repaint, whatever the batch's size; a
+    growing run logs a line a node. It follows the end while the view is at the end.
+    """
 
     DEFAULT_CSS = """
-    LogPane { background: $surface; scrollbar-size-vertical: 1; }
+    LogPane { background: $surface; color: $foreground; overflow-y: scroll; scrollbar-size-vertical: 1; }
     LogPane > .log-pane--time { color: $text-disabled; }
     LogPane > .log-pane--debug { color: $text-disabled; }
     LogPane > .log-pane--warning { color: $warning; }
@@ -37,25 +47,82 @@ class LogPane(RichLog):
     }  # fmt: skip
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, max_lines=MAX_LINES, wrap=False, markup=False, highlight=False, auto_scroll=True)
+        super().__init__(id=id)
         self.started_at: float | None = None
+        self._lines: deque[Text] = deque(maxlen=MAX_LINES)
+        self._dropped = 0
+        """Lines pushed out of the front so far: a line's cache key is its absolute number."""
+        self._widest = 0
+        self._styles: dict[str, Style] = {}
+        self._strips: LRUCache[tuple[int, int, int], Strip] = LRUCache(1024)
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
+
+    def _restyle(self) -> None:
+        self._styles.clear()
+        self._strips.clear()
+        self.refresh()
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
 
     def _style(self, name: str) -> Style:
-        return self.get_component_rich_style(f"log-pane--{name}", partial=True)
+        style = self._styles.get(name)
+        if style is None:
+            style = self._styles[name] = self.get_component_rich_style(f"log-pane--{name}", partial=True)
+        return style
+
+    @property
+    def line_count(self) -> int:
+        return len(self._lines)
+
+    def _write(self, rows: list[Text]) -> None:
+        if not rows:
+            return
+        follow = self.is_vertical_scroll_end or self.max_scroll_y == 0
+        overflow = max(0, len(self._lines) + len(rows) - MAX_LINES)
+        self._lines.extend(rows)
+        self._dropped += overflow
+        self._widest = max(self._widest, max(row.cell_len for row in rows))
+        self.virtual_size = Size(self._widest, len(self._lines))
+        if follow:
+            self.scroll_end(animate=False, immediate=False, x_axis=False)
+        self.refresh()
 
     def add(self, lines: list[LogLine]) -> None:
+        rows: list[Text] = []
         for line in lines:
             start = self.started_at if self.started_at is not None else line.at
             level_style = self._style(line.level) if line.level in ("debug", "warning", "error") else Style()
             first, *rest = line.text.split("\n") or [""]
-            row = Text.assemble((clock(line.at - start) + " ", self._style("time")))
+            row = Text.assemble((clock(line.at - start) + " ", self._style("time")), no_wrap=True, end="")
             if line.node_id is not None:
                 row.append(f"#{line.node_id} ", self._style("node"))
             row.append(first, level_style)
-            self.write(row)
-            for more in rest:
-                self.write(Text("    " + more, style=level_style))
+            rows.append(row)
+            rows.extend(Text("    " + more, style=level_style, no_wrap=True, end="") for more in rest)
+        self._write(rows)
 
     def note(self, text: str) -> None:
         """A line from the TUI itself (what it sent)."""
-        self.write(Text("» " + text, style=self._style("node")))
+        self._write([Text("» " + text, style=self._style("node"), no_wrap=True, end="")])
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.scrollable_content_region.width
+        rich_style = self.rich_style
+        if index >= len(self._lines):
+            return Strip.blank(width, rich_style)
+        key = (index + self._dropped, scroll_x, width)
+        strip = self._strips.get(key)
+        if strip is None:
+            text = self._lines[index]
+            console = self.app.console
+            options = console.options.update(overflow="ignore", no_wrap=True, width=max(1, text.cell_len))
+            segments = next(iter(Segment.split_lines(console.render(text, options))), [])
+            line = Strip(segments).apply_style(rich_style)
+            strip = self._strips[key] = line.crop_extend(scroll_x, scroll_x + width, rich_style)
+        return strip
