@@ -38,7 +38,8 @@ class RunHeaderBar(Static):
         return self.get_component_rich_style(f"run-header--{name}", partial=True)
 
     def show(self, header: RunHeader, budget: BudgetUsed | None, nodes: int, failures: int, note: str = "") -> None:
-        self.update(self.render_header(header, budget, nodes, failures, note))
+        # One line, full width: its size never changes, so no layout (a layout reflows the whole screen).
+        self.update(self.render_header(header, budget, nodes, failures, note), layout=False)
 
     def render_header(
         self, header: RunHeader, budget: BudgetUsed | None, nodes: int, failures: int, note: str = ""
