@@ -16,11 +16,11 @@ import pytest
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.config import ProfileSettings, RewardWeights, Settings, load_settings
-from kernelforge_tui.engine.backend import ProfilingBackend, SimulatedBackend, make_builder
+from kernelforge_tui.engine.backend import Lanes, ProfilingBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.events import EngineEvent, LogLine, NodeChanged, ProfileNode
 from kernelforge_tui.engine.mcts import TreeSettings
-from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
+from kernelforge_tui.engine.search import PROFILE_BEATS_PARENT, PROFILE_NEW_BEST, PipelineSettings, RunSettings, Search
 from kernelforge_tui.gpu.hardware import NodeProfile, analyse
 from kernelforge_tui.gpu.profile import NcuNotPermitted, ProfileError, ProfileReport, parse_csv
 from kernelforge_tui.proposers.base import Proposal
@@ -277,3 +277,52 @@ def test_profile_and_reward_settings_come_from_the_environment(monkeypatch: pyte
     assert settings.profile.timeout_s == 45 and settings.profile.max_pending == 2
     assert settings.profile.classifier.threshold_pct == 25
     assert settings.reward.evidence_cap == 0.05
+
+
+def test_a_new_best_takes_the_place_of_a_waiting_profile(tmp_path: Path) -> None:
+    """With room for one waiting profile: a new best evicts a node that only beat its parent, then an older
+    best; a node that only beat its parent never evicts anything."""
+    search, _, _ = make_search(tmp_path, Budget(max_iterations=1), profile=ProfileSettings(max_pending=1))
+    assert search._request_profile(5, PROFILE_BEATS_PARENT)
+    assert not search._request_profile(6, PROFILE_BEATS_PARENT)
+    assert search._request_profile(7, PROFILE_NEW_BEST)
+    assert search._request_profile(8, PROFILE_NEW_BEST)
+    assert not search._request_profile(9, PROFILE_BEATS_PARENT)
+    assert list(search._profile_waiting) == [8]
+
+
+async def test_gpu_lanes_are_first_come_first_served() -> None:
+    """The evaluation loop asking for the lane again right after releasing it does not jump ahead of the
+    profiler already waiting (an asyncio.Queue would hand it straight back: the profiler starved)."""
+    lanes: Lanes[str] = Lanes()
+    lanes.release("gpu0")
+    held = await lanes.acquire()
+    order: list[str] = []
+
+    async def profiler() -> None:
+        lane = await lanes.acquire()
+        order.append("profiler")
+        lanes.release(lane)
+
+    waiting = asyncio.create_task(profiler())
+    await asyncio.sleep(0)
+    lanes.release(held)
+    lane = await lanes.acquire()
+    order.append("evaluation")
+    await waiting
+    assert order == ["profiler", "evaluation"] and lane == "gpu0"
+
+
+async def test_a_cancelled_waiter_does_not_lose_the_gpu_lane() -> None:
+    lanes: Lanes[str] = Lanes()
+    lanes.release("gpu0")
+    held = await lanes.acquire()
+    cancelled = asyncio.create_task(lanes.acquire())
+    behind = asyncio.create_task(lanes.acquire())
+    await asyncio.sleep(0)
+    cancelled.cancel()
+    await asyncio.sleep(0)
+    lanes.release(held)
+    assert await behind == "gpu0"
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled

@@ -10,12 +10,14 @@ evaluation's reason): its numbers are never GPU measurements.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hashlib
 import math
 import random
 import re
-from typing import Protocol, runtime_checkable
+from collections.abc import AsyncIterator
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
@@ -28,6 +30,8 @@ from kernelforge_tui.gpu.profile import ProfileFailed, Profiler, ProfilingUnavai
 from kernelforge_tui.gpu.protocol import EvalResult, FailureKind, SetCheck, Timing
 
 SIMULATED = "simulated"
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -83,6 +87,51 @@ async def _prebuild(card: Card, builder: Builder, source: str, plan: LaunchPlan)
     return prepared if isinstance(prepared, Evaluation) else None
 
 
+class Lanes(Generic[T]):
+    """GPU lanes handed out first come, first served.
+
+    Why not an `asyncio.Queue`: a coroutine that calls `get()` while the queue holds an item takes it at
+    once, ahead of a waiter that was woken but has not run yet; with evaluations queued back to back,
+    the profiler waiting for a lane starved until the search ran out of candidates (seen on the H200).
+    """
+
+    def __init__(self) -> None:
+        self._free: collections.deque[T] = collections.deque()
+        self._waiters: collections.deque[asyncio.Future[T]] = collections.deque()
+
+    def release(self, lane: T) -> None:
+        """Give a lane back: to the longest waiter, else to the free list."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(lane)
+                return
+        self._free.append(lane)
+
+    async def acquire(self) -> T:
+        if self._free and not self._waiters:
+            return self._free.popleft()
+        waiter: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release(waiter.result())  # handed over just as we were cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(waiter)
+            raise
+
+    @contextlib.asynccontextmanager
+    async def lane(self) -> AsyncIterator[T]:
+        lane = await self.acquire()
+        try:
+            yield lane
+        finally:
+            self.release(lane)
+
+
 class GpuBackend:
     """The real thing: one Evaluator (worker subprocess) per GPU, one evaluation at a time on each."""
 
@@ -98,22 +147,19 @@ class GpuBackend:
         self.lanes = len(gpus)
         names = sorted({gpu.name for gpu in gpus})
         self.gpu_name = ", ".join(names) + (f" x{len(gpus)}" if len(gpus) > 1 else "")
-        self._free: asyncio.Queue[Evaluator] = asyncio.Queue()
+        self._lanes: Lanes[Evaluator] = Lanes()
 
     async def start(self) -> None:
         await asyncio.gather(*(e.start() for e in self.evaluators))
         for evaluator in self.evaluators:
-            self._free.put_nowait(evaluator)
+            self._lanes.release(evaluator)
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
         return await _prebuild(self.card, self.builder, source, plan)
 
     async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation:
-        evaluator = await self._free.get()
-        try:
+        async with self._lanes.lane() as evaluator:
             return await evaluator.evaluate(source, plan)
-        finally:
-            self._free.put_nowait(evaluator)
 
     async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile:
         """Profile one launch with ncu on a free GPU, holding its lane (no evaluation runs there meanwhile)."""
@@ -122,12 +168,9 @@ class GpuBackend:
             raise ProfileFailed(f"the candidate does not build: {prepared.reason}")
         built, launch = prepared
         assert built.cubin_path is not None
-        evaluator = await self._free.get()
-        try:
+        async with self._lanes.lane() as evaluator:
             profiler = Profiler(self.settings.profile, gpu_index=evaluator.gpu.index)
             report = await profiler.profile(self.card.root.resolve(), built.cubin_path, launch)
-        finally:
-            self._free.put_nowait(evaluator)
         hardware = analyse(
             report, flops=self.card.spec.flops(), counted_bytes=self.card.spec.bytes_moved(),
             measured_us=measured_us, ceilings=evaluator.ceilings, settings=self.settings.profile.classifier,

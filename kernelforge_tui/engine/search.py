@@ -170,7 +170,8 @@ class Search:
         self.profile_settings = profile or ProfileSettings()
         self.weights = (reward or RewardWeights()).model_copy(update={"failure": self.tree.settings.failure_reward})
         self._profile_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
-        self._profile_waiting: set[int] = set()
+        self._profile_waiting: dict[int, int] = {}
+        """Queued node -> its priority; an entry evicted from here is skipped when it leaves the queue."""
         self._profiling: int | None = None
         self._profiled: set[int] = set()
         self.auto_profile = True
@@ -647,29 +648,45 @@ class Search:
         if priority != PROFILE_ASKED:
             if not self.auto_profile or node_id in self._profiled:
                 return False
-            if len(self._profile_waiting) >= self.profile_settings.max_pending:
+            if len(self._profile_waiting) >= self.profile_settings.max_pending and not self._evict_for(priority):
                 self._log(f"node {node_id} not profiled: {len(self._profile_waiting)} profiles already wait "
                           "(profile settings: max_pending)", "debug", node_id)  # fmt: skip
                 return False
-        self._profile_waiting.add(node_id)
+        self._profile_waiting[node_id] = priority
         self._profile_q.put_nowait((priority, next(self._seq), node_id))
         return True
+
+    def _evict_for(self, priority: int) -> bool:
+        """Make room for a new best: drop a waiting profile of a node that only beat its parent, else the
+        oldest waiting former best (it is no longer the best). Profiles a person asked for stay."""
+        if priority != PROFILE_NEW_BEST:
+            return False
+        for worse in (PROFILE_BEATS_PARENT, PROFILE_NEW_BEST):
+            for node_id, queued in self._profile_waiting.items():  # insertion order: oldest first
+                if queued == worse:
+                    del self._profile_waiting[node_id]
+                    self._log(f"node {node_id}'s profile dropped for a new best (profile settings: max_pending)",
+                              "debug", node_id)  # fmt: skip
+                    return True
+        return False
 
     async def _profiler(self) -> None:
         """Profile the queued nodes one at a time, beside the pipeline (the backend holds a GPU lane)."""
         while True:
             await self._running.wait()
             priority, _, node_id = await self._profile_q.get()
+            if self._profile_waiting.get(node_id) != priority:
+                continue  # evicted to make room for a new best
             asked = priority == PROFILE_ASKED
             if not asked:
                 if not self.auto_profile:
-                    self._profile_waiting.discard(node_id)
+                    self._profile_waiting.pop(node_id, None)
                     self._wake.set()
                     continue
                 delay = self._profile_next_at - time.monotonic()
-                if delay > 0:  # automatic profiling holds a lane at most max_share of the time
+                if delay > 0 and self.stop_reason is None:  # a lane at most max_share of the time while searching
                     await asyncio.sleep(delay)
-            self._profile_waiting.discard(node_id)
+            self._profile_waiting.pop(node_id, None)
             self._profiling = node_id
             try:
                 await self._profile(node_id, asked)
@@ -680,7 +697,6 @@ class Search:
     async def _profile(self, node_id: int, asked: bool) -> None:
         source, plan = self.store.node_source(node_id)
         latency = self.store.node(node_id).latency_us
-        started = time.monotonic()
         try:
             if not isinstance(self.backend, ProfilingBackend):
                 raise ProfilingUnavailable(f"the {getattr(self.backend, 'name', 'evaluation')} backend cannot profile")
@@ -691,10 +707,9 @@ class Search:
         except Exception as exc:  # a broken backend must not end the run
             self._profile_failed(node_id, ProfileFailed(f"{type(exc).__name__}: {exc}"), asked)
             return
-        finally:
-            took = time.monotonic() - started
-            share = self.profile_settings.max_share
-            self._profile_next_at = time.monotonic() + took * (1 - share) / share
+        # The lane was held for ncu's run only (waiting for the lane does not count against the share).
+        share = self.profile_settings.max_share
+        self._profile_next_at = time.monotonic() + profiled.profile.seconds * (1 - share) / share
         self._profile_failures = 0
         self.store.save_profile(node_id, profiled.model_dump_json())
         self._profiled.add(node_id)
