@@ -34,6 +34,7 @@ from kernelforge_tui.engine.budget import Budget  # noqa: E402
 from kernelforge_tui.engine.events import BudgetUsed, EngineEvent  # noqa: E402
 from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search  # noqa: E402
 from kernelforge_tui.gpu.detect import require_gpu  # noqa: E402
+from kernelforge_tui.gpu.hardware import NodeProfile  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
 from kernelforge_tui.store import RunStore  # noqa: E402
 
@@ -54,6 +55,8 @@ class BenchResult(BaseModel):
     gpu_busy_share: float
     """Sum of the workers' GPU seconds over the search's wall time (start-up excluded)."""
     gpu_seconds: float
+    profile_seconds: float
+    """ncu's wall time on the profiles the search took (it holds a GPU lane meanwhile; 0 with --no-profile)."""
     search_wall_s: float
     startup_s: float
     """Building the harness and baseline, measuring ceilings, loading the card: before the search starts."""
@@ -67,8 +70,10 @@ class BenchResult(BaseModel):
     run_dir: str
 
 
-async def bench(card_dir: Path, minutes: float, simulate: bool, run_dir: Path) -> BenchResult:
+async def bench(card_dir: Path, minutes: float, simulate: bool, run_dir: Path, profile: bool) -> BenchResult:
     settings = load_settings()
+    if not profile:  # the evaluation pipeline alone: no automatic ncu profiles
+        settings.profile = settings.profile.model_copy(update={"new_best": False, "beats_parent": False})
     card = load_card(card_dir)
     backend: GpuBackend | SimulatedBackend
     if simulate:
@@ -92,11 +97,16 @@ async def bench(card_dir: Path, minutes: float, simulate: bool, run_dir: Path) -
             last = event
     per_minute, busy = search.session_stats()
     search_wall = info.active_seconds
+    profile_seconds = sum(
+        NodeProfile.model_validate_json(saved).profile.seconds
+        for node_id in store.profiled_ids()
+        if (saved := store.profile(node_id)) is not None
+    )
     store.close()
     return BenchResult(
         card=card.spec.name, backend=info.backend, gpu=info.gpu_name, minutes=minutes,
         candidates=search.usage.iterations, failures=info.failure_count, candidates_per_minute=per_minute,
-        gpu_busy_share=busy, gpu_seconds=info.gpu_seconds, search_wall_s=search_wall,
+        gpu_busy_share=busy, gpu_seconds=info.gpu_seconds, profile_seconds=profile_seconds, search_wall_s=search_wall,
         startup_s=total_wall - search_wall, best_speedup=info.best_speedup,
         best_ceiling_share=info.best_ceiling_share, stop_reason=info.reason,
         meets_goals=per_minute >= GOAL_PER_MINUTE and busy > GOAL_BUSY,
@@ -110,9 +120,10 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=3.0)
     parser.add_argument("--simulate", action="store_true", help="no GPU: invented timings (smoke test only)")
     parser.add_argument("--run-dir", help="where the run store goes (default: a temporary directory)")
+    parser.add_argument("--no-profile", action="store_true", help="no automatic ncu profiles: the pipeline alone")
     args = parser.parse_args()
     run_dir = Path(args.run_dir) if args.run_dir else Path(tempfile.mkdtemp(prefix="kf-bench-")) / "run"
-    result = asyncio.run(bench(Path(args.card), args.minutes, args.simulate, run_dir))
+    result = asyncio.run(bench(Path(args.card), args.minutes, args.simulate, run_dir, not args.no_profile))
 
     table = Table(title=f"engine throughput: {result.card} on {result.gpu}")
     for column in ("measure", "value", "goal"):
@@ -120,6 +131,7 @@ def main() -> int:
     table.add_row("candidates evaluated", str(result.candidates), "")
     table.add_row("candidates / minute", f"{result.candidates_per_minute:.1f}", f">= {GOAL_PER_MINUTE:g}")
     table.add_row("GPU busy share", f"{result.gpu_busy_share:.0%}", f"> {GOAL_BUSY:.0%}")
+    table.add_row("ncu profiling (GPU lane held)", f"{result.profile_seconds:.1f} s", "")
     table.add_row("search wall", f"{result.search_wall_s:.1f} s", "")
     table.add_row("start-up (not counted)", f"{result.startup_s:.1f} s", "")
     table.add_row("failures", str(result.failures), "")
