@@ -16,6 +16,7 @@ from kernelforge_tui.engine.events import (
     MarkExport,
     Pause,
     PinSubtree,
+    ProfileNode,
     Resume,
     Stop,
 )
@@ -61,6 +62,7 @@ async def test_opens_on_the_best_node_with_its_metrics_and_diff() -> None:
 STEERING = [
     ("p", Pause, "paused"),
     ("x", ExpandNode, "expanding #"),
+    ("n", ProfileNode, "profiling #"),
     ("b", BanSubtree, "⊘"),
     ("t", PinSubtree, "⇡"),
     ("m", MarkExport, "★"),

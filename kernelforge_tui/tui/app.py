@@ -34,6 +34,7 @@ from kernelforge_tui.engine.events import (
     NodeView,
     Pause,
     PinSubtree,
+    ProfileNode,
     Resume,
     Stop,
 )
@@ -274,6 +275,10 @@ class KernelForgeApp(App[None]):
     async def action_expand(self) -> None:
         if node := self._selected_node():
             await self.send_command(ExpandNode(node_id=node.id), f"expand #{node.id} next")
+
+    async def action_profile(self) -> None:
+        if node := self._selected_node():
+            await self.send_command(ProfileNode(node_id=node.id), f"profile #{node.id} next")
 
     def action_hint(self) -> None:
         node = self._selected_node()

@@ -27,6 +27,7 @@ from kernelforge_tui.engine.events import (
     NodeView,
     Pause,
     PinSubtree,
+    ProfileNode,
     Resume,
     StateChanged,
     Stop,
@@ -276,6 +277,8 @@ class SyntheticSource:
             self._emit(NodeChanged(at=at, node=node))
         elif isinstance(command, ExpandNode):
             self._emit(LogLine(at=at, text=f"expanding #{command.node_id} next", node_id=command.node_id))
+        elif isinstance(command, ProfileNode):
+            self._emit(LogLine(at=at, text=f"profiling #{command.node_id} next", node_id=command.node_id))
         elif isinstance(command, AddHint):
             self._emit(LogLine(at=at, text=f"hint recorded: {command.text}", node_id=command.node_id))
         elif isinstance(command, InjectKernel):
