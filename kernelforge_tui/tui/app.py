@@ -23,6 +23,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Tree
 
+from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.engine.events import (
     AddHint,
     BanSubtree,
@@ -291,32 +292,38 @@ class KernelForgeApp(App[None]):
 
         self.push_screen(HintScreen(node.id), done)
 
-    def action_edit(self) -> None:
+    def _editable(self) -> tuple[NodeView, str, LaunchPlan] | None:
+        """The selected node with its source and plan, or None (and a note saying why)."""
         node = self._selected_node()
         if node is None:
-            return
+            return None
         got = self.source.source(node.id)
         if got is None:
             self.notify(f"#{node.id} has no recorded source to edit.", severity="warning")
+            return None
+        return node, *got
+
+    async def _submit_child(self, node: NodeView, text: str, plan: LaunchPlan) -> None:
+        command = InjectKernel(parent_id=node.id, source=text, plan=plan)
+        await self.send_command(command, f"hand-written child of #{node.id} submitted")
+
+    def action_edit(self) -> None:
+        editable = self._editable()
+        if editable is None:
             return
-        source, plan = got
+        node, source, plan = editable
 
         async def done(text: str | None) -> None:
             if text is not None:
-                command = InjectKernel(parent_id=node.id, source=text, plan=plan)
-                await self.send_command(command, f"hand-written child of #{node.id} submitted")
+                await self._submit_child(node, text, plan)
 
         self.push_screen(EditorScreen(node.id, source), done)
 
     async def action_edit_external(self) -> None:
-        node = self._selected_node()
-        if node is None:
+        editable = self._editable()
+        if editable is None:
             return
-        got = self.source.source(node.id)
-        if got is None:
-            self.notify(f"#{node.id} has no recorded source to edit.", severity="warning")
-            return
-        source, plan = got
+        node, source, plan = editable
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"node-{node.id}.cu"
@@ -329,8 +336,7 @@ class KernelForgeApp(App[None]):
                 return
             text = path.read_text()
         if text.strip() != source.strip():
-            command = InjectKernel(parent_id=node.id, source=text, plan=plan)
-            await self.send_command(command, f"hand-written child of #{node.id} submitted")
+            await self._submit_child(node, text, plan)
 
     async def action_ban(self) -> None:
         if node := self._selected_node():
