@@ -31,10 +31,10 @@ from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.config import load_settings  # noqa: E402
 from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder  # noqa: E402
 from kernelforge_tui.engine.budget import Budget  # noqa: E402
-from kernelforge_tui.engine.events import BudgetUsed, EngineEvent  # noqa: E402
 from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search  # noqa: E402
 from kernelforge_tui.gpu.detect import require_gpu  # noqa: E402
-from kernelforge_tui.gpu.hardware import NodeProfile  # noqa: E402
+from kernelforge_tui.models.events import BudgetUsed, EngineEvent  # noqa: E402
+from kernelforge_tui.models.profiles import NodeProfile  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
 from kernelforge_tui.store import RunStore  # noqa: E402
 

@@ -25,21 +25,24 @@ from rich.table import Table
 
 from kernelforge_tui.cards import CardError, load_card, plan_for_kernel
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.engine.backend import SIMULATED, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.events import BestImproved, BudgetUsed, EngineEvent, LogLine, StateChanged, Stop
 from kernelforge_tui.engine.mcts import TreeSettings
 from kernelforge_tui.engine.search import RunSettings, Search
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, load_proposer, make_backend, new_run_settings
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
-from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator, cached_ceilings
-from kernelforge_tui.gpu.hardware import NodeProfile, analyse
-from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, Profiler
-from kernelforge_tui.store import RunInfo, RunStore, StoreError, list_runs, new_run_dir, resolve_run, runs_root
+from kernelforge_tui.gpu.evaluate import Evaluator
+from kernelforge_tui.gpu.profile import ProfileError
+from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
+from kernelforge_tui.models.commands import Stop
+from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.events import BestImproved, BudgetUsed, EngineEvent, LogLine, StateChanged
+from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.store import RunStore, StoreError, list_runs, new_run_dir, resolve_run, runs_root
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
 
@@ -426,19 +429,10 @@ async def _profile_kernel(card_path: Path, kernel: Path, plan_path: Path | None)
 async def _profile_source(
     card: Card, source: str, plan: LaunchPlan, settings: Settings, measured_us: float | None
 ) -> NodeProfile:
+    """Build and profile one kernel on the first GPU through the profiling service the search uses."""
     gpu = require_gpu()[0]
-    built = await make_builder(settings, gpu.arch).build(source, plan.entry)
-    if not built.ok or built.cubin_path is None:
-        raise ProfileFailed(f"the kernel does not build: {built.failure or ''} {built.log.strip()[-300:]}",
-                            "fix it first: `kernelforge eval` shows the compiler's messages")  # fmt: skip
-    launch = resolve(plan, card.spec)
-    profiler = Profiler(settings.profile, gpu_index=gpu.index)
-    report = await profiler.profile(card.root.resolve(), built.cubin_path, launch)
-    hardware = analyse(
-        report, flops=card.spec.flops(), counted_bytes=card.spec.bytes_moved(), measured_us=measured_us,
-        ceilings=cached_ceilings(gpu.uuid), settings=settings.profile.classifier,
-    )  # fmt: skip
-    return NodeProfile(profile=report, hardware=hardware, ptxas=built.ptxas.get(plan.entry))
+    kernel = await build_for_profile(card, make_builder(settings, gpu.arch), source, plan)
+    return await ProfilingService.for_gpu(card, settings.profile, gpu).profile(kernel, measured_us)
 
 
 def _profile_node(run: str, node_id: int, again: bool, save: bool) -> NodeProfile:

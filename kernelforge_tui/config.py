@@ -73,16 +73,43 @@ class EvalSettings(BaseModel):
     """Scratch written before each timed launch to evict the L2 (60 MB on an H200)."""
 
 
-def _default_sections() -> list[str]:
-    from kernelforge_tui.gpu.profile import SECTIONS
+NCU_SECTIONS: tuple[str, ...] = (
+    "SpeedOfLight",
+    "MemoryWorkloadAnalysis",
+    "Occupancy",
+    "LaunchStats",
+    "WarpStateStats",
+    "SchedulerStats",
+    "ComputeWorkloadAnalysis",
+)
+"""The ncu sections collected by default: throughput vs peak, memory, occupancy, launch, stalls, issue, pipes."""
 
-    return list(SECTIONS)
-
-
-def _default_metrics() -> list[str]:
-    from kernelforge_tui.gpu.profile import RAW_METRICS
-
-    return list(RAW_METRICS)
+NCU_RAW_METRICS: tuple[str, ...] = (
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+    "gpu__time_duration.sum",
+    "dram__bytes.sum",
+    "dram__bytes_read.sum",
+    "dram__bytes_write.sum",
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+    "l1tex__t_sectors.sum",
+    "l1tex__t_requests.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum",
+    "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum",
+    "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum",
+    "lts__t_sector_hit_rate.pct",
+    "smsp__inst_executed.sum",
+    "smsp__sass_thread_inst_executed_op_ffma_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_fadd_pred_on.sum",
+    "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
+    "launch__registers_per_thread",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "smsp__warps_eligible.avg.per_cycle_active",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active",
+)
+"""Raw metrics collected by default on top of the sections (most are in them already; listing them makes
+sure they are there): what the classifier and the reward read."""
 
 
 class ClassifierSettings(BaseModel):
@@ -102,8 +129,10 @@ class ProfileSettings(BaseModel):
     """Path to ncu; found on PATH or under $CUDA_HOME/bin when unset."""
     timeout_s: float = 120.0
     """A profile that takes longer is killed (ncu replays the kernel once per counter pass, ~40 passes)."""
-    sections: list[str] = Field(default_factory=_default_sections)
-    metrics: list[str] = Field(default_factory=_default_metrics)
+    sections: list[str] = Field(default_factory=lambda: list(NCU_SECTIONS))
+    """ncu `--section`s to collect."""
+    metrics: list[str] = Field(default_factory=lambda: list(NCU_RAW_METRICS))
+    """Raw ncu `--metrics` to collect; a profile retries with the sections alone when ncu lacks one."""
     extra_args: list[str] = Field(default_factory=list)
     """More ncu flags, e.g. ["--cache-control", "none"] to profile with warm caches."""
     new_best: bool = True

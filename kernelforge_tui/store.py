@@ -23,9 +23,12 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.engine.events import EngineCommand, EngineEvent, NodeView
-from kernelforge_tui.engine.reward import Reward
-from kernelforge_tui.gpu.evaluate import Evaluation
+from kernelforge_tui.models.commands import EngineCommand
+from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.events import EngineEvent
+from kernelforge_tui.models.nodes import NodeRecord, NodeView
+from kernelforge_tui.models.rewards import Reward
+from kernelforge_tui.models.runs import RunInfo
 
 DB_NAME = "run.sqlite"
 BUSY_TIMEOUT_MS = 10_000
@@ -117,59 +120,6 @@ _FINISHED = ("verified", "timed", "profiled")
 
 class StoreError(RuntimeError):
     """A run directory that cannot be opened: the message says why and what to do."""
-
-
-class RunInfo(BaseModel):
-    """One run at a glance: for `kernelforge runs`, the TUI's header and the end of `optimize`."""
-
-    run_id: str
-    run_dir: Path
-    card_name: str
-    family: str
-    gpu_name: str
-    backend: str
-    """"gpu", or "simulated" (no GPU ran anything: the timings are invented)."""
-    state: str
-    """starting, running, paused, stopping, finished, or interrupted (the process died mid-run)."""
-    reason: str = ""
-    started_at: float
-    ended_at: float | None = None
-    best_node_id: int | None = None
-    best_speedup: float | None = None
-    best_latency_us: float | None = None
-    best_ceiling_share: float | None = None
-    node_count: int = 0
-    failure_count: int = 0
-    in_flight_count: int = 0
-    active_seconds: float = 0.0
-    gpu_seconds: float = 0.0
-
-
-class NodeRecord(BaseModel):
-    """A node row in full (the search restores its tree from these)."""
-
-    id: int
-    parent_id: int | None
-    status: str
-    failure: str | None
-    reason: str
-    mutation: str
-    proposer: str
-    params: dict[str, int | str | float]
-    source: str
-    plan: LaunchPlan
-    latency_us: float | None
-    speedup: float | None
-    ceiling_share: float | None
-    banned: bool
-    pinned: bool
-    export: bool
-    hints: list[str]
-    attempts: int
-    last_measurement: int | None
-    """Id of the node's latest measurement: the order the search replays outcomes in."""
-    reward_json: str | None = None
-    """The node's Reward (every term) as JSON; None before it was measured, or in a run of schema 1."""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -499,7 +449,7 @@ class RunStore:
                 hints=json.loads(r["hints"]),
                 attempts=r["attempts"],
                 last_measurement=r["last_m"],
-                reward_json=r["reward_json"] if "reward_json" in r.keys() else None,  # noqa: SIM118 (Row: keys)
+                reward=_reward(r["reward_json"]) if "reward_json" in r.keys() else None,  # noqa: SIM118 (Row: keys)
             )
             for r in rows
         ]
@@ -581,6 +531,16 @@ class RunStore:
             return Reward.model_validate_json(text)
         except ValidationError:
             return None
+
+
+def _reward(text: str | None) -> Reward | None:
+    """A stored reward, or None where there is none or it no longer parses (an older format)."""
+    if text is None:
+        return None
+    try:
+        return Reward.model_validate_json(text)
+    except ValidationError:
+        return None
 
 
 def runs_root() -> Path:

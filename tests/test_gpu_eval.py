@@ -17,7 +17,8 @@ from kernelforge_tui.cards.model import Reference
 from kernelforge_tui.config import Settings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
-from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator
+from kernelforge_tui.gpu.evaluate import Evaluator
+from kernelforge_tui.models.evaluation import Evaluation
 
 from .conftest import EXAMPLES
 

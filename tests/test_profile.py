@@ -20,14 +20,8 @@ import pytest
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
-from kernelforge_tui.gpu.hardware import (
-    ClassifierSettings,
-    HardwareReport,
-    analyse,
-    classify,
-    roofline,
-    stall_reasons,
-)
+from kernelforge_tui.gpu.hardware import ClassifierSettings, analyse, classify, roofline, stall_reasons
+from kernelforge_tui.gpu.ncu_csv import normalise, parse_csv
 from kernelforge_tui.gpu.profile import (
     NcuMissing,
     NcuNotPermitted,
@@ -36,10 +30,9 @@ from kernelforge_tui.gpu.profile import (
     Profiler,
     ProfileSettings,
     ProfileTimeout,
-    normalise,
-    parse_csv,
 )
-from kernelforge_tui.gpu.protocol import Ceilings
+from kernelforge_tui.models.evaluation import Ceilings
+from kernelforge_tui.models.profiles import HardwareReport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 CARDS = FIXTURES / "cards"
@@ -491,8 +484,7 @@ async def test_profiling_the_fixture_kernels_gives_their_classes(name: str, tmp_
 def test_cli_prints_a_nodes_saved_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kernelforge_tui.cli import main
     from kernelforge_tui.config import Settings
-    from kernelforge_tui.gpu.hardware import NodeProfile
-    from kernelforge_tui.gpu.profile import ProfileReport
+    from kernelforge_tui.models.profiles import NodeProfile, ProfileReport
     from kernelforge_tui.store import RunStore
 
     card = load_card(CARDS / "stream_copy")

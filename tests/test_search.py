@@ -16,22 +16,20 @@ from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.backend import SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.events import (
+from kernelforge_tui.engine.mcts import TreeSettings
+from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
+from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
-    EngineEvent,
     ExpandNode,
     InjectKernel,
     MarkExport,
-    NodeAdded,
-    NodeChanged,
     Pause,
     PinSubtree,
     Resume,
     Stop,
 )
-from kernelforge_tui.engine.mcts import TreeSettings
-from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
+from kernelforge_tui.models.events import EngineEvent, NodeAdded, NodeChanged
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer
 from kernelforge_tui.store import RunStore
 

@@ -18,11 +18,14 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.config import ProfileSettings, RewardWeights, Settings, load_settings
 from kernelforge_tui.engine.backend import Lanes, ProfilingBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.events import EngineEvent, LogLine, NodeChanged, ProfileNode
 from kernelforge_tui.engine.mcts import TreeSettings
 from kernelforge_tui.engine.search import PROFILE_BEATS_PARENT, PROFILE_NEW_BEST, PipelineSettings, RunSettings, Search
-from kernelforge_tui.gpu.hardware import NodeProfile, analyse
-from kernelforge_tui.gpu.profile import NcuNotPermitted, ProfileError, ProfileReport, parse_csv
+from kernelforge_tui.gpu.hardware import analyse
+from kernelforge_tui.gpu.ncu_csv import parse_csv
+from kernelforge_tui.gpu.profile import NcuNotPermitted, ProfileError
+from kernelforge_tui.models.commands import ProfileNode
+from kernelforge_tui.models.events import EngineEvent, LogLine, NodeChanged
+from kernelforge_tui.models.profiles import NodeProfile, ProfileReport
 from kernelforge_tui.proposers.base import Proposal
 from kernelforge_tui.store import DB_NAME, SCHEMA_VERSION, RunStore
 from tests.test_search import ToyProposer, make_card, toy_kernel, wait_for

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.engine.events import AddHint, LogLine, NodeAdded, Pause, Stop
 from kernelforge_tui.engine.search import RunSettings
-from kernelforge_tui.gpu.evaluate import Evaluation
-from kernelforge_tui.gpu.protocol import EvalResult, Timing
+from kernelforge_tui.models.commands import AddHint, Pause, Stop
+from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
+from kernelforge_tui.models.events import LogLine, NodeAdded
 from kernelforge_tui.store import (
     DB_NAME,
     SCHEMA_VERSION,

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from kernelforge_tui.engine.events import (
+from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
     ExpandNode,

@@ -24,10 +24,12 @@ from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
-from kernelforge_tui.gpu.evaluate import Evaluation, Evaluator, build_candidate
-from kernelforge_tui.gpu.hardware import NodeProfile, analyse
-from kernelforge_tui.gpu.profile import ProfileFailed, Profiler, ProfilingUnavailable
-from kernelforge_tui.gpu.protocol import EvalResult, FailureKind, SetCheck, Timing
+from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
+from kernelforge_tui.gpu.profile import ProfilingUnavailable
+from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
+from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck, Timing
+from kernelforge_tui.models.nodes import FailureKind
+from kernelforge_tui.models.profiles import NodeProfile
 
 SIMULATED = "simulated"
 
@@ -148,10 +150,14 @@ class GpuBackend:
         names = sorted({gpu.name for gpu in gpus})
         self.gpu_name = ", ".join(names) + (f" x{len(gpus)}" if len(gpus) > 1 else "")
         self._lanes: Lanes[Evaluator] = Lanes()
+        self._profilers: dict[int, ProfilingService] = {}
+        """One profiling service per GPU lane (by GPU index), made once the lane's ceilings are measured."""
 
     async def start(self) -> None:
         await asyncio.gather(*(e.start() for e in self.evaluators))
         for evaluator in self.evaluators:
+            gpu = evaluator.gpu
+            self._profilers[gpu.index] = ProfilingService(self.card, self.settings.profile, gpu, evaluator.ceilings)
             self._lanes.release(evaluator)
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
@@ -163,19 +169,9 @@ class GpuBackend:
 
     async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile:
         """Profile one launch with ncu on a free GPU, holding its lane (no evaluation runs there meanwhile)."""
-        prepared = await build_candidate(self.card, self.builder, source, plan)  # the cache has the cubin
-        if isinstance(prepared, Evaluation):
-            raise ProfileFailed(f"the candidate does not build: {prepared.reason}")
-        built, launch = prepared
-        assert built.cubin_path is not None
+        kernel = await build_for_profile(self.card, self.builder, source, plan)  # the cache has the cubin
         async with self._lanes.lane() as evaluator:
-            profiler = Profiler(self.settings.profile, gpu_index=evaluator.gpu.index)
-            report = await profiler.profile(self.card.root.resolve(), built.cubin_path, launch)
-        hardware = analyse(
-            report, flops=self.card.spec.flops(), counted_bytes=self.card.spec.bytes_moved(),
-            measured_us=measured_us, ceilings=evaluator.ceilings, settings=self.settings.profile.classifier,
-        )  # fmt: skip
-        return NodeProfile(profile=report, hardware=hardware, ptxas=built.ptxas.get(plan.entry))
+            return await self._profilers[evaluator.gpu.index].profile(kernel, measured_us)
 
     async def close(self) -> None:
         await asyncio.gather(*(e.close() for e in self.evaluators), return_exceptions=True)
@@ -184,7 +180,7 @@ class GpuBackend:
 _DIRECTIVE = re.compile(r"//\s*kf-simulate:\s*(?P<key>speedup|fail)\s*=\s*(?P<value>[\w.]+)")
 _DEFINE = re.compile(r"^\s*#define\s+(\w+)\s+(\S+)", re.MULTILINE)
 _CONSTEXPR = re.compile(r"constexpr\s+\w+\s+(\w+)\s*=\s*([^;]+);")
-_SIM_FAILURES: tuple[FailureKind, ...] = ("mismatch", "launch", "timeout")
+_SIM_FAILURES = (FailureKind.MISMATCH, FailureKind.LAUNCH, FailureKind.TIMEOUT)
 
 
 def _unit(*parts: object) -> float:

@@ -40,15 +40,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelforge_tui.engine.events import NodeStatus
-from kernelforge_tui.gpu.protocol import FailureKind
-
-ParamValue = int | str | float
-
-IN_FLIGHT: frozenset[NodeStatus] = frozenset({"proposed", "built"})
-"""Proposed or built but not yet measured: such nodes are neither selected nor counted as visits."""
-MEASURED: frozenset[NodeStatus] = frozenset({"verified", "timed", "profiled"})
-"""Proven correct (and usually timed): only these nodes can be parents of new candidates."""
+from kernelforge_tui.models.nodes import IN_FLIGHT, MEASURED, FailureKind, NodeStatus, ParamValue
 
 
 class TreeSettings(BaseModel):
@@ -82,7 +74,7 @@ class TreeNode:
     parent_id: int | None
     params: dict[str, ParamValue] = field(default_factory=dict)
     mutation: str = ""
-    status: NodeStatus = "proposed"
+    status: NodeStatus = NodeStatus.PROPOSED
     failure: FailureKind | None = None
     reason: str = ""
     speedup: float | None = None
@@ -192,7 +184,7 @@ class Tree:
     def mark_built(self, node_id: int) -> None:
         node = self.nodes[node_id]
         if node.status == "proposed":
-            node.status = "built"
+            node.status = NodeStatus.BUILT
 
     def finish(
         self,
@@ -240,7 +232,7 @@ class Tree:
         for ancestor in self.ancestors(node_id):
             ancestor.visits -= 1
             ancestor.value -= reward
-        node.status, node.speedup, node.failure, node.reason, node.score = "proposed", None, None, "", None
+        node.status, node.speedup, node.failure, node.reason, node.score = NodeStatus.PROPOSED, None, None, "", None
 
     def rescore(self, node_id: int, score: float) -> None:
         """Replace a measured node's reward: its ancestors' value moves by the difference, their best is

@@ -16,38 +16,19 @@ from collections.abc import Mapping
 from pydantic import BaseModel, Field
 
 from kernelforge_tui.config import RewardWeights as RewardWeights
-from kernelforge_tui.gpu.build import PtxasStats
 from kernelforge_tui.gpu.hardware import (
     ACHIEVED_OCCUPANCY,
-    CLASS_NAMES,
     DRAM_BYTES,
     DRAM_THROUGHPUT,
     MEMORY_THROUGHPUT,
     SM_THROUGHPUT,
-    Bottleneck,
     classify,
 )
+from kernelforge_tui.models.evaluation import PtxasStats
+from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck
+from kernelforge_tui.models.rewards import Reward, RewardTerm
 
 Metrics = Mapping[str, float]
-
-
-class RewardTerm(BaseModel):
-    """One term of a reward: its name, its value, and the numbers behind it in words."""
-
-    name: str
-    value: float
-    explanation: str
-
-
-class Reward(BaseModel):
-    """A node's reward: the terms, their total, and one line comparing it with its parent."""
-
-    total: float
-    terms: list[RewardTerm]
-    explanation: str
-
-    def term(self, name: str) -> RewardTerm | None:
-        return next((t for t in self.terms if t.name == name), None)
 
 
 class Resources(BaseModel):

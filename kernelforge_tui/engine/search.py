@@ -44,34 +44,39 @@ from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import ProfileSettings, RewardWeights
 from kernelforge_tui.engine.backend import EvaluationBackend, PipelinedBackend, ProfilingBackend
 from kernelforge_tui.engine.budget import Budget, BudgetUsage
-from kernelforge_tui.engine.events import (
+from kernelforge_tui.engine.mcts import Tree, TreeSettings
+from kernelforge_tui.engine.reward import Evidence, compute_reward, failure_reward
+from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, ProfilingUnavailable
+from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
-    BestImproved,
-    BudgetUsed,
     EngineCommand,
-    EngineEvent,
     ExpandNode,
     InjectKernel,
-    LogLine,
     MarkExport,
-    NodeAdded,
-    NodeChanged,
     Pause,
     PinSubtree,
     ProfileNode,
     Resume,
-    SearchState,
-    StateChanged,
     Stop,
 )
-from kernelforge_tui.engine.mcts import Tree, TreeSettings
-from kernelforge_tui.engine.reward import Evidence, Reward, compute_reward, failure_reward
-from kernelforge_tui.gpu.evaluate import Evaluation
-from kernelforge_tui.gpu.hardware import NodeProfile
-from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, ProfilingUnavailable
+from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.events import (
+    BestImproved,
+    BudgetUsed,
+    EngineEvent,
+    LogLine,
+    NodeAdded,
+    NodeChanged,
+    SearchState,
+    StateChanged,
+)
+from kernelforge_tui.models.nodes import NodeStatus
+from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.models.rewards import Reward
+from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext, Proposer
-from kernelforge_tui.store import RunInfo, RunStore
+from kernelforge_tui.store import RunStore
 
 LOST_IN_FLIGHT = "lost in flight"
 MAX_ATTEMPTS = 2
@@ -195,10 +200,9 @@ class Search:
                       key=lambda r: r.last_measurement or 0)  # fmt: skip
         for rec in done:
             score = None
-            if rec.reward_json is not None and rec.status != "failed":
-                with contextlib.suppress(ValueError):
-                    score = Reward.model_validate_json(rec.reward_json).total
-            self.tree.finish(rec.id, rec.status, rec.speedup, rec.failure, rec.reason, score)  # type: ignore[arg-type]
+            if rec.reward is not None and rec.status != NodeStatus.FAILED:
+                score = rec.reward.total
+            self.tree.finish(rec.id, rec.status, rec.speedup, rec.failure, rec.reason, score)
             if rec.id != self.tree.root_id:
                 self.usage.iterations += 1
         self._requeue = [(r.id, r.attempts) for r in records if r.status in ("proposed", "built")]
@@ -715,7 +719,7 @@ class Search:
         self._profiled.add(node_id)
         node = self.tree[node_id]
         if node.status == "timed":
-            node.status = "profiled"
+            node.status = NodeStatus.PROFILED
             self.store.update_node(node_id, status="profiled")
         self._evidence.pop(node_id, None)
         touched = self._rescore(node_id) | {node_id}

@@ -23,16 +23,16 @@ from functools import cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import ValidationError
 
 from kernelforge_tui.config import cache_dir as default_cache_root
 from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.gpu.source_check import DEFAULT_ALLOWED_INCLUDES, SourceProblem, check_source
+from kernelforge_tui.models.evaluation import SOURCE_NAME, BuildResult, Diagnostic, PtxasStats
 
 CACHE_FORMAT = 1
 """Bump when the cache entry or the compile command changes meaning: old entries stop matching."""
 
-SOURCE_NAME = "candidate.cu"
 DEFAULT_ARCH = "sm_90"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo")
 NVCC_MISSING_HELP = (
@@ -40,7 +40,6 @@ NVCC_MISSING_HELP = (
     "or set build.nvcc in config.toml / KERNELFORGE_BUILD__NVCC to the nvcc path"
 )
 
-Failure = Literal["compile error", "source check", "timeout", "nvcc missing"]
 
 _VERSION = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
 # EDG front end: `candidate.cu(3): error: identifier "x" is undefined` (also `warning #177-D:`).
@@ -64,48 +63,6 @@ _PTX_USED = re.compile(r"ptxas info\s+: Used (?P<regs>\d+) registers(?P<rest>.*)
 _PTX_BARRIERS = re.compile(r"used (\d+) barriers")
 _PTX_SMEM = re.compile(r"(\d+) bytes smem")
 _PTX_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
-
-
-class PtxasStats(BaseModel):
-    """Resource use of one kernel as ptxas reports it (`-Xptxas -v`)."""
-
-    registers: int = 0
-    barriers: int = 0
-    shared_bytes: int = 0
-    """Static shared memory; dynamic shared memory comes from the launch plan."""
-    constant_bytes: int = 0
-    """Constant banks on the kernel's line; ptxas 13 no longer prints cmem[0] for sm_90 and newer."""
-    stack_frame_bytes: int = 0
-    spill_store_bytes: int = 0
-    spill_load_bytes: int = 0
-
-
-class Diagnostic(BaseModel):
-    """One compiler message, placed in the candidate source where the compiler says."""
-
-    file: str = SOURCE_NAME
-    """`candidate.cu`, a header path, or the tool (`ptxas`, `nvcc`) for messages with no place."""
-    line: int | None = None
-    column: int | None = None
-    severity: Literal["error", "warning"]
-    message: str
-    source_line: str | None = None
-
-
-class BuildResult(BaseModel):
-    """What one build produced; the same model is the cache entry's metadata."""
-
-    ok: bool
-    cubin_path: Path | None = None
-    key: str
-    cached: bool = False
-    seconds: float = 0.0
-    """Wall time of this call (a cache hit is fast)."""
-    diagnostics: list[Diagnostic] = Field(default_factory=list)
-    ptxas: dict[str, PtxasStats] = Field(default_factory=dict)
-    """Entry-function (kernel) name to its resource use."""
-    log: str = ""
-    failure: Failure | None = None
 
 
 @cache

@@ -28,15 +28,12 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, cache_dir
-from kernelforge_tui.gpu.build import Builder, BuildResult
+from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
-    Ceilings,
     Crash,
-    EvalResult,
     Evaluate,
-    FailureKind,
     KernelRef,
     LoadCard,
     MeasureCeilings,
@@ -44,6 +41,8 @@ from kernelforge_tui.gpu.protocol import (
     RequestEnvelope,
     WorkerFailure,
 )
+from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, Evaluation
+from kernelforge_tui.models.nodes import FailureKind
 
 STDERR_LINES = 40
 
@@ -141,22 +140,6 @@ class GpuWorker:
             except TimeoutError:
                 await self.kill()
         await self.wait_exit()
-
-
-class Evaluation(BaseModel):
-    """One candidate's whole verdict: its build, its checks, its timing, and its share of the ceiling."""
-
-    ok: bool
-    failure: FailureKind | None = None
-    reason: str = ""
-    build: BuildResult | None = None
-    result: EvalResult | None = None
-    ceiling_share: float | None = None
-    """The larger of achieved bandwidth over the copy ceiling and achieved FLOP rate over the FMA ceiling."""
-
-    @property
-    def speedup(self) -> float | None:
-        return self.result.speedup if self.result else None
 
 
 def ceilings_path(gpu_uuid: str) -> Path:
@@ -287,7 +270,7 @@ class Evaluator:
                 shares.append(result.achieved_tflops / self.ceilings.fma_tflops)
             share = max(shares, default=None)
             if share is not None and share > margin:
-                result.ok, result.failure = False, "cheat"
+                result.ok, result.failure = False, FailureKind.CHEAT
                 result.reason = (
                     f"faster than the measured ceiling ({share:.0%} of it, limit {margin:.0%}): "
                     "it must skip work the operator requires"

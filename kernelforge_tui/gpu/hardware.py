@@ -15,20 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from pydantic import BaseModel, Field
-
 from kernelforge_tui.config import ClassifierSettings as ClassifierSettings
-from kernelforge_tui.gpu.build import PtxasStats
-from kernelforge_tui.gpu.profile import ProfileReport
-from kernelforge_tui.gpu.protocol import Ceilings
-
-Bottleneck = Literal["compute", "memory_bandwidth", "memory_latency"]
-
-CLASS_NAMES: dict[Bottleneck, str] = {
-    "compute": "compute-bound",
-    "memory_bandwidth": "memory-bandwidth-bound",
-    "memory_latency": "memory-latency-bound",
-}
+from kernelforge_tui.models.evaluation import Ceilings
+from kernelforge_tui.models.profiles import Bottleneck, HardwareReport, KeyMetric, ProfileReport, Roofline
 
 SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEMORY_THROUGHPUT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
@@ -60,100 +49,6 @@ MIX = {
     "FMUL": "smsp__sass_thread_inst_executed_op_fmul_pred_on.sum",
 }
 SECTOR_BYTES = 32
-
-
-class KeyMetric(BaseModel):
-    """One number worth showing for the kernel's class, with what it means."""
-
-    label: str
-    value: float
-    unit: str
-    note: str = ""
-
-    def value_text(self) -> str:
-        return _fmt(self.value, self.unit)
-
-    def text(self) -> str:
-        return f"{self.label} {self.value_text()}" + (f" ({self.note})" if self.note else "")
-
-
-class Roofline(BaseModel):
-    """Where the kernel sits against the measured ceilings, from the card's counted FLOPs and bytes."""
-
-    flops: int
-    bytes: int
-    seconds: float
-    """The time the rates are computed from (the worker's median where known, else ncu's duration)."""
-    time_source: Literal["measured", "ncu"]
-    arithmetic_intensity: float
-    """Counted FLOPs per counted byte."""
-    ridge_point: float
-    """FLOPs per byte where the copy ceiling meets the FMA ceiling: below it the memory side bounds."""
-    achieved_gbps: float
-    achieved_tflops: float
-    attainable_tflops: float
-    """min(FMA ceiling, intensity x copy ceiling)."""
-    bound: Literal["memory", "compute"]
-    share_of_attainable: float
-    """Achieved over attainable on the bounding side (1.0 = on the roof)."""
-
-
-class HardwareReport(BaseModel):
-    """The bottleneck class of one profiled kernel, the metrics that matter for it, and its roofline position."""
-
-    kernel: str
-    bottleneck: Bottleneck
-    sm_pct: float
-    memory_pct: float
-    threshold_pct: float
-    reason: str
-    key_metrics: list[KeyMetric]
-    stalls: list[KeyMetric] = Field(default_factory=list)
-    """Top stall reasons (cycles per issued instruction), for latency-bound kernels and any with stalls."""
-    roofline: Roofline | None = None
-
-    @property
-    def class_name(self) -> str:
-        return CLASS_NAMES[self.bottleneck]
-
-    def summary(self) -> str:
-        """One line: class, the two headlines, the most telling metric, the roofline share."""
-        parts = [f"{self.class_name}: SM {self.sm_pct:.0f}%, memory {self.memory_pct:.0f}% of peak"]
-        if self.key_metrics:
-            parts.append(self.key_metrics[0].text())
-        if self.bottleneck == "memory_latency" and self.stalls:
-            parts.append(f"top stall {self.stalls[0].label}")
-        if self.roofline is not None:
-            r = self.roofline
-            parts.append(f"{r.share_of_attainable:.0%} of the {r.bound} roof")
-        return "; ".join(parts)
-
-    def lines(self) -> list[str]:
-        """The full report as text lines (the CLI and the agents' prompt use them)."""
-        out = [f"{self.kernel}: {self.class_name}", f"  why: {self.reason}"]
-        out += [f"  {m.text()}" for m in self.key_metrics]
-        if self.stalls:
-            out.append("  stalls (cycles per issued instruction): " + ", ".join(m.text() for m in self.stalls))
-        if self.roofline is not None:
-            r = self.roofline
-            out.append(
-                f"  roofline: {r.arithmetic_intensity:.3g} FLOP/B (ridge {r.ridge_point:.3g}), "
-                f"{r.achieved_gbps:.0f} GB/s, {r.achieved_tflops:.3g} TFLOP/s, attainable {r.attainable_tflops:.3g} "
-                f"TFLOP/s: {r.share_of_attainable:.0%} of the {r.bound} roof ({r.time_source} time)"
-            )
-        return out
-
-
-def _fmt(value: float, unit: str) -> str:
-    if unit == "percent":
-        return f"{value:.1f}%"
-    if unit == "bytes":
-        return f"{value / 1e6:.1f} MB"
-    if unit == "bytes/second":
-        return f"{value / 1e9:.0f} GB/s"
-    if unit == "seconds":
-        return f"{value * 1e6:.1f} us"
-    return f"{value:.3g}" + (f" {unit}" if unit and unit not in ("count", "ratio") else "")
 
 
 def classify(sm_pct: float, memory_pct: float, threshold_pct: float = 30.0) -> tuple[Bottleneck, str]:
@@ -327,11 +222,3 @@ def analyse(
         threshold_pct=settings.threshold_pct, reason=reason, key_metrics=key,
         stalls=stall_reasons(values, settings.top_stalls), roofline=line,
     )  # fmt: skip
-
-
-class NodeProfile(BaseModel):
-    """What is saved on a node (`RunStore.save_profile`): ncu's metrics, the classified report, ptxas stats."""
-
-    profile: ProfileReport
-    hardware: HardwareReport
-    ptxas: PtxasStats | None = None

@@ -13,9 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.plan import ResolvedLaunch
 from kernelforge_tui.config import EvalSettings
-
-FailureKind = Literal["compile", "launch", "mismatch", "timeout", "cheat", "worker"]
-"""Why a candidate did not count: the kinds the search and the TUI show."""
+from kernelforge_tui.models.evaluation import Ceilings, EvalResult
 
 
 class Message(BaseModel):
@@ -71,68 +69,10 @@ class RequestEnvelope(Message):
     request: Request
 
 
-class SetCheck(Message):
-    """The outcome of one input set: each output compared with its reference."""
-
-    name: str
-    ok: bool
-    reason: str = ""
-    bad: int = 0
-    unwritten: int = 0
-    numel: int = 0
-    max_abs_error: float = 0.0
-    max_error_ratio: float = 0.0
-    """Largest |out - ref| / (atol + rtol |ref|): under 1 passes."""
-    first_bad_index: int | None = None
-
-
-class Timing(Message):
-    """Event-timed launches with the L2 flushed before each."""
-
-    median_us: float
-    p10_us: float
-    p90_us: float
-    cv: float
-    """Robust coefficient of variation: IQR / 1.349 / median."""
-    reps: int
-
-
-class EvalResult(Message):
-    """Everything the worker learned about one candidate."""
-
-    ok: bool
-    failure: FailureKind | None = None
-    reason: str = ""
-    checks: list[SetCheck] = Field(default_factory=list)
-    deterministic: bool | None = None
-    candidate: Timing | None = None
-    baseline: Timing | None = None
-    speedup: float | None = None
-    """Baseline median over candidate median, measured side by side in this worker."""
-    achieved_gbps: float | None = None
-    achieved_tflops: float | None = None
-    gpu_seconds: float = 0.0
-    fatal: bool = False
-    """The worker's state can no longer be trusted (a fault, a stray write): it exits after replying."""
-
-
 class CardLoaded(Message):
     sets: list[str]
     device_bytes: int
     seconds: float
-
-
-class Ceilings(Message):
-    """The physical limits every speedup is held against, measured on this GPU."""
-
-    gpu_name: str
-    copy_gbps: float
-    """Device-to-device copy, bytes read plus written, per second (1e9)."""
-    fma_tflops: float
-    """FP32 FMA rate, 2 FLOPs per FMA (1e12 per second)."""
-    capability: tuple[int, int]
-    sm_count: int
-    l2_bytes: int
 
 
 class WorkerFailure(Message):

@@ -26,19 +26,17 @@ from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, load_card
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
-    Ceilings,
     Crash,
-    EvalResult,
     Evaluate,
     KernelRef,
     LoadCard,
     MeasureCeilings,
     ReplyEnvelope,
     RequestEnvelope,
-    SetCheck,
-    Timing,
     WorkerFailure,
 )
+from kernelforge_tui.models.evaluation import Ceilings, EvalResult, SetCheck, Timing
+from kernelforge_tui.models.nodes import FailureKind
 
 GUARD_BYTES = 64 * 1024
 """Canary bytes before and after every candidate-visible buffer: a write past the end lands here."""
@@ -479,7 +477,7 @@ class Worker:
         # still be right, or it skipped work on repeats.
         check = self._compare(first)
         if not check.ok:
-            result.ok, result.failure = False, "cheat"
+            result.ok, result.failure = False, FailureKind.CHEAT
             result.reason = f"its output during the timed runs was wrong: {check.reason}"
             return
         result.candidate = _robust_stats(samples["candidate"])

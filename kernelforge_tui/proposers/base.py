@@ -14,10 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.gpu.protocol import FailureKind
-
-ParamValue = int | str | float
-"""A template parameter value (block size, vector width, a variant name, ...)."""
+from kernelforge_tui.models.nodes import FailureKind, ParamValue
 
 
 class Proposal(BaseModel):

@@ -24,21 +24,21 @@ from textual.screen import Screen
 from textual.widgets import Footer, Tree
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.engine.events import (
+from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
     EngineCommand,
-    EngineEvent,
     ExpandNode,
     InjectKernel,
     MarkExport,
-    NodeView,
     Pause,
     PinSubtree,
     ProfileNode,
     Resume,
     Stop,
 )
+from kernelforge_tui.models.events import EngineEvent
+from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, bindings
 from kernelforge_tui.tui.messages import CommandSent, EngineFinished, RunUpdated

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from textual.message import Message
 
-from kernelforge_tui.engine.events import EngineCommand
+from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.tui.state import Changes
 
 

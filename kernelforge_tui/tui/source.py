@@ -17,19 +17,19 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, Field, TypeAdapter
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.engine.events import (
+from kernelforge_tui.models.commands import EngineCommand
+from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.events import (
     BestImproved,
     BudgetUsed,
-    EngineCommand,
     EngineEvent,
     LogLine,
     NodeAdded,
     NodeChanged,
-    NodeView,
     SearchState,
     StateChanged,
 )
-from kernelforge_tui.gpu.evaluate import Evaluation
+from kernelforge_tui.models.nodes import NodeView
 
 LOG_KEEP = 500
 _EVENT = TypeAdapter[EngineEvent](EngineEvent)

@@ -10,16 +10,16 @@ from collections import defaultdict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kernelforge_tui.engine.events import (
+from kernelforge_tui.models.events import (
     BestImproved,
     BudgetUsed,
     EngineEvent,
     LogLine,
     NodeAdded,
     NodeChanged,
-    NodeView,
     StateChanged,
 )
+from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.tui.source import LOG_KEEP, RunHeader, Snapshot, describe
 
 

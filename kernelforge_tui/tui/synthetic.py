@@ -11,33 +11,33 @@ import random
 from collections import deque
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.engine.events import (
+from kernelforge_tui.gpu import hardware
+from kernelforge_tui.gpu.ncu_csv import section_of
+from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
-    BestImproved,
-    BudgetUsed,
     EngineCommand,
-    EngineEvent,
     ExpandNode,
     InjectKernel,
-    LogLine,
     MarkExport,
-    NodeAdded,
-    NodeChanged,
-    NodeView,
     Pause,
     PinSubtree,
     ProfileNode,
     Resume,
-    StateChanged,
     Stop,
 )
-from kernelforge_tui.gpu import hardware
-from kernelforge_tui.gpu.build import BuildResult, PtxasStats
-from kernelforge_tui.gpu.evaluate import Evaluation
-from kernelforge_tui.gpu.hardware import NodeProfile
-from kernelforge_tui.gpu.profile import Metric, ProfileReport, Unit, section_of
-from kernelforge_tui.gpu.protocol import EvalResult, Timing
+from kernelforge_tui.models.evaluation import BuildResult, EvalResult, Evaluation, PtxasStats, Timing
+from kernelforge_tui.models.events import (
+    BestImproved,
+    BudgetUsed,
+    EngineEvent,
+    LogLine,
+    NodeAdded,
+    NodeChanged,
+    StateChanged,
+)
+from kernelforge_tui.models.nodes import NodeView
+from kernelforge_tui.models.profiles import Metric, NodeProfile, ProfileReport, Unit
 from kernelforge_tui.tui.source import RunHeader, Snapshot
 
 T0 = 1_700_000_000.0

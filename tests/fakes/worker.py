@@ -17,14 +17,13 @@ from pathlib import Path
 
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
-    Ceilings,
-    EvalResult,
     LoadCard,
     MeasureCeilings,
     ReplyEnvelope,
     RequestEnvelope,
     WorkerFailure,
 )
+from kernelforge_tui.models.evaluation import Ceilings, EvalResult
 
 
 def _mode() -> str:

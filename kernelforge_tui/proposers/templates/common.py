@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard, TensorSpec
-from kernelforge_tui.proposers.base import ParamValue
+from kernelforge_tui.models.nodes import ParamValue
 
 Params = dict[str, ParamValue]
 Space = dict[str, tuple[ParamValue, ...]]

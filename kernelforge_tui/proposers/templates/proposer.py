@@ -17,7 +17,8 @@ from functools import partial
 
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.proposers.base import ParamValue, Proposal, ProposalContext
+from kernelforge_tui.models.nodes import ParamValue
+from kernelforge_tui.proposers.base import Proposal, ProposalContext
 from kernelforge_tui.proposers.templates.common import Params, Template, changes, describe
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate

@@ -8,7 +8,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
-from kernelforge_tui.engine.events import BudgetUsed
+from kernelforge_tui.models.events import BudgetUsed
 from kernelforge_tui.tui.source import RunHeader
 
 STATE_GLYPH = {"starting": "◌", "running": "▶", "paused": "⏸", "stopping": "■", "finished": "✓"}

@@ -12,9 +12,9 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from kernelforge_tui.engine.events import NodeView
-from kernelforge_tui.gpu.evaluate import Evaluation
-from kernelforge_tui.gpu.hardware import NodeProfile
+from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.nodes import NodeView
+from kernelforge_tui.models.profiles import NodeProfile
 
 BAR_WIDTH = 16
 

@@ -14,7 +14,7 @@ from rich.text import Text
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from kernelforge_tui.engine.events import NodeView
+from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.tui.state import Changes, RunState
 
 FilterMode = Literal["all", "improving", "failures"]

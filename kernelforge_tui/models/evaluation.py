@@ -1,0 +1,139 @@
+"""What building and evaluating one candidate produced: build diagnostics, set checks, timings, the verdict.
+
+These cross process boundaries (the GPU worker's pipe) and are stored with every measurement, so they
+are strict pydantic models: a message that does not fit is an error, never a silently wrong result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelforge_tui.models.nodes import FailureKind
+
+SOURCE_NAME = "candidate.cu"
+"""The name the candidate's source has in the build directory and in every diagnostic."""
+
+BuildFailure = Literal["compile error", "source check", "timeout", "nvcc missing"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SetCheck(Strict):
+    """The outcome of one input set: each output compared with its reference."""
+
+    name: str
+    ok: bool
+    reason: str = ""
+    bad: int = 0
+    unwritten: int = 0
+    numel: int = 0
+    max_abs_error: float = 0.0
+    max_error_ratio: float = 0.0
+    """Largest |out - ref| / (atol + rtol |ref|): under 1 passes."""
+    first_bad_index: int | None = None
+
+
+class Timing(Strict):
+    """Event-timed launches with the L2 flushed before each."""
+
+    median_us: float
+    p10_us: float
+    p90_us: float
+    cv: float
+    """Robust coefficient of variation: IQR / 1.349 / median."""
+    reps: int
+
+
+class EvalResult(Strict):
+    """Everything the worker learned about one candidate."""
+
+    ok: bool
+    failure: FailureKind | None = None
+    reason: str = ""
+    checks: list[SetCheck] = Field(default_factory=list)
+    deterministic: bool | None = None
+    candidate: Timing | None = None
+    baseline: Timing | None = None
+    speedup: float | None = None
+    """Baseline median over candidate median, measured side by side in this worker."""
+    achieved_gbps: float | None = None
+    achieved_tflops: float | None = None
+    gpu_seconds: float = 0.0
+    fatal: bool = False
+    """The worker's state can no longer be trusted (a fault, a stray write): it exits after replying."""
+
+
+class Ceilings(Strict):
+    """The physical limits every speedup is held against, measured on this GPU."""
+
+    gpu_name: str
+    copy_gbps: float
+    """Device-to-device copy, bytes read plus written, per second (1e9)."""
+    fma_tflops: float
+    """FP32 FMA rate, 2 FLOPs per FMA (1e12 per second)."""
+    capability: tuple[int, int]
+    sm_count: int
+    l2_bytes: int
+
+
+class PtxasStats(BaseModel):
+    """Resource use of one kernel as ptxas reports it (`-Xptxas -v`)."""
+
+    registers: int = 0
+    barriers: int = 0
+    shared_bytes: int = 0
+    """Static shared memory; dynamic shared memory comes from the launch plan."""
+    constant_bytes: int = 0
+    """Constant banks on the kernel's line; ptxas 13 no longer prints cmem[0] for sm_90 and newer."""
+    stack_frame_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+
+
+class Diagnostic(BaseModel):
+    """One compiler message, placed in the candidate source where the compiler says."""
+
+    file: str = SOURCE_NAME
+    """`candidate.cu`, a header path, or the tool (`ptxas`, `nvcc`) for messages with no place."""
+    line: int | None = None
+    column: int | None = None
+    severity: Literal["error", "warning"]
+    message: str
+    source_line: str | None = None
+
+
+class BuildResult(BaseModel):
+    """What one build produced; the same model is the cache entry's metadata."""
+
+    ok: bool
+    cubin_path: Path | None = None
+    key: str
+    cached: bool = False
+    seconds: float = 0.0
+    """Wall time of this call (a cache hit is fast)."""
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    ptxas: dict[str, PtxasStats] = Field(default_factory=dict)
+    """Entry-function (kernel) name to its resource use."""
+    log: str = ""
+    failure: BuildFailure | None = None
+
+
+class Evaluation(BaseModel):
+    """One candidate's whole verdict: its build, its checks, its timing, and its share of the ceiling."""
+
+    ok: bool
+    failure: FailureKind | None = None
+    reason: str = ""
+    build: BuildResult | None = None
+    result: EvalResult | None = None
+    ceiling_share: float | None = None
+    """The larger of achieved bandwidth over the copy ceiling and achieved FLOP rate over the FMA ceiling."""
+
+    @property
+    def speedup(self) -> float | None:
+        return self.result.speedup if self.result else None

@@ -1,0 +1,74 @@
+"""Typed events the engine emits: the only way a search tells its views what happened.
+
+The TUI and the CLI are two views of the same engine; neither reaches into it. Every event is also
+written to the run's store, so a second process (the TUI following a live run) sees the same.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from kernelforge_tui.models.nodes import Frozen, NodeView
+
+SearchState = Literal["starting", "running", "paused", "stopping", "finished"]
+
+LogLevel = Literal["debug", "info", "warning", "error"]
+
+
+class Event(Frozen):
+    at: float = Field(default_factory=time.time)
+
+
+class NodeAdded(Event):
+    kind: Literal["node_added"] = "node_added"
+    node: NodeView
+
+
+class NodeChanged(Event):
+    """Status, measurements or flags of a node changed: the whole view, so a view can just replace it."""
+
+    kind: Literal["node_changed"] = "node_changed"
+    node: NodeView
+
+
+class BestImproved(Event):
+    kind: Literal["best_improved"] = "best_improved"
+    node_id: int
+    speedup: float
+    latency_us: float
+    ceiling_share: float | None = None
+
+
+class BudgetUsed(Event):
+    """Where the search stands against each budget (None: no cap)."""
+
+    kind: Literal["budget"] = "budget"
+    iterations: int
+    max_iterations: int | None = None
+    elapsed_s: float
+    max_seconds: float | None = None
+    gpu_seconds: float
+    max_gpu_seconds: float | None = None
+    candidates_per_minute: float = 0.0
+    gpu_busy_share: float = 0.0
+
+
+class LogLine(Event):
+    kind: Literal["log"] = "log"
+    level: LogLevel = "info"
+    text: str
+    node_id: int | None = None
+
+
+class StateChanged(Event):
+    kind: Literal["state"] = "state"
+    state: SearchState
+    reason: str = ""
+
+
+EngineEvent = Annotated[
+    NodeAdded | NodeChanged | BestImproved | BudgetUsed | LogLine | StateChanged, Field(discriminator="kind")
+]
