@@ -20,6 +20,7 @@ import pytest
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
+from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.hardware import ClassifierSettings, analyse, classify, roofline, stall_reasons
 from kernelforge_tui.gpu.ncu_csv import normalise, parse_csv
 from kernelforge_tui.gpu.profile import (
@@ -31,7 +32,8 @@ from kernelforge_tui.gpu.profile import (
     ProfileSettings,
     ProfileTimeout,
 )
-from kernelforge_tui.models.evaluation import Ceilings
+from kernelforge_tui.gpu.profiling import BuiltKernel, ProfilingService, build_for_profile
+from kernelforge_tui.models.evaluation import BuildResult, Ceilings, PtxasStats
 from kernelforge_tui.models.profiles import HardwareReport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
@@ -424,6 +426,42 @@ async def test_unknown_raw_metric_retries_with_sections_only(tmp_path: Path) -> 
     assert any("l1tex__t_requests.sum" in w for w in report.warnings)
 
 
+GPU = GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-test", capability="9.0", driver="0", memory_mib=1)
+
+
+async def test_one_profiling_service_asks_ncu_its_version_once_and_classifies(tmp_path: Path) -> None:
+    """The service keeps its Profiler (lock, `ncu --version`) across profiles, as one per GPU lane must."""
+    sample, versions = tmp_path / "sample.csv", tmp_path / "versions"
+    sample.write_text(BANDWIDTH_SAMPLE)
+    ncu = tmp_path / "ncu"
+    ncu.write_text(
+        "#!/usr/bin/env bash\n"
+        f'if [ "$1" = "--version" ]; then echo asked >> {versions}; echo "Version 2025.3"; exit 0; fi\n'
+        f"cat {sample}\n"
+    )
+    ncu.chmod(0o755)
+    card = load_card(CARDS / "stream_copy")
+    build = BuildResult(ok=True, key="k", ptxas={"stream_copy": PtxasStats(registers=16)})
+    kernel = BuiltKernel(build=build, cubin=tmp_path / "k.cubin", launch=LAUNCH)
+    service = ProfilingService(card, ProfileSettings(ncu=str(ncu)), GPU, H200)
+    first = await service.profile(kernel, measured_us=70.0)
+    second = await service.profile(kernel)
+    assert versions.read_text().splitlines() == ["asked"]
+    assert first.profile.ncu_version == second.profile.ncu_version == "Version 2025.3"
+    assert first.hardware.bottleneck == "memory_bandwidth" and first.ptxas == PtxasStats(registers=16)
+    assert first.hardware.roofline is not None and first.hardware.roofline.time_source == "measured"
+    assert second.hardware.roofline is not None and second.hardware.roofline.time_source == "ncu"
+
+
+async def test_a_candidate_that_does_not_build_is_not_profiled() -> None:
+    from kernelforge_tui.gpu.build import Builder
+
+    card = load_card(CARDS / "stream_copy")
+    assert card.spec.baseline is not None
+    with pytest.raises(ProfileFailed, match="the candidate cannot be profiled: source check"):
+        await build_for_profile(card, Builder(arch="sm_90"), "this is not CUDA", card.spec.baseline.plan)
+
+
 def test_print_command_is_the_profilers_command() -> None:
     """The capture script runs exactly what this prints."""
     card = CARDS / "stream_copy"
@@ -464,18 +502,20 @@ def test_fixture_cards_resolve() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(EXPECTED))
-async def test_profiling_the_fixture_kernels_gives_their_classes(name: str, tmp_path: Path) -> None:
+async def test_profiling_the_fixture_kernels_gives_their_classes(name: str) -> None:
+    """Through the profiling service the search and `kernelforge profile` use: build, ncu over profile_launch
+    (the worker's public launch API), classification."""
     from kernelforge_tui.gpu.build import Builder
+    from kernelforge_tui.gpu.detect import require_gpu
 
     card = load_card(CARDS / name)
     assert card.spec.baseline is not None
-    built = await Builder(arch="sm_90").build(card.baseline_source(), card.spec.baseline.plan.entry)
-    assert built.ok and built.cubin_path is not None, built.log
-    launch = resolve(card.spec.baseline.plan, card.spec)
-    report = await Profiler().profile(card.root, built.cubin_path, launch)
-    hardware = analyse(report, flops=card.spec.flops(), counted_bytes=card.spec.bytes_moved(), ceilings=H200)
-    print(f"{name}: {hardware.summary()} (profiled in {report.seconds:.1f} s)")
+    kernel = await build_for_profile(card, Builder(arch="sm_90"), card.baseline_source(), card.spec.baseline.plan)
+    profiled = await ProfilingService(card, ProfileSettings(), require_gpu()[0], H200).profile(kernel)
+    hardware = profiled.hardware
+    print(f"{name}: {hardware.summary()} (profiled in {profiled.profile.seconds:.1f} s)")
     assert hardware.bottleneck == EXPECTED[name], hardware.lines()
+    assert profiled.ptxas is not None and profiled.ptxas.registers > 0
 
 
 # -- the CLI ------------------------------------------------------------------------------------------------------

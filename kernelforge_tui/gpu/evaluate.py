@@ -32,7 +32,6 @@ from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
-    Crash,
     Evaluate,
     KernelRef,
     LoadCard,
@@ -279,11 +278,6 @@ class Evaluator:
             ok=result.ok, failure=result.failure, reason=result.reason, build=built, result=result,
             ceiling_share=share,
         )  # fmt: skip
-
-    async def crash_worker_for_test(self) -> None:
-        """Make the worker die as a faulting kernel would (used by the GPU tests)."""
-        with contextlib.suppress(WorkerDied):
-            await self.worker.request(RequestEnvelope(request=Crash()), timeout_s=30)
 
     async def close(self) -> None:
         await self.worker.close()

@@ -1,8 +1,8 @@
 """Launch one built kernel once, exactly as the GPU worker launches it, for Nsight Compute to profile.
 
 Why a separate program: ncu profiles a whole process, and what it measures must be what the worker
-timed. So this reuses `Worker` itself (its context, guarded buffers, argument packing and
-`prepared_async_call` launch) on the card's first input set, poisons the outputs as a timed launch
+timed. So this goes through `Worker`'s public launch API (its context, guarded buffers, argument packing
+and `prepared_async_call` launch) on one input set of the card, poisons the outputs as a checked run
 does, launches the candidate once and exits. Nothing else runs a kernel in this process, so
 `ncu --kernel-name ENTRY --launch-count 1` catches exactly that launch.
 
@@ -18,13 +18,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.errors import CardError
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import InputSet
 from kernelforge_tui.cards.plan import ResolvedLaunch, load_plan, resolve
-from kernelforge_tui.cards.store import Card, draw_inputs, load_card
-from kernelforge_tui.config import EvalSettings
+from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.gpu.protocol import KernelRef
 
 EXIT_LAUNCHED, EXIT_USAGE, EXIT_FAULT = 0, 2, 3
@@ -42,32 +40,16 @@ def pick_set(card: Card, name: str | None) -> InputSet:
 
 
 def launch_once(card: Card, cubin: Path, launch: ResolvedLaunch, set_name: str | None = None) -> None:
-    """Upload one input set through the worker's own code and launch the kernel once on it."""
-    from kernelforge_tui.gpu.worker import State, Worker
+    """Load one input set through the worker's own code and launch the kernel once on it."""
+    from kernelforge_tui.gpu.worker import Worker
 
     which = pick_set(card, set_name)
-    spec = card.spec
-    inputs = card.input_set(which)[0] if which.file is not None else draw_inputs(spec, which.seed or 0)
     worker = Worker()
     try:
-        device_set = worker._upload_set(which.name, spec, inputs, None)
-        outputs = {t.name: worker._guarded(t.numel(spec.sizes) * NUMPY[t.dtype].itemsize) for t in spec.outputs}
-        worker.state = State(
-            card=card,
-            settings=EvalSettings(fresh_seeds=0),
-            sets=[device_set],
-            outputs=outputs,
-            first_outputs={},
-            scratch=None,
-            device_bytes=0,
-        )
-        kernel = worker._kernel(KernelRef(cubin=cubin, launch=launch))
-        worker.context.synchronize()
-        worker._poison_outputs()  # as before every timed launch
-        worker._launch(kernel, device_set)
-        worker._sync()
+        worker.load_input_set(card, which)
+        worker.launch_once(worker.load_kernel(KernelRef(cubin=cubin, launch=launch)))
     finally:
-        worker.context.pop()
+        worker.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -93,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (CardError, ExprError, FileNotFoundError, ValueError) as exc:
         print(f"profile_launch: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    from kernelforge_tui.gpu.worker import CandidateFault
+    from kernelforge_tui.gpu.device import CandidateFault
 
     try:
         launch_once(card, args.cubin, launch, args.set_name)

@@ -56,13 +56,7 @@ class MeasureCeilings(Message):
     helpers_cubin: Path
 
 
-class Crash(Message):
-    """Test hook: make the worker die as a faulting kernel would (exit without a reply)."""
-
-    op: Literal["crash"] = "crash"
-
-
-Request = Annotated[LoadCard | Evaluate | MeasureCeilings | Crash, Field(discriminator="op")]
+Request = Annotated[LoadCard | Evaluate | MeasureCeilings, Field(discriminator="op")]
 
 
 class RequestEnvelope(Message):

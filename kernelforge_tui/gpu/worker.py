@@ -10,23 +10,38 @@ to stderr, because stdout is moved to a private descriptor before pycuda is impo
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, TextIO
 
 import numpy as np
 
-from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, POISON_BITS
-from kernelforge_tui.cards.model import OperatorCard, TensorSpec
+from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
+from kernelforge_tui.cards.model import InputSet, OperatorCard
 from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, load_card
 from kernelforge_tui.config import EvalSettings
+from kernelforge_tui.gpu.checks import (
+    FIRST_RUN,
+    SECOND_RUN,
+    Fill,
+    Prefill,
+    add_exact_output,
+    add_float_output,
+    add_timings,
+    bytes_needed,
+    describe,
+    fill_for,
+    median_settled,
+    noise_block,
+    stale_source,
+    tensor_bytes,
+    timed_fill,
+)
+from kernelforge_tui.gpu.device import CandidateFault, GpuDevice, Guarded
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
-    Crash,
     Evaluate,
     KernelRef,
     LoadCard,
@@ -35,31 +50,11 @@ from kernelforge_tui.gpu.protocol import (
     RequestEnvelope,
     WorkerFailure,
 )
-from kernelforge_tui.models.evaluation import Ceilings, EvalResult, SetCheck, Timing
+from kernelforge_tui.models.evaluation import Ceilings, EvalResult, SetCheck
 from kernelforge_tui.models.nodes import FailureKind
 
-GUARD_BYTES = 64 * 1024
-"""Canary bytes before and after every candidate-visible buffer: a write past the end lands here."""
-CANARY = 0xA7
-COMPARE_RESULT_BYTES = 40
 SCALAR_NUMPY = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64, "float32": np.float32}
 PREPARED_CODE = {"int32": "i", "int64": "q", "uint32": "I", "uint64": "Q", "float32": "f"}
-
-
-class CandidateFault(Exception):
-    """A CUDA error while a candidate ran: its context can no longer be trusted."""
-
-
-@dataclass
-class Guarded:
-    """A device buffer with canary regions on both sides."""
-
-    alloc: Any
-    nbytes: int
-
-    @property
-    def ptr(self) -> int:
-        return int(self.alloc) + GUARD_BYTES
 
 
 @dataclass
@@ -74,6 +69,8 @@ class DeviceSet:
 
 @dataclass
 class LoadedKernel:
+    """A kernel's module and prepared function, loaded once per card (`Worker.load_kernel`)."""
+
     function: Any
     ref: KernelRef
     module: Any
@@ -86,167 +83,130 @@ class State:
     sets: list[DeviceSet]
     outputs: dict[str, Guarded]
     first_outputs: dict[str, Any]
+    noise: dict[str, Any]
+    """Per output, random finite values to prefill it with (see checks.Prefill)."""
+    stale_set: int | None
+    """The set whose references STALE prefills copy (checks.stale_source)."""
     scratch: Any
     device_bytes: int
     kernels: dict[str, LoadedKernel] = field(default_factory=dict)
 
 
-def _robust_stats(samples: list[float]) -> Timing:
-    values = np.sort(np.asarray(samples))
-    median = float(np.median(values))
-    q25, q75 = np.percentile(values, [25, 75])
-    return Timing(
-        median_us=median,
-        p10_us=float(np.percentile(values, 10)),
-        p90_us=float(np.percentile(values, 90)),
-        cv=float((q75 - q25) / 1.349 / median) if median > 0 else 0.0,
-        reps=len(samples),
-    )
-
-
-def _median_settled(samples: list[float], target: float) -> bool:
-    """The standard error of the median (1.2533 sigma / sqrt n, sigma from the IQR) is under target."""
-    stats = _robust_stats(samples)
-    return 1.2533 * stats.cv / math.sqrt(len(samples)) < target
+def host_set(card: Card, which: InputSet, reference: bool) -> tuple[Arrays, Arrays | None]:
+    """(inputs, reference outputs) of one of the card's sets on the host; a seeded set's references only when
+    `reference` (with a baseline reference they come from the GPU, and a profiled launch needs none)."""
+    if which.file is not None:
+        return card.input_set(which)
+    inputs = draw_inputs(card.spec, which.seed or 0)
+    return inputs, card.reference(inputs) if reference else None
 
 
 class Worker:
-    """Owns the CUDA context, the loaded card and the helper kernels."""
+    """Owns the loaded card and runs candidates on it: the checks, the timing, and one-off launches."""
 
     def __init__(self) -> None:
         import pycuda.driver as drv
 
-        drv.init()
         self.drv = drv
-        self.device = drv.Device(int(os.environ.get("KERNELFORGE_WORKER_DEVICE", "0")))
-        self.context = self.device.make_context()
-        self.stream = drv.Stream()
+        self.gpu = GpuDevice(drv)
         self.state: State | None = None
-        self.helpers: Any = None
-        self.helpers_path: Path | None = None
-        self.compare_result = drv.mem_alloc(COMPARE_RESULT_BYTES)
-        self.count_result = drv.mem_alloc(16)
-
-    # -- helpers -------------------------------------------------------------------------------------
-    def _helpers(self, path: Path) -> Any:
-        if self.helpers_path != path:
-            self.helpers = self.drv.module_from_file(str(path))
-            self.helpers_path = path
-        return self.helpers
-
-    def _grid_for(self, n: int) -> tuple[int, int, int]:
-        sms = int(self.device.get_attribute(self.drv.device_attribute.MULTIPROCESSOR_COUNT))
-        return (max(1, min((n + 255) // 256, sms * 8)), 1, 1)
-
-    def _count_diff(self, a: int, b: int | None, value: int, nbytes: int) -> tuple[int, int]:
-        """(how many bytes differ, the first one) between a and b (or a and a constant byte)."""
-        self.drv.memset_d32_async(self.count_result, 0, 2, self.stream)
-        self.drv.memset_d32_async(int(self.count_result) + 8, 0xFFFFFFFF, 2, self.stream)
-        fn = self.helpers.get_function("kf_count_diff")
-        fn(
-            np.uintp(a),
-            np.uintp(b or 0),
-            np.uint8(value),
-            np.int64(nbytes),
-            self.count_result,
-            block=(256, 1, 1),
-            grid=self._grid_for(nbytes),
-            stream=self.stream,
-        )
-        host = np.zeros(2, dtype=np.uint64)
-        self.drv.memcpy_dtoh_async(host, self.count_result, self.stream)
-        self._sync()
-        return int(host[0]), int(host[1])
-
-    def _sync(self) -> None:
-        try:
-            self.stream.synchronize()
-        except self.drv.Error as exc:
-            raise CandidateFault(str(exc)) from None
-
-    def _alloc(self, nbytes: int) -> Any:
-        return self.drv.mem_alloc(max(nbytes, 1))
-
-    def _guarded(self, nbytes: int) -> Guarded:
-        buffer = Guarded(self.drv.mem_alloc(nbytes + 2 * GUARD_BYTES), nbytes)
-        self.drv.memset_d8(int(buffer.alloc), CANARY, GUARD_BYTES)
-        self.drv.memset_d8(buffer.ptr + nbytes, CANARY, GUARD_BYTES)
-        return buffer
 
     # -- card ----------------------------------------------------------------------------------------
     def load_card(self, request: LoadCard) -> CardLoaded:
+        """Upload every input set (the card's, then fresh ones) with its references, and the output buffers."""
         started = time.perf_counter()
-        self._helpers(request.helpers_cubin)
+        self.gpu.load_helpers(request.helpers_cubin)
         self.state = None
         card = load_card(request.card_dir)
         spec = card.spec
         host_reference = spec.reference.kind == "numpy"
-        host_sets: list[tuple[str, Arrays, Arrays | None]] = []
-        for which in spec.input_sets:
-            if which.file is not None or host_reference:
-                host_sets.append((which.name, *card.input_set(which)))
-            else:
-                host_sets.append((which.name, draw_inputs(spec, which.seed or 0), None))
+        host_sets = [(which.name, *host_set(card, which, host_reference)) for which in spec.input_sets]
+        stale_set = stale_source(len(host_sets), request.settings.fresh_seeds)
         for k in range(request.settings.fresh_seeds):
             inputs = draw_inputs(spec, request.fresh_seed + k)
             host_sets.append((f"fresh-{k}", inputs, card.reference(inputs) if host_reference else None))
-        need = self._bytes_needed(spec, len(host_sets), request.settings.flush_bytes)
+        need = bytes_needed(spec, len(host_sets), request.settings.flush_bytes)
         free, total = self.drv.mem_get_info()
         if need > free:
             raise MemoryError(
                 f"the card needs {need / 1e9:.1f} GB on the GPU, {free / 1e9:.1f} GB of "
                 f"{total / 1e9:.1f} GB is free: use smaller sizes or fewer fresh sets"
             )
-        out_buffers = {t.name: self._guarded(_nbytes(t, spec)) for t in spec.outputs}
+        out_buffers = self._output_buffers(spec)
         sets = [self._upload_set(name, spec, inputs, refs) for name, inputs, refs in host_sets]
         self.state = State(
             card=card,
             settings=request.settings,
             sets=sets,
             outputs=out_buffers,
-            first_outputs={name: self._alloc(buf.nbytes) for name, buf in out_buffers.items()},
-            scratch=self._alloc(request.settings.flush_bytes),
+            first_outputs={name: self.gpu.alloc(buf.nbytes) for name, buf in out_buffers.items()},
+            noise=self._noise(spec, np.random.default_rng(request.fresh_seed)),
+            stale_set=stale_set,
+            scratch=self.gpu.alloc(request.settings.flush_bytes),
             device_bytes=need,
         )
         if spec.reference.kind == "baseline":
             if request.baseline is None:
                 raise ValueError("the card's reference is its baseline kernel, but no baseline was given")
             self._baseline_references(request.baseline)
-        self.context.synchronize()
+        self.gpu.context.synchronize()
         return CardLoaded(sets=[s.name for s in sets], device_bytes=need, seconds=time.perf_counter() - started)
 
-    @staticmethod
-    def _bytes_needed(spec: OperatorCard, n_sets: int, flush_bytes: int) -> int:
-        ins = sum(_nbytes(t, spec) for t in spec.inputs)
-        outs = sum(_nbytes(t, spec) for t in spec.outputs)
-        return n_sets * (2 * ins + outs) + 2 * outs + flush_bytes
+    def load_input_set(self, card: Card, which: InputSet) -> None:
+        """Load one of the card's input sets and the output buffers, without references, fresh sets or the
+        flush scratch: what a single profiled launch needs (`profile_launch`)."""
+        inputs, _ = host_set(card, which, reference=False)
+        self.state = State(
+            card=card,
+            settings=EvalSettings(fresh_seeds=0),
+            sets=[self._upload_set(which.name, card.spec, inputs, None)],
+            outputs=self._output_buffers(card.spec),
+            first_outputs={},
+            noise={},
+            stale_set=None,
+            scratch=None,
+            device_bytes=0,
+        )
+        self.gpu.context.synchronize()
+
+    def _output_buffers(self, spec: OperatorCard) -> dict[str, Guarded]:
+        return {t.name: self.gpu.guarded(tensor_bytes(t.numel(spec.sizes), t.dtype)) for t in spec.outputs}
 
     def _upload_set(self, name: str, spec: OperatorCard, inputs: Arrays, refs: Arrays | None) -> DeviceSet:
         working: dict[str, Guarded] = {}
         pristine: dict[str, Any] = {}
         for tensor in spec.inputs:
             array = np.ascontiguousarray(inputs[tensor.name])
-            working[tensor.name] = self._guarded(array.nbytes)
+            working[tensor.name] = self.gpu.guarded(array.nbytes)
             self.drv.memcpy_htod(working[tensor.name].ptr, array)
-            pristine[tensor.name] = self._alloc(array.nbytes)
+            pristine[tensor.name] = self.gpu.alloc(array.nbytes)
             self.drv.memcpy_htod(pristine[tensor.name], array)
         references: dict[str, Any] = {}
         for tensor in spec.outputs:
-            references[tensor.name] = self._alloc(_nbytes(tensor, spec))
+            references[tensor.name] = self.gpu.alloc(tensor_bytes(tensor.numel(spec.sizes), tensor.dtype))
             if refs is not None:
                 self.drv.memcpy_htod(references[tensor.name], np.ascontiguousarray(refs[tensor.name]))
         return DeviceSet(name=name, inputs=working, pristine=pristine, references=references)
 
+    def _noise(self, spec: OperatorCard, rng: np.random.Generator) -> dict[str, Any]:
+        """Per output, a buffer of random finite values (one drawn block, repeated on the device)."""
+        noise: dict[str, Any] = {}
+        for tensor in spec.outputs:
+            numel = tensor.numel(spec.sizes)
+            block = noise_block(tensor.dtype, numel, rng)
+            noise[tensor.name] = self.gpu.tiled(block, tensor_bytes(numel, tensor.dtype))
+        return noise
+
     def _baseline_references(self, baseline: KernelRef) -> None:
         """References for seeded and fresh sets from the baseline kernel, for cards without a host reference."""
         state = self._state()
-        kernel = self._kernel(baseline)
+        kernel = self.load_kernel(baseline)
         stored = {w.name for w in state.card.spec.input_sets if w.file}
         for device_set in state.sets:
             if device_set.name in stored:
                 continue
             self._launch(kernel, device_set)
-            self._sync()
+            self.gpu.sync()
             for name, buffer in state.outputs.items():
                 self.drv.memcpy_dtod(device_set.references[name], buffer.ptr, buffer.nbytes)
 
@@ -256,7 +216,8 @@ class Worker:
         return self.state
 
     # -- kernels -------------------------------------------------------------------------------------
-    def _kernel(self, ref: KernelRef) -> LoadedKernel:
+    def load_kernel(self, ref: KernelRef) -> LoadedKernel:
+        """Load a built kernel for the loaded card (kept while the card is, up to a few at a time)."""
         state = self._state()
         key = f"{ref.cubin}:{ref.launch.model_dump_json()}"
         if key not in state.kernels:
@@ -273,6 +234,17 @@ class Worker:
             state.kernels[key] = LoadedKernel(function=function, ref=ref, module=module)
         return state.kernels[key]
 
+    def launch_once(self, kernel: LoadedKernel) -> None:
+        """Poison the outputs as before a checked run, launch on the first loaded set and wait for it:
+        exactly one launch of the kernel (a profiler catches it); CandidateFault if it faults."""
+        self._prefill(FIRST_RUN)
+        self._launch(kernel, self._state().sets[0])
+        self.gpu.sync()
+
+    def close(self) -> None:
+        """Release the CUDA context (the process exits next)."""
+        self.gpu.close()
+
     def _launch(self, kernel: LoadedKernel, device_set: DeviceSet) -> None:
         state = self._state()
         values: list[Any] = []
@@ -284,94 +256,53 @@ class Worker:
                 values.append(SCALAR_NUMPY[arg.scalar_type](arg.value))
         launch = kernel.ref.launch
         kernel.function.prepared_async_call(
-            launch.grid, launch.block, self.stream, *values, shared_size=launch.shared_bytes
+            launch.grid, launch.block, self.gpu.stream, *values, shared_size=launch.shared_bytes
         )
 
-    def _poison_outputs(self) -> None:
+    def _prefill(self, fill: Fill) -> None:
+        """Fill the outputs before a launch: the poison, another set's references, or noise (checks.Prefill)."""
         state = self._state()
         for tensor in state.card.spec.outputs:
             buffer = state.outputs[tensor.name]
-            _memset_pattern(self.drv, buffer.ptr, buffer.nbytes, tensor.dtype, self.stream)
+            if fill.prefill is Prefill.POISON:
+                self.gpu.poison(buffer.ptr, buffer.nbytes, tensor.dtype)
+                continue
+            if fill.prefill is Prefill.NOISE:
+                source = state.noise[tensor.name]
+            else:
+                assert fill.stale_set is not None
+                source = state.sets[fill.stale_set].references[tensor.name]
+            self.gpu.copy(buffer.ptr, source, buffer.nbytes)
 
     # -- checks --------------------------------------------------------------------------------------
-    def _compare(self, device_set: DeviceSet) -> SetCheck:
+    def _compare(self, device_set: DeviceSet, fill: Fill) -> SetCheck:
+        """Each output against the set's reference, on the GPU; `fill` is what the outputs held before."""
         state = self._state()
         spec = state.card.spec
-        total = SetCheck(name=device_set.name, ok=True)
+        check = SetCheck(name=device_set.name, ok=True)
         for tensor in spec.outputs:
             buffer = state.outputs[tensor.name]
+            reference = device_set.references[tensor.name]
             numel = tensor.numel(spec.sizes)
-            total.numel += numel
             if tensor.dtype not in FLOATING:
-                bad_bytes, first = self._count_diff(
-                    buffer.ptr, int(device_set.references[tensor.name]), 0, buffer.nbytes
-                )
-                if bad_bytes:
-                    itemsize = buffer.nbytes // numel
-                    total.ok = False
-                    total.bad += max(1, bad_bytes // itemsize)
-                    total.first_bad_index = first // itemsize
-                    total.reason = f"{tensor.name}: integer output differs from the reference"
+                bad_bytes, first = self.gpu.count_diff(buffer.ptr, int(reference), 0, buffer.nbytes)
+                add_exact_output(check, tensor.name, numel, NUMPY[tensor.dtype].itemsize, bad_bytes, first)
                 continue
             tol = tensor.effective_tolerance()
-            self.drv.memset_d32_async(self.compare_result, 0, COMPARE_RESULT_BYTES // 4, self.stream)
-            self.drv.memset_d32_async(int(self.compare_result) + 16, 0xFFFFFFFF, 2, self.stream)
-            fn = self.helpers.get_function(f"kf_compare_{tensor.dtype}")
-            fn(
-                np.uintp(buffer.ptr),
-                device_set.references[tensor.name],
-                np.int64(numel),
-                np.float64(tol.rtol),
-                np.float64(tol.atol),
-                self.compare_result,
-                block=(256, 1, 1),
-                grid=self._grid_for(numel),
-                stream=self.stream,
-            )
-            host = np.zeros(5, dtype=np.uint64)
-            self.drv.memcpy_dtoh_async(host, self.compare_result, self.stream)
-            self._sync()
-            bad, nan_out, first = int(host[0]), int(host[1]), int(host[2])
-            max_abs, max_ratio = host[3:5].view(np.float64)
-            total.bad += bad
-            total.unwritten += nan_out
-            total.max_abs_error = max(total.max_abs_error, float(max_abs))
-            total.max_error_ratio = max(total.max_error_ratio, float(max_ratio))
-            if bad:
-                total.ok = False
-                total.first_bad_index = first
-                row = _row_of(first, tensor.dims(spec.sizes))
-                if nan_out == numel:
-                    total.reason = f"{tensor.name} was never written (all {numel} elements still hold the NaN poison)"
-                elif nan_out:
-                    total.reason = (
-                        f"{tensor.name}: {nan_out} of {numel} elements never written or NaN "
-                        f"(first at index {first}{row})"
-                    )
-                else:
-                    total.reason = (
-                        f"{tensor.name}: {bad} of {numel} elements outside rtol={tol.rtol:g}, "
-                        f"atol={tol.atol:g} (worst {float(max_ratio):.3g}x the tolerance; "
-                        f"first at index {first}{row})"
-                    )
-        return total
+            counts = self.gpu.compare(buffer.ptr, reference, numel, tensor.dtype, tol)
+            add_float_output(check, tensor.name, tensor.dims(spec.sizes), tol, counts, fill)
+        return check
 
     def _stray_writes(self) -> str:
-        """Describe writes into any canary region, or return ''."""
+        """Describe writes into any canary region of the outputs or of any set's inputs, or return ''."""
         state = self._state()
         buffers = [(f"output {n}", b) for n, b in state.outputs.items()]
         buffers += [(f"input {n} of set {s.name}", b) for s in state.sets for n, b in s.inputs.items()]
-        for label, buffer in buffers:
-            before, _ = self._count_diff(int(buffer.alloc), None, CANARY, GUARD_BYTES)
-            after, first = self._count_diff(buffer.ptr + buffer.nbytes, None, CANARY, GUARD_BYTES)
-            if before or after:
-                where = f"{after} bytes past the end (first at +{first})" if after else f"{before} bytes before it"
-                return f"wrote outside its buffers: {where} of {label}"
-        return ""
+        return self.gpu.stray_writes(buffers)
 
     def _modified_inputs(self, device_set: DeviceSet) -> str:
         for name, buffer in device_set.inputs.items():
-            changed, first = self._count_diff(buffer.ptr, int(device_set.pristine[name]), 0, buffer.nbytes)
+            changed, first = self.gpu.count_diff(buffer.ptr, int(device_set.pristine[name]), 0, buffer.nbytes)
             if changed:
                 return f"modified its input {name!r} ({changed} bytes changed, first at byte {first})"
         return ""
@@ -383,33 +314,42 @@ class Worker:
             result = self._evaluate(request)
         except CandidateFault as exc:
             result = EvalResult(
-                ok=False, failure="launch", reason=f"CUDA error while the candidate ran: {exc}", fatal=True
+                ok=False, failure=FailureKind.LAUNCH, reason=f"CUDA error while the candidate ran: {exc}", fatal=True
             )
         except self.drv.Error as exc:
-            result = EvalResult(ok=False, failure="launch", reason=f"{type(exc).__name__}: {exc}", fatal=True)
+            reason = f"{type(exc).__name__}: {exc}"
+            result = EvalResult(ok=False, failure=FailureKind.LAUNCH, reason=reason, fatal=True)
         result.gpu_seconds = time.perf_counter() - started
         return result
 
     def _evaluate(self, request: Evaluate) -> EvalResult:
+        """Every set from the poison; the first set again from another set's results; then the timing."""
         state = self._state()
         try:
-            candidate = self._kernel(request.candidate)
+            candidate = self.load_kernel(request.candidate)
         except self.drv.Error as exc:
-            return EvalResult(ok=False, failure="launch", reason=f"cannot load the kernel: {exc}")
+            return EvalResult(ok=False, failure=FailureKind.LAUNCH, reason=f"cannot load the kernel: {exc}")
         checks: list[SetCheck] = []
         for index, device_set in enumerate(state.sets):
-            failure = self._run_checked(candidate, device_set, checks)
+            failure = self._run_checked(candidate, device_set, FIRST_RUN, checks)
             if failure is not None:
                 return failure
             if index == 0:
                 for name, buffer in state.outputs.items():
-                    self.drv.memcpy_dtod_async(state.first_outputs[name], buffer.ptr, buffer.nbytes, self.stream)
-        failure = self._run_checked(candidate, state.sets[0], checks, label=f"{state.sets[0].name} (second run)")
+                    self.gpu.copy(state.first_outputs[name], buffer.ptr, buffer.nbytes)
+        first = state.sets[0]
+        second = fill_for(SECOND_RUN, state.stale_set)
+        failure = self._run_checked(candidate, first, second, checks, label=f"{first.name} (second run)")
         if failure is not None:
-            failure.reason = "the second run on the same inputs disagrees (a race?): " + failure.reason
+            if failure.failure == FailureKind.MISMATCH:
+                started_from = describe(second, [s.name for s in state.sets])
+                failure.reason = (
+                    f"the second run on the same inputs, started from {started_from} instead of the NaN poison, "
+                    f"disagrees (its output depends on what the buffer held before, or it races): {failure.reason}"
+                )
             return failure
         deterministic = all(
-            self._count_diff(buffer.ptr, int(state.first_outputs[name]), 0, buffer.nbytes)[0] == 0
+            self.gpu.count_diff(buffer.ptr, int(state.first_outputs[name]), 0, buffer.nbytes)[0] == 0
             for name, buffer in state.outputs.items()
         )
         result = EvalResult(ok=True, checks=checks, deterministic=deterministic)
@@ -418,24 +358,25 @@ class Worker:
         return result
 
     def _run_checked(
-        self, kernel: LoadedKernel, device_set: DeviceSet, checks: list[SetCheck], label: str | None = None
+        self, kernel: LoadedKernel, device_set: DeviceSet, fill: Fill, checks: list[SetCheck], label: str = ""
     ) -> EvalResult | None:
-        """Poison, launch, and check one set; a failed result, or None when the set passed."""
-        self._poison_outputs()
+        """Prefill, launch, and check one set; a failed result, or None when the set passed."""
+        self._prefill(fill)
         self._launch(kernel, device_set)
-        self._sync()
+        self.gpu.sync()
         stray = self._stray_writes()
         if stray:
-            return EvalResult(ok=False, failure="cheat", reason=stray, checks=checks, fatal=True)
+            return EvalResult(ok=False, failure=FailureKind.CHEAT, reason=stray, checks=checks, fatal=True)
         modified = self._modified_inputs(device_set)
         if modified:
-            return EvalResult(ok=False, failure="cheat", reason=modified, checks=checks, fatal=True)
-        check = self._compare(device_set)
+            return EvalResult(ok=False, failure=FailureKind.CHEAT, reason=modified, checks=checks, fatal=True)
+        check = self._compare(device_set, fill)
         if label:
             check.name = label
         checks.append(check)
         if not check.ok:
-            return EvalResult(ok=False, failure="mismatch", reason=f"set {check.name}: {check.reason}", checks=checks)
+            reason = f"set {check.name}: {check.reason}"
+            return EvalResult(ok=False, failure=FailureKind.MISMATCH, reason=reason, checks=checks)
         return None
 
     def _time(self, request: Evaluate, candidate: LoadedKernel, result: EvalResult) -> None:
@@ -445,120 +386,48 @@ class Worker:
         first = state.sets[0]
         kernels = [("candidate", candidate)]
         if request.baseline is not None:
-            kernels.append(("baseline", self._kernel(request.baseline)))
+            kernels.append(("baseline", self.load_kernel(request.baseline)))
         samples: dict[str, list[float]] = {name: [] for name, _ in kernels}
         for _, kernel in kernels:  # warm-up: module load, instruction cache, clocks
             for _ in range(3):
                 self._launch(kernel, first)
-        self._sync()
+        self.gpu.sync()
         started = time.perf_counter()
         batch = 10
+        last = timed_fill(batch - 1, state.stale_set)
         while True:
             events = []
             for i in range(batch):
                 for name, kernel in kernels if i % 2 == 0 else kernels[::-1]:
                     if name == "candidate":
-                        self._poison_outputs()
-                    self.drv.memset_d32_async(state.scratch, i, settings.flush_bytes // 4, self.stream)
+                        self._prefill(timed_fill(i, state.stale_set))
+                    self.drv.memset_d32_async(state.scratch, i, settings.flush_bytes // 4, self.gpu.stream)
                     begin, end = self.drv.Event(), self.drv.Event()
-                    begin.record(self.stream)
+                    begin.record(self.gpu.stream)
                     self._launch(kernel, first)
-                    end.record(self.stream)
+                    end.record(self.gpu.stream)
                     events.append((name, begin, end))
-            self._sync()
+            self.gpu.sync()
             for name, begin, end in events:
                 samples[name].append(end.time_since(begin) * 1000.0)
             reps = len(samples["candidate"])
-            settled = all(_median_settled(s, settings.target_rel_error) for s in samples.values())
+            settled = all(median_settled(s, settings.target_rel_error) for s in samples.values())
             spent = time.perf_counter() - started
             if reps >= settings.max_reps or spent > settings.timing_budget_s or (reps >= settings.min_reps and settled):
                 break
-        # Batches are even, so the candidate ran last (on poisoned outputs): its final timed output must
-        # still be right, or it skipped work on repeats.
-        check = self._compare(first)
+        # Batches are even, so the candidate ran last (from `last`): its final timed output must still be
+        # right, or it skipped work on repeats or kept what the buffer held.
+        check = self._compare(first, last)
         if not check.ok:
             result.ok, result.failure = False, FailureKind.CHEAT
-            result.reason = f"its output during the timed runs was wrong: {check.reason}"
+            started_from = describe(last, [s.name for s in state.sets])
+            result.reason = f"its output during the timed runs (started from {started_from}) was wrong: {check.reason}"
             return
-        result.candidate = _robust_stats(samples["candidate"])
-        if "baseline" in samples:
-            result.baseline = _robust_stats(samples["baseline"])
-            result.speedup = result.baseline.median_us / result.candidate.median_us
-        seconds = result.candidate.median_us * 1e-6
-        if request.bytes_moved:
-            result.achieved_gbps = request.bytes_moved / seconds / 1e9
-        if request.flops:
-            result.achieved_tflops = request.flops / seconds / 1e12
+        add_timings(result, samples, request.bytes_moved, request.flops)
 
     # -- ceilings ------------------------------------------------------------------------------------
     def measure_ceilings(self, request: MeasureCeilings) -> Ceilings:
-        helpers = self._helpers(request.helpers_cubin)
-        attr = self.drv.device_attribute
-        sms = self.device.get_attribute(attr.MULTIPROCESSOR_COUNT)
-        nbytes = 1 << 30
-        src, dst = self.drv.mem_alloc(nbytes), self.drv.mem_alloc(nbytes)
-        self.drv.memset_d32(src, 0x3F800000, nbytes // 4)
-        copy = helpers.get_function("kf_copy")
-        copy_us = self._median_us(lambda: self.drv.memcpy_dtod_async(dst, src, nbytes, self.stream), 20)
-        for waves in (2, 4, 8, 16):  # the best of several launch shapes, and of the driver's own copy
-            grid = (sms * waves, 1, 1)
-            copy_us = min(copy_us, self._median_us(
-                lambda grid=grid: copy(src, dst, np.int64(nbytes // 16), block=(256, 1, 1), grid=grid,
-                                       stream=self.stream), 20))  # fmt: skip
-        fma = helpers.get_function("kf_fma_peak")
-        iters, threads = 1 << 14, 256
-        fma_tflops = 0.0
-        for blocks in (sms * 4, sms * 8, sms * 16):
-            us = self._median_us(
-                lambda blocks=blocks: fma(dst, np.int32(iters), np.float32(1.0), block=(threads, 1, 1),
-                                          grid=(blocks, 1, 1), stream=self.stream), 10)  # fmt: skip
-            fma_tflops = max(fma_tflops, 2 * 8 * iters * blocks * threads / (us * 1e-6) / 1e12)
-        major, minor = self.device.compute_capability()
-        return Ceilings(
-            gpu_name=self.device.name(),
-            copy_gbps=2 * nbytes / (copy_us * 1e-6) / 1e9,
-            fma_tflops=fma_tflops,
-            capability=(major, minor),
-            sm_count=sms,
-            l2_bytes=self.device.get_attribute(attr.L2_CACHE_SIZE),
-        )
-
-    def _median_us(self, run: Any, reps: int) -> float:
-        for _ in range(3):
-            run()
-        times = []
-        for _ in range(reps):
-            begin, end = self.drv.Event(), self.drv.Event()
-            begin.record(self.stream)
-            run()
-            end.record(self.stream)
-            end.synchronize()
-            times.append(end.time_since(begin) * 1000.0)
-        return float(np.median(times))
-
-
-def _nbytes(tensor: TensorSpec, spec: OperatorCard) -> int:
-    return tensor.numel(spec.sizes) * NUMPY[tensor.dtype].itemsize
-
-
-def _row_of(index: int, dims: tuple[int, ...]) -> str:
-    if len(dims) < 2:
-        return ""
-    return f", row {index // math.prod(dims[1:])}"
-
-
-def _memset_pattern(drv: Any, ptr: int, nbytes: int, dtype: str, stream: Any) -> None:
-    """Fill a buffer with the dtype's poison pattern (NaN for floats)."""
-    itemsize = NUMPY[dtype].itemsize
-    bits = POISON_BITS[dtype]
-    if itemsize == 1:
-        drv.memset_d8_async(ptr, bits, nbytes, stream)
-    elif itemsize == 2:
-        drv.memset_d16_async(ptr, bits, nbytes // 2, stream)
-    elif itemsize == 4:
-        drv.memset_d32_async(ptr, bits, nbytes // 4, stream)
-    else:  # 8-byte types: a repeated 16-bit NaN prefix is still a NaN double, and an unlikely integer
-        drv.memset_d16_async(ptr, bits >> 48, nbytes // 2, stream)
+        return self.gpu.measure_ceilings(request.helpers_cubin)
 
 
 def serve(requests: TextIO, replies: TextIO) -> None:
@@ -568,8 +437,6 @@ def serve(requests: TextIO, replies: TextIO) -> None:
         if not line.strip():
             continue
         request = RequestEnvelope.model_validate_json(line).request
-        if isinstance(request, Crash):
-            os._exit(7)
         reply: EvalResult | CardLoaded | Ceilings | WorkerFailure
         try:
             if isinstance(request, LoadCard):

@@ -1,0 +1,213 @@
+"""The GPU worker's pure parts: what fills the outputs before each launch, how compare counts read as a verdict,
+timing statistics, and device memory sizes.
+
+Why apart from `worker.py`: nothing here touches CUDA, so every rule the worker applies (which prefill a run
+gets, what a reason says, when timing has settled) is tested on any machine; the worker only moves bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
+from kernelforge_tui.cards.model import OperatorCard, Tolerance
+from kernelforge_tui.models.evaluation import EvalResult, SetCheck, Timing
+
+NOISE_PERIOD = 1 << 20
+"""Elements of random noise drawn per output; the device buffer repeats the block (drawing 1e8 values would
+cost seconds and gigabytes on the host for nothing a kernel could exploit)."""
+
+
+class Prefill(StrEnum):
+    """What an output buffer holds when a candidate starts: a kernel must overwrite it, never read it."""
+
+    POISON = "poison"
+    """NaN for floats (an unlikely pattern for integers): an element left unwritten shows as NaN."""
+    STALE = "stale"
+    """Another input set's reference outputs: a kernel that keeps what it finds returns a plausible wrong answer."""
+    NOISE = "noise"
+    """Random finite values: a kernel that reads its output first (treating NaN as "empty") is thrown off."""
+
+
+@dataclass(frozen=True)
+class Fill:
+    """The prefill of one launch, with the input set whose references a STALE prefill copies."""
+
+    prefill: Prefill
+    stale_set: int | None = None
+
+
+FIRST_RUN = Fill(Prefill.POISON)
+"""Every set's first checked run starts from the poison, so unwritten elements are named as such."""
+SECOND_RUN = Prefill.STALE
+"""The second run on the first set starts from another set's results: same inputs, different buffer."""
+
+
+def stale_source(first_fresh: int, fresh_sets: int) -> int | None:
+    """The set whose references STALE prefills copy: the first fresh set (drawn like the card's own sets, so a
+    plausible answer for other inputs, never a stress set of special values), else the card's second set;
+    None when there is only one set. `first_fresh` is the index the fresh sets start at."""
+    if fresh_sets:
+        return first_fresh
+    return 1 if first_fresh > 1 else None
+
+
+def fill_for(prefill: Prefill, stale_set: int | None) -> Fill:
+    """The fill of one launch; STALE without another set to copy from falls back to noise."""
+    if prefill is not Prefill.STALE:
+        return Fill(prefill)
+    if stale_set is None:
+        return Fill(Prefill.NOISE)
+    return Fill(Prefill.STALE, stale_set)
+
+
+def timed_fill(batch_index: int, stale_set: int | None) -> Fill:
+    """Timed launches of the candidate alternate stale results and noise, starting with stale results.
+
+    Batches have an even length and the candidate runs last in odd positions, so the timed launch whose
+    output is checked afterwards started from noise, while the second run (checked too) started from
+    stale results: both finite prefills are checked on every candidate.
+    """
+    return fill_for(Prefill.NOISE if batch_index % 2 else Prefill.STALE, stale_set)
+
+
+def describe(fill: Fill, set_names: Sequence[str]) -> str:
+    """The prefill in words, for a failure's reason."""
+    if fill.prefill is Prefill.POISON:
+        return "the NaN poison"
+    if fill.prefill is Prefill.NOISE:
+        return "random finite values"
+    assert fill.stale_set is not None
+    return f"set {set_names[fill.stale_set]}'s reference outputs"
+
+
+def noise_block(dtype: str, numel: int, rng: np.random.Generator) -> np.ndarray:
+    """Finite random values of an output's dtype (small integers for integer dtypes), at most NOISE_PERIOD of them."""
+    count = min(numel, NOISE_PERIOD)
+    if dtype in FLOATING:
+        return rng.uniform(-4.0, 4.0, count).astype(NUMPY[dtype])
+    if dtype == "bool":
+        return rng.integers(0, 2, count).astype(np.bool_)
+    info = np.iinfo(dtype)
+    return rng.integers(max(int(info.min), -1000), min(int(info.max), 1000), count, endpoint=True).astype(NUMPY[dtype])
+
+
+# -- verdicts ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompareCounts:
+    """What the `kf_compare_*` helper kernel counted over one floating-point output."""
+
+    bad: int
+    nan_out: int
+    """Elements that are NaN where the reference is not."""
+    first_bad: int
+    max_abs: float
+    max_ratio: float
+
+    @classmethod
+    def from_words(cls, words: np.ndarray) -> CompareCounts:
+        """Decode the helper's result: three counters, then two doubles stored as their bits."""
+        max_abs, max_ratio = words[3:5].astype(np.uint64).view(np.float64)
+        return cls(int(words[0]), int(words[1]), int(words[2]), float(max_abs), float(max_ratio))
+
+
+def add_float_output(
+    check: SetCheck, name: str, dims: tuple[int, ...], tol: Tolerance, counts: CompareCounts, fill: Fill
+) -> None:
+    """Fold one floating-point output's counts into the set's check, with a reason that says what went wrong."""
+    numel = math.prod(dims)
+    check.numel += numel
+    check.bad += counts.bad
+    check.unwritten += counts.nan_out
+    check.max_abs_error = max(check.max_abs_error, counts.max_abs)
+    check.max_error_ratio = max(check.max_error_ratio, counts.max_ratio)
+    if not counts.bad:
+        return
+    check.ok = False
+    check.first_bad_index = counts.first_bad
+    where = f"first at index {counts.first_bad}{row_of(counts.first_bad, dims)}"
+    poisoned = fill.prefill is Prefill.POISON
+    if counts.nan_out == numel and poisoned:
+        check.reason = f"{name} was never written (all {numel} elements still hold the NaN poison)"
+    elif counts.nan_out:
+        what = "never written or NaN" if poisoned else "NaN where the reference is not"
+        check.reason = f"{name}: {counts.nan_out} of {numel} elements {what} ({where})"
+    else:
+        check.reason = (
+            f"{name}: {counts.bad} of {numel} elements outside rtol={tol.rtol:g}, atol={tol.atol:g} "
+            f"(worst {counts.max_ratio:.3g}x the tolerance; {where})"
+        )
+
+
+def add_exact_output(check: SetCheck, name: str, numel: int, itemsize: int, bad_bytes: int, first_byte: int) -> None:
+    """Fold one integer output's byte comparison into the set's check (integers must match exactly)."""
+    check.numel += numel
+    if not bad_bytes:
+        return
+    check.ok = False
+    check.bad += max(1, bad_bytes // itemsize)
+    check.first_bad_index = first_byte // itemsize
+    check.reason = f"{name}: integer output differs from the reference"
+
+
+def row_of(index: int, dims: tuple[int, ...]) -> str:
+    if len(dims) < 2:
+        return ""
+    return f", row {index // math.prod(dims[1:])}"
+
+
+# -- timing ----------------------------------------------------------------------------------------------------
+
+
+def robust_stats(samples: list[float]) -> Timing:
+    values = np.sort(np.asarray(samples))
+    median = float(np.median(values))
+    q25, q75 = np.percentile(values, [25, 75])
+    return Timing(
+        median_us=median,
+        p10_us=float(np.percentile(values, 10)),
+        p90_us=float(np.percentile(values, 90)),
+        cv=float((q75 - q25) / 1.349 / median) if median > 0 else 0.0,
+        reps=len(samples),
+    )
+
+
+def median_settled(samples: list[float], target: float) -> bool:
+    """The standard error of the median (1.2533 sigma / sqrt n, sigma from the IQR) is under target."""
+    stats = robust_stats(samples)
+    return 1.2533 * stats.cv / math.sqrt(len(samples)) < target
+
+
+def add_timings(result: EvalResult, samples: dict[str, list[float]], bytes_moved: int, flops: int) -> None:
+    """The candidate's (and baseline's) timing from the interleaved samples, the speedup, the achieved rates."""
+    result.candidate = robust_stats(samples["candidate"])
+    if "baseline" in samples:
+        result.baseline = robust_stats(samples["baseline"])
+        result.speedup = result.baseline.median_us / result.candidate.median_us
+    seconds = result.candidate.median_us * 1e-6
+    if bytes_moved:
+        result.achieved_gbps = bytes_moved / seconds / 1e9
+    if flops:
+        result.achieved_tflops = flops / seconds / 1e12
+
+
+# -- memory ----------------------------------------------------------------------------------------------------
+
+
+def tensor_bytes(numel: int, dtype: str) -> int:
+    return numel * NUMPY[dtype].itemsize
+
+
+def bytes_needed(spec: OperatorCard, n_sets: int, flush_bytes: int) -> int:
+    """Device memory for a loaded card: per set working and pristine inputs and references; the outputs, the
+    first run's copy of them and their noise; the L2 flush scratch."""
+    ins = sum(tensor_bytes(t.numel(spec.sizes), t.dtype) for t in spec.inputs)
+    outs = sum(tensor_bytes(t.numel(spec.sizes), t.dtype) for t in spec.outputs)
+    return n_sets * (2 * ins + outs) + 3 * outs + flush_bytes

@@ -1,0 +1,157 @@
+"""The GPU worker's pure rules, on any machine: which prefill each launch gets, what a failed check says, the
+noise a prefill copies, timing statistics and the device memory a card needs."""
+
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from kernelforge_tui.cards import load_card
+from kernelforge_tui.cards.model import Tolerance
+from kernelforge_tui.gpu.checks import (
+    FIRST_RUN,
+    NOISE_PERIOD,
+    SECOND_RUN,
+    CompareCounts,
+    Fill,
+    Prefill,
+    add_exact_output,
+    add_float_output,
+    add_timings,
+    bytes_needed,
+    describe,
+    fill_for,
+    median_settled,
+    noise_block,
+    stale_source,
+    timed_fill,
+)
+from kernelforge_tui.models.evaluation import EvalResult, SetCheck
+
+from .conftest import EXAMPLES
+
+TOL = Tolerance(rtol=1e-5, atol=1e-8)
+
+
+def test_only_the_first_run_of_each_set_starts_from_the_poison() -> None:
+    """The second run and every timed run start from finite values: a kernel that reads its output first shows."""
+    assert FIRST_RUN.prefill is Prefill.POISON
+    assert fill_for(SECOND_RUN, 3) == Fill(Prefill.STALE, 3)
+    timed = [timed_fill(i, 3) for i in range(10)]
+    assert all(fill.prefill is not Prefill.POISON for fill in timed)
+    assert {fill.prefill for fill in timed} == {Prefill.STALE, Prefill.NOISE}
+    assert timed_fill(9, 3) == Fill(Prefill.NOISE)  # the last of an even batch is the one checked after timing
+
+
+def test_stale_results_come_from_a_fresh_set_else_the_second_set_else_noise() -> None:
+    assert stale_source(first_fresh=3, fresh_sets=2) == 3
+    assert stale_source(first_fresh=3, fresh_sets=0) == 1
+    assert stale_source(first_fresh=1, fresh_sets=0) is None
+    assert fill_for(Prefill.STALE, None) == Fill(Prefill.NOISE)
+    assert timed_fill(0, None) == Fill(Prefill.NOISE)
+    assert fill_for(Prefill.POISON, 3) == Fill(Prefill.POISON)
+
+
+def test_a_prefill_is_named_in_words() -> None:
+    names = ["seed_1", "seed_2", "fresh-0"]
+    assert describe(Fill(Prefill.STALE, 2), names) == "set fresh-0's reference outputs"
+    assert describe(Fill(Prefill.NOISE), names) == "random finite values"
+    assert describe(FIRST_RUN, names) == "the NaN poison"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "int8"])
+def test_noise_is_finite_varied_and_of_the_outputs_dtype(dtype: str) -> None:
+    block = noise_block(dtype, 5000, np.random.default_rng(7))
+    assert len(block) == 5000
+    assert block.dtype == (np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype))
+    values = block.astype(np.float64)
+    assert np.isfinite(values).all()
+    assert len(np.unique(values)) > 100
+    assert np.abs(values).max() <= 1000
+
+
+def test_noise_is_drawn_once_per_period_and_differs_between_workers() -> None:
+    assert len(noise_block("float32", 10 * NOISE_PERIOD, np.random.default_rng(0))) == NOISE_PERIOD
+    one, two = (noise_block("float32", 100, np.random.default_rng(seed)) for seed in (1, 2))
+    assert not np.array_equal(one, two)
+
+
+def test_bool_noise_holds_only_valid_bools() -> None:
+    block = noise_block("bool", 1000, np.random.default_rng(0))
+    assert block.dtype == np.bool_ and set(block.view(np.uint8).tolist()) == {0, 1}
+
+
+def words(bad: int, nan_out: int, first: int, max_abs: float, max_ratio: float) -> np.ndarray:
+    """What the kf_compare helper writes back: three counters, then two doubles as their bits."""
+    doubles = np.array([max_abs, max_ratio], dtype=np.float64).view(np.uint64)
+    return np.array([bad, nan_out, first, *doubles], dtype=np.uint64)
+
+
+def test_compare_counts_decode_the_helpers_words() -> None:
+    counts = CompareCounts.from_words(words(5, 2, 17, 0.25, 3.5))
+    assert counts == CompareCounts(bad=5, nan_out=2, first_bad=17, max_abs=0.25, max_ratio=3.5)
+
+
+def test_an_output_left_holding_the_poison_was_never_written() -> None:
+    check = SetCheck(name="seed_1", ok=True)
+    add_float_output(check, "y", (4, 8), TOL, CompareCounts(32, 32, 0, 0.0, 0.0), FIRST_RUN)
+    assert not check.ok and check.unwritten == 32 and check.numel == 32
+    assert check.reason == "y was never written (all 32 elements still hold the NaN poison)"
+
+
+def test_nan_after_a_finite_prefill_is_not_called_unwritten() -> None:
+    """From noise or stale results an unwritten element is not NaN, so a NaN there is one the kernel wrote."""
+    check = SetCheck(name="seed_1", ok=True)
+    add_float_output(check, "y", (4, 8), TOL, CompareCounts(32, 32, 9, 0.0, 0.0), Fill(Prefill.NOISE))
+    assert check.reason == "y: 32 of 32 elements NaN where the reference is not (first at index 9, row 1)"
+    partly = SetCheck(name="seed_1", ok=True)
+    add_float_output(partly, "y", (4, 8), TOL, CompareCounts(3, 3, 9, 0.0, 0.0), FIRST_RUN)
+    assert partly.reason == "y: 3 of 32 elements never written or NaN (first at index 9, row 1)"
+
+
+def test_values_outside_the_tolerance_are_counted_and_placed() -> None:
+    check = SetCheck(name="seed_1", ok=True)
+    add_float_output(check, "y", (4, 8), TOL, CompareCounts(0, 0, 2**64 - 1, 1e-9, 0.1), FIRST_RUN)
+    assert check.ok and check.max_error_ratio == 0.1 and check.first_bad_index is None
+    add_float_output(check, "z", (100,), TOL, CompareCounts(7, 0, 42, 0.5, 12.0), Fill(Prefill.STALE, 1))
+    assert not check.ok and check.bad == 7 and check.numel == 132 and check.first_bad_index == 42
+    assert check.max_abs_error == 0.5 and check.max_error_ratio == 12.0
+    assert (
+        check.reason
+        == "z: 7 of 100 elements outside rtol=1e-05, atol=1e-08 (worst 12x the tolerance; first at index 42)"
+    )
+
+
+def test_integer_outputs_must_match_exactly() -> None:
+    check = SetCheck(name="seed_1", ok=True)
+    add_exact_output(check, "idx", 10, 4, 0, 0)
+    assert check.ok and check.numel == 10
+    add_exact_output(check, "idx", 10, 4, 6, 13)
+    assert not check.ok and check.bad == 1 and check.first_bad_index == 3
+    assert check.reason == "idx: integer output differs from the reference"
+
+
+def test_timings_give_the_speedup_and_the_rates() -> None:
+    result = EvalResult(ok=True)
+    samples = {"candidate": [10.0] * 19 + [50.0], "baseline": [30.0] * 20}
+    add_timings(result, samples, bytes_moved=12_000_000, flops=1_000_000)
+    assert result.candidate is not None and result.candidate.median_us == 10.0 and result.candidate.reps == 20
+    assert result.speedup == pytest.approx(3.0)
+    assert result.achieved_gbps == pytest.approx(1200.0)
+    assert result.achieved_tflops == pytest.approx(0.1)
+
+
+def test_timing_settles_when_the_median_is_known_well_enough() -> None:
+    rng = np.random.default_rng(0)
+    assert median_settled([100.0 + x for x in rng.normal(0, 0.1, 40)], 0.002)
+    assert not median_settled([100.0 + x for x in rng.normal(0, 20, 40)], 0.002)
+
+
+def test_device_memory_counts_the_noise_beside_the_outputs() -> None:
+    spec = load_card(EXAMPLES / "cards" / "vector_add_f32").spec
+    tensor = 4 * spec.sizes["n"]
+    assert bytes_needed(spec, 5, 1000) == 5 * (2 * 2 * tensor + tensor) + 3 * tensor + 1000
+    assert math.isclose(bytes_needed(spec, 0, 0) / tensor, 3)

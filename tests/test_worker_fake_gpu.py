@@ -1,0 +1,182 @@
+"""The GPU worker's own code on a CPU machine, over a host-memory stand-in for pycuda.driver (tests/fakes/cuda.py).
+
+The GPU tests run the same kernels on the H200; here the order of prefills, checks and timing, and the
+public launch API that profiling uses, are exercised on every CI run.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import types
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelforge_tui.cards import load_card, plan_for_kernel, save_card
+from kernelforge_tui.cards.plan import resolve
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.config import EvalSettings
+from kernelforge_tui.gpu.device import GpuDevice
+from kernelforge_tui.gpu.protocol import Evaluate, KernelRef, LoadCard
+from kernelforge_tui.gpu.worker import Worker
+from kernelforge_tui.models.evaluation import EvalResult
+
+from .conftest import EXAMPLES
+from .fakes import cuda
+
+N = 1000
+VECTOR_ADD = EXAMPLES / "cards" / "vector_add_f32"
+PLAN = EXAMPLES / "kernels" / "cheats" / "vector_add_f32" / "wrong_answer.cu"  # its plan: a, b, c, n
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    cuda.reset()
+    package = types.ModuleType("pycuda")
+    package.driver = cuda  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pycuda", package)
+    monkeypatch.setitem(sys.modules, "pycuda.driver", cuda)
+    monkeypatch.setattr(cuda, "KERNELS", dict(KERNELS))
+    yield
+
+
+@pytest.fixture
+def card(tmp_path: Path) -> Card:
+    """vector_add_f32 with 1000 elements: three seeded sets and a NumPy reference."""
+    source = load_card(VECTOR_ADD)
+    (tmp_path / "card").mkdir()
+    shutil.copy(source.root / "baseline.cu", tmp_path / "card" / "baseline.cu")
+    return save_card(source.spec.model_copy(update={"sizes": {"n": N}}), tmp_path / "card", {})
+
+
+def vectors(a: int, b: int, c: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return cuda.view(a, np.float32, n), cuda.view(b, np.float32, n), cuda.view(c, np.float32, n)
+
+
+def honest() -> cuda.Kernel:
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        x, y, out = vectors(a, b, c, int(n))
+        out[:] = x + y
+
+    return run
+
+
+def reads_output() -> cuda.Kernel:
+    """Adds a + b to whatever c holds, a NaN counting as nothing: right from the poison only."""
+
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        x, y, out = vectors(a, b, c, int(n))
+        out[:] = np.where(np.isnan(out), np.float32(0), out) + x + y
+
+    return run
+
+
+def keeps_output_after(honest_launches: int) -> Callable[[], cuda.Kernel]:
+    """Honest for its first launches, then keeps any output that is not NaN (skips the work when timed)."""
+
+    def make() -> cuda.Kernel:
+        launches = 0
+
+        def run(a: int, b: int, c: int, n: np.int32) -> None:
+            nonlocal launches
+            launches += 1
+            x, y, out = vectors(a, b, c, int(n))
+            keep = ~np.isnan(out) if launches > honest_launches else np.zeros(int(n), dtype=bool)
+            out[:] = np.where(keep, out, x + y)
+
+        return run
+
+    return make
+
+
+def never_writes() -> cuda.Kernel:
+    return lambda a, b, c, n: None
+
+
+KERNELS: dict[str, Callable[[], cuda.Kernel]] = {
+    "baseline": honest,
+    "honest": honest,
+    "reads_output": reads_output,
+    "keeps_output_when_timed": keeps_output_after(12),
+    "never_writes": never_writes,
+}
+
+
+def ref(card: Card, name: str) -> KernelRef:
+    return KernelRef(cubin=Path(f"/cubins/{name}.cubin"), launch=resolve(plan_for_kernel(PLAN), card.spec))
+
+
+def evaluate(card: Card, name: str, fresh_seeds: int = 2) -> EvalResult:
+    worker = Worker()
+    # A 4 KB flush: the fake's memory is host RAM (model_copy skips the floor a real flush must keep).
+    settings = EvalSettings(fresh_seeds=fresh_seeds).model_copy(update={"flush_bytes": 4096})
+    loaded = worker.load_card(
+        LoadCard(card_dir=card.root, helpers_cubin=Path("/cubins/helpers.cubin"), settings=settings, fresh_seed=99)
+    )
+    assert loaded.sets == ["seed_1", "seed_2", "seed_3"] + [f"fresh-{k}" for k in range(fresh_seeds)]
+    return worker.evaluate(Evaluate(candidate=ref(card, name), baseline=ref(card, "baseline"), bytes_moved=12 * N))
+
+
+def test_an_honest_kernel_passes_every_check_and_is_timed(fake_cuda: None, card: Card) -> None:
+    result = evaluate(card, "honest")
+    assert result.ok, result.reason
+    assert [check.name for check in result.checks] == [
+        "seed_1", "seed_2", "seed_3", "fresh-0", "fresh-1", "seed_1 (second run)",
+    ]  # fmt: skip
+    assert all(check.ok and check.numel == N for check in result.checks)
+    assert result.deterministic
+    assert result.candidate is not None and result.candidate.reps >= 20 and result.speedup == pytest.approx(1.0)
+
+
+def test_never_written_outputs_still_show_as_the_poison(fake_cuda: None, card: Card) -> None:
+    result = evaluate(card, "never_writes")
+    assert not result.ok and result.failure == "mismatch"
+    assert result.reason == "set seed_1: c was never written (all 1000 elements still hold the NaN poison)"
+
+
+def test_a_kernel_that_reads_its_output_first_fails_the_second_run(fake_cuda: None, card: Card) -> None:
+    """Right from the NaN poison on every set; the second run starts from a fresh set's results."""
+    result = evaluate(card, "reads_output")
+    assert not result.ok and result.failure == "mismatch"
+    assert all(check.ok for check in result.checks[:5])
+    assert result.checks[-1].name == "seed_1 (second run)" and not result.checks[-1].ok
+    assert result.reason.startswith(
+        "the second run on the same inputs, started from set fresh-0's reference outputs instead of the NaN poison"
+    )
+
+
+def test_without_fresh_sets_the_second_run_starts_from_the_second_sets_results(fake_cuda: None, card: Card) -> None:
+    result = evaluate(card, "reads_output", fresh_seeds=0)
+    assert not result.ok and "started from set seed_2's reference outputs" in result.reason
+
+
+def test_a_kernel_that_keeps_its_output_when_timed_fails_the_timed_check(fake_cuda: None, card: Card) -> None:
+    """Honest for 12 launches (5 sets, the second run, 3 warm-ups), then it keeps whatever is not NaN."""
+    result = evaluate(card, "keeps_output_when_timed")
+    assert not result.ok and result.failure == "cheat"
+    assert all(check.ok for check in result.checks)
+    assert result.reason.startswith("its output during the timed runs (started from random finite values) was wrong")
+
+
+def test_the_public_launch_api_launches_once_on_one_set(fake_cuda: None, card: Card) -> None:
+    """What profile_launch does: one input set, poisoned outputs, one launch."""
+    worker = Worker()
+    which = card.spec.input_sets[1]
+    worker.load_input_set(card, which)
+    outputs = worker.state.outputs if worker.state is not None else {}
+    inputs, _ = card.input_set(which)
+    worker.launch_once(worker.load_kernel(ref(card, "never_writes")))
+    assert np.isnan(cuda.view(outputs["c"].ptr, np.float32, N)).all()
+    worker.launch_once(worker.load_kernel(ref(card, "honest")))
+    assert np.array_equal(cuda.view(outputs["c"].ptr, np.float32, N), inputs["a"] + inputs["b"])
+    worker.close()
+
+
+def test_noise_fills_a_buffer_by_repeating_its_block(fake_cuda: None) -> None:
+    device = GpuDevice(cuda)
+    block = np.arange(7, dtype=np.uint8)
+    buffer = device.tiled(block, 40)
+    assert cuda.view(int(buffer), np.uint8, 40).tolist() == (list(range(7)) * 6)[:40]
