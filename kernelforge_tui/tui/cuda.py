@@ -13,7 +13,10 @@ from pathlib import Path
 
 from rich.style import Style
 from rich.text import Text
-from tree_sitter import Language, Parser, Query, QueryCursor
+from tree_sitter import Query, QueryCursor
+
+from kernelforge_tui.gpu.cuda_syntax import cuda_language as cuda_language
+from kernelforge_tui.gpu.cuda_syntax import parse_cuda
 
 RENAMES = {"@keyword.modifier": "@keyword", "@delimiter": "@punctuation.delimiter"}
 EXTRA = """
@@ -40,13 +43,6 @@ def highlight_query() -> str:
 
 
 @functools.cache
-def cuda_language() -> Language:
-    import tree_sitter_cuda
-
-    return Language(tree_sitter_cuda.language())
-
-
-@functools.cache
 def _query() -> Query:
     return Query(cuda_language(), highlight_query())
 
@@ -57,7 +53,7 @@ def highlight_spans(source: str) -> list[list[tuple[int, int, str]]]:
     Columns are character offsets (the source is decoded per line), so non-ASCII text stays aligned.
     """
     data = source.encode()
-    tree = Parser(cuda_language()).parse(data)
+    tree = parse_cuda(data)
     lines = source.split("\n")
     encoded = [line.encode() for line in lines]
     spans: list[list[tuple[int, int, str]]] = [[] for _ in lines]
