@@ -108,6 +108,7 @@ CAUGHT = [
     ("softmax_bf16_small", "modifies_input", "cheat", "modified its input"),
     ("vector_add_f32", "first_row_only", "mismatch", "never written"),
     ("softmax_f32_small", "half_precision", "mismatch", "outside rtol"),
+    ("vector_add_f32", "reads_output", "mismatch", "second run on the same inputs, started from set "),
 ]
 
 
@@ -127,6 +128,36 @@ def test_worker_recovers_after_a_cheat(harness: Harness) -> None:
     evaluation = harness.run("vector_add_f32", candidates("vector_add_f32")[0])
     assert evaluation.ok, evaluation.reason
     assert harness.evaluator("vector_add_f32").worker.restarts >= 1
+
+
+def test_output_kept_from_before_the_launch_is_caught_in_the_timed_runs(loop: asyncio.AbstractEventLoop) -> None:
+    """A kernel honest through every check that then keeps any output that is not NaN: caught because the timed
+    runs start from stale results or noise, not the poison, and the last timed output is checked. Exactly 60
+    timed runs (its 32 honest launches cover the 3 + 2 sets, the second run and the warm-up, not the timing)."""
+    settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2, "min_reps": 60, "max_reps": 60}})
+    evaluator = Evaluator(load_card(CARDS / "vector_add_f32"), Builder(arch="sm_90"), settings, require_gpu()[0])
+    kernel = CHEATS / "vector_add_f32" / "keeps_output_when_timed.cu"
+
+    async def run() -> Evaluation:
+        await evaluator.start()
+        try:
+            return await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
+        finally:
+            await evaluator.close()
+
+    evaluation = loop.run_until_complete(run())
+    assert not evaluation.ok
+    assert evaluation.failure == "cheat", evaluation.reason
+    assert "timed runs (started from random finite values) was wrong" in evaluation.reason
+    assert evaluation.result is not None and all(check.ok for check in evaluation.result.checks)
+
+
+def test_a_kernel_that_reads_only_what_it_wrote_passes(harness: Harness) -> None:
+    """Reading the output is fine once this launch wrote it: the finite prefills must not flag it."""
+    evaluation = harness.run("vector_add_f32", CHEATS / "vector_add_f32" / "reads_after_writing.cu")
+    assert evaluation.ok, evaluation.reason
+    assert evaluation.result is not None and evaluation.result.deterministic
+    assert evaluation.result.checks[-1].name.endswith("(second run)") and evaluation.result.checks[-1].ok
 
 
 @pytest.mark.parametrize(
