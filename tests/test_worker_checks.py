@@ -47,9 +47,9 @@ def test_only_the_first_run_of_each_set_starts_from_the_poison() -> None:
 
 
 def test_stale_results_come_from_a_fresh_set_else_the_second_set_else_noise() -> None:
-    assert stale_source(first_fresh=3, fresh_sets=2) == 3
-    assert stale_source(first_fresh=3, fresh_sets=0) == 1
-    assert stale_source(first_fresh=1, fresh_sets=0) is None
+    assert stale_source(["seed_1", "seed_2", "stress:zeros", "fresh-0", "fresh-1"]) == 3
+    assert stale_source(["seed_1", "seed_2", "seed_3"]) == 1
+    assert stale_source(["seed_1"]) is None
     assert fill_for(Prefill.STALE, None) == Fill(Prefill.NOISE)
     assert timed_fill(0, None) == Fill(Prefill.NOISE)
     assert fill_for(Prefill.POISON, 3) == Fill(Prefill.POISON)

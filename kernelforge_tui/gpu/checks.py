@@ -48,13 +48,18 @@ SECOND_RUN = Prefill.STALE
 """The second run on the first set starts from another set's results: same inputs, different buffer."""
 
 
-def stale_source(first_fresh: int, fresh_sets: int) -> int | None:
+FRESH_PREFIX = "fresh-"
+"""Names of the fresh sets the worker draws for each card (`fresh-0`, `fresh-1`, ...)."""
+
+
+def stale_source(set_names: Sequence[str]) -> int | None:
     """The set whose references STALE prefills copy: the first fresh set (drawn like the card's own sets, so a
     plausible answer for other inputs, never a stress set of special values), else the card's second set;
-    None when there is only one set. `first_fresh` is the index the fresh sets start at."""
-    if fresh_sets:
-        return first_fresh
-    return 1 if first_fresh > 1 else None
+    None when there is only one set."""
+    fresh = [index for index, name in enumerate(set_names) if name.startswith(FRESH_PREFIX)]
+    if fresh:
+        return fresh[0]
+    return 1 if len(set_names) > 1 else None
 
 
 def fill_for(prefill: Prefill, stale_set: int | None) -> Fill:

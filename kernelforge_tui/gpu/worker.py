@@ -24,6 +24,7 @@ from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, load_card
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.gpu.checks import (
     FIRST_RUN,
+    FRESH_PREFIX,
     SECOND_RUN,
     Fill,
     Prefill,
@@ -121,10 +122,9 @@ class Worker:
         spec = card.spec
         host_reference = spec.reference.kind == "numpy"
         host_sets = [(which.name, *host_set(card, which, host_reference)) for which in spec.input_sets]
-        stale_set = stale_source(len(host_sets), request.settings.fresh_seeds)
         for k in range(request.settings.fresh_seeds):
             inputs = draw_inputs(spec, request.fresh_seed + k)
-            host_sets.append((f"fresh-{k}", inputs, card.reference(inputs) if host_reference else None))
+            host_sets.append((f"{FRESH_PREFIX}{k}", inputs, card.reference(inputs) if host_reference else None))
         need = bytes_needed(spec, len(host_sets), request.settings.flush_bytes)
         free, total = self.drv.mem_get_info()
         if need > free:
@@ -141,7 +141,7 @@ class Worker:
             outputs=out_buffers,
             first_outputs={name: self.gpu.alloc(buf.nbytes) for name, buf in out_buffers.items()},
             noise=self._noise(spec, np.random.default_rng(request.fresh_seed)),
-            stale_set=stale_set,
+            stale_set=stale_source([s.name for s in sets]),
             scratch=self.gpu.alloc(request.settings.flush_bytes),
             device_bytes=need,
         )
