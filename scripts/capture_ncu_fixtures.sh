@@ -9,7 +9,7 @@
 #   $OUT/<name>.report.json   the Profiler run end to end (typed metrics, overhead in .seconds)
 #   $OUT/<name>.analysis.txt  `kernelforge profile CARD KERNEL` (class, key metrics, roofline), when present
 #   $OUT/timings.txt          wall seconds of each ncu run: the overhead of profiling one candidate
-# plus ncu's version, nvidia-smi and the metric names this ncu knows (to check RAW_METRICS against).
+# plus ncu's version, nvidia-smi and the metric names this ncu knows (to check config.NCU_RAW_METRICS against).
 #
 # Usage (repository root, PYTHONPATH=/tmp/site:$PWD as set up for the GPU machine):
 #   OUT=/some/dir scripts/capture_ncu_fixtures.sh
