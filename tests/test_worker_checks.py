@@ -24,11 +24,11 @@ from kernelforge_tui.gpu.checks import (
     bytes_needed,
     describe,
     fill_for,
-    median_settled,
     noise_block,
     stale_source,
     timed_fill,
 )
+from kernelforge_tui.gpu.statistics import median_settled
 from kernelforge_tui.models.evaluation import EvalResult, SetCheck
 
 from .conftest import EXAMPLES

@@ -16,7 +16,8 @@ import numpy as np
 
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.model import OperatorCard, Tolerance
-from kernelforge_tui.models.evaluation import EvalResult, SetCheck, Timing
+from kernelforge_tui.gpu.statistics import robust_stats, speedup_interval
+from kernelforge_tui.models.evaluation import EvalResult, SetCheck
 
 NOISE_PERIOD = 1 << 20
 """Elements of random noise drawn per output; the device buffer repeats the block (drawing 1e8 values would
@@ -171,31 +172,13 @@ def row_of(index: int, dims: tuple[int, ...]) -> str:
 # -- timing ----------------------------------------------------------------------------------------------------
 
 
-def robust_stats(samples: list[float]) -> Timing:
-    values = np.sort(np.asarray(samples))
-    median = float(np.median(values))
-    q25, q75 = np.percentile(values, [25, 75])
-    return Timing(
-        median_us=median,
-        p10_us=float(np.percentile(values, 10)),
-        p90_us=float(np.percentile(values, 90)),
-        cv=float((q75 - q25) / 1.349 / median) if median > 0 else 0.0,
-        reps=len(samples),
-    )
-
-
-def median_settled(samples: list[float], target: float) -> bool:
-    """The standard error of the median (1.2533 sigma / sqrt n, sigma from the IQR) is under target."""
-    stats = robust_stats(samples)
-    return 1.2533 * stats.cv / math.sqrt(len(samples)) < target
-
-
 def add_timings(result: EvalResult, samples: dict[str, list[float]], bytes_moved: int, flops: int) -> None:
     """The candidate's (and baseline's) timing from the interleaved samples, the speedup, the achieved rates."""
     result.candidate = robust_stats(samples["candidate"])
     if "baseline" in samples:
         result.baseline = robust_stats(samples["baseline"])
         result.speedup = result.baseline.median_us / result.candidate.median_us
+        result.speedup_interval = speedup_interval(result.candidate, result.baseline)
     seconds = result.candidate.median_us * 1e-6
     if bytes_moved:
         result.achieved_gbps = bytes_moved / seconds / 1e9

@@ -34,7 +34,6 @@ from kernelforge_tui.gpu.checks import (
     bytes_needed,
     describe,
     fill_for,
-    median_settled,
     noise_block,
     stale_source,
     tensor_bytes,
@@ -51,6 +50,7 @@ from kernelforge_tui.gpu.protocol import (
     RequestEnvelope,
     WorkerFailure,
 )
+from kernelforge_tui.gpu.statistics import median_settled
 from kernelforge_tui.models.evaluation import Ceilings, EvalResult, SetCheck
 from kernelforge_tui.models.nodes import FailureKind
 
@@ -125,6 +125,7 @@ class Worker:
         for k in range(request.settings.fresh_seeds):
             inputs = draw_inputs(spec, request.fresh_seed + k)
             host_sets.append((f"{FRESH_PREFIX}{k}", inputs, card.reference(inputs) if host_reference else None))
+        host_sets += card.stress_sets()  # "stress:<set>": the family's hard inputs (cards/stress.py), last
         need = bytes_needed(spec, len(host_sets), request.settings.flush_bytes)
         free, total = self.drv.mem_get_info()
         if need > free:

@@ -16,7 +16,7 @@ from kernelforge_tui.models.nodes import FailureKind
 SOURCE_NAME = "candidate.cu"
 """The name the candidate's source has in the build directory and in every diagnostic."""
 
-BuildFailure = Literal["compile error", "source check", "timeout", "nvcc missing"]
+BuildFailure = Literal["compile error", "source check", "timeout", "killed", "sandbox", "nvcc missing"]
 
 
 class Strict(BaseModel):
@@ -47,6 +47,8 @@ class Timing(Strict):
     cv: float
     """Robust coefficient of variation: IQR / 1.349 / median."""
     reps: int
+    samples_us: list[float] = Field(default_factory=list)
+    """Every timed launch in order; candidate and baseline sample i ran side by side (interleaved)."""
 
 
 class EvalResult(Strict):
@@ -61,6 +63,8 @@ class EvalResult(Strict):
     baseline: Timing | None = None
     speedup: float | None = None
     """Baseline median over candidate median, measured side by side in this worker."""
+    speedup_interval: tuple[float, float] | None = None
+    """95% bootstrap interval of the speedup over the paired interleaved samples (None without samples)."""
     achieved_gbps: float | None = None
     achieved_tflops: float | None = None
     gpu_seconds: float = 0.0
