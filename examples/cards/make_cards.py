@@ -23,13 +23,17 @@ from kernelforge_tui.cards.model import (
     OperatorCard,
     OutputSpec,
     Reference,
+    StressSpec,
     TensorSpec,
     Tolerance,
 )
 from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, save_card, to_toml
+from kernelforge_tui.cards.stress import plan
 
 HERE = Path(__file__).resolve().parent
 KERNELS = HERE.parent / "kernels"
+STRESS = StressSpec(seed=1000)
+"""Every example card declares its stress sets; none skips one."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +77,7 @@ def vector_add_f32() -> Example:
         cost=Cost(flops="n", bytes="12 * n"),
         input_sets=[InputSet(name="seed_1", seed=1), InputSet(name="seed_2", seed=2), InputSet(name="seed_3", seed=3)],
         reference=Reference(kind="numpy", function="vector_add"),
+        stress=STRESS,
         baseline=BaselineSpec(
             source="baseline.cu",
             plan=LaunchPlan(entry="vector_add_naive", grid=["cdiv(n, 256)"], block=[256], args=["a", "b", "c", "n"]),
@@ -145,6 +150,7 @@ def softmax(dtype: str, rows: int, cols: int, name: str, stored: bool) -> Exampl
         cost=Cost(flops="5 * rows * cols", bytes=f"{2 * elem} * rows * cols"),
         input_sets=sets,
         reference=Reference(kind="numpy", function="softmax"),
+        stress=STRESS,
         baseline=BaselineSpec(
             source="baseline.cu",
             plan=LaunchPlan(
@@ -204,6 +210,7 @@ def rms_norm(rows: int, cols: int, name: str, stored: bool) -> Example:
         cost=Cost(flops="4 * rows * cols", bytes="4 * rows * cols + 2 * cols"),
         input_sets=sets,
         reference=Reference(kind="numpy", function="rms_norm"),
+        stress=STRESS,
         baseline=BaselineSpec(
             source="baseline.cu",
             plan=LaunchPlan(
@@ -225,6 +232,77 @@ def rms_norm(rows: int, cols: int, name: str, stored: bool) -> Example:
     )
 
 
+# --- layer_norm -------------------------------------------------------------------------------------
+
+LAYER_NORM_TOLERANCE = {
+    "float32": Tolerance(rtol=1e-5, atol=1e-5),
+    "bfloat16": Tolerance(rtol=1.6e-2, atol=1e-3),
+}
+"""Why these atols: the description of each card says (atol sets how large a mean its kernels must handle)."""
+
+
+def layer_norm(dtype: str, rows: int, cols: int, name: str) -> Example:
+    short = "f32" if dtype == "float32" else "bf16"
+    elem = 4 if dtype == "float32" else 2
+    tolerance = LAYER_NORM_TOLERANCE[dtype]
+    spec = OperatorCard(
+        name=name,
+        family="layer_norm",
+        description=(
+            f"y = (x - mean) * rsqrt(var + 1e-5) * w + b over the row, {dtype} in and out, fp32 math; x[rows, cols],\n"
+            f"w[cols], b[cols], rows = {rows}, cols = {cols} (odd: most rows are not 16-byte aligned, vector\n"
+            "kernels need a tail). x ~ normal(0, 1), w ~ uniform(0.5, 1.5), b ~ uniform(-0.5, 0.5). Cost: x, w, b\n"
+            f"read once, y written once; 8 flops per element. Tolerance: rtol {tolerance.rtol:g}, atol "
+            f"{tolerance.atol:g}. Outputs\nare about 1 in size, and near 0 where b cancels the normalised term, "
+            "where only atol applies: an fp32\nkernel's mean is off by 2^-24 * mean / spread of the spread, "
+            "which every output carries, so atol sets\nhow large a mean the kernels must handle (the large-mean "
+            "stress set): "
+            + (
+                "1e-5 = rtol at |y| = 1 (mean / spread up\nto ~30), while fp16 math errs by 1e-3."
+                if dtype == "float32"
+                else "1e-3 = half a bf16 step at |y| = 0.25\n(mean / spread up to ~300, as 300 +- 1 is in bf16), "
+                "where PyTorch's 1e-5 fails every fp32 kernel."
+            )
+        ),
+        sizes={"rows": rows, "cols": cols},
+        inputs=[
+            TensorSpec(name="x", dtype=dtype, shape=["rows", "cols"], distribution=Distribution(kind="normal")),
+            TensorSpec(
+                name="w", dtype=dtype, shape=["cols"], distribution=Distribution(kind="uniform", low=0.5, high=1.5)
+            ),
+            TensorSpec(
+                name="b", dtype=dtype, shape=["cols"], distribution=Distribution(kind="uniform", low=-0.5, high=0.5)
+            ),
+        ],
+        outputs=[OutputSpec(name="y", dtype=dtype, shape=["rows", "cols"], tolerance=tolerance)],
+        cost=Cost(flops="8 * rows * cols", bytes=f"{2 * elem} * rows * cols + {2 * elem} * cols"),
+        input_sets=[
+            InputSet(name="captured_0", file="captured_0.npz"),
+            InputSet(name="captured_1", file="captured_1.npz"),
+            InputSet(name="seed_1", seed=1),
+        ],
+        reference=Reference(kind="numpy", function="layer_norm"),
+        stress=STRESS,
+        baseline=BaselineSpec(
+            source="baseline.cu",
+            plan=LaunchPlan(
+                entry=f"layer_norm_naive_{short}",
+                grid=["cdiv(rows, 32)"],
+                block=[32],
+                args=["x", "w", "b", "y", "rows", "cols"],
+            ),
+        ),
+    )
+    candidate = Candidate(
+        KERNELS / "layer_norm" / "block_row.cu",
+        LaunchPlan(
+            entry=f"layer_norm_block_row_{short}", grid=["rows"], block=[128], args=["x", "w", "b", "y", "rows", "cols"]
+        ),
+        "one block of 128 per row, row in registers (one read of x), mean then centred sum of squares",
+    )
+    return Example(spec, KERNELS / "layer_norm" / "baseline.cu", [candidate], {"captured_0": 100, "captured_1": 101})
+
+
 def examples() -> list[Example]:
     return [
         vector_add_f32(),
@@ -234,6 +312,8 @@ def examples() -> list[Example]:
         softmax("bfloat16", 21, 1003, "softmax_bf16_small", stored=True),
         rms_norm(16384, 4096, "rms_norm_bf16_16384x4096", stored=False),
         rms_norm(13, 2051, "rms_norm_bf16_small", stored=True),
+        layer_norm("float32", 19, 1027, "layer_norm_f32_small"),
+        layer_norm("bfloat16", 19, 1027, "layer_norm_bf16_small"),
     ]
 
 
@@ -270,6 +350,8 @@ def main() -> None:
             f"{spec.name:28} sizes={dict(spec.sizes)} bytes={spec.bytes_moved():,} flops={spec.flops():,} "
             f"sets={len(spec.input_sets)}"
         )
+        for planned in plan(spec):
+            print(f"    {planned.label}" + (f" (skipped: {planned.skipped})" if planned.skipped else ""))
 
 
 if __name__ == "__main__":

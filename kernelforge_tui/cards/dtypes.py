@@ -43,6 +43,22 @@ POISON_BITS: dict[str, int] = {
 }
 """Bit pattern written over outputs before every launch: NaN for floats, an unlikely value otherwise."""
 
+FLOAT_BITS: dict[str, tuple[int, int, int]] = {
+    "float32": (0x7F7FFFFF, 0x00800000, 0x00000001),
+    "float16": (0x7BFF, 0x0400, 0x0001),
+    "bfloat16": (0x7F7F, 0x0080, 0x0001),
+    "float64": (0x7FEFFFFFFFFFFFFF, 0x0010000000000000, 0x0000000000000001),
+}
+"""The largest finite value, the smallest normal and the smallest subnormal of each floating dtype, as bits."""
+
+
+def float_limits(dtype: str) -> tuple[float, float, float]:
+    """(largest finite, smallest normal, smallest subnormal) of a floating dtype."""
+    bits = np.array(FLOAT_BITS[dtype], dtype=f"u{NUMPY[dtype].itemsize}")
+    largest, normal, subnormal = (float(v) for v in bits.view(NUMPY[dtype]).astype(np.float64))
+    return largest, normal, subnormal
+
+
 C_TYPES: dict[str, str] = {
     "float32": "float",
     "float16": "__half",

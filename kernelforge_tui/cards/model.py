@@ -9,11 +9,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernelforge_tui.cards import expr
 from kernelforge_tui.cards.dtypes import FLOATING, DType
 from kernelforge_tui.cards.errors import FieldProblem
+from kernelforge_tui.cards.stress import check as check_stress
 
 Expr = Annotated[str | int, Field(union_mode="left_to_right")]
 """An integer, or an integer formula over the card's sizes (see `expr.HELP`)."""
@@ -83,6 +85,17 @@ class Tolerance(Strict):
     rtol: float = Field(gt=0)
     atol: float = Field(ge=0)
 
+    def accepts(self, out: np.ndarray, ref: np.ndarray) -> np.ndarray:
+        """Where `out` matches `ref`, element by element: the rule the worker's `kf_compare_*` kernels apply on
+        the GPU (gpu/helpers.cu), here on the host. A NaN reference needs a NaN (stress sets expect NaN where
+        the operator propagates one), an infinite one the same infinity; a NaN output never matches a number."""
+        o = np.asarray(out).astype(np.float64)
+        e = np.asarray(ref).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            close = np.abs(o - e) <= self.atol + self.rtol * np.abs(e)
+        infinite = np.isinf(e) | np.isinf(o)
+        return np.where(np.isnan(e), np.isnan(o), np.where(infinite, o == e, close))
+
 
 DEFAULT_TOLERANCE: dict[str, Tolerance] = {
     "float64": Tolerance(rtol=1e-7, atol=1e-12),
@@ -127,6 +140,24 @@ class InputSet(Strict):
         if (self.file is None) == (self.seed is None):
             raise ValueError("give exactly one of `file` (an .npz in the card directory) or `seed`")
         return self
+
+
+class StressSpec(Strict):
+    """The card's stress input sets (cards/stress.py): every hard input its family defines, with the card's
+    own shapes, drawn from `seed` and referenced by the card's NumPy reference. A card leaves one out only
+    by naming it under `skip` with the reason, which is shown wherever the sets are listed."""
+
+    seed: int = 0
+    skip: dict[str, str] = Field(default_factory=dict)
+    """Set name -> why this card does not run it."""
+
+    @field_validator("skip")
+    @classmethod
+    def _reasons(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, reason in value.items():
+            if not reason.strip():
+                raise ValueError(f"skip.{name} has no reason: say why this card does not run the set")
+        return value
 
 
 class Reference(Strict):
@@ -188,6 +219,7 @@ class OperatorCard(Strict):
     input_sets: list[InputSet] = Field(min_length=1)
     reference: Reference
     baseline: BaselineSpec | None = None
+    stress: StressSpec = Field(default_factory=StressSpec)
 
     @model_validator(mode="after")
     def _consistent(self) -> OperatorCard:
@@ -232,6 +264,7 @@ class OperatorCard(Strict):
                     f"a tolerance on a {out.dtype} output",
                     "remove it: integer outputs are compared exactly",
                 )
+        check_stress(self)
         return self
 
     def tensor(self, name: str) -> TensorSpec:

@@ -40,7 +40,8 @@ def vector_add(inputs: Arrays, sizes: dict[str, int]) -> Arrays:
 
 
 def softmax(inputs: Arrays, sizes: dict[str, int]) -> Arrays:
-    """y = softmax(x) over the last axis, in float64."""
+    """y = softmax(x) over the last axis, in float64. -inf entries are masked out (0); a row of -inf only
+    (fully masked) is NaN, as torch.softmax gives; a NaN or +inf makes its row NaN."""
 
     def rows(block: np.ndarray, _: slice) -> np.ndarray:
         block -= block.max(axis=-1, keepdims=True)
@@ -52,7 +53,8 @@ def softmax(inputs: Arrays, sizes: dict[str, int]) -> Arrays:
 
 
 def rms_norm(inputs: Arrays, sizes: dict[str, int], eps: float = 1e-6) -> Arrays:
-    """y = x * rsqrt(mean(x^2) + eps) * w over the last axis, in float64."""
+    """y = x * rsqrt(mean(x^2) + eps) * w over the last axis, in float64. A NaN makes its row NaN; an inf
+    makes rsqrt 0, so its row is 0 with NaN at the inf (inf * 0), as torch gives."""
     w = inputs["w"].astype(np.float64)
 
     def rows(block: np.ndarray, _: slice) -> np.ndarray:
@@ -65,7 +67,8 @@ def rms_norm(inputs: Arrays, sizes: dict[str, int], eps: float = 1e-6) -> Arrays
 
 
 def layer_norm(inputs: Arrays, sizes: dict[str, int], eps: float = 1e-5) -> Arrays:
-    """y = (x - mean) / sqrt(var + eps) * w + b over the last axis, in float64."""
+    """y = (x - mean) / sqrt(var + eps) * w + b over the last axis, in float64 (two-pass: no cancellation).
+    A NaN or inf makes its row NaN."""
     w = inputs["w"].astype(np.float64)
     b = inputs["b"].astype(np.float64)
 

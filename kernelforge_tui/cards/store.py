@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib.util
 import tomllib
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from pydantic import ValidationError
 
-from kernelforge_tui.cards import references
+from kernelforge_tui.cards import references, stress
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, from_storage, to_storage
 from kernelforge_tui.cards.errors import CardError, from_validation_error
 from kernelforge_tui.cards.model import InputSet, OperatorCard, TensorSpec
@@ -61,8 +62,20 @@ class Card:
         outputs = {spec.name: _checked(path, stored, spec, self.spec.sizes) for spec in self.spec.outputs}
         return inputs, outputs
 
+    def stress_sets(self) -> Iterator[tuple[str, Arrays, Arrays]]:
+        """(name, inputs, reference outputs) of each stress set the card runs (cards/stress.py), drawn one at a
+        time on top of one draw of the card's distribution from its stress seed."""
+        running = stress.running(self.spec)
+        if not running:
+            return
+        base = draw_inputs(self.spec, self.spec.stress.seed)
+        for planned in running:
+            inputs = stress.draw(self.spec, planned.name, base)
+            yield planned.label, inputs, self.reference(inputs)
+
     def reference(self, inputs: Arrays) -> Arrays:
-        """Reference outputs for any inputs, rounded to the output dtypes."""
+        """Reference outputs for any inputs, rounded to the output dtypes. Overflow, NaN and inf are computed
+        as IEEE arithmetic says, silently: stress sets hold them on purpose, and the result is the expectation."""
         ref = self.spec.reference
         if ref.kind != "numpy" or ref.function is None:
             raise CardError(
@@ -71,19 +84,20 @@ class Card:
                 "no host reference for fresh inputs",
                 "give a numpy reference function (the baseline reference runs on the GPU)",
             )
-        raw = _reference_function(self, ref.function)(inputs, dict(self.spec.sizes))
-        result: Arrays = {}
-        for spec in self.spec.outputs:
-            if spec.name not in raw:
-                raise CardError(
-                    self.manifest,
-                    "reference.function",
-                    f"it returned no output {spec.name!r}",
-                    "return a dict with every output",
+        with np.errstate(all="ignore"):
+            raw = _reference_function(self, ref.function)(inputs, dict(self.spec.sizes))
+            result: Arrays = {}
+            for spec in self.spec.outputs:
+                if spec.name not in raw:
+                    raise CardError(
+                        self.manifest,
+                        "reference.function",
+                        f"it returned no output {spec.name!r}",
+                        "return a dict with every output",
+                    )
+                result[spec.name] = np.ascontiguousarray(
+                    np.asarray(raw[spec.name]).astype(NUMPY[spec.dtype], copy=False).reshape(spec.dims(self.spec.sizes))
                 )
-            result[spec.name] = np.ascontiguousarray(
-                np.asarray(raw[spec.name]).astype(NUMPY[spec.dtype], copy=False).reshape(spec.dims(self.spec.sizes))
-            )
         return result
 
 
