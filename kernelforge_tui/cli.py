@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
 import importlib.metadata
 import importlib.util
@@ -32,6 +31,7 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.mcts import TreeSettings
 from kernelforge_tui.engine.search import RunSettings, Search
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, load_proposer, make_backend, new_run_settings
+from kernelforge_tui.engine.view import RunView
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
@@ -39,7 +39,7 @@ from kernelforge_tui.gpu.profile import ProfileError
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
 from kernelforge_tui.models.commands import Stop
 from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.events import BestImproved, BudgetUsed, EngineEvent, LogLine, StateChanged
+from kernelforge_tui.models.events import EngineEvent
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store import RunStore, StoreError, list_runs, new_run_dir, resolve_run, runs_root
@@ -203,25 +203,7 @@ def _tree_settings(pairs: list[str], base: TreeSettings) -> TreeSettings:
     return TreeSettings.model_validate(base.model_dump() | updates)
 
 
-class _LiveState:
-    """What the live view shows, updated from the engine's events."""
-
-    def __init__(self) -> None:
-        self.budget: BudgetUsed | None = None
-        self.logs: collections.deque[str] = collections.deque(maxlen=4)
-
-    def update(self, event: EngineEvent) -> None:
-        if isinstance(event, BudgetUsed):
-            self.budget = event
-        elif isinstance(event, LogLine) and event.level != "debug":
-            self.logs.append(event.text)
-        elif isinstance(event, BestImproved):
-            self.logs.append(f"best: node {event.node_id} at {event.speedup:.3g}x ({event.latency_us:.3g} us)")
-        elif isinstance(event, StateChanged) and event.reason:
-            self.logs.append(f"{event.state}: {event.reason}")
-
-
-def render_run(info: RunInfo, live: _LiveState | None = None) -> Table:
+def render_run(info: RunInfo, live: RunView | None = None) -> Table:
     """The run at a glance: best speedup, share of the ceiling, nodes, failures, throughput, GPU use."""
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -251,9 +233,10 @@ def render_run(info: RunInfo, live: _LiveState | None = None) -> Table:
         table.add_row("budget", ", ".join(caps))
         table.add_row("rate", f"{budget.candidates_per_minute:.1f} candidates/min, GPU busy "
                       f"{budget.gpu_busy_share:.0%}" + (" (simulated)" if simulated else ""))  # fmt: skip
-    if live is not None:
-        for line in live.logs:
-            table.add_row("", f"[dim]{escape(line)}[/]")
+    for line in live.recent_logs(4) if live is not None else ():
+        node = f"#{line.node_id} " if line.node_id is not None else ""
+        first = line.text.split("\n", 1)[0]  # a compiler error's first line; the TUI's log keeps the rest
+        table.add_row("", f"[dim]{escape(node + first)}[/]")
     return table
 
 
@@ -324,16 +307,18 @@ async def _drive(search: Search, store: RunStore, console: Console, quiet: bool)
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, on_signal)
     queue = search.subscribe()
-    state = _LiveState()
+    state = RunView()
     try:
         if quiet:
             return await task
         with Live(render_run(store.run_info(), state), console=console, refresh_per_second=4) as live:
             while not task.done():
+                batch: list[EngineEvent] = []
                 with contextlib.suppress(TimeoutError):
-                    state.update(await asyncio.wait_for(queue.get(), 0.25))
+                    batch.append(await asyncio.wait_for(queue.get(), 0.25))
                 while not queue.empty():
-                    state.update(queue.get_nowait())
+                    batch.append(queue.get_nowait())
+                state.apply(batch)
                 live.update(render_run(store.run_info(), state))
             info = await task
             live.update(render_run(info, state))
