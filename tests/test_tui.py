@@ -1,12 +1,14 @@
 """Pilot tests of the TUI over a deterministic synthetic run: every binding sends its typed command and
-the screen shows the engine's answer; filters, jumps, diff modes, help, palette, keymap, quit."""
+the screen shows the engine's answer; steering keys are disabled where they cannot act; reads from the
+source stay off the UI thread; filters, jumps, diff modes, help, palette, keymap, quit."""
 
 from __future__ import annotations
 
-import html
-import re
+import threading
 
 import pytest
+from textual.message import Message
+from textual.notifications import Notify
 
 from kernelforge_tui.models.commands import (
     AddHint,
@@ -20,28 +22,21 @@ from kernelforge_tui.models.commands import (
     Resume,
     Stop,
 )
+from kernelforge_tui.models.events import StateChanged
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.keymap import ACTIONS
+from kernelforge_tui.tui.keymap import ACTIONS, Action
 from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
-from kernelforge_tui.tui.source import RunSource
-from kernelforge_tui.tui.synthetic import SyntheticSource
-from kernelforge_tui.tui.widgets import DiffPane, SearchTree
+from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree
 
+from .fakes.synthetic import SyntheticSource
+from .fakes.tui import screen_text, settle
 
-def screen_text(app: KernelForgeApp) -> str:
-    """What the terminal shows, as plain text (from the SVG screenshot, a public API)."""
-    svg = app.export_screenshot()
-    lines = re.findall(r"<text[^>]*>(.*?)</text>", svg)
-    return html.unescape("".join(lines)).replace("\xa0", " ")
+STEERING_ACTIONS = [a for a in ACTIONS if a.steering]
 
 
 def make_app(source: SyntheticSource | None = None, **settings: object) -> KernelForgeApp:
     return KernelForgeApp(source or SyntheticSource(40), TuiSettings(**settings))  # type: ignore[arg-type]
-
-
-def test_synthetic_source_follows_the_protocol() -> None:
-    assert isinstance(SyntheticSource(5), RunSource)
 
 
 async def test_opens_on_the_best_node_with_its_metrics_and_diff() -> None:
@@ -82,7 +77,7 @@ async def test_each_steering_key_sends_its_command_and_shows_the_answer(key: str
         assert len(source.sent) == 1 and isinstance(source.sent[0], command)
         if hasattr(source.sent[0], "node_id"):
             assert source.sent[0].node_id == selected
-        app.pump()
+        await app.pump()
         await pilot.pause()
         assert shown in screen_text(app)
 
@@ -92,9 +87,9 @@ async def test_pause_then_resume() -> None:
     app = make_app(source)
     async with app.run_test() as pilot:
         await pilot.press("p")
-        app.pump()
+        await app.pump()
         await pilot.press("p")
-        app.pump()
+        await app.pump()
         await pilot.pause()
         assert [type(c) for c in source.sent] == [Pause, Resume]
         assert "running" in screen_text(app)
@@ -105,7 +100,7 @@ async def test_ban_twice_unbans() -> None:
     app = make_app(source)
     async with app.run_test() as pilot:
         await pilot.press("b")
-        app.pump()
+        await app.pump()
         await pilot.press("b")
         await pilot.pause()
         assert [c.banned for c in source.sent if isinstance(c, BanSubtree)] == [True, False]
@@ -122,7 +117,7 @@ async def test_hint_goes_through_the_input_screen() -> None:
         await pilot.press(*"try 8 rows per block", "enter")
         await pilot.pause()
         assert source.sent == [AddHint(node_id=selected, text="try 8 rows per block", at=source.sent[0].at)]
-        app.pump()
+        await app.pump()
         await pilot.pause()
         assert "hint recorded: try 8 rows per block" in screen_text(app)
 
@@ -151,7 +146,7 @@ async def test_edit_submits_the_kernel_as_a_child() -> None:
         (sent,) = source.sent
         assert isinstance(sent, InjectKernel) and sent.parent_id == selected
         assert sent.source.startswith("// hand tuned\n") and sent.plan.entry == "softmax_rows"
-        app.pump()
+        await app.pump()
         await pilot.pause()
         assert "hand-written" in screen_text(app)
         assert len(app.state.nodes) == 21
@@ -168,14 +163,87 @@ async def test_an_unchanged_edit_sends_nothing() -> None:
         assert source.sent == []
 
 
-async def test_a_finished_run_cannot_be_steered() -> None:
+async def test_edit_external_reads_the_source_and_runs_the_editor(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Headless, the terminal cannot be handed to an editor: the key still reads the source and says so."""
+    monkeypatch.setenv("EDITOR", "true")
+    source = SyntheticSource(20)
+    app = make_app(source)
+    notes: list[str] = []
+
+    def hook(message: Message) -> None:
+        if isinstance(message, Notify):
+            notes.append(str(message.notification.message))
+
+    async with app.run_test(message_hook=hook) as pilot:
+        await pilot.press("E")
+        await settle(app, pilot)
+        assert [n for n in notes if n.startswith("Could not run true")]
+        assert source.sent == []
+
+
+@pytest.mark.parametrize("action", STEERING_ACTIONS, ids=[a.id for a in STEERING_ACTIONS])
+async def test_steering_keys_are_disabled_on_a_finished_run(action: Action) -> None:
     source = SyntheticSource(10, steerable=False, state="finished")
     app = make_app(source)
     async with app.run_test() as pilot:
-        await pilot.press("p", "b", "x")
+        assert app.check_action(action.action, ()) is None  # disabled: shown dimmed, the key does nothing
+        await pilot.press(action.key)
+        await pilot.pause()
+        assert source.sent == [] and app.screen is app.screen_stack[0]  # nothing sent, no hint or editor opened
+        assert "finished" in screen_text(app)
+
+
+async def test_steering_keys_turn_off_when_the_run_finishes_and_show_so() -> None:
+    source = SyntheticSource(10)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        footer = {b.binding.action: b.enabled for b in app.screen.active_bindings.values()}
+        assert footer["pause_resume"] and footer["expand"]
+        source.pending.append(StateChanged(state="finished", reason="iteration budget"))
+        await app.pump()
+        await pilot.pause()
+        footer = {b.binding.action: b.enabled for b in app.screen.active_bindings.values()}
+        assert not footer["pause_resume"] and not footer["expand"] and footer["jump_best"]
+        await pilot.press("p", "x")
         await pilot.pause()
         assert source.sent == []
-        assert "finished" in screen_text(app)
+
+
+async def test_node_keys_are_disabled_until_a_node_is_selected() -> None:
+    source = SyntheticSource(1)
+    source.nodes.clear()
+    source.sources.clear()
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        assert app.selected is None
+        assert app.check_action("expand", ()) is None and app.check_action("pause_resume", ()) is True
+        await pilot.press("x", "b")
+        await pilot.pause()
+        assert source.sent == []
+
+
+async def test_store_reads_run_off_the_ui_thread() -> None:
+    source = SyntheticSource(40)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("down", "down", "d", "e")
+        await settle(app, pilot)
+        assert isinstance(app.screen, EditorScreen)
+    ui = threading.main_thread()
+    assert len(source.read_threads) >= 8  # the snapshot; evaluations, profiles and sources of three nodes
+    assert all(thread is not ui for thread in source.read_threads)
+
+
+async def test_metrics_follow_the_selection() -> None:
+    source = SyntheticSource(40)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        first = app.selected
+        await pilot.press("up")
+        await settle(app, pilot)
+        assert app.selected != first
+        shown = app.query_one(MetricsPane)._current
+        assert shown is not None and shown[0].node.id == app.selected and shown[0].evaluation is not None
 
 
 async def test_filters_and_jump_to_best() -> None:
@@ -187,7 +255,7 @@ async def test_filters_and_jump_to_best() -> None:
         await pilot.pause()
         assert tree.filter_mode == "improving" and "only improving" in screen_text(app)
         shown = {n.data for n in tree.root.children}
-        assert shown == {i for i in app.state.matching("improving")}
+        assert shown == set(tree.matching())
         assert all(app.state.is_improving(app.state.nodes[i]) for i in shown if i is not None)
         await pilot.press("f")
         await pilot.pause()
@@ -207,14 +275,15 @@ async def test_diff_base_and_layout() -> None:
     async with app.run_test(size=(160, 48)) as pilot:
         diff = app.query_one(DiffPane)
         await pilot.press("d")
-        await pilot.pause()
+        await settle(app, pilot)
         assert app.diff_base == "baseline" and "Diff vs baseline" in screen_text(app)
+        assert "--- baseline" in screen_text(app)
         await pilot.press("d")
-        await pilot.pause()
+        await settle(app, pilot)
         assert app.diff_base == "best"
         assert "identical to best" in screen_text(app)  # the best node is selected
         await pilot.press("d", "s")
-        await pilot.pause()
+        await settle(app, pilot)
         assert diff.side_by_side and "side by side" in screen_text(app)
 
 
@@ -295,11 +364,11 @@ async def test_live_updates_arrive_in_batches() -> None:
     app = make_app(source)
     async with app.run_test(size=(120, 40)) as pilot:
         source.grow(25, changes=10)
-        app.pump()
+        await app.pump()
         await pilot.pause()
         assert len(app.state.nodes) == 65
         assert f"{len(app.state.nodes)} nodes" in screen_text(app)
-        assert source.poll_events() == []
+        assert await source.poll_events() == []
 
 
 async def test_no_animation_over_ssh(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,8 @@ import pytest
 
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.synthetic import SyntheticSource
+
+from .fakes.synthetic import SyntheticSource
 
 
 def app(theme: str) -> KernelForgeApp:

@@ -1,14 +1,18 @@
 """The TUI over real runs written by the engine: a recorded run opened from its store, a run followed
-live while another process writes it (and steered through the store), and an in-process search."""
+live while another process writes it (and steered through the store, until it ends or dies), and an
+in-process search."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +23,7 @@ from kernelforge_tui.tui.source import LiveSearchSource, StoreSource
 from kernelforge_tui.tui.widgets import DiffPane, SearchTree
 
 from .conftest import EXAMPLES, ROOT
+from .fakes.tui import screen_text, settle
 
 CARD = EXAMPLES / "cards" / "softmax_f32_small"
 pytestmark = pytest.mark.skipif(not CARD.is_dir(), reason="example card missing")
@@ -49,7 +54,8 @@ async def test_open_a_recorded_run(tmp_path: Path) -> None:
         tree = app.query_one(SearchTree)
         assert tree.cursor_node is not None and tree.cursor_node.data == info.best_node_id
         assert app.query_one(DiffPane)._current is not None  # the best node's source against its parent
-        await pilot.press("p")  # a finished run cannot be steered
+        assert app.check_action("pause_resume", ()) is None  # a finished run cannot be steered
+        await pilot.press("p")
         await pilot.pause()
         await pilot.press("q")
     with RunStore.open(run_dir, readonly=True) as store:
@@ -101,7 +107,7 @@ async def test_in_process_search_under_the_tui() -> None:
     from kernelforge_tui.tui.launch import new_search
 
     search = new_search(CARD, budget_iters=5, budget_minutes=None, simulate=True)
-    source = LiveSearchSource(search)
+    source = LiveSearchSource(search, search.store)
     app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
     async with app.run_test(size=(120, 40)) as pilot:
         deadline = time.monotonic() + 120
@@ -110,9 +116,9 @@ async def test_in_process_search_under_the_tui() -> None:
             await pilot.pause(0.2)
         assert len(app.state.nodes) >= 5
         assert app.state.best_id is not None
-        assert not source.can_steer
+        assert not source.can_steer and app.check_action("stop", ()) is None
         await pilot.press("q")
-    store = search.store  # type: ignore[attr-defined]
+    store = search.store
     assert store.run_info().state == "finished"
     store.close()
 
@@ -121,7 +127,7 @@ async def test_quit_mid_search_stops_it_resumably() -> None:
     from kernelforge_tui.tui.launch import new_search
 
     search = new_search(CARD, budget_iters=500, budget_minutes=None, simulate=True)
-    source = LiveSearchSource(search)
+    source = LiveSearchSource(search, search.store)
     app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
     async with app.run_test(size=(120, 40)) as pilot:
         deadline = time.monotonic() + 60
@@ -132,7 +138,7 @@ async def test_quit_mid_search_stops_it_resumably() -> None:
         deadline = time.monotonic() + 60
         while app.is_running and time.monotonic() < deadline:
             await pilot.pause(0.2)
-    store = search.store  # type: ignore[attr-defined]
+    store = search.store
     info = store.run_info()
     assert info.state == "finished" and "stop" in info.reason
     recorded = [c for _, c in store.events_since(0, 10)]
@@ -147,17 +153,70 @@ RMS_NORM_RUN = EXAMPLES / "runs" / "rms_norm_bf16"
 async def test_a_recorded_profile_shows_its_class_and_key_metrics() -> None:
     """Node 52 of the recorded H200 rms_norm run has a saved `NodeProfile`: the pane shows its class,
     the class's key metrics and the one-line summary."""
-    from .test_tui import screen_text
-
     source = StoreSource.open(RMS_NORM_RUN)
     app = KernelForgeApp(source, TuiSettings())
     async with app.run_test(size=(160, 60)) as pilot:
         await pilot.pause()
         assert app.query_one(SearchTree).select_id(52)
-        await pilot.pause()
+        await settle(app, pilot)
         assert app.selected == 52
         text = screen_text(app)
         assert "memory-bandwidth-bound" in text
         assert "DRAM throughput 77.1%" in text
         assert "profile unreadable" not in text
         await pilot.press("q")
+
+
+SOFTMAX_RUN = EXAMPLES / "runs" / "softmax_bf16"
+
+
+@pytest.mark.skipif(not SOFTMAX_RUN.is_dir(), reason="example run missing")
+async def test_a_recorded_run_is_read_off_the_ui_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening the recorded softmax run and moving through it reads SQLite only from worker threads."""
+    threads: list[threading.Thread] = []
+    for name in ("nodes", "events_since", "node_source", "evaluation", "profile"):
+        read = getattr(RunStore, name)
+
+        def recording(store: RunStore, *args: object, _read: Any = read) -> Any:
+            threads.append(threading.current_thread())
+            return _read(store, *args)
+
+        monkeypatch.setattr(RunStore, name, recording)
+    source = StoreSource.open(SOFTMAX_RUN)
+    app = KernelForgeApp(source, TuiSettings())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("down", "down", "d")
+        await settle(app, pilot)
+        assert app.selected is not None and app.query_one(DiffPane)._current is not None
+        await pilot.press("q")
+    assert len(threads) > 6 and all(thread is not threading.main_thread() for thread in threads)
+
+
+async def test_a_followed_run_whose_process_dies_turns_finished(tmp_path: Path) -> None:
+    """kill -9 leaves no last event: the follower notices the writer is gone and disables steering."""
+    run_dir = tmp_path / "killed"
+    process = optimize(run_dir, "--budget-iters", "400", "--simulate-seconds", "0.05")
+    try:
+        deadline = time.monotonic() + 60
+        while not (run_dir / "run.sqlite").exists():
+            assert time.monotonic() < deadline and process.poll() is None, "the run did not start"
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+        source = StoreSource.open(run_dir)
+        app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
+        async with app.run_test(size=(120, 40)) as pilot:
+            assert app.check_action("pause_resume", ()) is True
+            process.send_signal(signal.SIGKILL)
+            process.wait(timeout=30)
+            deadline = time.monotonic() + 30
+            while app.state.header.state != "finished":
+                assert time.monotonic() < deadline, "the follower did not notice the dead writer"
+                await pilot.pause(0.2)
+            assert app.check_action("pause_resume", ()) is None
+            await pilot.pause()
+            assert "interrupted" in screen_text(app)  # the log says why
+            await pilot.press("q")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

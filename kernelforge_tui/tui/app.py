@@ -1,8 +1,10 @@
 """The Kernel Forge TUI: watch a search tree grow, dig into any candidate, steer from the keyboard.
 
-The app knows a run only through a `RunSource` (an in-process search or a store followed by polling).
-Events are folded into a `RunState` a few times a second (fewer over SSH) and only what changed is
-repainted. Every steering key sends a typed engine command through the source.
+The app knows a run only through a `RunSource` (an in-process search, or a store followed from another
+process). Events are folded into the shared `RunView` a few times a second (fewer over SSH) and only what
+changed is repainted. What the panes show of the selected node (its evaluation, profile and source) is
+read from SQLite in thread workers and posted back, so the UI loop never waits on the store. Every
+steering key sends a typed engine command through the source, and is disabled while it cannot act.
 """
 
 from __future__ import annotations
@@ -16,14 +18,17 @@ from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
-from textual import events, work
+from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Tree
+from textual.worker import get_current_worker
 
-from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.engine.view import Changes, RunView, Snapshot
 from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
@@ -37,18 +42,16 @@ from kernelforge_tui.models.commands import (
     Resume,
     Stop,
 )
-from kernelforge_tui.models.events import EngineEvent
+from kernelforge_tui.models.events import EngineEvent, StateChanged
 from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.keymap import ACTIONS, bindings
-from kernelforge_tui.tui.messages import CommandSent, EngineFinished, RunUpdated
+from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, bindings
 from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
-from kernelforge_tui.tui.source import RunSource
-from kernelforge_tui.tui.state import Changes, RunState
-from kernelforge_tui.tui.themes import load_themes, resolve_theme_name
+from kernelforge_tui.tui.source import NodeSource, RunSource
+from kernelforge_tui.tui.themes import load_themes, resolve_theme
 from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, RunHeaderBar, SearchTree
 from kernelforge_tui.tui.widgets.diff import DIFF_BASES, DiffBase
-from kernelforge_tui.tui.widgets.metrics import NodeDetail, parse_profile
+from kernelforge_tui.tui.widgets.metrics import NodeDetail
 from kernelforge_tui.tui.widgets.tree import FILTERS
 
 WIDE = 150
@@ -78,57 +81,75 @@ class KernelForgeApp(App[None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = list(bindings())
 
+    selected: var[int | None] = var[int | None](None, init=False)
+    """The node the metrics and diff panes show."""
+    diff_base: var[DiffBase] = var[DiffBase]("parent", init=False)
+    """What the selected node is diffed against."""
+    note: var[str] = var("", init=False)
+    """What the header says in place of the search state (a stop on its way)."""
+
+    class EngineFinished(Message):
+        """The in-process search returned (or failed: `error`)."""
+
+        def __init__(self, error: str = "") -> None:
+            super().__init__()
+            self.error = error
+
+    class DetailRead(Message):
+        """A node's evaluation and profile (and its parent's), read from the store off the UI thread."""
+
+        def __init__(self, detail: NodeDetail, parent: NodeDetail | None) -> None:
+            super().__init__()
+            self.detail = detail
+            self.parent = parent
+
+    class DiffRead(Message):
+        """A node's source and the source it is diffed against, read from the store off the UI thread."""
+
+        def __init__(self, node_id: int, base_id: int | None, new: str | None, old: str | None) -> None:
+            super().__init__()
+            self.node_id = node_id
+            self.base_id = base_id
+            self.new = new
+            self.old = old
+
     def __init__(self, source: RunSource, settings: TuiSettings | None = None, theme: str | None = None) -> None:
         super().__init__()
         self.settings = settings or TuiSettings()
         for custom in load_themes():
             self.register_theme(custom)
-        name = resolve_theme_name(theme or self.settings.theme)
-        if name not in self.available_themes:
-            raise ValueError(f"unknown theme {name!r}; try one of: dark, light, high-contrast, ansi")
-        self.theme = name
+        self.theme = resolve_theme(theme or self.settings.theme, self.available_themes)
         self.source = source
-        self.state = RunState()
+        self.state = RunView()
         self.ssh = over_ssh()
         if self.ssh:
             self.animation_level = "none"
-        self.diff_base: DiffBase = "parent"
         self.quitting = False
-        self.selected: int | None = None
-        self._note = ""
+        self._enabled = (True, False)
+        """(steerable, a node selected) as the bindings last showed it."""
 
     # -- layout ---------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield RunHeaderBar(id="header")
         with Horizontal(id="main"):
-            yield SearchTree(self.state, id="tree")
+            yield SearchTree(self.state, id="tree", classes="pane")
             with Vertical(id="detail"):
-                yield MetricsPane(id="metrics")
-                yield DiffPane(id="diff")
-        yield LogPane(id="log")
+                yield MetricsPane(id="metrics", classes="pane")
+                yield DiffPane(id="diff", classes="pane").data_bind(base=KernelForgeApp.diff_base)
+        yield LogPane(id="log", classes="pane")
         yield Footer()
 
-    def on_mount(self) -> None:
-        for pane_id, title in (("tree", "Tree"), ("metrics", "Metrics"), ("diff", "Diff"), ("log", "Log")):
-            pane = self.query_one(f"#{pane_id}")
-            pane.add_class("pane")
-            pane.border_title = title
+    async def on_mount(self) -> None:
         if self.settings.keymap:
             self.set_keymap(self.settings.keymap)
-        self.state = RunState.from_snapshot(self.source.snapshot())
+        self._open(await self._read_snapshot().wait())
         tree = self.query_one(SearchTree)
-        tree.state = self.state
-        tree.rebuild()
-        log = self.query_one(LogPane)
-        log.started_at = self.state.header.started_at
-        log.add(list(self.state.logs))
-        self._update_titles()
-        self._update_header()
         start = self.state.best_id if self.state.best_id is not None else next(iter(self.state.nodes), None)
         if start is not None:
             tree.select_id(start)
-            self._select(start)
+            self.selected = start
+            await self.workers.wait_for_complete()  # the first screen shows the start node whole
         else:
             self.query_one(DiffPane).show_message("waiting for the first candidate")
         tree.focus()
@@ -136,6 +157,20 @@ class KernelForgeApp(App[None]):
         self.set_interval(1 / hz, self.pump, name="pump")
         if self.source.in_process:
             self.drive_engine()
+
+    @work(thread=True, group="reads")
+    def _read_snapshot(self) -> Snapshot:
+        return self.source.snapshot()
+
+    def _open(self, snapshot: Snapshot) -> None:
+        self.state = RunView.from_snapshot(snapshot)
+        tree = self.query_one(SearchTree)
+        tree.state = self.state
+        tree.rebuild()
+        log = self.query_one(LogPane)
+        log.started_at = self.state.header.started_at
+        log.add(list(self.state.logs))
+        self._update_header()
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width >= WIDE, "-wide")
@@ -149,123 +184,153 @@ class KernelForgeApp(App[None]):
             await self.source.run()
         except Exception as exc:  # the search failed: show it, keep the app (and the store) usable
             error = f"{type(exc).__name__}: {exc}"
-        self.post_message(EngineFinished(error))
+        self.post_message(self.EngineFinished(error))
 
-    def on_engine_finished(self, message: EngineFinished) -> None:
-        self.pump()
+    async def on_kernel_forge_app_engine_finished(self, message: EngineFinished) -> None:
+        await self.pump()
         if message.error:
-            self.query_one(LogPane).note(f"the search stopped with an error: {message.error}")
             self.notify(message.error, title="Search failed", severity="error")
-        if self.state.header.state != "finished":
-            self.state.header.state = "finished"
-        self._note = ""
-        self._update_header()
+        if message.error or self.state.live:
+            reason = f"stopped with an error: {message.error}" if message.error else ""
+            self.apply_events([StateChanged(state="finished", reason=reason)])
+        self.note = ""
+        self._refresh_enabled()
         if self.quitting:
             self.exit()
 
-    def pump(self) -> None:
+    async def pump(self) -> None:
         """Fold pending events in (called a few times a second)."""
-        events = self.source.poll_events()
+        events = await self.source.poll_events()
         if events:
             self.apply_events(events)
 
     def apply_events(self, events: Iterable[EngineEvent]) -> Changes:
         changes = self.state.apply(events)
-        if changes:
-            self.query_one(SearchTree).apply(changes)
-            self.query_one(LogPane).add(changes.logs)
-            if changes.header:
-                self._update_header()
-            self.post_message(RunUpdated(changes))
-            selected = self.selected
-            if selected is not None and selected in self.state.nodes:
-                node = self.state.nodes[selected]
-                touched = set(changes.changed)
-                if selected in touched or (node.parent_id in touched):
-                    self._select(selected, diff=False)
-                if changes.best_changed and self.diff_base == "best":
-                    self._show_diff(selected)
-            elif self.selected is None and changes.added:
-                tree = self.query_one(SearchTree)
-                if tree.select_id(changes.added[0]):
-                    self._select(changes.added[0])
+        if not changes:
+            return changes
+        tree = self.query_one(SearchTree)
+        tree.apply(changes)
+        self.query_one(LogPane).add(changes.logs)
+        if changes.header:
+            self._update_header()
+            self._refresh_enabled()
+        selected = self.selected
+        if selected is None:
+            if changes.added and tree.select_id(changes.added[0]):
+                self.selected = changes.added[0]
+        elif selected in self.state.nodes:
+            touched = set(changes.changed)
+            if selected in touched or self.state.nodes[selected].parent_id in touched:
+                self._load_detail(selected)
+            if changes.best_changed and self.diff_base == "best":
+                self._load_diff(selected)
         return changes
 
-    # -- selection and panes --------------------------------------------------------------------
+    # -- selection and the panes that follow it -------------------------------------------------
 
     def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[int]) -> None:
-        if event.node.data is not None and event.node.data != self.selected:
-            self._select(event.node.data)
+        if event.node.data is not None:
+            self.selected = event.node.data
 
-    def _detail(self, node: NodeView) -> NodeDetail:
-        return NodeDetail(
-            node=node,
-            evaluation=self.source.evaluation(node.id),
-            profile=parse_profile(self.source.profile(node.id)),
-        )
+    def watch_selected(self, node_id: int | None) -> None:
+        self._refresh_enabled()
+        if node_id is not None and node_id in self.state.nodes:
+            self._load_detail(node_id)
+            self._load_diff(node_id)
 
-    def _select(self, node_id: int, diff: bool = True) -> None:
-        node = self.state.nodes.get(node_id)
-        if node is None:
-            return
-        self.selected = node_id
-        parent = self.state.nodes.get(node.parent_id) if node.parent_id is not None else None
-        self.query_one(MetricsPane).show(self._detail(node), self._detail(parent) if parent is not None else None)
-        if diff:
-            self._show_diff(node_id)
+    def watch_diff_base(self) -> None:
+        if self.selected is not None:
+            self._load_diff(self.selected)
 
-    def _show_diff(self, node_id: int) -> None:
-        pane = self.query_one(DiffPane)
-        got = self.source.source(node_id)
-        if got is None:
-            pane.show_message(f"#{node_id}: no source recorded")
-            return
-        new = got[0]
+    def watch_note(self) -> None:
+        self._update_header()
+
+    def _load_detail(self, node_id: int) -> None:
         node = self.state.nodes[node_id]
-        old: str | None
-        if self.diff_base == "parent":
-            parent = self.source.source(node.parent_id) if node.parent_id is not None else None
-            old, old_name = (parent[0] if parent else None), (f"#{node.parent_id}" if node.parent_id else "no parent")
-            if node.parent_id is None:
-                old, old_name = self.source.baseline_source(), "baseline"
-        elif self.diff_base == "baseline":
-            old, old_name = self.source.baseline_source(), "baseline"
-        else:
-            best = self.state.best_id
-            found = self.source.source(best) if best is not None else None
-            old, old_name = (found[0] if found else None), (f"best #{best}" if best is not None else "no best yet")
-        pane.show(old, new, old_name, f"#{node_id}")
+        self._read_detail(node, self.state.nodes.get(node.parent_id) if node.parent_id is not None else None)
 
-    def _update_titles(self) -> None:
-        tree = self.query_one(SearchTree)
-        label = {"all": "all", "improving": "only improving", "failures": "only failures"}[tree.filter_mode]
-        tree.border_title = f"Tree · {label}"
-        diff = self.query_one(DiffPane)
-        layout = "side by side" if diff.side_by_side else "unified"
-        diff.border_title = f"Diff vs {self.diff_base} · {layout}"
+    @work(thread=True, exclusive=True, group="detail", exit_on_error=False)
+    def _read_detail(self, node: NodeView, parent: NodeView | None) -> None:
+        def read(of: NodeView) -> NodeDetail:
+            return NodeDetail(node=of, evaluation=self.source.evaluation(of.id), profile=self.source.profile(of.id))
+
+        detail, parent_detail = read(node), read(parent) if parent is not None else None
+        if not get_current_worker().is_cancelled:
+            self.post_message(self.DetailRead(detail, parent_detail))
+
+    @on(DetailRead)
+    def _show_detail(self, message: DetailRead) -> None:
+        if message.detail.node.id == self.selected:
+            self.query_one(MetricsPane).show(message.detail, message.parent)
+
+    def _diff_base_of(self, node_id: int) -> tuple[int | None, str]:
+        """The node the diff compares `node_id` with, and its name."""
+        parent = self.state.nodes[node_id].parent_id
+        if self.diff_base == "parent" and parent is not None:
+            return parent, f"#{parent}"
+        if self.diff_base == "best":
+            best = self.state.best_id
+            return best, f"best #{best}" if best is not None else "no best yet"
+        return self.state.root_id, "baseline"
+
+    def _load_diff(self, node_id: int) -> None:
+        self._read_diff(node_id, self._diff_base_of(node_id)[0])
+
+    @work(thread=True, exclusive=True, group="diff", exit_on_error=False)
+    def _read_diff(self, node_id: int, base_id: int | None) -> None:
+        new = self.source.node_source(node_id)
+        old = self.source.node_source(base_id) if base_id is not None else None
+        if not get_current_worker().is_cancelled:
+            self.post_message(self.DiffRead(node_id, base_id, new[0] if new else None, old[0] if old else None))
+
+    @on(DiffRead)
+    def _show_diff(self, message: DiffRead) -> None:
+        if message.node_id != self.selected or message.node_id not in self.state.nodes:
+            return
+        base_id, base_name = self._diff_base_of(message.node_id)
+        if base_id != message.base_id:
+            return  # the base moved on (a new best, another mode) and its own read is on its way
+        pane = self.query_one(DiffPane)
+        if message.new is None:
+            pane.show_message(f"#{message.node_id}: no source recorded")
+        else:
+            pane.show(message.old, message.new, base_name, f"#{message.node_id}")
 
     def _update_header(self) -> None:
-        self.query_one(RunHeaderBar).show(
-            self.state.header, self.state.budget, len(self.state.nodes), self.state.failures, self._note
-        )
-        self.sub_title = self.state.header.card_name
+        state = self.state
+        self.query_one(RunHeaderBar).show(state.header, state.budget, len(state.nodes), state.failures, self.note)
+        self.sub_title = state.header.card_name
 
     # -- steering -------------------------------------------------------------------------------
 
-    async def send_command(self, command: EngineCommand, what: str) -> bool:
-        if not self.source.can_steer:
-            self.notify("This run is not live: there is nothing to steer.", severity="warning")
-            return False
-        await self.source.send(command)
-        self.query_one(LogPane).note(what)
-        self.post_message(CommandSent(command))
+    @property
+    def steerable(self) -> bool:
+        """Whether a search hears commands now: a live source and a run not finished."""
+        return self.source.can_steer and self.state.live
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Steering keys are disabled (shown dimmed, deaf) on a run that cannot be steered, and keys that act
+        on a node while none is selected."""
+        spec = BY_ACTION.get(action)
+        if spec is not None and (
+            (spec.steering and not self.steerable) or (spec.on_node and self._selected_node() is None)
+        ):
+            return None
         return True
 
+    def _refresh_enabled(self) -> None:
+        """Redraw the bindings when what `check_action` answers has changed (not on every selection)."""
+        enabled = (self.steerable, self._selected_node() is not None)
+        if enabled != self._enabled:
+            self._enabled = enabled
+            self.refresh_bindings()
+
+    async def send_command(self, command: EngineCommand, what: str) -> None:
+        await self.source.send(command)
+        self.query_one(LogPane).note(what)
+
     def _selected_node(self) -> NodeView | None:
-        node = self.state.nodes.get(self.selected) if self.selected is not None else None
-        if node is None:
-            self.notify("Select a node first.", severity="warning")
-        return node
+        return self.state.nodes.get(self.selected) if self.selected is not None else None
 
     async def action_pause_resume(self) -> None:
         if self.state.header.state == "paused":
@@ -292,42 +357,46 @@ class KernelForgeApp(App[None]):
 
         self.push_screen(HintScreen(node.id), done)
 
-    def _editable(self) -> tuple[NodeView, str, LaunchPlan] | None:
-        """The selected node with its source and plan, or None (and a note saying why)."""
+    @work(thread=True, group="reads", exit_on_error=False)
+    def _read_source(self, node_id: int) -> NodeSource | None:
+        return self.source.node_source(node_id)
+
+    async def _editable(self) -> tuple[NodeView, NodeSource] | None:
+        """The selected node with its source and plan (read off the UI thread), or None and a note why."""
         node = self._selected_node()
         if node is None:
             return None
-        got = self.source.source(node.id)
+        got = await self._read_source(node.id).wait()
         if got is None:
             self.notify(f"#{node.id} has no recorded source to edit.", severity="warning")
             return None
-        return node, *got
+        return node, got
 
-    async def _submit_child(self, node: NodeView, text: str, plan: LaunchPlan) -> None:
-        command = InjectKernel(parent_id=node.id, source=text, plan=plan)
+    async def _submit_child(self, node: NodeView, text: str, source: NodeSource) -> None:
+        command = InjectKernel(parent_id=node.id, source=text, plan=source[1])
         await self.send_command(command, f"hand-written child of #{node.id} submitted")
 
-    def action_edit(self) -> None:
-        editable = self._editable()
+    async def action_edit(self) -> None:
+        editable = await self._editable()
         if editable is None:
             return
-        node, source, plan = editable
+        node, source = editable
 
         async def done(text: str | None) -> None:
             if text is not None:
-                await self._submit_child(node, text, plan)
+                await self._submit_child(node, text, source)
 
-        self.push_screen(EditorScreen(node.id, source), done)
+        self.push_screen(EditorScreen(node.id, source[0]), done)
 
     async def action_edit_external(self) -> None:
-        editable = self._editable()
+        editable = await self._editable()
         if editable is None:
             return
-        node, source, plan = editable
+        node, source = editable
         editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
         with tempfile.TemporaryDirectory() as tmp:
             path = Path(tmp) / f"node-{node.id}.cu"
-            path.write_text(source)
+            path.write_text(source[0])
             try:
                 with self.suspend():
                     subprocess.run([*shlex.split(editor), str(path)], check=False)
@@ -335,8 +404,8 @@ class KernelForgeApp(App[None]):
                 self.notify(f"Could not run {editor}: {exc}", severity="error")
                 return
             text = path.read_text()
-        if text.strip() != source.strip():
-            await self._submit_child(node, text, plan)
+        if text.strip() != source[0].strip():
+            await self._submit_child(node, text, source)
 
     async def action_ban(self) -> None:
         if node := self._selected_node():
@@ -357,9 +426,8 @@ class KernelForgeApp(App[None]):
             await self.send_command(MarkExport(node_id=node.id, export=export), f"{word} #{node.id} for export")
 
     async def action_stop(self) -> None:
-        if await self.send_command(Stop(), "stop sent: in-flight candidates finish, the run stays resumable"):
-            self._note = "stopping"
-            self._update_header()
+        await self.send_command(Stop(), "stop sent: in-flight candidates finish, the run stays resumable")
+        self.note = "stopping"
 
     # -- navigation -----------------------------------------------------------------------------
 
@@ -369,28 +437,22 @@ class KernelForgeApp(App[None]):
             self.notify("No timed node yet.")
             return
         tree = self.query_one(SearchTree)
-        if tree.filter_mode != "all" and best not in tree._tree_node:
-            tree.set_filter("all")
-            self._update_titles()
-        if tree.select_id(best):
-            self._select(best)
+        if not tree.select_id(best) and tree.filter_mode != "all":
+            tree.filter_mode = "all"  # the filter hides the best node: show the whole tree
+            tree.select_id(best)
+        self.selected = best
         tree.focus()
 
     def action_cycle_filter(self) -> None:
         tree = self.query_one(SearchTree)
-        tree.set_filter(FILTERS[(FILTERS.index(tree.filter_mode) + 1) % len(FILTERS)])
-        self._update_titles()
+        tree.filter_mode = FILTERS[(FILTERS.index(tree.filter_mode) + 1) % len(FILTERS)]
 
     def action_cycle_diff_base(self) -> None:
         self.diff_base = DIFF_BASES[(DIFF_BASES.index(self.diff_base) + 1) % len(DIFF_BASES)]
-        self._update_titles()
-        if self.selected is not None:
-            self._show_diff(self.selected)
 
     def action_toggle_diff_layout(self) -> None:
         diff = self.query_one(DiffPane)
-        diff.set_side_by_side(not diff.side_by_side)
-        self._update_titles()
+        diff.side_by_side = not diff.side_by_side
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self._active_keys()))
@@ -403,20 +465,18 @@ class KernelForgeApp(App[None]):
     async def action_quit_app(self) -> None:
         """In-process: ask the search to stop (in-flight work finishes, the run stays resumable), then exit
         when it returns; q again exits at once. Following a store: detach."""
-        if self.quitting or not (self.source.in_process and self.source.can_steer):
+        if self.quitting or not (self.source.in_process and self.steerable):
             await self.source.close()
             self.exit()
             return
         self.quitting = True
-        self._note = "stopping, then quitting (q again: quit now)"
-        self._update_header()
+        self.note = "stopping, then quitting (q again: quit now)"
         await self.source.send(Stop())
-        self.post_message(CommandSent(Stop()))
 
     def get_system_commands(self, screen: Screen[object]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         keys = self._active_keys()
         for action in ACTIONS:
             key = keys.get(action.id, action.key).replace("question_mark", "?")
-            yield SystemCommand(action.help, f"key {key} · binding id {action.id}",
-                                partial(self.run_action, action.action))  # fmt: skip
+            run = partial(self.run_action, action.action)
+            yield SystemCommand(action.help, f"key {key} · binding id {action.id}", run)

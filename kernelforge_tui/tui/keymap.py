@@ -20,16 +20,46 @@ class Action:
     description: str
     help: str
     show: bool = False
+    """Listed in the footer."""
     steering: bool = False
-    """Sends a command to the engine (disabled for a finished run)."""
+    """Sends a command to the engine: disabled while no search can hear it (a finished run)."""
+    on_node: bool = False
+    """Acts on the selected node: disabled while none is selected."""
 
 
 ACTIONS: tuple[Action, ...] = (
     Action("help", "question_mark", "help", "Keys", "Show every key, its binding id and what it does", show=True),
     Action("pause_resume", "p", "pause_resume", "Pause", "Pause the search, or resume it", show=True, steering=True),
-    Action("expand", "x", "expand", "Expand", "Propose children of the selected node next", show=True, steering=True),
-    Action("hint", "h", "hint", "Hint", "Add a hint for the selected node's next children", show=True, steering=True),
-    Action("edit", "e", "edit", "Edit", "Edit the selected kernel and submit it as a child", show=True, steering=True),
+    Action(
+        "expand",
+        "x",
+        "expand",
+        "Expand",
+        "Propose children of the selected node next",
+        show=True,
+        steering=True,
+        on_node=True,
+    ),
+    Action(
+        "hint",
+        "h",
+        "hint",
+        "Hint",
+        "Add a hint for the selected node's next children",
+        show=True,
+        steering=True,
+        on_node=True,
+    ),
+    Action(
+        "edit",
+        "e",
+        "edit",
+        "Edit",
+        "Edit the selected kernel and submit it as a child",
+        show=True,
+        steering=True,
+        on_node=True,
+    ),
     Action(
         "edit_external",
         "E",
@@ -37,6 +67,7 @@ ACTIONS: tuple[Action, ...] = (
         "Edit in $EDITOR",
         "Edit the selected kernel in $EDITOR and submit it as a child",
         steering=True,
+        on_node=True,
     ),
     Action(
         "profile",
@@ -45,10 +76,19 @@ ACTIONS: tuple[Action, ...] = (
         "Profile",
         "Profile the selected node with Nsight Compute (saved on the node)",
         steering=True,
+        on_node=True,
     ),
-    Action("ban", "b", "ban", "Ban", "Ban (or unban) the selected subtree from selection", steering=True),
-    Action("pin", "t", "pin", "Pin", "Pin (or unpin) selection to the selected subtree", steering=True),
-    Action("export", "m", "mark_export", "Mark export", "Mark (or unmark) the selected node for export", steering=True),
+    Action("ban", "b", "ban", "Ban", "Ban (or unban) the selected subtree from selection", steering=True, on_node=True),
+    Action("pin", "t", "pin", "Pin", "Pin (or unpin) selection to the selected subtree", steering=True, on_node=True),
+    Action(
+        "export",
+        "m",
+        "mark_export",
+        "Mark export",
+        "Mark (or unmark) the selected node for export",
+        steering=True,
+        on_node=True,
+    ),
     Action("stop", "S", "stop", "Stop", "Stop the search (it stays resumable)", steering=True),
     Action("jump_best", "g", "jump_best", "Best", "Jump to the best node and open its path", show=True),
     Action(
@@ -62,6 +102,7 @@ ACTIONS: tuple[Action, ...] = (
 )
 
 BY_ID = {a.id: a for a in ACTIONS}
+BY_ACTION = {a.action: a for a in ACTIONS}
 
 
 def bindings() -> list[Binding]:
@@ -69,7 +110,8 @@ def bindings() -> list[Binding]:
 
 
 def validate_keymap(keymap: dict[str, str]) -> dict[str, str]:
-    """The entries whose id is one of ours (unknown ids are reported, not fatal)."""
+    """The keymap as given; an id that is not ours is an error naming the known ones (a silently ignored
+    typo would leave the user wondering why the key does nothing)."""
     unknown = sorted(set(keymap) - set(BY_ID))
     if unknown:
         raise ValueError(f"unknown binding ids in the keymap: {', '.join(unknown)} (known: {', '.join(BY_ID)})")

@@ -1,72 +1,62 @@
-"""Where the TUI's data comes from: a small adapter over an in-process search or a run's store.
+"""Where the TUI's data comes from: a search running in this process, or a run's store followed from outside.
 
-The app only talks to a `RunSource`. `LiveSearchSource` wraps a `Search` running in this process (its
-event queue, its `send`), `StoreSource` follows a run's SQLite store (finished, or written live by
-another process) by polling `events_since` a few times a second and steers it with `record_command`.
-Both are plain Python: nothing here imports Textual, so the adapters can be tested on their own.
+The app knows a run only as a `RunSource`, with two implementations: `LiveSearchSource` wraps a search
+running in this process (its event queue, its `send`); `StoreSource` follows a run's SQLite store,
+finished or written live by another process, and steers it by recording commands there. The reads
+(`snapshot`, `node_source`, `evaluation`, `profile`) block on SQLite, so the app makes them from thread
+workers and never on the UI loop; `poll_events` never blocks the loop. No Textual here.
 """
 
 from __future__ import annotations
 
 import asyncio
-import importlib
-from collections import deque
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, TypeVar
 
-from pydantic import BaseModel, Field, TypeAdapter
+from pydantic import BaseModel
 
 from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.engine.view import RunHeader, RunView, Snapshot
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.events import (
-    BestImproved,
-    BudgetUsed,
-    EngineEvent,
-    LogLine,
-    NodeAdded,
-    NodeChanged,
-    SearchState,
-    StateChanged,
-)
-from kernelforge_tui.models.nodes import NodeView
+from kernelforge_tui.models.events import EngineEvent, StateChanged
+from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.models.runs import UnreadableRow
+from kernelforge_tui.store import RunStore, UnreadableRecord
 
-LOG_KEEP = 500
-_EVENT = TypeAdapter[EngineEvent](EngineEvent)
+T = TypeVar("T")
+NodeSource = tuple[str, LaunchPlan]
+"""A node's kernel source and the plan that launches it."""
+REPLAY_PAGE = 2000
+LIVENESS_S = 2.0
+"""How often an idle followed run is checked for a writer that died without saying so."""
 
 
-class RunHeader(BaseModel):
-    """What the header line shows about a run, whichever source it came from."""
+class ProfileRead(BaseModel):
+    """A node's saved profile as the TUI sees it: the `NodeProfile`, or why it could not be read."""
 
-    run_id: str = ""
-    run_dir: str = ""
-    card_name: str = ""
-    family: str = ""
-    gpu_name: str = ""
-    backend: str = ""
-    state: SearchState = "starting"
-    started_at: float | None = None
-    ended_at: float | None = None
-    best_node_id: int | None = None
-    best_speedup: float | None = None
+    profile: NodeProfile | None = None
+    error: str | None = None
 
 
-class Snapshot(BaseModel):
-    """Everything needed to draw a run from scratch; later changes come as events."""
+def read_profile(store: RunStore, node_id: int) -> ProfileRead | None:
+    """The node's saved profile (`RunStore.profile`), or why it cannot be read; None where it has none."""
+    try:
+        found = store.profile(node_id)
+    except UnreadableRecord as exc:
+        return ProfileRead(error=str(exc))
+    return ProfileRead(profile=found) if found is not None else None
 
-    header: RunHeader = Field(default_factory=RunHeader)
-    nodes: list[NodeView] = Field(default_factory=list)
-    budget: BudgetUsed | None = None
-    logs: list[LogLine] = Field(default_factory=list)
 
-
-@runtime_checkable
 class RunSource(Protocol):
     """The TUI's whole view of a run."""
 
     @property
     def can_steer(self) -> bool:
-        """Whether commands reach a search (False for a finished run)."""
+        """Whether commands can reach a search at all (False for a run opened read-only); no I/O."""
         ...
 
     @property
@@ -74,10 +64,12 @@ class RunSource(Protocol):
         """Whether the search runs in this process (quitting must then stop it cleanly)."""
         ...
 
-    def snapshot(self) -> Snapshot: ...
+    def snapshot(self) -> Snapshot:
+        """The run as it stands, to draw from scratch (blocking: call it from a thread)."""
+        ...
 
-    def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
-        """Events since the last call, oldest first, without blocking."""
+    async def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
+        """Events since the last call, oldest first; never blocks the event loop."""
         ...
 
     async def send(self, command: EngineCommand) -> None: ...
@@ -88,119 +80,55 @@ class RunSource(Protocol):
 
     async def close(self) -> None: ...
 
-    def source(self, node_id: int) -> tuple[str, LaunchPlan] | None: ...
+    def node_source(self, node_id: int) -> NodeSource | None:
+        """The node's kernel and plan (blocking: call it from a thread)."""
+        ...
 
-    def baseline_source(self) -> str | None: ...
+    def evaluation(self, node_id: int) -> Evaluation | None:
+        """The node's latest evaluation (blocking: call it from a thread)."""
+        ...
 
-    def evaluation(self, node_id: int) -> Evaluation | None: ...
+    def profile(self, node_id: int) -> ProfileRead | None:
+        """The node's saved ncu profile (blocking: call it from a thread)."""
+        ...
 
-    def profile(self, node_id: int) -> str | None: ...
 
+class InProcessSearch(Protocol):
+    """What the TUI needs of a search it drives: its events and its commands."""
 
-def header_from(info: Any) -> RunHeader:
-    """A `RunHeader` from the store's `RunInfo` (or anything with the same attributes)."""
-    fields = {name: getattr(info, name) for name in RunHeader.model_fields if hasattr(info, name)}
-    for name in ("run_id", "run_dir", "card_name", "family", "gpu_name", "backend"):
-        if name in fields:
-            fields[name] = "" if fields[name] is None else str(fields[name])
-    if fields.get("state") not in ("starting", "running", "paused", "stopping", "finished"):
-        # "interrupted" (the process died mid-run) and anything newer: not running now.
-        fields["state"] = "finished"
-    return RunHeader.model_validate(fields)
+    def subscribe(self) -> asyncio.Queue[EngineEvent]: ...
+
+    async def send(self, cmd: EngineCommand) -> None: ...
+
+    async def run(self) -> object: ...
 
 
 class _StoreReads:
-    """Reads shared by both sources, from an object shaped like `kernelforge_tui.store.RunStore`."""
+    """The reads both sources make from a run's store: from any thread, and None once the store is closed."""
 
-    store: Any
+    def __init__(self, store: RunStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._closed = False
 
-    def source(self, node_id: int) -> tuple[str, LaunchPlan] | None:
-        if self.store is None:
-            return None
-        try:
-            src, plan = self.store.node_source(node_id)
-        except (KeyError, LookupError, ValueError):
-            return None
-        return str(src), plan
+    def _use(self, read: Callable[[RunStore], T]) -> T | None:
+        with self._lock:
+            return None if self._closed else read(self.store)
 
-    def baseline_source(self) -> str | None:
-        if self.store is None:
-            return None
-        getter = getattr(self.store, "baseline_source", None)
-        if callable(getter):
-            found = getter()
-            if isinstance(found, tuple):
-                found = found[0]
-            return None if found is None else str(found)
-        roots = [n for n in self.store.nodes() if n.parent_id is None]
-        if not roots:
-            return None
-        got = self.source(min(n.id for n in roots))
-        return got[0] if got else None
+    def node_source(self, node_id: int) -> NodeSource | None:
+        def read(store: RunStore) -> NodeSource | None:
+            try:
+                return store.node_source(node_id)
+            except LookupError:
+                return None
+
+        return self._use(read)
 
     def evaluation(self, node_id: int) -> Evaluation | None:
-        if self.store is None:
-            return None
-        found = self.store.evaluation(node_id)
-        return found if isinstance(found, Evaluation) or found is None else Evaluation.model_validate(found)
+        return self._use(lambda store: store.evaluation(node_id))
 
-    def profile(self, node_id: int) -> str | None:
-        if self.store is None:
-            return None
-        getter = getattr(self.store, "profile", None)
-        return getter(node_id) if callable(getter) else None
-
-
-def describe(event: EngineEvent, previous_status: str | None) -> LogLine | None:
-    """The log line an event deserves beyond the engine's own log lines: what a proposer tried, each
-    failure with its error (a compiler error keeps its offending line), new bests and state changes."""
-    if isinstance(event, NodeAdded | NodeChanged):
-        node = event.node
-        if isinstance(event, NodeAdded) and node.mutation:
-            parent = f" on #{node.parent_id}" if node.parent_id is not None else ""
-            return LogLine(at=event.at, level="debug", node_id=node.id,
-                           text=f"{node.proposer or 'proposer'} tried: {node.mutation}{parent}")  # fmt: skip
-        if node.status == "failed" and previous_status != "failed":
-            return LogLine(at=event.at, level="error", node_id=node.id,
-                           text=f"{node.failure or 'failed'}: {node.reason}".rstrip(": "))  # fmt: skip
-        return None
-    if isinstance(event, BestImproved):
-        return LogLine(at=event.at, node_id=event.node_id,
-                       text=f"new best: {event.speedup:.2f}x ({event.latency_us:.2f} us)")  # fmt: skip
-    if isinstance(event, StateChanged):
-        return LogLine(at=event.at, text=f"search {event.state}" + (f": {event.reason}" if event.reason else ""))
-    return None
-
-
-def _replay(store: Any, snapshot: Snapshot, after: int = 0, page: int = 2000) -> int:
-    """Fold the store's event log into `snapshot` (budget, state, recent logs); the last event id."""
-    logs: deque[LogLine] = deque(snapshot.logs, maxlen=LOG_KEEP)
-    status: dict[int, str] = {}
-    while True:
-        batch = store.events_since(after, page)
-        for event_id, event in batch:
-            after = max(after, int(event_id))
-            line = describe(event, status.get(event.node.id) if isinstance(event, NodeAdded | NodeChanged) else None)
-            if line is not None:
-                logs.append(line)
-            if isinstance(event, NodeAdded | NodeChanged):
-                status[event.node.id] = event.node.status
-            if isinstance(event, LogLine):
-                logs.append(event)
-            elif isinstance(event, BudgetUsed):
-                snapshot.budget = event
-            elif isinstance(event, StateChanged):
-                snapshot.header.state = event.state
-            elif isinstance(event, BestImproved):
-                snapshot.header.best_node_id, snapshot.header.best_speedup = event.node_id, event.speedup
-        if len(batch) < page:
-            break
-    snapshot.logs = list(logs)
-    return after
-
-
-def _live(info: Any) -> bool:
-    return getattr(info, "ended_at", None) is None and getattr(info, "state", "") not in ("finished", "interrupted")
+    def profile(self, node_id: int) -> ProfileRead | None:
+        return self._use(lambda store: read_profile(store, node_id))
 
 
 class StoreSource(_StoreReads):
@@ -208,64 +136,95 @@ class StoreSource(_StoreReads):
 
     in_process = False
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+    def __init__(self, store: RunStore) -> None:
+        super().__init__(store)
         self._after = 0
-        self._closed = False
+        self._writer_alive = not store.readonly
+        self._checked_at = time.monotonic()
 
     @classmethod
     def open(cls, run_dir: Path | str) -> StoreSource:
         """Open a run read-only; a run still live in another process is reopened writable, to steer it."""
-        module = importlib.import_module("kernelforge_tui.store")
-        store = module.RunStore.open(Path(run_dir), readonly=True)
-        if _live(store.run_info()):
+        store = RunStore.open(Path(run_dir), readonly=True)
+        try:
+            store.verify()  # a damaged file is one line here, not an error halfway through the view
+        except BaseException:
             store.close()
-            store = module.RunStore.open(Path(run_dir), readonly=False)
+            raise
+        if RunHeader.from_info(store.run_info()).state != "finished":
+            store.close()
+            store = RunStore.open(Path(run_dir), readonly=False)
         return cls(store)
 
     @property
     def can_steer(self) -> bool:
-        return not self._closed and not getattr(self.store, "readonly", False) and _live(self.store.run_info())
+        return not self._closed and not self.store.readonly
 
     def snapshot(self) -> Snapshot:
-        snap = Snapshot(header=header_from(self.store.run_info()), nodes=list(self.store.nodes()))
-        self._after = _replay(self.store, snap)
-        return snap
+        """The store's nodes and header, with the budget and log folded from its whole event log."""
+        replay = RunView()
+        self._after = 0
+        while batch := self._events(REPLAY_PAGE):
+            replay.apply(batch)
+            if len(batch) < REPLAY_PAGE:
+                break
+        # Nodes and header after the events: a change in between arrives again with the next poll.
+        found = self._use(lambda store: (store.nodes(), store.run_info()))
+        if found is None:
+            return Snapshot()
+        nodes, info = found
+        return Snapshot(header=RunHeader.from_info(info), nodes=nodes, budget=replay.budget, logs=list(replay.logs))
 
-    def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
-        if self._closed:
-            return []
-        batch = self.store.events_since(self._after, limit)
+    def _events(self, limit: int) -> list[EngineEvent]:
+        batch = self._use(lambda store: store.events_since(self._after, limit)) or []
         if batch:
-            self._after = max(int(i) for i, _ in batch)
-        return [e if not isinstance(e, dict) else _EVENT.validate_python(e) for _, e in batch]
+            self._after = batch[-1][0]
+        return [event.log_line() if isinstance(event, UnreadableRow) else event for _, event in batch]
+
+    def _poll(self, limit: int) -> list[EngineEvent]:
+        events = self._events(limit)
+        if events or not self._writer_alive or time.monotonic() - self._checked_at < LIVENESS_S:
+            return events
+        self._checked_at = time.monotonic()
+        info = self._use(lambda store: store.run_info())
+        if info is None or RunHeader.from_info(info).state != "finished":
+            return []
+        self._writer_alive = False
+        # The writer died (kill -9) without a last event: say so, or the view would wait for it forever.
+        return [StateChanged(state="finished", reason=f"{info.state}: resume it with `optimize --resume`")]
+
+    async def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
+        return await asyncio.to_thread(self._poll, limit)
 
     async def send(self, command: EngineCommand) -> None:
         """The search in the other process reads recorded commands from the store."""
-        self.store.record_command(command)
+        await asyncio.to_thread(self._use, lambda store: store.record_command(command))
 
     async def run(self) -> None:
         return None
 
     async def close(self) -> None:
         """Detach: the other process's search carries on untouched."""
-        if not self._closed:
-            self._closed = True
-            closer = getattr(self.store, "close", None)
-            if callable(closer):
-                closer()
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self.store.close()
 
 
 class LiveSearchSource(_StoreReads):
-    """A search running in this process, subscribed to before it starts so no event is missed."""
+    """A search running in this process, subscribed to before it starts so no event is missed.
+
+    `store` is the search's own; whoever made the search closes it, after the app."""
 
     in_process = True
 
-    def __init__(self, search: Any, store: Any = None, header: RunHeader | None = None) -> None:
+    def __init__(self, search: InProcessSearch, store: RunStore) -> None:
+        super().__init__(store)
         self.search = search
-        self.store = store if store is not None else getattr(search, "store", None)
-        self.queue: asyncio.Queue[EngineEvent] = search.subscribe()
-        self._header = header or RunHeader()
+        self.queue = search.subscribe()
         self._done = False
 
     @property
@@ -273,15 +232,13 @@ class LiveSearchSource(_StoreReads):
         return not self._done
 
     def snapshot(self) -> Snapshot:
-        if self.store is None:
-            return Snapshot(header=self._header)
-        try:
-            header = header_from(self.store.run_info())
-        except (LookupError, ValueError, AttributeError):
-            header = self._header
-        return Snapshot(header=header, nodes=list(self.store.nodes()))
+        found = self._use(lambda store: (store.nodes(), store.run_info()))
+        if found is None:
+            return Snapshot()
+        nodes, info = found
+        return Snapshot(header=RunHeader.from_info(info), nodes=nodes)
 
-    def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
+    async def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
         out: list[EngineEvent] = []
         while len(out) < limit:
             try:

@@ -14,7 +14,9 @@ from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import ScrollableContainer
+from textual.reactive import var
 from textual.widgets import Static
 from textual.widgets.text_area import TextAreaTheme
 
@@ -39,7 +41,7 @@ def _no_wrap(group: Group) -> Group:
 
 
 class DiffPane(ScrollableContainer, can_focus=True):
-    """Scrollable diff of two CUDA sources."""
+    """Scrollable diff of two CUDA sources; its title says against what and how it is laid out."""
 
     DEFAULT_CSS = """
     DiffPane { background: $surface; }
@@ -53,20 +55,38 @@ class DiffPane(ScrollableContainer, can_focus=True):
     DiffPane > .diff-pane--note { color: $text-muted; text-style: italic; }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "diff-pane--added", "diff-pane--removed", "diff-pane--hunk", "diff-pane--lineno", "diff-pane--note",
-    }  # fmt: skip
+        "diff-pane--added",
+        "diff-pane--removed",
+        "diff-pane--hunk",
+        "diff-pane--lineno",
+        "diff-pane--note",
+    }
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self.side_by_side = False
+    base: var[DiffBase] = var[DiffBase]("parent")
+    """What the selected node is compared with (the app binds its own `diff_base` here)."""
+    side_by_side = var(False, toggle_class="-side")
+    """Two columns with line numbers instead of one unified diff."""
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self._body = Static("", id="diff-body")
         self._current: tuple[str | None, str, str, str] | None = None
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield self._body
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self._redraw())
+
+    def _retitle(self) -> None:
+        self.border_title = f"Diff vs {self.base} · {'side by side' if self.side_by_side else 'unified'}"
+
+    def watch_base(self) -> None:
+        self._retitle()
+
+    def watch_side_by_side(self) -> None:
+        self._retitle()
+        self._redraw()
 
     def show(self, old: str | None, new: str, old_name: str, new_name: str) -> None:
         """Diff `old` (None: nothing to compare with) against `new`."""
@@ -80,11 +100,6 @@ class DiffPane(ScrollableContainer, can_focus=True):
     def show_message(self, message: str) -> None:
         self._current = None
         self._body.update(Text(message, style=self.get_component_rich_style("diff-pane--note")))
-
-    def set_side_by_side(self, value: bool) -> None:
-        self.side_by_side = value
-        self.set_class(value, "-side")
-        self._redraw()
 
     def _redraw(self) -> None:
         if self._current is None:

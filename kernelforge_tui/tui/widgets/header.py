@@ -8,8 +8,8 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
+from kernelforge_tui.engine.view import RunHeader
 from kernelforge_tui.models.events import BudgetUsed
-from kernelforge_tui.tui.source import RunHeader
 
 STATE_GLYPH = {"starting": "◌", "running": "▶", "paused": "⏸", "stopping": "■", "finished": "✓"}
 
@@ -31,8 +31,12 @@ class RunHeaderBar(Static):
     RunHeaderBar > .run-header--muted { color: $text-muted; }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "run-header--running", "run-header--paused", "run-header--stopped", "run-header--best", "run-header--muted",
-    }  # fmt: skip
+        "run-header--running",
+        "run-header--paused",
+        "run-header--stopped",
+        "run-header--best",
+        "run-header--muted",
+    }
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"run-header--{name}", partial=True)

@@ -43,11 +43,16 @@ class LogPane(ScrollView, can_focus=True):
     LogPane > .log-pane--node { color: $secondary; }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "log-pane--time", "log-pane--debug", "log-pane--warning", "log-pane--error", "log-pane--node",
-    }  # fmt: skip
+        "log-pane--time",
+        "log-pane--debug",
+        "log-pane--warning",
+        "log-pane--error",
+        "log-pane--node",
+    }
+    BORDER_TITLE = "Log"
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self.started_at: float | None = None
         self._lines: deque[Text] = deque(maxlen=MAX_LINES)
         self._dropped = 0
@@ -73,10 +78,6 @@ class LogPane(ScrollView, can_focus=True):
         if style is None:
             style = self._styles[name] = self.get_component_rich_style(f"log-pane--{name}", partial=True)
         return style
-
-    @property
-    def line_count(self) -> int:
-        return len(self._lines)
 
     def _write(self, rows: list[Text]) -> None:
         if not rows:

@@ -4,39 +4,20 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from rich.console import Group, RenderableType
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.nodes import NodeView
-from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.tui.source import ProfileRead
 
 BAR_WIDTH = 16
-
-
-class ProfileRead(BaseModel):
-    """A node's saved profile as the pane sees it: the `NodeProfile`, or why it could not be read."""
-
-    profile: NodeProfile | None = None
-    error: str | None = None
-
-
-def parse_profile(raw: str | None) -> ProfileRead | None:
-    """The JSON `RunStore.save_profile` keeps (a `NodeProfile`); None where the node has no profile."""
-    if not raw:
-        return None
-    try:
-        return ProfileRead(profile=NodeProfile.model_validate_json(raw))
-    except ValidationError as exc:
-        first = exc.errors()[0] if exc.errors() else None
-        where = ".".join(str(part) for part in first["loc"]) if first else ""
-        why = (f"{where}: " if where else "") + (first["msg"] if first else str(exc))
-        return ProfileRead(error=f"{exc.error_count()} problem(s), first {why}")
 
 
 def bar(share: float, width: int = BAR_WIDTH) -> str:
@@ -73,12 +54,14 @@ class MetricsPane(VerticalScroll, can_focus=True):
         "metrics-pane--error",
     }
 
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
+    BORDER_TITLE = "Metrics"
+
+    def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(id=id, classes=classes)
         self._body = Static("select a node", id="metrics-body")
         self._current: tuple[NodeDetail, NodeDetail | None] | None = None
 
-    def compose(self):  # type: ignore[no-untyped-def]
+    def compose(self) -> ComposeResult:
         yield self._body
 
     def on_mount(self) -> None:

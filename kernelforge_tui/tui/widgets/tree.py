@@ -11,14 +11,16 @@ from typing import ClassVar, Literal
 
 from rich.style import Style
 from rich.text import Text
+from textual.reactive import var
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from kernelforge_tui.models.nodes import NodeView
-from kernelforge_tui.tui.state import Changes, RunState
+from kernelforge_tui.engine.view import Changes, RunView
+from kernelforge_tui.models.nodes import NodeStatus, NodeView
 
 FilterMode = Literal["all", "improving", "failures"]
 FILTERS: tuple[FilterMode, ...] = ("all", "improving", "failures")
+FILTER_TITLES: dict[FilterMode, str] = {"all": "all", "improving": "only improving", "failures": "only failures"}
 FILTER_LIMIT = 500
 """A filter lists at most this many nodes (the most recent), to keep the tree fast."""
 
@@ -47,8 +49,17 @@ def node_label(node: NodeView, flat: bool = False) -> Text:
     return text
 
 
+def matches(view: RunView, node: NodeView, mode: FilterMode) -> bool:
+    """Whether a filter shows this node."""
+    if mode == "improving":
+        return view.is_improving(node)
+    if mode == "failures":
+        return node.status == NodeStatus.FAILED
+    return True
+
+
 class SearchTree(Tree[int]):
-    """The MCTS tree; node data is the node id."""
+    """The search tree; node data is the node id. Filtered, it is a flat list of the newest matches."""
 
     DEFAULT_CSS = """
     SearchTree { background: $surface; overflow-x: hidden; }
@@ -62,16 +73,24 @@ class SearchTree(Tree[int]):
     SearchTree > .search-tree--failure { color: $error; }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "search-tree--best", "search-tree--failed", "search-tree--banned", "search-tree--faster",
-        "search-tree--slower", "search-tree--id", "search-tree--mutation", "search-tree--failure",
-    }  # fmt: skip
+        "search-tree--best",
+        "search-tree--failed",
+        "search-tree--banned",
+        "search-tree--faster",
+        "search-tree--slower",
+        "search-tree--id",
+        "search-tree--mutation",
+        "search-tree--failure",
+    }
 
-    def __init__(self, state: RunState, *, id: str | None = None) -> None:
-        super().__init__("run", id=id)
+    filter_mode: var[FilterMode] = var[FilterMode]("all")
+    """Which nodes are listed: the whole tree, or only the improving or the failed ones."""
+
+    def __init__(self, state: RunView, *, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__("run", id=id, classes=classes)
         self.show_root = False
         self.guide_depth = 2
         self.state = state
-        self.filter_mode: FilterMode = "all"
         self._tree_node: dict[int, TreeNode[int]] = {}
         self._loaded: set[int] = set()
         self._labels: dict[int, tuple[NodeView, bool, Text]] = {}
@@ -117,7 +136,7 @@ class SearchTree(Tree[int]):
                 style = Style(bold=True)
             if style is not None:
                 text.stylize(style, span.start, span.end)
-        if node.status == "failed":
+        if node.status == NodeStatus.FAILED:
             text.stylize(self._style("failed"))
         if node.banned:
             text.stylize(self._style("banned"))
@@ -168,7 +187,7 @@ class SearchTree(Tree[int]):
                 self._fill(root_id)
                 self._tree_node[root_id].expand()
         else:
-            for node_id in self.state.matching(self.filter_mode)[-FILTER_LIMIT:]:
+            for node_id in self.matching()[-FILTER_LIMIT:]:
                 self._add(self.root, node_id)
         if selected is not None:
             self.select_id(selected, scroll=False)
@@ -177,9 +196,13 @@ class SearchTree(Tree[int]):
         if event.node.data is not None:
             self._fill(event.node.data)
 
-    def set_filter(self, mode: FilterMode) -> None:
-        self.filter_mode = mode
+    def watch_filter_mode(self, mode: FilterMode) -> None:
+        self.border_title = f"Tree · {FILTER_TITLES[mode]}"
         self.rebuild()
+
+    def matching(self) -> list[int]:
+        """Ids the filter shows, in id order."""
+        return [i for i, n in self.state.nodes.items() if matches(self.state, n, self.filter_mode)]
 
     # -- updates --------------------------------------------------------------------------------
 
@@ -212,11 +235,10 @@ class SearchTree(Tree[int]):
 
     def _apply_filtered(self, changes: Changes) -> None:
         """New matches go at the end; the list keeps the newest FILTER_LIMIT (one rebuild per batch)."""
-        wanted = self.state.matches
         for node_id in [*changes.added, *changes.changed]:
             if node_id in self._tree_node:
                 self._tree_node[node_id].refresh()
-            elif wanted(self.state.nodes[node_id], self.filter_mode):
+            elif matches(self.state, self.state.nodes[node_id], self.filter_mode):
                 self._add(self.root, node_id)
         children = self.root.children
         for extra in list(children[: max(0, len(children) - FILTER_LIMIT)]):
@@ -227,11 +249,6 @@ class SearchTree(Tree[int]):
             self.refresh()
 
     # -- navigation -----------------------------------------------------------------------------
-
-    @property
-    def selected_id(self) -> int | None:
-        node = self.cursor_node
-        return node.data if node is not None else None
 
     def select_id(self, node_id: int, scroll: bool = True) -> bool:
         """Open the path to `node_id` (filling lazily) and put the cursor on it."""

@@ -3,14 +3,17 @@
 It behaves like a search seen through a `RunSource`: a tree of softmax-like candidates that differ in
 block size and vector width, measurements for the timed ones, a profile for a few, and an echo of every
 command as the engine would answer it (a state change, a flag on the node, a new child, a log line).
+Each blocking read records the thread it ran on, so a test can check the app keeps them off its loop.
 """
 
 from __future__ import annotations
 
 import random
+import threading
 from collections import deque
 
 from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.engine.view import RunHeader, Snapshot
 from kernelforge_tui.gpu import hardware
 from kernelforge_tui.gpu.ncu_csv import section_of
 from kernelforge_tui.models.commands import (
@@ -34,11 +37,12 @@ from kernelforge_tui.models.events import (
     LogLine,
     NodeAdded,
     NodeChanged,
+    SearchState,
     StateChanged,
 )
 from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.models.profiles import Metric, NodeProfile, ProfileReport, Unit
-from kernelforge_tui.tui.source import RunHeader, Snapshot
+from kernelforge_tui.tui.source import NodeSource, ProfileRead
 
 T0 = 1_700_000_000.0
 BASELINE_US = 412.0
@@ -80,7 +84,7 @@ class SyntheticSource:
 
     in_process = False
 
-    def __init__(self, nodes: int = 40, seed: int = 7, steerable: bool = True, state: str = "running") -> None:
+    def __init__(self, nodes: int = 40, seed: int = 7, steerable: bool = True, state: SearchState = "running") -> None:
         self.rng = random.Random(seed)
         self.nodes: dict[int, NodeView] = {}
         self.params: dict[int, tuple[int, int, bool]] = {}
@@ -88,6 +92,8 @@ class SyntheticSource:
         self.sources: dict[int, str] = {}
         self.pending: deque[EngineEvent] = deque()
         self.sent: list[EngineCommand] = []
+        self.read_threads: list[threading.Thread] = []
+        """The thread each blocking read (snapshot, source, evaluation, profile) ran on."""
         self.steerable = steerable
         self.header = RunHeader(
             run_id="r-2311-softmax",
@@ -237,7 +243,11 @@ class SyntheticSource:
     def can_steer(self) -> bool:
         return self.steerable and not self.closed
 
+    def _reading(self) -> None:
+        self.read_threads.append(threading.current_thread())
+
     def snapshot(self) -> Snapshot:
+        self._reading()
         header = self.header.model_copy()
         if self.best is not None:
             header.best_node_id, header.best_speedup = self.best.id, self.best.speedup
@@ -254,7 +264,7 @@ class SyntheticSource:
         ]
         return Snapshot(header=header, nodes=list(self.nodes.values()), budget=self.budget, logs=logs)
 
-    def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
+    async def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
         out: list[EngineEvent] = []
         while self.pending and len(out) < limit:
             out.append(self.pending.popleft())
@@ -302,14 +312,13 @@ class SyntheticSource:
     async def close(self) -> None:
         self.closed = True
 
-    def source(self, node_id: int) -> tuple[str, LaunchPlan] | None:
+    def node_source(self, node_id: int) -> NodeSource | None:
+        self._reading()
         found = self.sources.get(node_id)
         return (found, PLAN) if found is not None else None
 
-    def baseline_source(self) -> str:
-        return self.sources[1]
-
     def evaluation(self, node_id: int) -> Evaluation | None:
+        self._reading()
         node = self.nodes.get(node_id)
         if node is None or node.status == "proposed":
             return None
@@ -339,7 +348,8 @@ class SyntheticSource:
         )
         return Evaluation(ok=True, build=build, result=result, ceiling_share=node.ceiling_share)
 
-    def profile(self, node_id: int) -> str | None:
+    def profile(self, node_id: int) -> ProfileRead | None:
+        self._reading()
         node = self.nodes.get(node_id)
         if node is None or node.status != "profiled":
             return None
@@ -359,5 +369,6 @@ class SyntheticSource:
                 for name, (value, unit) in values.items()
             },
         )
-        saved = NodeProfile(profile=report, hardware=hardware.analyse(report, counted_bytes=50_331_648))
-        return saved.model_dump_json()
+        return ProfileRead(
+            profile=NodeProfile(profile=report, hardware=hardware.analyse(report, counted_bytes=50_331_648))
+        )
