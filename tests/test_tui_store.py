@@ -36,6 +36,16 @@ def optimize(run_dir: Path, *extra: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(command, cwd=ROOT, env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+async def follow(process: subprocess.Popen[bytes], run_dir: Path) -> StoreSource:
+    """The run another process is writing, once its store exists and its search has begun."""
+    deadline = time.monotonic() + 60
+    while not (run_dir / "run.sqlite").exists():
+        assert time.monotonic() < deadline and process.poll() is None, "the run did not start"
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)
+    return StoreSource.open(run_dir)
+
+
 async def test_open_a_recorded_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     process = optimize(run_dir, "--budget-iters", "8")
@@ -66,12 +76,7 @@ async def test_follow_and_steer_a_run_written_by_another_process(tmp_path: Path)
     run_dir = tmp_path / "live"
     process = optimize(run_dir, "--budget-iters", "400", "--simulate-seconds", "0.05")
     try:
-        deadline = time.monotonic() + 60
-        while not (run_dir / "run.sqlite").exists():
-            assert time.monotonic() < deadline and process.poll() is None, "the run did not start"
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)
-        source = StoreSource.open(run_dir)
+        source = await follow(process, run_dir)
         assert source.can_steer
         app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
         async with app.run_test(size=(120, 40)) as pilot:
@@ -197,12 +202,7 @@ async def test_a_followed_run_whose_process_dies_turns_finished(tmp_path: Path) 
     run_dir = tmp_path / "killed"
     process = optimize(run_dir, "--budget-iters", "400", "--simulate-seconds", "0.05")
     try:
-        deadline = time.monotonic() + 60
-        while not (run_dir / "run.sqlite").exists():
-            assert time.monotonic() < deadline and process.poll() is None, "the run did not start"
-            await asyncio.sleep(0.1)
-        await asyncio.sleep(0.5)
-        source = StoreSource.open(run_dir)
+        source = await follow(process, run_dir)
         app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
         async with app.run_test(size=(120, 40)) as pilot:
             assert app.check_action("pause_resume", ()) is True
