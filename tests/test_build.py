@@ -1,18 +1,46 @@
-"""The build stage against the real nvcc (CI has nvcc but no GPU): cubins, ptxas stats, diagnostics, cache."""
+"""The build stage against the real nvcc (CI has nvcc but no GPU): cubins, ptxas stats, diagnostics, cache,
+and the guards around nvcc: the sandbox and its limits, kills, size caps, and what is kept of its output.
+
+Fake nvcc scripts (`fake_nvcc`) stand in where the real one cannot misbehave on demand: a build that
+would run for minutes, one killed as the OOM killer would kill it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
+import shutil
+import signal
 import stat
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.gpu.build import Builder, detect_arch, find_nvcc, nvcc_version
+from kernelforge_tui.cards.plan import ResolvedArg
+from kernelforge_tui.gpu import build as build_module
+from kernelforge_tui.gpu.build import Builder, candidate_messages, detect_arch, find_nvcc, nvcc_version
+from kernelforge_tui.gpu.sandbox import (
+    Limits,
+    SandboxMode,
+    SandboxStatus,
+    bwrap_command,
+    probe,
+    read_only_paths,
+    sandbox_command,
+    sandbox_env,
+    sandbox_status,
+)
 
 NVCC = find_nvcc()
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the CUDA toolkit)")
+HOST = sandbox_status()
+LIMITS_ONLY = SandboxStatus(mode="limits", reason="test")
+ISOLATING: list[SandboxMode] = ["bwrap", "namespaces"]
 
 ADD = """#include <cuda_bf16.h>
 extern "C" __global__ void add(const float* a, const float* b, float* c, int n) {
@@ -61,7 +89,10 @@ def builder(tmp_path: Path, **kwargs: object) -> Builder:
 
 
 def counting_nvcc(tmp_path: Path) -> tuple[str, Path]:
-    """A real nvcc behind a script that records each compile, to see whether the cache was used."""
+    """A real nvcc behind a script that records each compile, to see whether the cache was used.
+
+    It writes outside its work directory, so builders using it run without file isolation (LIMITS_ONLY).
+    """
     assert NVCC is not None
     calls = tmp_path / "calls.txt"
     script = tmp_path / "bin" / "nvcc"
@@ -175,35 +206,136 @@ async def test_spills_and_stack_are_reported(tmp_path: Path) -> None:
     assert stats.spill_store_bytes > 0 and stats.spill_load_bytes > 0 and stats.stack_frame_bytes > 0
 
 
-async def test_timeout_kills_nvcc_and_is_not_cached(tmp_path: Path) -> None:
+def fake_nvcc(tmp_path: Path, body: str) -> str:
+    """A script that answers `--version` like the real nvcc (so cache keys match) and runs `body` to build."""
+    assert NVCC is not None
+    script = tmp_path / "fake" / "bin" / "nvcc"
+    script.parent.mkdir(parents=True)
+    version = f"Cuda compilation tools, release 13.0, V{nvcc_version(NVCC)}"
+    script.write_text(f'#!/bin/sh\nif [ "$1" = --version ]; then echo "{version}"; exit 0; fi\n{body}\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+def sleeper(tmp_path: Path) -> tuple[str, str]:
+    """A fake nvcc that would run for ten minutes with a child of its own, and the marker in the child's argv."""
+    marker = f"kf-sleeper-{tmp_path}"  # unique to this run
+    return fake_nvcc(tmp_path, f"sh -c 'sleep 600; : {marker}' &\nsleep 600"), marker
+
+
+def stat_fields(pid: str) -> list[str]:
+    """/proc/PID/stat after the command name: state, ppid, pgrp, ..."""
+    return Path("/proc", pid, "stat").read_text().rsplit(")", 1)[1].split()
+
+
+async def groups_running(marker: str) -> set[int]:
+    """Process groups of the processes whose argv mentions `marker`, once they exist (10 s at most)."""
+    for _ in range(500):
+        pids = [p.name for p in Path("/proc").iterdir() if p.name.isdigit()]
+        groups = set()
+        for pid in pids:
+            try:
+                if marker in (Path("/proc", pid, "cmdline")).read_text(errors="replace"):
+                    groups.add(int(stat_fields(pid)[2]))
+            except OSError:
+                continue
+        if groups:
+            return groups
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no process mentions {marker}")
+
+
+def alive_in(groups: set[int]) -> list[str]:
+    """Live (not zombie) processes in any of `groups`, after the second SIGKILL needs to take effect."""
+    for _ in range(100):
+        alive = []
+        for proc in Path("/proc").iterdir():
+            try:
+                fields = stat_fields(proc.name) if proc.name.isdigit() else None
+            except OSError:
+                continue
+            if fields is not None and int(fields[2]) in groups and fields[0] != "Z":
+                alive.append(f"{proc.name} {fields[0]} {(proc / 'cmdline').read_bytes()!r}")
+        if not alive:
+            break
+        time.sleep(0.01)
+    return alive
+
+
+def modes() -> list[SandboxStatus]:
+    """The limits-only mode (always there) and the machine's isolating mode, if any."""
+    return [LIMITS_ONLY] + ([HOST] if HOST.mode != "limits" else [])
+
+
+@pytest.mark.parametrize("sandbox", modes(), ids=lambda s: s.mode)
+async def test_timeout_kills_the_whole_nvcc_group_and_is_not_cached(tmp_path: Path, sandbox: SandboxStatus) -> None:
+    nvcc, marker = sleeper(tmp_path)
     work = tmp_path / "work"
-    slow = builder(tmp_path, timeout_s=0.001, work_dir=work)
-    result = await slow.build(ADD, "add")
-    assert not result.ok and result.failure == "timeout" and "0.001" in result.diagnostics[0].message
-    assert processes_mentioning(str(work)) == []
+    slow = builder(tmp_path, nvcc=nvcc, timeout_s=2.0, work_dir=work, sandbox=sandbox)
+    task = asyncio.create_task(slow.build(ADD, "add"))
+    groups = await groups_running(marker)
+    result = await asyncio.wait_for(task, 30)  # without the kill, nvcc's wait would take ten minutes
+    assert not result.ok and result.failure == "timeout" and "2 s" in result.diagnostics[0].message
+    assert alive_in(groups) == [] and processes_mentioning(marker) == []
     assert list(work.iterdir()) == []
+    assert not (tmp_path / "cache" / f"{result.key}.json").exists()
+    retry = await builder(tmp_path).build(ADD, "add")  # the real nvcc, same key
+    assert retry.ok and not retry.cached and retry.key == result.key
+
+
+@pytest.mark.parametrize("sandbox", modes(), ids=lambda s: s.mode)
+async def test_cancelled_build_leaves_no_nvcc(tmp_path: Path, sandbox: SandboxStatus) -> None:
+    nvcc, marker = sleeper(tmp_path)
+    work = tmp_path / "work"
+    task = asyncio.create_task(builder(tmp_path, nvcc=nvcc, work_dir=work, sandbox=sandbox).build(ADD, "add"))
+    groups = await groups_running(marker)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 30)
+    assert alive_in(groups) == [] and processes_mentioning(marker) == []
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("sandbox", modes(), ids=lambda s: s.mode)
+async def test_nvcc_killed_by_a_signal_is_not_cached(tmp_path: Path, sandbox: SandboxStatus) -> None:
+    """As the OOM killer would: SIGKILL to nvcc itself. The next request builds again."""
+    nvcc, marker = sleeper(tmp_path)
+    task = asyncio.create_task(builder(tmp_path, nvcc=nvcc, sandbox=sandbox).build(ADD, "add"))
+    await groups_running(marker)
+    (victim,) = processes_running(nvcc)
+    os.kill(victim, signal.SIGKILL)
+    result = await asyncio.wait_for(task, 30)
+    assert result.failure == "killed" and "SIGKILL" in result.diagnostics[0].message
+    assert "out of memory" in result.diagnostics[0].message
+    assert not (tmp_path / "cache" / f"{result.key}.json").exists()
     retry = await builder(tmp_path).build(ADD, "add")
     assert retry.ok and not retry.cached
 
 
-async def test_cancelled_build_leaves_no_nvcc(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    task = asyncio.create_task(builder(tmp_path, work_dir=work).build(SLOW, "k"))
-    for _ in range(100):  # wait until nvcc runs
-        await asyncio.sleep(0.02)
-        if processes_mentioning(str(work)):
-            break
-    task.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await task
-    assert processes_mentioning(str(work)) == []
-    assert list(work.iterdir()) == []
+async def test_a_tool_nvcc_says_died_is_not_cached(tmp_path: Path) -> None:
+    nvcc = fake_nvcc(tmp_path, "echo \"nvcc error   : 'cicc' died due to signal 9 (Kill signal)\"\nexit 255")
+    result = await builder(tmp_path, nvcc=nvcc).build(ADD, "add")
+    assert result.failure == "killed" and "SIGKILL" in result.log
+    assert not (tmp_path / "cache" / f"{result.key}.json").exists()
+
+
+def processes_running(script: str) -> list[int]:
+    """Pids whose argv runs `script` (a fake nvcc)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if script.encode() in argv[:2]:
+            pids.append(int(proc.name))
+    return pids
 
 
 async def test_failed_build_is_cached_and_not_recompiled(tmp_path: Path) -> None:
     nvcc, calls = counting_nvcc(tmp_path)
-    first = await builder(tmp_path, nvcc=nvcc).build(BROKEN, "k")
-    second = await builder(tmp_path, nvcc=nvcc).build(BROKEN, "k")
+    first = await builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(BROKEN, "k")
+    second = await builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(BROKEN, "k")
     assert first.failure == second.failure == "compile error"
     assert second.cached and second.diagnostics == first.diagnostics
     assert compiles(calls) == 1
@@ -211,7 +343,7 @@ async def test_failed_build_is_cached_and_not_recompiled(tmp_path: Path) -> None
 
 async def test_concurrent_identical_builds_compile_once(tmp_path: Path) -> None:
     nvcc, calls = counting_nvcc(tmp_path)
-    build = builder(tmp_path, nvcc=nvcc, max_parallel=2)
+    build = builder(tmp_path, nvcc=nvcc, max_parallel=2, sandbox=LIMITS_ONLY)
     results = await asyncio.gather(*(build.build(ADD, "add") for _ in range(3)))
     assert all(r.ok for r in results) and sum(not r.cached for r in results) == 1
     assert compiles(calls) == 1
@@ -220,7 +352,7 @@ async def test_concurrent_identical_builds_compile_once(tmp_path: Path) -> None:
 async def test_source_check_runs_before_nvcc(tmp_path: Path) -> None:
     nvcc, calls = counting_nvcc(tmp_path)
     source = 'extern "C" __global__ void k(float* x) {\n  k<<<1, 1>>>(x);\n}\n'
-    result = await builder(tmp_path, nvcc=nvcc).build(source, "k")
+    result = await builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(source, "k")
     assert result.failure == "source check" and compiles(calls) == 0
     (problem,) = result.diagnostics
     assert (problem.line, problem.column) == (2, 4) and "host-launch" in problem.message
@@ -246,3 +378,227 @@ def test_detect_arch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_configured_arch_wins(tmp_path: Path) -> None:
     assert await builder(tmp_path, arch="sm_86").arch() == "sm_86"
+
+
+@pytest.mark.parametrize(
+    ("source", "says"),
+    [
+        (ADD + "// " + "x" * (1 << 20), "the cap is 1048576 bytes"),
+        (ADD + "\0", "NUL character"),
+        (ADD + "// \udcff", "undecodable"),
+        ('#include_next "/etc/passwd"\n' + ADD, "#include_next is not allowed"),
+    ],
+    ids=["too large", "NUL", "undecodable", "directive"],
+)
+async def test_unreadable_sources_fail_before_nvcc(tmp_path: Path, source: str, says: str) -> None:
+    nvcc, calls = counting_nvcc(tmp_path)
+    result = await builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(source, "add")
+    assert result.failure == "source check" and says in result.diagnostics[0].message
+    assert compiles(calls) == 0
+
+
+async def test_sources_are_checked_off_the_event_loop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    checked_in: list[threading.Thread] = []
+
+    def slow_check(*args: object) -> list[object]:
+        checked_in.append(threading.current_thread())
+        time.sleep(0.3)  # a 10 MB source takes a while: the loop must go on meanwhile
+        return []
+
+    monkeypatch.setattr(build_module, "check_source", slow_check)
+    ticks = 0
+
+    async def tick() -> None:
+        nonlocal ticks
+        while True:
+            await asyncio.sleep(0.01)
+            ticks += 1
+
+    ticker = asyncio.create_task(tick())
+    await builder(tmp_path).build(ADD, "add")
+    ticker.cancel()
+    assert checked_in and checked_in[0] is not threading.main_thread()
+    assert ticks >= 10
+
+
+async def test_plan_arguments_are_checked_before_nvcc(tmp_path: Path) -> None:
+    nvcc, calls = counting_nvcc(tmp_path)
+    args = [ResolvedArg(kind="tensor", name=n) for n in "abc"] + [
+        ResolvedArg(kind="scalar", name="n", scalar_type="int64")
+    ]
+    result = await builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(ADD, "add", args)
+    assert result.failure == "source check" and compiles(calls) == 0
+    (problem,) = result.diagnostics
+    assert "parameter 4 'n' (int n) receives 'n' as int64, but it is int32" in problem.message
+    assert (problem.line, problem.column) == (2, ADD.splitlines()[1].index("int n") + 1)
+    args[3] = ResolvedArg(kind="scalar", name="n", scalar_type="int32")
+    assert (await builder(tmp_path).build(ADD, "add", args)).ok
+
+
+async def test_a_cubin_over_the_cap_is_refused(tmp_path: Path) -> None:
+    result = await builder(tmp_path, max_cubin_bytes=1000).build(ADD, "add")
+    assert not result.ok and result.failure == "compile error" and result.cubin_path is None
+    assert "over the cap of 1000 bytes" in result.diagnostics[-1].message
+    assert (await builder(tmp_path).build(ADD, "add")).ok  # the cap is part of the key
+
+
+# nvcc 13's output for `#include "/etc/hostname"` (the file holds "vm"), before the source check refused it.
+LEAKED = """/etc/hostname(1): error: this declaration has no storage class or type specifier
+  vm
+  ^
+
+candidate.cu(3): error: expected a ";"
+  extern "C" __attribute__((global)) void k(float* x) {}
+  ^
+
+In file included from candidate.cu:1:
+/etc/hostname:1:1: error: 'vm' does not name a type
+    1 | vm
+      | ^~
+Remark: The warnings can be suppressed with "-diag-suppress <warning-number>"
+
+2 errors detected in the compilation of "candidate.cu".
+"""
+
+
+def test_only_messages_about_the_candidate_are_kept() -> None:
+    kept = candidate_messages(LEAKED)
+    assert "vm" not in kept and "hostname" not in kept and "Remark" not in kept
+    assert kept.splitlines() == [
+        "kernelforge withheld: error in another file",
+        'candidate.cu(3): error: expected a ";"',
+        '  extern "C" __attribute__((global)) void k(float* x) {}',
+        "  ^",
+        "",
+        "kernelforge withheld: error in another file",
+        '2 errors detected in the compilation of "candidate.cu".',
+    ]
+
+
+async def test_header_errors_are_withheld_but_placed(tmp_path: Path) -> None:
+    """A static_assert fails inside a toolkit header: the message says so, at the candidate's line, no header text."""
+    source = (
+        "#include <cuda/std/array>\n"
+        'extern "C" __global__ void k(float* x) {\n'
+        "  cuda::std::array<float, 2> a{1.0f, 2.0f};\n"
+        "  x[0] = cuda::std::get<5>(a);\n"
+        "}\n"
+    )
+    result = await builder(tmp_path).build(source, "k")
+    assert result.failure == "compile error"
+    (error,) = [d for d in result.diagnostics if d.severity == "error"]
+    assert (error.file, error.line) == ("candidate.cu", 4) and "withheld" in error.message
+    stored = result.model_dump_json()
+    assert "static_assert" not in stored and "Index out of bounds" not in stored and "cccl" not in stored
+
+
+async def test_nvcc_gets_a_scrubbed_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KF_SECRET_TOKEN", "hunter2")
+    nvcc = fake_nvcc(tmp_path, "env > kernel.cubin")  # the "cubin" is the environment nvcc saw
+    result = await builder(tmp_path, nvcc=nvcc).build(ADD, "add")
+    assert result.ok and result.cubin_path is not None
+    seen = result.cubin_path.read_text()
+    assert "hunter2" not in seen and "TMPDIR=" in seen
+
+
+def test_bwrap_command_binds_the_toolkit_and_the_work_dir_only(tmp_path: Path) -> None:
+    assert NVCC is not None
+    work = tmp_path / "work"
+    argv = bwrap_command("/usr/bin/bwrap", ["nvcc", "-cubin"], work, read_only_paths(NVCC))
+    assert argv[0] == "/usr/bin/bwrap" and argv[-3:] == ["--", "nvcc", "-cubin"]
+    for flag in ("--unshare-all", "--die-with-parent"):
+        assert flag in argv
+    binds = {argv[i + 1]: argv[i] for i, a in enumerate(argv) if a in ("--ro-bind", "--bind", "--symlink")}
+    assert binds[str(work)] == "--bind" and binds["/usr"] == "--ro-bind"
+    assert all(kind != "--bind" for path, kind in binds.items() if path != str(work))
+    toolkit = Path(NVCC).resolve().parent.parent
+    assert any(toolkit == Path(p) or Path(p) in toolkit.parents for p in binds)
+    assert not {"/", "/home", "/root", "/etc", "/tmp", str(tmp_path)} & set(binds)
+    assert argv.index("--tmpfs") < argv.index("--bind")  # /tmp first, so a work dir under it stays visible
+
+
+def in_sandbox(tmp_path: Path, status: SandboxStatus, script: str) -> subprocess.CompletedProcess[str]:
+    work, scratch = tmp_path / "work", tmp_path / "root"
+    work.mkdir(exist_ok=True)
+    scratch.mkdir(exist_ok=True)
+    argv = sandbox_command(["/bin/sh", "-c", script], work, scratch, read_only_paths("/bin/sh"), status)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=sandbox_env("/bin/sh", work))
+
+
+def isolating(mode: SandboxMode) -> SandboxStatus:
+    """The mode, or a skip saying why this machine lacks it (bubblewrap is optional: CI may not have it)."""
+    bwrap = shutil.which("bwrap")
+    failed = probe(mode, bwrap) if mode == "namespaces" or bwrap else "bubblewrap (bwrap) is not on PATH"
+    if failed is not None:
+        pytest.skip(f"{mode} does not work on this machine: {failed}")
+    return SandboxStatus(mode=mode, reason="test", bwrap=bwrap)
+
+
+@pytest.mark.parametrize("mode", ISOLATING)
+def test_isolated_nvcc_sees_no_host_files(tmp_path: Path, mode: SandboxMode) -> None:
+    status = isolating(mode)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    probe = Path(f"/usr/kf-probe-{os.getpid()}")
+    try:
+        done = in_sandbox(
+            tmp_path,
+            status,
+            f"cat {secret}; ls /root /home /etc/hostname; echo x > {probe}; echo ok > {tmp_path}/work/out; "
+            "ls /usr/bin/gcc",
+        )
+        assert not probe.exists()
+    finally:
+        probe.unlink(missing_ok=True)
+    assert "hunter2" not in done.stdout
+    assert "No such file" in done.stderr and "Read-only file system" in done.stderr
+    assert (tmp_path / "work" / "out").read_text() == "ok\n"
+    assert "/usr/bin/gcc" in done.stdout
+
+
+@pytest.mark.parametrize("mode", ISOLATING)
+async def test_real_build_through_each_isolating_mode(tmp_path: Path, mode: SandboxMode) -> None:
+    result = await builder(tmp_path, sandbox=isolating(mode)).build(ADD, "add")
+    assert result.ok and result.ptxas["add"].registers > 0, result.log
+
+
+@pytest.mark.parametrize("mode", ISOLATING)
+async def test_the_builder_runs_nvcc_isolated(tmp_path: Path, mode: SandboxMode) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("hunter2")
+    nvcc = fake_nvcc(tmp_path, f"(cat {secret}; ls /root) > kernel.cubin 2>&1\nexit 0")  # what nvcc could read
+    result = await builder(tmp_path, nvcc=nvcc, sandbox=isolating(mode)).build(ADD, "add")
+    assert result.ok and result.cubin_path is not None
+    seen = result.cubin_path.read_text()
+    assert "hunter2" not in seen and "No such file" in seen
+
+
+@pytest.mark.parametrize(
+    ("limits", "script", "signalled"),
+    [
+        (Limits(address_space_bytes=256 << 20), f"exec {sys.executable} -c 'bytearray(300 << 20)'", False),
+        (Limits(file_bytes=1 << 20), "exec head -c 2000000 /dev/zero > big", True),
+        (Limits(cpu_seconds=1), "while :; do :; done", True),
+    ],
+    ids=["address space", "file size", "cpu time"],
+)
+def test_limits_stop_a_runaway_build(tmp_path: Path, limits: Limits, script: str, signalled: bool) -> None:
+    done = in_sandbox(tmp_path, SandboxStatus(mode="limits", reason="test", limits=limits), script)
+    assert done.returncode < 0 if signalled else done.returncode != 0, (done.returncode, done.stderr)
+
+
+def test_the_process_limit_is_set(tmp_path: Path) -> None:
+    running = sum(1 for p in Path("/proc").iterdir() if p.name.isdigit() and p.stat().st_uid == os.getuid())
+    done = in_sandbox(tmp_path, LIMITS_ONLY, "cat /proc/self/limits")
+    (line,) = [line for line in done.stdout.splitlines() if line.startswith("Max processes")]
+    soft, hard = line.split()[2:4]
+    assert soft == hard and running < int(soft) < running + LIMITS_ONLY.limits.processes + 50
+
+
+def test_sandbox_status_says_what_protects_the_host() -> None:
+    status = sandbox_status()
+    assert status.mode in ("bwrap", "namespaces", "limits")
+    assert "\n" not in status.description and status.description.startswith("nvcc sandbox: ")
+    assert status.model_dump()["description"] == status.description  # shown by `doctor --json` as well
+    if status.mode == "limits":
+        assert "NO file isolation" in status.description and "Fix:" in status.description

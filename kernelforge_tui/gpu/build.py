@@ -2,7 +2,13 @@
 
 Why a cubin: the harness loads the entry point by name and launches it from a LaunchPlan, so no line
 of generated code runs on the host. Why a cache: the search proposes the same source again (repairs,
-resumed runs), and a failed build is remembered as failed so a broken candidate is not rebuilt.
+resumed runs), and a failed build is remembered as failed so a broken candidate is not rebuilt; a build
+that failed for reasons outside the source (a timeout, a signal such as the OOM killer's, a sandbox that
+could not start) is not remembered.
+
+Untrusted source is checked (off the event loop) before nvcc sees it, nvcc runs in the sandbox of
+`gpu.sandbox`, and what is kept of its output (diagnostics, the log) is only what it says about the
+candidate and what ptxas and nvcc say: a message about any other file becomes a line saying it was withheld.
 """
 
 from __future__ import annotations
@@ -11,6 +17,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -25,13 +32,29 @@ from typing import Literal
 
 from pydantic import ValidationError
 
+from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.config import cache_dir as default_cache_root
 from kernelforge_tui.gpu.detect import detect_gpus
-from kernelforge_tui.gpu.source_check import DEFAULT_ALLOWED_INCLUDES, SourceProblem, check_source
-from kernelforge_tui.models.evaluation import SOURCE_NAME, BuildResult, Diagnostic, PtxasStats
+from kernelforge_tui.gpu.sandbox import (
+    SETUP_FAILED,
+    Limits,
+    SandboxStatus,
+    read_only_paths,
+    sandbox_command,
+    sandbox_env,
+    sandbox_status,
+)
+from kernelforge_tui.gpu.source_check import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES, SourceProblem, check_source
+from kernelforge_tui.models.evaluation import SOURCE_NAME, BuildFailure, BuildResult, Diagnostic, PtxasStats
 
-CACHE_FORMAT = 1
-"""Bump when the cache entry or the compile command changes meaning: old entries stop matching."""
+CACHE_FORMAT = 2
+"""Bump when the cache entry or the compile command changes meaning: old entries stop matching.
+2: logs keep only messages about the candidate; the cubin size cap is part of the key."""
+
+MAX_CUBIN_BYTES = 16 << 20
+"""Cubins over this size are refused: an honest kernel's is KBs; a huge one means embedded data."""
+NOT_CACHED: frozenset[BuildFailure] = frozenset({"timeout", "killed", "sandbox"})
+"""Failures that say nothing permanent about the source: the next request builds again."""
 
 DEFAULT_ARCH = "sm_90"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo")
@@ -52,6 +75,14 @@ _GCC = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal
 # `ptxas /tmp/x.ptx, line 26; error   : Unknown symbol 'r'`, `nvcc fatal   : Unsupported gpu architecture`.
 _TOOL = re.compile(r"^(?P<tool>nvcc|ptxas|nvlink)(?: [^;]*;)?\s+(?P<sev>error|warning|fatal)\s*: (?P<msg>.*)$")
 _CARET = re.compile(r"^ *\^$")
+_CANDIDATE = re.compile(rf"^{re.escape(SOURCE_NAME)}[(:]")
+_SUMMARY = re.compile(rf'^\d+ errors? detected in the compilation of "{re.escape(SOURCE_NAME)}"\.$')
+_OTHER_FILE = re.compile(r"^\S[^:(]*(?:\(\d+\)|:\d+(?::\d+)?):\s")
+_REACHED_FROM = re.compile(rf"at line (\d+) of {re.escape(SOURCE_NAME)}")
+_WITHHELD = re.compile(
+    r"^kernelforge withheld: (?P<sev>error|warning) in another file(?:, reached from line (?P<line>\d+))?"
+)
+_DIED = re.compile(r"^nvcc error\s*: '[\w.+-]+' died due to signal (\d+)", re.MULTILINE)  # nvcc's own line only
 _GCC_GUTTER = re.compile(r"^ *\d* \| ")
 
 _PTX_ENTRY = re.compile(r"ptxas info\s+: Compiling entry function '(?P<name>[^']+)'")
@@ -189,6 +220,17 @@ def parse_diagnostics(log: str, source: str) -> list[Diagnostic]:
                     source_line=line_text(file, number),
                 )
             )
+        elif match := _WITHHELD.match(text):
+            line = match.group("line")
+            diagnostics.append(
+                Diagnostic(
+                    file=SOURCE_NAME if line else "other",
+                    line=int(line) if line else None,
+                    severity="warning" if match.group("sev") == "warning" else "error",
+                    message=f"{match.group('sev')} in an included file; its text is withheld "
+                    f"(only messages about {SOURCE_NAME} are kept)",
+                )
+            )
         elif match := _TOOL.match(text):
             diagnostics.append(
                 Diagnostic(
@@ -198,6 +240,44 @@ def parse_diagnostics(log: str, source: str) -> list[Diagnostic]:
                 )
             )
     return diagnostics
+
+
+def candidate_messages(log: str) -> str:
+    """nvcc's output reduced to what it says about the candidate and what ptxas and nvcc say.
+
+    A message about another file (a toolkit header, or a host file that got in) is one line saying it was
+    withheld, with the candidate line it was reached from when nvcc names one; its text, the lines it
+    quotes and include traces are dropped. Unknown lines are dropped too.
+    """
+    kept: list[str] = []
+    keep = True
+    withheld: list[str] | None = None
+
+    def close_withheld() -> None:
+        if withheld is not None:
+            severity = "warning" if ": warning" in withheld[0] else "error"
+            reached = [m.group(1) for line in withheld if (m := _REACHED_FROM.search(line))]
+            where = f", reached from line {reached[-1]}" if reached else ""
+            kept.append(f"kernelforge withheld: {severity} in another file{where}")
+
+    for line in log.splitlines():
+        if not line.strip() or line[0] in " \t":  # a message's continuation, echo or caret
+            if keep:
+                kept.append(line)
+            elif withheld is not None:
+                withheld.append(line)
+            continue
+        close_withheld()
+        withheld = None
+        keep = bool(
+            _CANDIDATE.match(line) or _TOOL.match(line) or line.startswith("ptxas info") or _SUMMARY.match(line)
+        )
+        if keep:
+            kept.append(line)
+        elif _OTHER_FILE.match(line) and not line.startswith("In file included from"):
+            withheld = [line]
+    close_withheld()
+    return "\n".join(kept) + ("\n" if kept else "")
 
 
 class Builder:
@@ -213,14 +293,24 @@ class Builder:
         cache_dir: Path | None = None,
         work_dir: Path | None = None,
         allowed_includes: frozenset[str] = DEFAULT_ALLOWED_INCLUDES,
+        max_source_bytes: int = MAX_SOURCE_BYTES,
+        max_cubin_bytes: int = MAX_CUBIN_BYTES,
+        sandbox: SandboxStatus | None = None,
     ) -> None:
-        """Arguments mirror `BuildSettings`; `work_dir` holds the per-build temp dirs (system temp by default)."""
+        """Arguments mirror `BuildSettings`; `work_dir` holds the per-build temp dirs (system temp by default).
+
+        `sandbox` defaults to the best this machine offers (`sandbox_status()`, probed at the first build),
+        with a CPU-time limit a little over `timeout_s`.
+        """
         self.nvcc = find_nvcc(nvcc)
         self.flags = tuple(flags)
         self.timeout_s = timeout_s
         self.cache_dir = cache_dir if cache_dir is not None else default_cache_root() / "cubin"
         self.work_dir = work_dir
         self.allowed_includes = allowed_includes
+        self.max_source_bytes = max_source_bytes
+        self.max_cubin_bytes = max_cubin_bytes
+        self.sandbox = sandbox
         self._arch = arch
         self._slots = asyncio.Semaphore(max_parallel or os.cpu_count() or 2)
         self._key_locks: dict[str, asyncio.Lock] = {}
@@ -231,13 +321,30 @@ class Builder:
             self._arch = await asyncio.to_thread(detect_arch) or DEFAULT_ARCH
         return self._arch
 
+    async def sandboxing(self) -> SandboxStatus:
+        """The sandbox builds run in (the machine's best, probed once, unless one was given)."""
+        if self.sandbox is None:
+            found = await asyncio.to_thread(sandbox_status)
+            self.sandbox = found.model_copy(update={"limits": Limits(cpu_seconds=math.ceil(self.timeout_s) + 10)})
+        return self.sandbox
+
     def cache_key(self, source: str, entry: str, arch: str, version: str) -> str:
         """sha256 over everything that changes the cubin or the verdict."""
-        payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, source])
+        payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, self.max_cubin_bytes, source])
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
-    async def build(self, source: str, entry: str) -> BuildResult:
-        """Check, then compile (or fetch from the cache) one candidate; failures are results, not exceptions."""
+    def _check(
+        self, source: str, entry: str, args: Sequence[ResolvedArg] | None, arch: str, version: str
+    ) -> tuple[str, list[SourceProblem]]:
+        """The cache key and the blocking source problems (run in a thread: a source may be megabytes)."""
+        problems = check_source(source, entry, self.allowed_includes, args, self.max_source_bytes)
+        return self.cache_key(source, entry, arch, version), [p for p in problems if p.severity == "error"]
+
+    async def build(self, source: str, entry: str, args: Sequence[ResolvedArg] | None = None) -> BuildResult:
+        """Check, then compile (or fetch from the cache) one candidate; failures are results, not exceptions.
+
+        `args`, the resolved launch plan's arguments, are checked against the entry's parameters.
+        """
         started = time.perf_counter()
         arch = await self.arch()
         version: str | None = None
@@ -246,9 +353,7 @@ class Builder:
                 version = await asyncio.to_thread(nvcc_version, self.nvcc)
             except (OSError, ValueError, subprocess.TimeoutExpired):
                 version = None
-        key = self.cache_key(source, entry, arch, version or "no nvcc")
-
-        problems = [p for p in check_source(source, entry, self.allowed_includes) if p.severity == "error"]
+        key, problems = await asyncio.to_thread(self._check, source, entry, args, arch, version or "no nvcc")
         if problems:
             return BuildResult(
                 ok=False, key=key, failure="source check", seconds=time.perf_counter() - started,
@@ -268,55 +373,88 @@ class Builder:
             if hit is not None:
                 return hit.model_copy(update={"cached": True, "seconds": time.perf_counter() - started})
             result = await self._compile(self.nvcc, source, arch, key)
-            if result.failure != "timeout":
+            if result.failure not in NOT_CACHED:
                 self._store(result)
         return result.model_copy(update={"seconds": time.perf_counter() - started})
 
     async def _compile(self, nvcc: str, source: str, arch: str, key: str) -> BuildResult:
+        sandbox = await self.sandboxing()
         async with self._slots:
             if self.work_dir is not None:
                 self.work_dir.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(prefix="kernelforge-build-", dir=self.work_dir) as tmp:
-                Path(tmp, SOURCE_NAME).write_text(source, encoding="utf-8")
-                command = [
+                work, scratch = Path(tmp, "work"), Path(tmp, "root")
+                work.mkdir()
+                scratch.mkdir()
+                Path(work, SOURCE_NAME).write_text(source, encoding="utf-8")
+                nvcc_command = [
                     nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-Xptxas", "-v", *self.flags,
                     "-o", "kernel.cubin", SOURCE_NAME,
                 ]  # fmt: skip
-                # TMPDIR keeps nvcc's intermediates inside the build dir, so a killed build leaves nothing.
+                command = sandbox_command(nvcc_command, work, scratch, read_only_paths(nvcc), sandbox)
+                # The sandbox's TMPDIR keeps nvcc's intermediates in the build dir: a killed build leaves nothing.
                 proc = await asyncio.create_subprocess_exec(
-                    *command, cwd=tmp, env={**os.environ, "TMPDIR": tmp},
+                    *command, cwd=work, env=sandbox_env(nvcc, work),
                     stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                     stderr=asyncio.subprocess.STDOUT, start_new_session=True,
                 )  # fmt: skip
+                leftovers = asyncio.create_task(_kill_leftovers(proc))
                 try:
                     out, _ = await asyncio.wait_for(proc.communicate(), self.timeout_s)
                 except TimeoutError:
                     await _kill_group(proc)
-                    message = f"nvcc ran longer than {self.timeout_s:g} s and was stopped"
-                    return BuildResult(
-                        ok=False, key=key, failure="timeout", log=message,
-                        diagnostics=[Diagnostic(file="nvcc", severity="error", message=message)],
-                    )  # fmt: skip
+                    return _failed(key, "timeout", f"nvcc ran longer than {self.timeout_s:g} s and was stopped")
                 except BaseException:  # cancelled: no nvcc may outlive the search that asked for it
                     await _kill_group(proc)
                     raise
-                log = out.decode("utf-8", "replace")
-                diagnostics = parse_diagnostics(log, source)
-                cubin = Path(tmp, "kernel.cubin")
-                if proc.returncode != 0 or not cubin.is_file():
-                    if not any(d.severity == "error" for d in diagnostics):
-                        message = f"nvcc exited with status {proc.returncode}"
-                        diagnostics.append(Diagnostic(file="nvcc", severity="error", message=message))
-                    return BuildResult(
-                        ok=False, key=key, failure="compile error", diagnostics=diagnostics, log=log,
-                        ptxas=parse_ptxas(log),
-                    )  # fmt: skip
-                self.cache_dir.mkdir(parents=True, exist_ok=True)
-                target = self.cache_dir / f"{key}.cubin"
-                _atomic_write(target, cubin.read_bytes())
-                return BuildResult(
-                    ok=True, key=key, cubin_path=target, diagnostics=diagnostics, log=log, ptxas=parse_ptxas(log)
+                finally:
+                    leftovers.cancel()
+                return self._result(key, proc.returncode, out.decode("utf-8", "replace"), source, work, sandbox)
+
+    def _result(
+        self, key: str, status: int | None, raw: str, source: str, work: Path, sandbox: SandboxStatus
+    ) -> BuildResult:
+        """Judge a finished nvcc: sandbox trouble, a signal, a compile error, an oversized cubin, or a cubin."""
+        if (status == SETUP_FAILED and "kernelforge sandbox:" in raw) or raw.startswith("bwrap: "):
+            return _failed(key, "sandbox", f"the nvcc sandbox did not start: {raw.strip()[-300:]}")
+        # A signal: the status (negative; 128 + n through bubblewrap or a shell) or nvcc's word about a tool.
+        died = _DIED.search(raw)
+        number = -status if status is not None and status < 0 else int(died.group(1)) if died else None
+        if number is None and status is not None and 128 < status <= 128 + signal.SIGRTMAX:
+            number = status - 128
+        if number is not None:
+            return _failed(key, "killed", _killed_message(number, sandbox.limits))
+        log = candidate_messages(raw)
+        diagnostics = parse_diagnostics(log, source)
+        ptxas = parse_ptxas(log)
+        cubin = Path(work, "kernel.cubin")
+        if status != 0 or not cubin.is_file():
+            if not any(d.severity == "error" for d in diagnostics):
+                diagnostics.append(
+                    Diagnostic(file="nvcc", severity="error", message=f"nvcc exited with status {status}")
                 )
+            return BuildResult(
+                ok=False, key=key, failure="compile error", diagnostics=diagnostics, log=log, ptxas=ptxas
+            )
+        size = cubin.stat().st_size
+        if size > self.max_cubin_bytes:
+            message = (
+                f"the cubin is {size} bytes, over the cap of {self.max_cubin_bytes} bytes: a kernel's code is KBs; "
+                "keep data out of the source"
+            )
+            diagnostics.append(Diagnostic(file="nvcc", severity="error", message=message))
+            return BuildResult(
+                ok=False,
+                key=key,
+                failure="compile error",
+                diagnostics=diagnostics,
+                log=f"{log}{message}\n",
+                ptxas=ptxas,
+            )
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        target = self.cache_dir / f"{key}.cubin"
+        _atomic_write(target, cubin.read_bytes())
+        return BuildResult(ok=True, key=key, cubin_path=target, diagnostics=diagnostics, log=log, ptxas=ptxas)
 
     def _load(self, key: str) -> BuildResult | None:
         meta = self.cache_dir / f"{key}.json"
@@ -331,6 +469,29 @@ class Builder:
     def _store(self, result: BuildResult) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.cache_dir / f"{result.key}.json", result.model_dump_json(indent=1).encode("utf-8"))
+
+
+def _failed(key: str, failure: BuildFailure, message: str) -> BuildResult:
+    return BuildResult(
+        ok=False, key=key, failure=failure, log=message,
+        diagnostics=[Diagnostic(file="nvcc", severity="error", message=message)],
+    )  # fmt: skip
+
+
+def _killed_message(number: int, limits: Limits) -> str:
+    """Why the signal probably came: the limit it stands for, or the OOM killer."""
+    reasons = {
+        signal.SIGKILL: "out of memory (the OOM killer?)",
+        signal.SIGXCPU: f"over the CPU-time limit of {limits.cpu_seconds} s",
+        signal.SIGXFSZ: f"wrote a file over the limit of {limits.file_bytes >> 20} MiB",
+        signal.SIGSEGV: f"crashed, perhaps at the address-space limit of {limits.address_space_bytes >> 20} MiB",
+        signal.SIGABRT: f"aborted, perhaps out of memory under the limit of {limits.address_space_bytes >> 20} MiB",
+    }
+    try:
+        name, why = signal.Signals(number).name, reasons.get(signal.Signals(number), "stopped from outside")
+    except ValueError:
+        name, why = f"signal {number}", "stopped from outside"
+    return f"nvcc (or a tool it ran) was killed by {name}: {why}; not cached, a new request builds again"
 
 
 def _from_problem(problem: SourceProblem, source: str) -> Diagnostic:
@@ -356,3 +517,14 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     await proc.wait()
+
+
+async def _kill_leftovers(proc: asyncio.subprocess.Process) -> None:
+    """Once nvcc has exited, kill what it left in its group: a killed nvcc's cicc would hold its output open.
+
+    Polled: asyncio reports the exit only after the output closes.
+    """
+    while proc.returncode is None:
+        await asyncio.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
