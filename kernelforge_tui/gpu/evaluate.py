@@ -291,7 +291,7 @@ async def build_candidate(
         launch = resolve(plan, card.spec)
     except ExprError as exc:
         return Evaluation(ok=False, failure="launch", reason=f"bad launch plan: {exc}")
-    built = await builder.build(source, plan.entry)
+    built = await builder.build(source, plan.entry, launch.args)
     if not built.ok or built.cubin_path is None:
         return Evaluation(ok=False, failure="compile", reason=build_error(built), build=built)
     return built, launch
