@@ -6,9 +6,9 @@ system calls go through ctypes). A helper process, not a `preexec_fn`, because t
 threads, where code between fork and exec may deadlock.
 
 With `isolate` in SPEC it builds a new root on a tmpfs: the listed host paths bound read-only (every mount
-under them made read-only too), the work directory bound read-write, a few devices, a private /proc and
-/tmp; then it pivots into that root and drops the old one, so nothing else of the host's file system is
-reachable. The command runs as pid 1 of its own pid namespace: when it ends (or is killed with its
+under them made read-only too), the work directory bound read-write, a few devices and an empty /tmp (no
+/proc: nvcc does not need it); then it pivots into that root and drops the old one, so nothing else of the
+host's file system is reachable. The command runs as pid 1 of its own pid namespace: when it ends (or is killed with its
 process group) every process it started ends too. Exit status: the command's, or its signal re-raised;
 125 with a `kernelforge sandbox:` line on stderr when the sandbox itself cannot be set up.
 """
@@ -20,6 +20,7 @@ import ctypes
 import json
 import os
 import platform
+import re
 import resource
 import signal
 import sys
@@ -101,7 +102,7 @@ def _mount_points(under: str) -> list[tuple[str, int]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # \040 and friends
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])  # \040 is a blank
             if point == under or point.startswith(under.rstrip("/") + "/"):
                 flags = sum(LOCKED_FLAGS.get(option, 0) for option in fields[5].split(","))
                 found.append((point, flags))
