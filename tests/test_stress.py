@@ -14,13 +14,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernelforge_tui.cards import CardError, load_card, save_card
+from kernelforge_tui.cards import CardError, load_card, resolve, save_card
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard, OpFamily, Reference, StressSpec, Tolerance
 from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, to_toml
 from kernelforge_tui.cards.stress import FAMILIES, KINDS, LOGIT_LIMIT, data_tensors, draw, limits, plan
+from kernelforge_tui.gpu.source_check import check_source
 
 from .conftest import EXAMPLES, ROOT
+from .test_gpu_stress import HONEST as GPU_HONEST
+from .test_gpu_stress import UNSAFE as GPU_UNSAFE
+from .test_gpu_stress import Kernel as GpuKernel
 
 CARDS = EXAMPLES / "cards"
 F32 = np.float32
@@ -293,7 +297,8 @@ def softmax_online(guard_neg_inf: bool, threads: int = 128) -> Kernel:
             s += np.where((m == -np.inf) & (chunk == -np.inf), F32(0), term) if guard_neg_inf else term
         top = np.fmax.reduce(m, axis=1, keepdims=True)
         total = np.where(m == -np.inf, F32(0), s * np.exp(m - top)).sum(axis=1, dtype=F32)
-        return np.exp(x - top) / total[:, None]
+        out: np.ndarray = np.exp(x - top) / total[:, None]
+        return out
 
     return run
 
@@ -305,7 +310,8 @@ def softmax_tail_in_max(inputs: Arrays) -> np.ndarray:
     following = np.concatenate([x[1:, :over], np.zeros((1, over), F32)])
     m = np.fmax(np.fmax.reduce(x, axis=1), np.fmax.reduce(following, axis=1, initial=-np.inf))[:, None]
     e = np.exp(x - m)
-    return e / block_sum(e)[:, None]
+    out: np.ndarray = e / block_sum(e)[:, None]
+    return out
 
 
 def rms_norm_kernel(eps: float | None = 1e-6) -> Kernel:
@@ -331,7 +337,8 @@ def layer_norm_kernel(variance: str, eps: float | None = 1e-5) -> Kernel:
             mean = total(x) / n
             var = block_sum(x * x) / n - mean * mean if variance == "naive" else total((x - mean[:, None]) ** 2) / n
         rstd = F32(1) / np.sqrt(var + F32(eps or 0))
-        return (x - mean[:, None]) * rstd[:, None] * w + b
+        out: np.ndarray = (x - mean[:, None]) * rstd[:, None] * w + b
+        return out
 
     return run
 
@@ -505,3 +512,17 @@ def test_example_cards_declare_and_run_their_familys_stress_sets(name: str) -> N
             for tensor in card.spec.inputs:
                 assert inputs[tensor.name].shape == tensor.dims(card.spec.sizes)
             assert outputs["y"].shape == card.spec.outputs[0].dims(card.spec.sizes)
+
+
+# --- the GPU tests' kernels, checked here where no GPU is -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kernel",
+    [k for k, _ in GPU_UNSAFE] + GPU_HONEST,
+    ids=[k.entry for k, _ in GPU_UNSAFE] + [k.entry for k in GPU_HONEST],
+)
+def test_the_gpu_tests_kernels_pass_the_source_check_and_their_plans_resolve(kernel: GpuKernel) -> None:
+    launch = resolve(kernel.plan(), load_card(CARDS / kernel.card).spec)
+    problems = check_source(kernel.path().read_text(), kernel.entry, args=launch.args)
+    assert [p for p in problems if p.severity == "error"] == []

@@ -1,0 +1,208 @@
+"""GPU tests of the stress sets (issue 15): run on the H200 with `pytest -m gpu` (deselected in CI).
+
+A known-unsafe rewrite passes every ordinary set of its card (the card's own and the fresh ones) and must fail
+a stress set, named in the reason; honest kernels (fast-math __expf, reordered reductions, Welford, an online
+softmax that guards -inf) must pass every set, on fp32 and bf16 cards. tests/test_stress.py shows the same on
+the CPU with NumPy stand-ins; the kernels are in tests/fixtures/stress/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from kernelforge_tui.cards import load_card, plan_for_kernel
+from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards.stress import plan
+from kernelforge_tui.config import Settings
+from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.gpu.detect import require_gpu
+from kernelforge_tui.gpu.evaluate import Evaluator
+from kernelforge_tui.models.evaluation import Evaluation
+
+from .conftest import EXAMPLES
+
+pytestmark = pytest.mark.gpu
+CARDS = EXAMPLES / "cards"
+CHEATS = EXAMPLES / "kernels" / "cheats"
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "stress"
+ARGS = {
+    "softmax": ["x", "y", "rows", "cols"],
+    "rms_norm": ["x", "w", "y", "rows", "cols"],
+    "layer_norm": ["x", "w", "b", "y", "rows", "cols"],
+}
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One entry of a fixture source, launched on a card: one block of 256 per row (a thread per element for
+    vector_add)."""
+
+    card: str
+    source: str
+    entry: str
+
+    def path(self) -> Path:
+        return FIXTURES / self.source
+
+    def plan(self) -> LaunchPlan:
+        if self.source == "vector_add.cu":
+            return LaunchPlan(entry=self.entry, grid=["cdiv(n, 256)"], block=[256], args=["a", "b", "c", "n"])
+        return LaunchPlan(entry=self.entry, grid=["rows"], block=[256], args=ARGS[self.source.removesuffix(".cu")])
+
+
+UNSAFE: list[tuple[Kernel, str]] = [
+    (Kernel("softmax_f32_small", "softmax.cu", "softmax_no_max_f32"), "large-logits"),
+    (Kernel("softmax_bf16_small", "softmax.cu", "softmax_no_max_bf16"), "large-logits"),
+    (Kernel("softmax_f32_small", "softmax.cu", "softmax_tail_in_max_f32"), "large-logits"),
+    (Kernel("softmax_bf16_small", "softmax.cu", "softmax_tail_in_max_bf16"), "large-logits"),
+    (Kernel("softmax_f32_small", "softmax.cu", "softmax_online_unguarded_f32"), "masked"),
+    (Kernel("softmax_bf16_small", "softmax.cu", "softmax_online_unguarded_bf16"), "masked"),
+    (Kernel("softmax_f32_small", "softmax.cu", "softmax_zero_masked_rows_f32"), "fully-masked"),
+    (Kernel("rms_norm_bf16_small", "rms_norm.cu", "rms_norm_no_eps_bf16"), "zero-rows"),
+    (Kernel("rms_norm_bf16_small", "rms_norm.cu", "rms_norm_eps_1e5_bf16"), "tiny"),
+    (Kernel("layer_norm_f32_small", "layer_norm.cu", "layer_norm_naive_var_f32"), "large-mean"),
+    (Kernel("layer_norm_bf16_small", "layer_norm.cu", "layer_norm_naive_var_bf16"), "large-mean"),
+    (Kernel("layer_norm_f32_small", "layer_norm.cu", "layer_norm_no_eps_f32"), "equal-rows"),
+    (Kernel("layer_norm_bf16_small", "layer_norm.cu", "layer_norm_no_eps_bf16"), "equal-rows"),
+    (Kernel("vector_add_f32", "vector_add.cu", "vector_add_saturating_f32"), "max-finite"),
+]
+HONEST = [
+    Kernel("softmax_f32_small", "softmax.cu", "softmax_fast_exp_f32"),
+    Kernel("softmax_bf16_small", "softmax.cu", "softmax_fast_exp_bf16"),
+    Kernel("softmax_f32_small", "softmax.cu", "softmax_online_guarded_f32"),
+    Kernel("softmax_bf16_small", "softmax.cu", "softmax_online_guarded_bf16"),
+    Kernel("layer_norm_f32_small", "layer_norm.cu", "layer_norm_two_pass_f32"),
+    Kernel("layer_norm_bf16_small", "layer_norm.cu", "layer_norm_two_pass_bf16"),
+    Kernel("layer_norm_f32_small", "layer_norm.cu", "layer_norm_welford_f32"),
+    Kernel("layer_norm_bf16_small", "layer_norm.cu", "layer_norm_welford_bf16"),
+]
+SMALL_CARDS = [
+    "vector_add_f32",
+    "softmax_f32_small",
+    "softmax_bf16_small",
+    "rms_norm_bf16_small",
+    "layer_norm_f32_small",
+    "layer_norm_bf16_small",
+]
+HONEST_EXAMPLES = [
+    *((card, kernel) for card in SMALL_CARDS for kernel in sorted((CARDS / card / "candidates").glob("*.cu"))),
+    ("softmax_f32_small", CHEATS / "softmax_f32_small" / "reordered_reduction.cu"),
+    ("softmax_bf16_small", CHEATS / "softmax_bf16_small" / "half_precision_bf16.cu"),
+]
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+class Harness:
+    """One evaluator per card, kept for the module: loading a card on the GPU costs seconds."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.evaluators: dict[str, Evaluator] = {}
+        self.settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2}})
+        self.builder = Builder(arch="sm_90")
+
+    def evaluator(self, card: str) -> Evaluator:
+        if card not in self.evaluators:
+            evaluator = Evaluator(load_card(CARDS / card), self.builder, self.settings, require_gpu()[0])
+            self.loop.run_until_complete(evaluator.start())
+            self.evaluators[card] = evaluator
+        return self.evaluators[card]
+
+    def run(self, card: str, source: Path, launch: LaunchPlan) -> Evaluation:
+        return self.loop.run_until_complete(self.evaluator(card).evaluate(source.read_text(), launch))
+
+    def close(self) -> None:
+        for evaluator in self.evaluators.values():
+            self.loop.run_until_complete(evaluator.close())
+
+
+@pytest.fixture(scope="module")
+def harness(loop: asyncio.AbstractEventLoop) -> Iterator[Harness]:
+    h = Harness(loop)
+    yield h
+    h.close()
+
+
+def stress_labels(card: str) -> list[str]:
+    return [planned.label for planned in plan(load_card(CARDS / card).spec) if planned.skipped is None]
+
+
+@pytest.mark.parametrize("card", SMALL_CARDS)
+def test_stress_sets_load_after_the_fresh_ones(harness: Harness, card: str) -> None:
+    loaded = harness.evaluator(card).loaded
+    assert loaded is not None
+    own = [which.name for which in load_card(CARDS / card).spec.input_sets]
+    assert loaded.sets == [*own, "fresh-0", "fresh-1", *stress_labels(card)]
+
+
+@pytest.mark.parametrize(("kernel", "stress_set"), UNSAFE, ids=[k.entry for k, _ in UNSAFE])
+def test_unsafe_rewrites_fail_the_named_stress_set(harness: Harness, kernel: Kernel, stress_set: str) -> None:
+    """Every ordinary set passes first (they run before the stress sets): only the stress set catches it."""
+    evaluation = harness.run(kernel.card, kernel.path(), kernel.plan())
+    assert not evaluation.ok
+    assert evaluation.failure == "mismatch", evaluation.reason
+    assert evaluation.reason.startswith(f"set stress:{stress_set}: "), evaluation.reason
+    assert evaluation.result is not None
+    *passed, failed = evaluation.result.checks
+    assert failed.name == f"stress:{stress_set}" and not failed.ok
+    assert all(check.ok for check in passed)
+    assert {"fresh-0", "fresh-1"} <= {check.name for check in passed}
+
+
+@pytest.mark.parametrize("kernel", HONEST, ids=[k.entry for k in HONEST])
+def test_honest_rewrites_pass_every_set(harness: Harness, kernel: Kernel) -> None:
+    evaluation = harness.run(kernel.card, kernel.path(), kernel.plan())
+    assert evaluation.ok, f"{evaluation.failure}: {evaluation.reason}"
+    assert evaluation.result is not None
+    assert set(stress_labels(kernel.card)) <= {check.name for check in evaluation.result.checks}
+
+
+@pytest.mark.parametrize(("card", "kernel"), HONEST_EXAMPLES, ids=[f"{c}-{k.stem}" for c, k in HONEST_EXAMPLES])
+def test_the_example_candidates_and_honest_controls_pass_every_stress_set(
+    harness: Harness, card: str, kernel: Path
+) -> None:
+    evaluation = harness.run(card, kernel, plan_for_kernel(kernel))
+    assert evaluation.ok, f"{evaluation.failure}: {evaluation.reason}"
+    assert evaluation.result is not None
+    assert set(stress_labels(card)) <= {check.name for check in evaluation.result.checks}
+
+
+def test_a_dropped_tail_is_caught_by_the_first_set_of_an_odd_sized_card(harness: Harness) -> None:
+    """Sizes are the card's: a kernel that drops cols % 4 elements fails every set of a card with odd cols,
+    the first already (what stress sets add is the tail that is read but not masked: softmax_tail_in_max)."""
+    kernel = Kernel("softmax_f32_small", "softmax.cu", "softmax_no_tail_f32")
+    evaluation = harness.run(kernel.card, kernel.path(), kernel.plan())
+    assert not evaluation.ok and evaluation.failure == "mismatch"
+    assert evaluation.reason.startswith("set captured_0: y: ") and "never written" in evaluation.reason
+
+
+def test_a_large_card_loads_its_stress_sets(loop: asyncio.AbstractEventLoop) -> None:
+    """The 4096 x 32768 bf16 softmax card: seven stress sets of 134M elements drawn and referenced on the host
+    when the worker starts; its candidate passes them all."""
+    card = "softmax_bf16_4096x32768"
+    settings = Settings.model_validate({"eval": {"timeout_s": 30.0, "fresh_seeds": 1}})
+    evaluator = Evaluator(load_card(CARDS / card), Builder(arch="sm_90"), settings, require_gpu()[0])
+    kernel = sorted((CARDS / card / "candidates").glob("*.cu"))[0]
+
+    async def run() -> Evaluation:
+        await evaluator.start()
+        try:
+            return await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
+        finally:
+            await evaluator.close()
+
+    evaluation = loop.run_until_complete(run())
+    assert evaluator.loaded is not None and evaluator.loaded.sets[-7:] == stress_labels(card)
+    assert evaluator.loaded.seconds < 120, f"loading took {evaluator.loaded.seconds:.0f} s"
+    assert evaluation.ok, f"{evaluation.failure}: {evaluation.reason}"
