@@ -403,6 +403,86 @@ def test_to_toml_rejects_what_it_cannot_write() -> None:
         to_toml({"x": object()})
 
 
+# --- files a card names, and files that cannot be read ------------------------------------------------------
+
+BASELINE = '\n[baseline]\nsource = "SOURCE"\nplan = { entry = "k", grid = [1], block = [32], args = [] }\n'
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "words"),
+    [
+        ('file = "captured.npz"', "seed = -1", "input_sets.0.seed", "greater than or equal to 0"),
+        ("rows = 2\ncols = 3", "rows = 1048576\ncols = 1048576", "inputs.x.shape", "4.1e+03 GiB, over the limit"),
+        ("rows = 2\ncols = 3", "rows = 4294967296\ncols = 4294967296", "inputs.x.shape", "over the limit of 256 GiB"),
+        ('file = "captured.npz"', 'file = "../outside.npz"', "input_sets.captured.file", "outside the card"),
+        ('function = "softmax"', 'function = "../outside.py:softmax"', "reference.function", "outside the card"),
+        ("[reference]", BASELINE.replace("SOURCE", "../outside.cu") + "[reference]", "baseline.source", "outside"),
+        ("[reference]", BASELINE.replace("SOURCE", "ABSOLUTE") + "[reference]", "baseline.source", "outside"),
+    ],
+)
+def test_cards_that_reach_outside_or_overflow_are_refused(
+    tmp_path: Path, old: str, new: str, field: str, words: str
+) -> None:
+    for name in ("outside.npz", "outside.py", "outside.cu"):  # they exist: the path alone is refused
+        shutil.copy(CARDS / "softmax_bf16_small" / "baseline.cu", tmp_path / name)
+    assert old in GOOD
+    text = GOOD.replace(old, new.replace("ABSOLUTE", str(tmp_path / "outside.cu")), 1)
+    root = write_card(tmp_path / "card", text)
+    with pytest.raises(CardError) as info:
+        load_card(root)
+    assert (info.value.field, info.value.path) == (field, root / "card.toml")
+    assert words in info.value.problem and info.value.exit_code == 2
+
+
+def test_a_symlink_out_of_the_card_is_refused(tmp_path: Path) -> None:
+    root = write_card(tmp_path / "card", GOOD.replace("[reference]", BASELINE.replace("SOURCE", "baseline.cu")
+                                                      + "[reference]"))  # fmt: skip
+    (tmp_path / "secret.cu").write_text('extern "C" __global__ void k() {}\n')
+    (root / "baseline.cu").symlink_to(tmp_path / "secret.cu")
+    with pytest.raises(CardError) as info:
+        load_card(root)
+    assert info.value.field == "baseline.source" and "outside the card directory" in info.value.problem
+    card = Card(spec=OperatorCard.model_validate(tomllib.loads((root / "card.toml").read_text())), root=root)
+    with pytest.raises(CardError, match="outside the card directory"):
+        card.baseline_source()  # a Card made without load_card is held to the same rule when it reads the file
+    (root / "baseline.cu").unlink()
+    (root / "kernels").mkdir()
+    shutil.move(tmp_path / "secret.cu", root / "kernels" / "k.cu")
+    (root / "baseline.cu").symlink_to(root / "kernels" / "k.cu")  # a symlink that stays inside is fine
+    assert "__global__" in load_card(root).baseline_source()
+
+
+def test_a_reference_module_outside_the_card_never_runs(tmp_path: Path) -> None:
+    root = write_card(tmp_path / "card", GOOD)
+    (tmp_path / "evil.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\ndef softmax(i, s): return i\n")
+    spec = OperatorCard.model_validate(
+        tomllib.loads(GOOD.replace('function = "softmax"', 'function = "../evil.py:softmax"'))
+    )
+    with pytest.raises(CardError, match="outside the card directory"):
+        Card(spec=spec, root=root).reference({"x": np.zeros((2, 3), np.float32)})
+    assert not (tmp_path / "ran").exists()
+
+
+def test_unreadable_manifests_plans_and_sets_are_card_errors(tmp_path: Path) -> None:
+    root = write_card(tmp_path / "card", GOOD)
+    (root / "captured.npz").write_text("not a zip")
+    with pytest.raises(CardError) as info:
+        load_card(root)  # refused on load, before anything is built or sent to a GPU
+    assert info.value.field == "input_sets.captured.file" and "not an .npz" in info.value.problem
+    (root / "card.toml").write_bytes(GOOD.replace("bad_card", "bad_\xe9_card").encode("latin-1"))
+    with pytest.raises(CardError) as info:
+        load_card(root)
+    assert info.value.path == root / "card.toml" and info.value.problem == "not UTF-8 text (byte 0xe9 at offset 12)"
+    kernel = tmp_path / "k.cu"
+    (tmp_path / "k.plan.toml").mkdir()
+    with pytest.raises(CardError) as info:
+        plan_for_kernel(kernel)
+    assert info.value.path == tmp_path / "k.plan.toml" and "a directory" in info.value.problem
+    (tmp_path / "other.plan.toml").write_bytes(b'entry = "k\xff"\n')
+    with pytest.raises(CardError, match="not UTF-8 text"):
+        plan_for_kernel(kernel, tmp_path / "other.plan.toml")
+
+
 # --- kernels ----------------------------------------------------------------------------------------
 
 EXPECT = re.compile(r"^// expect: (mismatch|out_of_bounds|timeout|input_modified|pass) -- ", re.MULTILINE)

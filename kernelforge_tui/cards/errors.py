@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
+from kernelforge_tui.errors import FieldError, not_utf8
 
-class CardError(Exception):
-    """A card (or plan) file that cannot be used as it is."""
+
+class CardError(FieldError):
+    """A card (or plan) file that cannot be used as it is (bad input: exit code 2)."""
 
     def __init__(self, path: Path, field: str | None, problem: str, fix: str) -> None:
         self.path = path
-        self.field = field
-        self.problem = problem
-        self.fix = fix
-        where = f"{path}" + (f": {field}" if field else "")
-        super().__init__(f"{where}: {problem}. Fix: {fix}.")
+        super().__init__(path, field, problem, fix)
 
 
 class FieldProblem(ValueError):
@@ -42,3 +42,20 @@ def from_validation_error(path: Path, exc: ValidationError) -> CardError:
     if first["type"] == "missing":
         return CardError(path, loc, "required field is missing", "add it")
     return CardError(path, loc or None, message, "correct this value")
+
+
+def read_toml(path: Path, missing_fix: str) -> dict[str, Any]:
+    """A manifest's or plan's TOML as data (always UTF-8, whatever the locale); every way the file can fail to read
+    is a CardError naming it."""
+    try:
+        return tomllib.loads(path.read_bytes().decode())
+    except FileNotFoundError:
+        raise CardError(path, None, "file not found", missing_fix) from None
+    except IsADirectoryError:
+        raise CardError(path, None, "a directory, not a file", "point at the TOML file itself") from None
+    except OSError as exc:
+        raise CardError(path, None, f"cannot be read ({exc.strerror})", "check its permissions") from None
+    except UnicodeDecodeError as exc:
+        raise CardError(path, None, not_utf8(exc), "save it as UTF-8") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise CardError(path, None, f"not valid TOML: {exc}", "fix the TOML syntax") from None

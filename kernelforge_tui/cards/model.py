@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from kernelforge_tui.cards import expr
-from kernelforge_tui.cards.dtypes import FLOATING, DType
+from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, DType
 from kernelforge_tui.cards.errors import FieldProblem
 from kernelforge_tui.cards.stress import check as check_stress
 
@@ -21,6 +21,10 @@ Expr = Annotated[str | int, Field(union_mode="left_to_right")]
 """An integer, or an integer formula over the card's sizes (see `expr.HELP`)."""
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+MAX_TENSOR_BYTES = 2**38
+"""256 GiB: more than one GPU holds (an H200 has 141 GB), so no card that can run is refused, while a shape's element
+and byte counts stay far below 2**63 and cannot overflow the int64 sizes of NumPy, the worker and a plan's args."""
 
 OpFamily = Literal[
     "elementwise",
@@ -133,7 +137,8 @@ class InputSet(Strict):
 
     name: str
     file: str | None = None
-    seed: int | None = None
+    seed: int | None = Field(default=None, ge=0)
+    """NumPy's generators take non-negative seeds only."""
 
     @model_validator(mode="after")
     def _one_source(self) -> InputSet:
@@ -247,6 +252,14 @@ class OperatorCard(Strict):
                 if any(d <= 0 for d in dims):
                     raise FieldProblem(
                         f"{group}.{spec.name}.shape", f"evaluates to {dims}", "every dimension must be >= 1"
+                    )
+                size = spec.numel(self.sizes) * NUMPY[spec.dtype].itemsize
+                if size > MAX_TENSOR_BYTES:
+                    raise FieldProblem(
+                        f"{group}.{spec.name}.shape",
+                        f"{dims} of {spec.dtype} is {size / 2**30:.3g} GiB, over the limit of "
+                        f"{MAX_TENSOR_BYTES >> 30} GiB (more than a GPU holds)",
+                        "use smaller sizes",
                     )
         for field in ("flops", "bytes"):
             try:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ValidationError
 
 from kernelforge_tui.cards import expr
-from kernelforge_tui.cards.errors import CardError, from_validation_error
+from kernelforge_tui.cards.errors import CardError, from_validation_error, read_toml
 from kernelforge_tui.cards.model import SCALAR_TYPES, LaunchPlan, OperatorCard
 
 MAX_THREADS_PER_BLOCK = 1024
@@ -89,12 +88,7 @@ def resolve(plan: LaunchPlan, card: OperatorCard) -> ResolvedLaunch:
 
 def load_plan(path: Path) -> LaunchPlan:
     """Read a plan TOML file (the fields of LaunchPlan at top level)."""
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise CardError(path, None, "file not found", "write a plan TOML with entry, grid, block, args") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise CardError(path, None, f"not valid TOML: {exc}", "fix the TOML syntax") from None
+    data = read_toml(path, "write a plan TOML with entry, grid, block, args")
     try:
         return LaunchPlan.model_validate(data)
     except ValidationError as exc:

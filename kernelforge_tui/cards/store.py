@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import tomllib
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,8 +13,9 @@ from pydantic import ValidationError
 
 from kernelforge_tui.cards import references, stress
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, from_storage, to_storage
-from kernelforge_tui.cards.errors import CardError, from_validation_error
+from kernelforge_tui.cards.errors import CardError, from_validation_error, read_toml
 from kernelforge_tui.cards.model import InputSet, OperatorCard, TensorSpec
+from kernelforge_tui.errors import not_utf8
 
 MANIFEST = "card.toml"
 
@@ -33,14 +33,31 @@ class Card:
     def manifest(self) -> Path:
         return self.root / MANIFEST
 
+    def file(self, name: str, field: str) -> Path:
+        """A file the manifest names in `field`. It must live inside the card directory: a path that leaves it
+        (absolute, `..`, or a symlink out) is refused, since a card is a directory a person can read and review,
+        and its reference is Python that runs."""
+        path = (self.root / name).resolve()
+        if not path.is_relative_to(self.root.resolve()):
+            raise CardError(
+                self.manifest,
+                field,
+                f"{name!r} is outside the card directory",
+                "keep the card's files inside it (no absolute paths, '..', or symlinks that lead out)",
+            )
+        return path
+
     def baseline_source(self) -> str:
         """The baseline kernel's CUDA source."""
         if self.spec.baseline is None:
             raise CardError(self.manifest, "baseline", "this card has no baseline kernel", "add [baseline]")
-        path = self.root / self.spec.baseline.source
+        path = self.file(self.spec.baseline.source, "baseline.source")
         if not path.is_file():
             raise CardError(self.manifest, "baseline.source", f"{path.name} not found", "add the file or fix the name")
-        return path.read_text()
+        try:
+            return path.read_bytes().decode()
+        except UnicodeDecodeError as exc:
+            raise CardError(path, None, not_utf8(exc), "save it as UTF-8") from None
 
     def input_set(self, which: InputSet) -> tuple[Arrays, Arrays]:
         """(inputs, reference outputs) of one set: read from its file, or drawn from its seed."""
@@ -48,7 +65,7 @@ class Card:
             inputs = draw_inputs(self.spec, which.seed)
             return inputs, self.reference(inputs)
         assert which.file is not None
-        path = self.root / which.file
+        path = self.file(which.file, f"input_sets.{which.name}.file")
         try:
             with np.load(path, allow_pickle=False) as data:
                 stored = {key: data[key] for key in data.files}
@@ -112,7 +129,7 @@ def _reference_function(card: Card, function: str) -> references.ReferenceFn:
             )
         return references.BUILTIN[function]
     file_name, _, name = function.partition(":")
-    path = card.root / file_name
+    path = card.file(file_name, "reference.function")
     module_spec = importlib.util.spec_from_file_location(f"kernelforge_card_ref_{path.stem}", path)
     if module_spec is None or module_spec.loader is None or not path.is_file():
         raise CardError(card.manifest, "reference.function", f"{file_name} not found", "add the file beside card.toml")
@@ -171,25 +188,28 @@ def load_card(path: Path) -> Card:
     manifest = root / MANIFEST
     if not manifest.is_file():
         raise CardError(manifest, None, "no card manifest here", "point at a card directory holding card.toml")
-    try:
-        data = tomllib.loads(manifest.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise CardError(manifest, None, f"not valid TOML: {exc}", "fix the TOML syntax") from None
+    data = read_toml(manifest, "point at a card directory holding card.toml")
     try:
         spec = OperatorCard.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(manifest, exc) from None
+    card = Card(spec=spec, root=root)
     for which in spec.input_sets:
-        if which.file is not None and not (root / which.file).is_file():
+        if which.file is None:
+            continue
+        field = f"input_sets.{which.name}.file"
+        stored = card.file(which.file, field)
+        if not stored.is_file():
             raise CardError(
-                manifest,
-                f"input_sets.{which.name}.file",
-                f"{which.file} not found",
-                "restore the file, or use `seed = N` to draw the set",
+                manifest, field, f"{which.file} not found", "restore the file, or use `seed = N` to draw the set"
             )
-    if spec.baseline is not None and not (root / spec.baseline.source).is_file():
+        if not zipfile.is_zipfile(stored):
+            raise CardError(manifest, field, f"{which.file} is not an .npz (zip) file", "re-create the set")
+    if spec.baseline is not None and not card.file(spec.baseline.source, "baseline.source").is_file():
         raise CardError(manifest, "baseline.source", f"{spec.baseline.source} not found", "add the kernel file")
-    return Card(spec=spec, root=root)
+    if spec.reference.function is not None and ":" in spec.reference.function:
+        card.file(spec.reference.function.partition(":")[0], "reference.function")
+    return card
 
 
 def save_card(spec: OperatorCard, root: Path, stored_sets: dict[str, tuple[Arrays, Arrays]]) -> Card:
