@@ -25,13 +25,14 @@ from rich.table import Table
 from kernelforge_tui.cards import CardError, load_card, plan_for_kernel
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.config import Settings, load_settings
+from kernelforge_tui.config import ConfigError, Settings, config_file, load_settings
 from kernelforge_tui.engine.backend import SIMULATED, make_builder
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.mcts import TreeSettings
 from kernelforge_tui.engine.search import RunSettings, Search
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, load_proposer, make_backend, new_run_settings
 from kernelforge_tui.engine.view import RunView
+from kernelforge_tui.errors import KernelForgeError
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
@@ -64,7 +65,13 @@ def doctor_checks() -> list[Check]:
         checks.append(Check(name=name, ok=ok, detail=detail, fix="" if ok else fix))
 
     add("python", sys.version_info >= (3, 11), platform.python_version(), "use Python 3.11 or newer")
-    nvcc = find_nvcc(load_settings().build.nvcc)
+    settings: Settings | None = None
+    try:
+        settings = load_settings()
+        add("config", True, str(config_file()) if config_file().is_file() else "no config file: defaults")
+    except ConfigError as exc:
+        add("config", False, exc.what(), exc.fix)
+    nvcc = find_nvcc(settings.build.nvcc if settings else None)
     if nvcc is None:
         add("nvcc", False, "not found", "install the CUDA toolkit, or set KERNELFORGE_BUILD__NVCC to nvcc's path")
     else:
@@ -109,7 +116,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
         for c in checks:
             table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]missing[/]", escape(c.detail), escape(c.fix))
         console.print(table)
-    essential = {"python", "nvcc"}
+    essential = {"python", "config", "nvcc"}
     return EXIT_OK if all(c.ok for c in checks if c.name in essential) else EXIT_FAILED
 
 
@@ -549,7 +556,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"doctor": cmd_doctor, "eval": cmd_eval, "optimize": cmd_optimize, "runs": cmd_runs}
     handlers["profile"] = cmd_profile
     handlers.update(tui=cmd_tui, open=cmd_open)
-    return handlers[args.command](args, console)
+    try:
+        return handlers[args.command](args, console)
+    except KernelForgeError as exc:  # typed errors (a bad config, a damaged run): one line and their exit code
+        kind = {2: "bad-input", 3: "no-gpu"}.get(exc.exit_code, "failed")
+        return _fail(console, getattr(args, "json", False), kind, str(exc), exc.exit_code)
+
 
 
 if __name__ == "__main__":

@@ -7,10 +7,12 @@ once, in `~/.config/kernelforge-tui/config.toml` or the environment (`KERNELFORG
 from __future__ import annotations
 
 import os
+import tomllib
 from pathlib import Path
+from typing import Annotated, Any, TypeVar
 
 import platformdirs
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -18,7 +20,27 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from kernelforge_tui.errors import FieldError, not_utf8
+
 APP_NAME = "kernelforge-tui"
+
+MAX_CEILING_MARGIN = 1.5
+"""The ceiling check flags a kernel faster than `ceiling_margin` x the measured ceiling. Honest kernels stay under
+the ceiling (the recorded bests reach 88-89% of it); a margin much above 1 only lets skipped work through, and a
+large one switches the check off."""
+MIN_FLUSH_BYTES = 128 * 1024 * 1024
+"""The L2 flush before each timed launch writes at least this much: more than twice an H200's L2 (50 MB), so that a
+flush evicts it rather than leaving the candidate's data cached."""
+
+
+class ConfigError(FieldError):
+    """A config file or KERNELFORGE_* variable that cannot be used (bad input: exit code 2)."""
+
+
+class Section(BaseModel):
+    """A table of the config file: an unknown key is an error, so a misspelt setting is not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 def cache_dir() -> Path:
@@ -37,7 +59,7 @@ def config_file() -> Path:
     return Path(explicit) if explicit else Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
 
 
-class BuildSettings(BaseModel):
+class BuildSettings(Section):
     """How candidates are compiled."""
 
     nvcc: str | None = None
@@ -46,31 +68,47 @@ class BuildSettings(BaseModel):
     """Target such as `sm_90`; detected from the GPU (nvidia-smi) when unset, else sm_90."""
     flags: list[str] = Field(default_factory=lambda: ["-O3", "-lineinfo"])
     """Extra nvcc flags for every candidate (the cache key includes them)."""
-    timeout_s: float = 60.0
+    timeout_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     """A build that takes longer is stopped and recorded as failed."""
-    max_parallel: int = Field(default_factory=lambda: os.cpu_count() or 2)
+    max_parallel: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1)
     """How many nvcc processes run at once."""
 
 
-class EvalSettings(BaseModel):
+class EvalSettings(Section):
     """How candidates are proven correct and timed."""
 
-    timeout_s: float = 30.0
+    timeout_s: float = Field(default=30.0, gt=0, allow_inf_nan=False)
     """Watchdog: a request to the GPU worker that takes longer kills the worker (a hung kernel)."""
-    fresh_seeds: int = 2
-    """Fresh seeded input sets drawn per card on top of the card's own input sets."""
-    min_reps: int = 20
+    fresh_seeds: int = Field(default=2, ge=0)
+    """Fresh seeded input sets drawn per card on top of the card's own input sets (at least 1 in a user's
+    settings, see `UserEvalSettings`; none for the worker's single profiled launch)."""
+    min_reps: int = Field(default=20, ge=1)
     """Timed repetitions at least, per kernel."""
-    max_reps: int = 400
-    """Timed repetitions at most, per kernel."""
-    target_rel_error: float = 0.002
+    max_reps: int = Field(default=400, ge=1, validate_default=True)
+    """Timed repetitions at most, per kernel (not below min_reps)."""
+    target_rel_error: float = Field(default=0.002, gt=0, allow_inf_nan=False)
     """Stop repeating once the standard error of the median is under this share of it."""
-    timing_budget_s: float = 1.0
+    timing_budget_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """GPU seconds that timing one candidate (with its baseline) may take at most."""
-    ceiling_margin: float = 1.10
+    ceiling_margin: float = Field(default=1.10, ge=1.0, le=MAX_CEILING_MARGIN, allow_inf_nan=False)
     """A kernel faster than this multiple of the measured ceiling skipped work: flagged as a cheat."""
-    flush_bytes: int = 256 * 1024 * 1024
-    """Scratch written before each timed launch to evict the L2 (60 MB on an H200)."""
+    flush_bytes: int = Field(default=256 * 1024 * 1024, ge=MIN_FLUSH_BYTES)
+    """Scratch written before each timed launch to evict the L2 (50 MB on an H200)."""
+
+    @field_validator("max_reps")
+    @classmethod
+    def _not_below_min(cls, value: int, info: ValidationInfo) -> int:
+        least = info.data.get("min_reps")
+        if least is not None and value < least:
+            raise ValueError(f"max_reps ({value}) is below min_reps ({least}): lower min_reps or raise max_reps")
+        return value
+
+
+class UserEvalSettings(EvalSettings):
+    """EvalSettings as a user sets them: fresh inputs cannot be switched off. They are what no kernel can know in
+    advance; only the worker's own single profiled launch (no correctness check) runs without them."""
+
+    fresh_seeds: int = Field(default=2, ge=1)
 
 
 NCU_SECTIONS: tuple[str, ...] = (
@@ -112,22 +150,22 @@ NCU_RAW_METRICS: tuple[str, ...] = (
 sure they are there): what the classifier and the reward read."""
 
 
-class ClassifierSettings(BaseModel):
+class ClassifierSettings(Section):
     """How a profile is classified (`kernelforge_tui.gpu.hardware`)."""
 
     threshold_pct: float = Field(default=30.0, gt=0, lt=100)
     """Below this % of peak for both SM and memory throughput, a kernel is latency-bound. 30% is the cut of
     the CUDAMaster hardware-analysis filter (Otsu's method over profiled kernels), see shared/seeds/."""
-    top_stalls: int = 3
+    top_stalls: int = Field(default=3, ge=0)
     """How many stall reasons a latency-bound report names."""
 
 
-class ProfileSettings(BaseModel):
+class ProfileSettings(Section):
     """How candidates are profiled (`kernelforge_tui.gpu.profile`) and which ones the search profiles."""
 
     ncu: str | None = None
     """Path to ncu; found on PATH or under $CUDA_HOME/bin when unset."""
-    timeout_s: float = 120.0
+    timeout_s: float = Field(default=120.0, gt=0, allow_inf_nan=False)
     """A profile that takes longer is killed (ncu replays the kernel once per counter pass, ~40 passes)."""
     sections: list[str] = Field(default_factory=lambda: list(NCU_SECTIONS))
     """ncu `--section`s to collect."""
@@ -141,36 +179,40 @@ class ProfileSettings(BaseModel):
     """The search profiles each node faster than its parent."""
     max_pending: int = Field(default=4, ge=0)
     """Automatic profiles waiting at most; more are skipped (a ProfileNode command is always queued)."""
-    max_share: float = Field(default=0.25, gt=0, le=1)
+    max_share: float = Field(default=0.25, gt=0, le=1, allow_inf_nan=False)
     """Share of wall time automatic profiling may hold a GPU lane (ncu replays the kernel ~40 times)."""
     classifier: ClassifierSettings = Field(default_factory=ClassifierSettings)
 
 
-class RewardWeights(BaseModel):
+Weight = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A reward weight or threshold: a negative one would turn a penalty into a prize, a NaN poisons every reward."""
+
+
+class RewardWeights(Section):
     """Weights and thresholds of the reward (`kernelforge_tui.engine.reward`); the log speedup dominates."""
 
-    speedup: float = 1.0
+    speedup: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """Weight of ln(speedup over the card's baseline): the measured gain, the core of the reward."""
-    throughput: float = 0.2
+    throughput: Weight = 0.2
     """Weight of the change in the bounding unit's throughput (% of peak / 100) against the parent:
     moving toward the roof is evidence of a real improvement."""
-    dram_bytes: float = 0.1
+    dram_bytes: Weight = 0.1
     """Weight of -ln(child DRAM bytes / parent DRAM bytes): less traffic for the same work."""
-    evidence_cap: float = 0.1
+    evidence_cap: Weight = 0.1
     """Hardware evidence in total is clipped to +-this, so it never outweighs a clear speed difference."""
-    gain_threshold: float = 0.02
+    gain_threshold: Weight = 0.02
     """A child counts as having gained when it is at least this much faster than its parent (2%)."""
-    registers: float = 0.1
+    registers: Weight = 0.1
     """Penalty weight of ln(child registers / parent registers) when more registers bought no gain."""
-    shared_memory: float = 0.1
+    shared_memory: Weight = 0.1
     """Penalty weight of ln(child / parent shared bytes per block) when more shared memory bought no gain."""
-    spills: float = 0.2
+    spills: Weight = 0.2
     """Penalty weight of ln((1 + child spill bytes) / (1 + parent spill bytes)) when spilling bought no gain."""
-    occupancy: float = 0.2
+    occupancy: Weight = 0.2
     """Penalty weight of the achieved-occupancy drop (/100) when the child is also slower than its parent."""
-    judge: float = 0.1
+    judge: Weight = 0.1
     """Weight of the LLM judge's verdict (0..1, centred on 0.5), when a judge scored the edit."""
-    failure: float = -1.0
+    failure: float = Field(default=-1.0, lt=0, allow_inf_nan=False)
     """The whole reward of a failed node (compile, launch, mismatch, timeout, cheat) when scored alone; in a
     search the tree's own `failure_reward` (TreeSettings) is the one used, so the two never disagree."""
 
@@ -181,7 +223,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="KERNELFORGE_", env_nested_delimiter="__", extra="ignore")
 
     build: BuildSettings = Field(default_factory=BuildSettings)
-    eval: EvalSettings = Field(default_factory=EvalSettings)
+    eval: UserEvalSettings = Field(default_factory=UserEvalSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     reward: RewardWeights = Field(default_factory=RewardWeights)
 
@@ -198,6 +240,34 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file()))
 
 
+S = TypeVar("S", bound=BaseSettings)
+
+
+def checked_settings(cls: type[S], table: str = "", **values: Any) -> S:
+    """`cls` read from its sources (arguments, KERNELFORGE_* variables, the config file's `table`); a file or a
+    variable that cannot be used is a ConfigError naming it, the field and the fix."""
+    path = config_file()
+    if path.exists() and not path.is_file():
+        raise ConfigError(path, None, "not a file", "point KERNELFORGE_CONFIG at a TOML file")
+    try:
+        return cls(**values)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(path, None, f"not valid TOML ({exc})", "fix the TOML syntax") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(path, None, not_utf8(exc), "save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(path, None, f"cannot be read ({exc.strerror})", "check its permissions") from None
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = [str(part) for part in first["loc"]]
+        variable = str(cls.model_config.get("env_prefix", "")) + "__".join(loc).upper()
+        where: object = variable if variable in os.environ else path
+        field = ".".join([table, *loc] if table and where == path else loc)
+        problem = str(first["msg"]).removeprefix("Value error, ")
+        fix = "remove it or check its spelling" if first["type"] == "extra_forbidden" else "correct this value"
+        raise ConfigError(where, field, problem, fix) from None
+
+
 def load_settings() -> Settings:
     """Read the settings once for a command."""
-    return Settings()
+    return checked_settings(Settings)

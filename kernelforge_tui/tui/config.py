@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
 
-from kernelforge_tui.config import config_file
+from kernelforge_tui.config import checked_settings, config_file
 from kernelforge_tui.tui.keymap import validate_keymap
 
 
@@ -45,4 +45,4 @@ class TuiSettings(BaseSettings):
 
 
 def load_tui_settings(**overrides: Any) -> TuiSettings:
-    return TuiSettings(**{k: v for k, v in overrides.items() if v is not None})
+    return checked_settings(TuiSettings, "tui", **{k: v for k, v in overrides.items() if v is not None})
