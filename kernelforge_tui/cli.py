@@ -281,7 +281,7 @@ async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
     proposer = load_proposer(run_settings.proposer)
     backend = make_backend(card, settings, simulate=args.simulate, simulate_seconds=args.simulate_seconds)
     if args.resume:
-        store = RunStore.open(run_dir)
+        store = RunStore.resume(run_dir)  # its one writer from here: a run live in another process is refused
         store.set_settings_json(run_settings.model_dump_json())
     else:
         store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
@@ -357,7 +357,10 @@ def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
 
 
 def cmd_runs(args: argparse.Namespace, console: Console) -> int:
-    infos = list_runs(Path(args.root) if args.root else None)
+    listing = list_runs(Path(args.root) if args.root else None)
+    for skipped in listing.skipped:  # on stderr: --json output stays a list of runs
+        print(f"note: skipped {skipped.run_dir}: {skipped.reason}", file=sys.stderr)
+    infos = listing.runs
     if args.json:
         print(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
         return EXIT_OK
@@ -561,7 +564,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KernelForgeError as exc:  # typed errors (a bad config, a damaged run): one line and their exit code
         kind = {2: "bad-input", 3: "no-gpu"}.get(exc.exit_code, "failed")
         return _fail(console, getattr(args, "json", False), kind, str(exc), exc.exit_code)
-
 
 
 if __name__ == "__main__":

@@ -9,29 +9,37 @@ version and a list of migrations, so old runs stay readable.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
+from kernelforge_tui.errors import BadInput
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import EngineEvent
 from kernelforge_tui.models.nodes import NodeRecord, NodeView
 from kernelforge_tui.models.rewards import Reward
-from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.models.runs import RunInfo, RunListing, SkippedRun, UnreadableRow
 
 DB_NAME = "run.sqlite"
 BUSY_TIMEOUT_MS = 10_000
+LOCK_NAME = "writer.lock"
+"""The run's writer lock: `flock`ed by the one process that writes the run (the search), for that process's whole
+life; the OS releases it when the process dies, `kill -9` included. It also holds who took it (WriterInfo)."""
+LOCK_WAIT_S = 0.5
+"""How long a new writer retries: a viewer's liveness probe holds a shared lock on the file for an instant."""
+
 
 MIGRATIONS: list[str] = [
     # 1: the first schema.
@@ -115,30 +123,176 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 _EVENT = TypeAdapter[EngineEvent](EngineEvent)
 _COMMAND = TypeAdapter[EngineCommand](EngineCommand)
+_RAW_ROW = "id, CAST(kind AS BLOB) AS kind, CAST(json AS BLOB) AS json"
+"""An event or command row as bytes: a row that is not even UTF-8 must not fail the whole query."""
 _FINISHED = ("verified", "timed", "profiled")
+T = TypeVar("T")
 
 
-class StoreError(RuntimeError):
-    """A run directory that cannot be opened: the message says why and what to do."""
+class StoreError(BadInput):
+    """A run directory that cannot be opened or used as asked: the message says why and what to do."""
 
 
-def _pid_alive(pid: int) -> bool:
+class WriterInfo(BaseModel):
+    """Who holds a run's writer lock, as written into the lock file: for the message that refuses a second writer."""
+
+    pid: int
+    host: str
+    since: float
+
+    def describe(self) -> str:
+        since = time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(self.since))
+        return f"pid {self.pid} on {self.host} since {since}"
+
+
+def _take_writer_lock(run_dir: Path) -> int:
+    """Become the run's one writer: the locked file descriptor, to keep open for the process's life (it is not
+    inherited by subprocesses: Python opens it close-on-exec). A run already written by a live process is refused."""
+    path = run_dir / LOCK_NAME
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise StoreError(
+            f"cannot take the writer lock in {run_dir} ({exc.strerror}): a run is written only where this user can "
+            f"write (copy a read-only run elsewhere to resume it; `kernelforge open {run_dir}` views it as it is)"
+        ) from None
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                holder = _lock_holder(fd)
+                os.close(fd)
+                raise StoreError(
+                    f"run {run_dir} is being written by {holder} (lock {path}): a run has one writer; stop that one "
+                    f"first, or follow it read-only with `kernelforge open {run_dir}`"
+                ) from None
+            time.sleep(0.02)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreError(
+                f"cannot lock {path} ({exc.strerror}): keep runs on a file system with file locks (a local disk)"
+            ) from None
+    info = WriterInfo(pid=os.getpid(), host=socket.gethostname(), since=time.time())
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, info.model_dump_json().encode(), 0)
+    return fd
+
+
+def _lock_holder(fd: int) -> str:
+    """The holder as its lock file says, or a plain phrase while it is still writing it."""
+    try:
+        return WriterInfo.model_validate_json(os.pread(fd, 4096, 0)).describe()
+    except (OSError, ValidationError):
+        return "another process"
+
+
+def writer_live(run_dir: Path) -> bool:
+    """Whether a process holds the run's writer lock now: probed with a shared lock, released at once."""
+    try:
+        fd = os.open(run_dir / LOCK_NAME, os.O_RDONLY)
+    except FileNotFoundError:
+        return False  # no writer of this kernelforge ever opened it (a shipped example run)
+    except OSError:
+        return True  # cannot tell: assume a writer, the cautious answer for both callers
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:  # held by a writer (or locks unsupported here: cannot tell, so assume one)
         return True
-    return True
+    finally:
+        os.close(fd)
+    return False
+
+
+_HINTS = {
+    "SQLITE_CORRUPT": "the file is damaged: restore it from a copy, or delete the run",
+    "SQLITE_NOTADB": "it is not a run database: restore it from a copy, or delete the run",
+    "SQLITE_READONLY": "it cannot be written here: copy the run to a writable directory, or `kernelforge open` it",
+    "SQLITE_CANTOPEN": "it cannot be opened here: check the directory's permissions",
+    "SQLITE_BUSY": "another process holds it locked: try again",
+    "SQLITE_FULL": "the disk is full: free some space, then resume the run",
+}
+"""What to do about each SQLite error (by its primary name), for one-line messages."""
+
+
+@contextlib.contextmanager
+def _named(path: Path) -> Iterator[None]:
+    """SQLite's errors about the file as a StoreError that names it and says what to do: a damaged, unwritable or
+    locked run is one line for the user, never a traceback. Errors of the calling code keep their traceback."""
+    try:
+        yield
+    except (sqlite3.ProgrammingError, sqlite3.IntegrityError):
+        raise
+    except sqlite3.DatabaseError as exc:
+        name = getattr(exc, "sqlite_errorname", "")
+        hint = next((h for prefix, h in _HINTS.items() if name.startswith(prefix)), _HINTS["SQLITE_CORRUPT"])
+        raise StoreError(f"{path}: {exc}: {hint}") from None
+
+
+def _sqlite(target: str) -> sqlite3.Connection:
+    return sqlite3.connect(
+        target, uri=target.startswith("file:"), timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None,
+        check_same_thread=False,
+    )  # fmt: skip
+
+
+def _connect_readonly(path: Path) -> sqlite3.Connection:
+    """`mode=ro` follows a live writer through the WAL, but it needs the WAL index beside the file, which a directory
+    this user cannot write (a read-only checkout of examples/runs) refuses. Then, if no writer holds the run's lock,
+    the file cannot change while it is read, and `immutable=1` reads it with no WAL index and no locking. (Always
+    immutable would miss a writer that starts later, and could read its checkpoints half-written.)"""
+    uri = path.resolve().as_uri()
+    conn = _sqlite(f"{uri}?mode=ro")
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # SQLite opens lazily: the WAL index is made here
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if not getattr(exc, "sqlite_errorname", "").startswith(("SQLITE_READONLY", "SQLITE_CANTOPEN")):
+            raise
+        if writer_live(path.parent):
+            raise StoreError(
+                f"{path}: a live process writes this run, and following it needs the WAL index beside it, which "
+                f"this user cannot open ({exc}): follow it as a user who can write {path.parent}"
+            ) from None
+        conn = _sqlite(f"{uri}?immutable=1")
+    return conn
+
+
+def _db_file(run_dir: Path) -> Path:
+    path = run_dir / DB_NAME
+    if not path.is_file():
+        raise StoreError(f"no run in {run_dir} ({DB_NAME} not found): list runs with `kernelforge runs`")
+    return path
+
+
+def _parsed(
+    validate: Callable[[bytes], T], table: Literal["events", "commands"], row: sqlite3.Row
+) -> T | UnreadableRow:
+    """A stored event or command, or an UnreadableRow in its place."""
+    try:
+        return validate(row["json"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        error = f"{where}: {first['msg']}" if where else str(first["msg"])
+        kind = bytes(row["kind"]).decode(errors="replace")
+        return UnreadableRow(table=table, row_id=row["id"], kind=kind, error=error)
 
 
 class RunStore:
-    """The SQLite database of one run. Thread-safe (one lock); every write commits before it returns."""
+    """The SQLite database of one run. Thread-safe (one lock); every write commits before it returns.
 
-    def __init__(self, run_dir: Path, conn: sqlite3.Connection, readonly: bool) -> None:
+    A run has one writer, its search: `create` and `resume` take the run's writer lock and refuse a run that a live
+    process writes. `open` never takes it: readonly for viewers, writable to steer a live run (commands, profiles).
+    """
+
+    def __init__(self, run_dir: Path, conn: sqlite3.Connection, readonly: bool, writer_fd: int | None = None) -> None:
         self.run_dir = run_dir
         self.readonly = readonly
         self._conn = conn
+        self._writer_fd = writer_fd
         self._lock = threading.RLock()
         self.schema_version = SCHEMA_VERSION
         """The schema of the file: older only for a run of an older kernelforge opened readonly."""
@@ -147,73 +301,113 @@ class RunStore:
 
     @staticmethod
     def _connect(path: Path, readonly: bool) -> sqlite3.Connection:
-        if readonly:
-            conn = sqlite3.connect(
-                f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_MS / 1000,
-                isolation_level=None, check_same_thread=False,
-            )  # fmt: skip
-        else:
-            conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across a process crash
-        conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        conn.execute("PRAGMA foreign_keys=ON")
+        with _named(path):
+            if readonly:
+                conn = _connect_readonly(path)
+            else:
+                conn = _sqlite(str(path))
+                conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across a process crash
+            conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA foreign_keys=ON")
         conn.row_factory = sqlite3.Row
         return conn
 
     @classmethod
     def create(cls, run_dir: Path, card: Card, backend_name: str, gpu_name: str, settings: BaseModel) -> RunStore:
-        """A new run in `run_dir` (created; it must not already hold a run).
+        """A new run in `run_dir` (created; it must not already hold a run), with this process as its writer.
 
         The database is built under a temporary name and renamed into place, so a reader polling the
         directory (the TUI, `kernelforge runs`) never sees a half-created run.
         """
-        run_dir.mkdir(parents=True, exist_ok=True)
-        path = run_dir / DB_NAME
-        if path.exists():
-            raise StoreError(f"{run_dir} already holds a run: resume it with --resume, or pick another --run-dir")
-        tmp = run_dir / f".{DB_NAME}.{os.getpid()}.tmp"
-        for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
-            leftover.unlink(missing_ok=True)
-        building = cls(run_dir, cls._connect(tmp, readonly=False), readonly=False)
-        building._migrate()
-        with building._tx() as c:
-            c.execute(
-                "INSERT INTO run (id, card_name, family, card_json, card_dir, backend, gpu_name, settings_json,"
-                " started_at, state, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                (run_dir.name, card.spec.name, card.spec.family, card.spec.model_dump_json(),
-                 str(card.root.resolve()), backend_name, gpu_name, settings.model_dump_json(), time.time(),
-                 "starting", os.getpid(), socket.gethostname()),
-            )  # fmt: skip
-        building.close()  # checkpoints the WAL into the file and removes it
-        os.replace(tmp, path)
-        return cls(run_dir, cls._connect(path, readonly=False), readonly=False)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the run directory {run_dir} ({exc.strerror}): pick another one") from None
+        writer_fd = _take_writer_lock(run_dir)
+        try:
+            path = run_dir / DB_NAME
+            if path.exists():
+                raise StoreError(f"{run_dir} already holds a run: resume it with --resume, or pick another --run-dir")
+            tmp = run_dir / f".{DB_NAME}.{os.getpid()}.tmp"
+            for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
+                leftover.unlink(missing_ok=True)
+            building = cls(run_dir, cls._connect(tmp, readonly=False), readonly=False)
+            building._migrate()
+            with building._tx() as c:
+                c.execute(
+                    "INSERT INTO run (id, card_name, family, card_json, card_dir, backend, gpu_name, settings_json,"
+                    " started_at, state, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (run_dir.name, card.spec.name, card.spec.family, card.spec.model_dump_json(),
+                     str(card.root.resolve()), backend_name, gpu_name, settings.model_dump_json(), time.time(),
+                     "starting", os.getpid(), socket.gethostname()),
+                )  # fmt: skip
+            building.close()  # checkpoints the WAL into the file and removes it
+            os.replace(tmp, path)
+            return cls(run_dir, cls._connect(path, readonly=False), readonly=False, writer_fd=writer_fd)
+        except BaseException:
+            os.close(writer_fd)
+            raise
 
     @classmethod
     def open(cls, run_dir: Path, readonly: bool = False) -> RunStore:
-        """An existing run; `readonly` opens it with `mode=ro` (safe beside a live writer, never blocks it)."""
-        path = run_dir / DB_NAME
-        if not path.is_file():
-            raise StoreError(f"no run in {run_dir} ({DB_NAME} not found): list runs with `kernelforge runs`")
+        """An existing run, without becoming its writer: `readonly` never writes (safe beside a live writer, never
+        blocks it); writable is for steering a live run. The search itself opens its run with `resume`."""
+        path = _db_file(run_dir)
+        store = cls(run_dir, cls._connect(path, readonly), readonly)
         try:
-            store = cls(run_dir, cls._connect(path, readonly), readonly)
+            version = store._version()
+            if version == 0:  # SQLite reads a 0-byte file as an empty database
+                raise StoreError(
+                    f"{path} is not a run database (it is empty, or holds no kernelforge schema): "
+                    "restore it from a copy, or delete the run"
+                )
+            if version > SCHEMA_VERSION:
+                raise StoreError(
+                    f"{path} has schema version {version}, newer than this kernelforge reads ({SCHEMA_VERSION}): "
+                    "upgrade kernelforge"
+                )
             if readonly:  # never written, so never migrated: an older schema is read as it is
-                version = store._version()
-                if version > SCHEMA_VERSION:
-                    raise StoreError(
-                        f"{path} has schema version {version}, newer than this kernelforge reads "
-                        f"({SCHEMA_VERSION}): upgrade kernelforge"
-                    )
                 store.schema_version = version
             else:
                 store._migrate()
-        except sqlite3.DatabaseError as exc:
-            raise StoreError(f"{path} is not a readable run database: {exc}") from None
+        except BaseException:
+            store.close()
+            raise
         return store
 
+    @classmethod
+    def resume(cls, run_dir: Path) -> RunStore:
+        """An existing run with this process as its one writer (`optimize --resume`): refused while another process
+        writes it, and read whole first (`verify`), so a damaged file stops the resume before the search starts."""
+        _db_file(run_dir)  # no lock file in a directory that holds no run
+        writer_fd = _take_writer_lock(run_dir)
+        try:
+            store = cls.open(run_dir)
+        except BaseException:
+            os.close(writer_fd)
+            raise
+        store._writer_fd = writer_fd
+        try:
+            store.verify()
+        except BaseException:
+            store.close()
+            raise
+        return store
+
+    def verify(self) -> None:
+        """Read every page once (`PRAGMA quick_check`, milliseconds for a recorded run): a damaged file is refused
+        with one line when it is opened, not halfway through a search or a view."""
+        problems = " ".join(" ".join(str(r[0]) for r in self._read("PRAGMA quick_check(3)")).split())
+        if problems != "ok":
+            raise StoreError(f"{self.run_dir / DB_NAME}: {problems[:200]}: {_HINTS['SQLITE_CORRUPT']}")
+
     def close(self) -> None:
+        """Close the database, then give up the writer lock (after the last commit)."""
         with self._lock:
             self._conn.close()
+            if self._writer_fd is not None:
+                os.close(self._writer_fd)
+                self._writer_fd = None
 
     def __enter__(self) -> RunStore:
         return self
@@ -222,24 +416,18 @@ class RunStore:
         self.close()
 
     def _version(self) -> int:
-        row = self._conn.execute(
-            "SELECT name FROM sqlite_master WHERE type='table' AND name='schema_version'"
-        ).fetchone()
-        if row is None:
+        if not self._read("SELECT name FROM sqlite_master WHERE type='table' AND name='schema_version'"):
             return 0
-        found = self._conn.execute("SELECT version FROM schema_version").fetchone()
-        return int(found[0]) if found else 0
+        found = self._read("SELECT version FROM schema_version")
+        return int(found[0][0]) if found else 0
 
     def _migrate(self) -> None:
+        # WAL is recorded in the file: set here, after `open` checked that the file is a run (not on connecting,
+        # which would write into any file it was pointed at, an empty one included).
+        self._read("PRAGMA journal_mode=WAL")
         with self._tx() as c:
             c.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            version = self._version()
-            if version > SCHEMA_VERSION:
-                raise StoreError(
-                    f"this run has schema version {version}, newer than this kernelforge ({SCHEMA_VERSION}): "
-                    "upgrade kernelforge"
-                )
-            for script in MIGRATIONS[version:]:
+            for script in MIGRATIONS[self._version() :]:
                 for statement in script.split(";"):
                     if statement.strip():
                         c.execute(statement)
@@ -251,7 +439,7 @@ class RunStore:
         """One write transaction (BEGIN IMMEDIATE: take the write lock up front, waiting up to busy_timeout)."""
         if self.readonly:
             raise StoreError("this store was opened readonly")
-        with self._lock:
+        with self._lock, _named(self.run_dir / DB_NAME):
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 yield self._conn
@@ -261,7 +449,7 @@ class RunStore:
             self._conn.execute("COMMIT")
 
     def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        with self._lock:
+        with self._lock, _named(self.run_dir / DB_NAME):
             return list(self._conn.execute(sql, params).fetchall())
 
     # ---- the run ------------------------------------------------------------------------------------
@@ -281,8 +469,8 @@ class RunStore:
         )
         gpu = self._read("SELECT COALESCE(SUM(gpu_seconds), 0) AS s FROM measurements")[0]
         state = r["state"]
-        if state not in ("finished",) and r["pid"] and r["host"] == socket.gethostname() and not _pid_alive(r["pid"]):
-            state = "interrupted"
+        if state != "finished" and self._writer_fd is None and not writer_live(self.run_dir):
+            state = "interrupted"  # its writer died: the OS released the writer lock (no pid that can be reused)
         return RunInfo(
             run_id=r["id"], run_dir=self.run_dir, card_name=r["card_name"], family=r["family"],
             gpu_name=r["gpu_name"], backend=r["backend"], state=state, reason=r["reason"],
@@ -475,10 +663,11 @@ class RunStore:
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    def events_since(self, after_id: int, limit: int = 1000) -> list[tuple[int, EngineEvent]]:
-        """Events with an id above `after_id`, oldest first (a follower keeps the last id it saw)."""
-        rows = self._read("SELECT id, json FROM events WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
-        return [(r["id"], _EVENT.validate_json(r["json"])) for r in rows]
+    def events_since(self, after_id: int, limit: int = 1000) -> list[tuple[int, EngineEvent | UnreadableRow]]:
+        """Events with an id above `after_id`, oldest first (a follower keeps the last id it saw); a row that does
+        not parse comes as an UnreadableRow, for the view to skip with a log line."""
+        rows = self._read(f"SELECT {_RAW_ROW} FROM events WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
+        return [(r["id"], _parsed(_EVENT.validate_json, "events", r)) for r in rows]
 
     def record_command(self, cmd: EngineCommand) -> int:
         """Queue a command for the search that owns this run (it polls them), from any process."""
@@ -489,9 +678,11 @@ class RunStore:
         assert cursor.lastrowid is not None
         return cursor.lastrowid
 
-    def pending_commands(self) -> list[tuple[int, EngineCommand]]:
-        rows = self._read("SELECT id, json FROM commands WHERE applied = 0 ORDER BY id")
-        return [(r["id"], _COMMAND.validate_json(r["json"])) for r in rows]
+    def pending_commands(self) -> list[tuple[int, EngineCommand | UnreadableRow]]:
+        """Commands not yet applied, oldest first; a row that does not parse comes as an UnreadableRow, for the
+        search to mark applied and log instead of applying."""
+        rows = self._read(f"SELECT {_RAW_ROW} FROM commands WHERE applied = 0 ORDER BY id")
+        return [(r["id"], _parsed(_COMMAND.validate_json, "commands", r)) for r in rows]
 
     def mark_applied(self, command_id: int) -> None:
         with self._tx() as c:
@@ -573,18 +764,18 @@ def resolve_run(run: str, root: Path | None = None) -> Path:
     raise StoreError(f"no run {run!r} (neither a run directory nor an id under {root or runs_root()})")
 
 
-def list_runs(root: Path | None = None) -> list[RunInfo]:
-    """Every readable run under `root` (default: the runs root), newest first."""
+def list_runs(root: Path | None = None) -> RunListing:
+    """Every readable run under `root` (default: the runs root), newest first, and the ones that could not be read."""
     base = root or runs_root()
-    infos: list[RunInfo] = []
+    listing = RunListing(runs=[], skipped=[])
     if not base.is_dir():
-        return infos
+        return listing
     for db in base.glob(f"*/{DB_NAME}"):
-        with contextlib.suppress(StoreError, sqlite3.Error, ValidationError):
-            store = RunStore.open(db.parent, readonly=True)
-            try:
-                infos.append(store.run_info())
-            finally:
-                store.close()
-    infos.sort(key=lambda info: info.started_at, reverse=True)
-    return infos
+        try:
+            with RunStore.open(db.parent, readonly=True) as store:
+                listing.runs.append(store.run_info())
+        except (StoreError, ValidationError) as exc:
+            reason = str(exc) if isinstance(exc, StoreError) else f"unreadable run row: {exc.errors()[0]['msg']}"
+            listing.skipped.append(SkippedRun(run_dir=db.parent, reason=reason))
+    listing.runs.sort(key=lambda info: info.started_at, reverse=True)
+    return listing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -31,7 +32,7 @@ def no_gpu_path(tmp_path: Path) -> str:
 
 
 def kernelforge(*args: str, path: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, PATH=path, COLUMNS="200")
+    env = dict(os.environ, PATH=path, COLUMNS="1000")
     return subprocess.run(
         [sys.executable, "-m", "kernelforge_tui.cli", *args], capture_output=True, text=True, env=env, timeout=120
     )
@@ -65,3 +66,109 @@ def test_eval_names_a_broken_card(no_gpu_path: str, tmp_path: Path) -> None:
     done = kernelforge("eval", str(tmp_path), str(kernel), path=no_gpu_path)
     assert done.returncode == 2
     assert "card.toml" in done.stdout and "Fix:" in done.stdout
+
+
+# ---- every bad input is one line and its exit code, never a traceback ---------------------------------------
+
+CARD = EXAMPLES / "cards" / "vector_add_f32"
+KERNEL = CARD / "candidates" / "vec4_grid_stride.cu"
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
+    """The failure message: exit code `code`, no traceback, one line (the terminal is wide) holding `words`."""
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.returncode == code, done.stdout + done.stderr
+    lines = [line for line in done.stdout.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), done.stdout
+    assert all(word in lines[0] for word in words), lines[0]
+    return lines[0]
+
+
+def broken_card(tmp_path: Path, old: str, new: str) -> Path:
+    card = tmp_path / "card"
+    shutil.copytree(CARD, card)
+    text = (card / "card.toml").read_text()
+    assert old in text
+    (card / "card.toml").write_text(text.replace(old, new, 1))
+    return card
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        ("seed = 1\n", "seed = -1\n", ["card.toml", "input_sets.0.seed", "greater than or equal to 0"]),
+        ("n = 33554432", "n = 4611686018427387904", ["card.toml", "inputs.a.shape", "GiB"]),
+        ("[baseline]\n", '[baseline]\nsource = "../../../../etc/hostname"\n', ["card.toml", "baseline.source"]),
+        ('function = "vector_add"', 'function = "/tmp/anything.py:f"', ["card.toml", "reference.function"]),
+        (
+            'name = "seed_1"\nseed = 1',
+            'name = "stored"\nfile = "stored.npz"',
+            ["input_sets.stored.file", "not an .npz"],
+        ),
+    ],
+)
+def test_eval_refuses_a_bad_card_in_one_line(
+    no_gpu_path: str, tmp_path: Path, old: str, new: str, words: list[str]
+) -> None:
+    card = broken_card(tmp_path, old, new)
+    (card / "stored.npz").write_text("not a zip")
+    one_line_error(kernelforge("eval", str(card), str(KERNEL), path=no_gpu_path), 2, *words)
+
+
+def test_eval_refuses_unreadable_manifests_and_plans(no_gpu_path: str, tmp_path: Path) -> None:
+    card = broken_card(tmp_path, 'name = "vector_add_f32"', 'name = "vector_add_\xe9"')
+    (card / "card.toml").write_bytes((card / "card.toml").read_text().encode("latin-1"))
+    one_line_error(kernelforge("eval", str(card), str(KERNEL), path=no_gpu_path), 2, "card.toml", "not UTF-8 text")
+    (tmp_path / "dir.plan.toml").mkdir()
+    done = kernelforge("eval", str(CARD), str(KERNEL), "--plan", str(tmp_path / "dir.plan.toml"), path=no_gpu_path)
+    one_line_error(done, 2, "dir.plan.toml", "a directory")
+    (tmp_path / "bad.plan.toml").write_bytes(b'entry = "\xff"\n')
+    done = kernelforge("eval", str(CARD), str(KERNEL), "--plan", str(tmp_path / "bad.plan.toml"), path=no_gpu_path)
+    one_line_error(done, 2, "bad.plan.toml", "not UTF-8 text")
+
+
+@pytest.mark.parametrize(
+    ("toml", "words"),
+    [
+        ("[eval\n", ["not valid TOML"]),
+        ("[eval]\nfresh_seeds = 0\n", ["eval.fresh_seeds", "greater than or equal to 1"]),
+        ("[eval]\nceiling_margin = 1e9\n", ["eval.ceiling_margin", "less than or equal to 1.5"]),
+    ],
+)
+def test_a_malformed_config_is_one_line_and_a_failed_doctor_check(
+    no_gpu_path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, toml: str, words: list[str]
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(toml)
+    monkeypatch.setenv("KERNELFORGE_CONFIG", str(config))
+    one_line_error(kernelforge("eval", str(CARD), str(KERNEL), path=no_gpu_path), 2, str(config), *words)
+    done = kernelforge("doctor", "--json", path=no_gpu_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    check = {c["name"]: c for c in json.loads(done.stdout)}["config"]
+    assert not check["ok"] and check["detail"].startswith(str(config)) and check["fix"]
+    assert all(word in check["detail"] for word in words)
+    shown = kernelforge("doctor", path=no_gpu_path)
+    assert shown.returncode == 1 and "config" in shown.stdout and "Traceback" not in shown.stdout + shown.stderr
+
+
+def test_empty_and_damaged_runs(no_gpu_path: str, tmp_path: Path) -> None:
+    from .test_run_writer import damaged_copy, events_page, new_run
+
+    root = tmp_path / "runs"
+    (root / "empty").mkdir(parents=True)
+    (root / "empty" / "run.sqlite").write_bytes(b"")
+    damaged = damaged_copy(root / "damaged", events_page())
+    with sqlite3.connect(damaged / "run.sqlite") as conn:  # resumable here, without a GPU
+        conn.execute("UPDATE run SET backend = 'simulated'")
+    new_run(root / "good").close()
+    card = EXAMPLES / "cards" / "softmax_bf16_4096x32768"  # the recorded run's card, where it is on this machine
+    for run, words in ((root / "empty", "is not a run database"), (damaged, "the file is damaged")):
+        one_line_error(kernelforge("open", str(run), path=no_gpu_path), 2, str(run / "run.sqlite"), words)
+        done = kernelforge("optimize", str(card), "--resume", str(run), "--simulate", path=no_gpu_path)
+        one_line_error(done, 2, str(run / "run.sqlite"), words)
+    damaged_copy(root / "summary")  # a page the summary reads: `runs` skips it with a note
+    listed = kernelforge("runs", "--root", str(root), "--json", path=no_gpu_path)
+    assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr
+    assert sorted(Path(run["run_dir"]).name for run in json.loads(listed.stdout)) == ["damaged", "good"]
+    notes = sorted(line for line in listed.stderr.splitlines() if line.startswith("note: skipped"))
+    assert len(notes) == 2 and str(root / "empty") in notes[0] and str(root / "summary") in notes[1]

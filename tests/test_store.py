@@ -152,28 +152,16 @@ def test_readonly_store_reads_but_never_writes(tmp_path: Path) -> None:
     store.close()
 
 
-def test_interrupted_state_when_the_owner_died(tmp_path: Path) -> None:
-    store = new_store(tmp_path)
-    store.set_state("running")
-    assert store.run_info().state == "running"  # this process owns it and lives
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    store._conn.execute("UPDATE run SET pid = ?", (int(dead.stdout),))
-    assert store.run_info().state == "interrupted"
-    store.set_state("finished", "done", ended=True)
-    info = store.run_info()
-    assert info.state == "finished" and info.ended_at is not None
-    store.close()
-
-
 def test_list_runs_and_resolve(tmp_path: Path) -> None:
     a = new_store(tmp_path, "run-a")
     time.sleep(0.01)
     b = RunStore.create(tmp_path / "runs" / "run-b", make_card(tmp_path / "card"), "gpu", "NVIDIA H200", RunSettings())
     (tmp_path / "runs" / "junk").mkdir()
     (tmp_path / "runs" / "junk" / DB_NAME).write_text("not a database")
-    infos = list_runs(tmp_path / "runs")
-    assert [i.run_id for i in infos] == ["run-b", "run-a"]  # newest first, the broken one skipped
-    assert list_runs(tmp_path / "none") == []
+    listing = list_runs(tmp_path / "runs")
+    assert [i.run_id for i in listing.runs] == ["run-b", "run-a"]  # newest first, the broken one skipped
+    assert [s.run_dir.name for s in listing.skipped] == ["junk"] and "not a database" in listing.skipped[0].reason
+    assert list_runs(tmp_path / "none").runs == []
     assert resolve_run("run-a", tmp_path / "runs") == tmp_path / "runs" / "run-a"
     assert resolve_run(str(tmp_path / "runs" / "run-b")) == tmp_path / "runs" / "run-b"
     with pytest.raises(StoreError):

@@ -74,7 +74,7 @@ from kernelforge_tui.models.events import (
 from kernelforge_tui.models.nodes import NodeStatus
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.rewards import Reward
-from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.models.runs import RunInfo, UnreadableRow
 from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext, Proposer
 from kernelforge_tui.store import RunStore
 
@@ -251,7 +251,10 @@ class Search:
 
     def _poll_commands(self) -> None:
         for command_id, cmd in self.store.pending_commands():
-            self._apply(cmd)
+            if isinstance(cmd, UnreadableRow):
+                self._emit(cmd.log_line())
+            else:
+                self._apply(cmd)
             self.store.mark_applied(command_id)
 
     def _known(self, node_id: int) -> bool:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
+
+from kernelforge_tui.models.events import LogLine
 
 
 class RunInfo(BaseModel):
@@ -31,3 +34,30 @@ class RunInfo(BaseModel):
     in_flight_count: int = 0
     active_seconds: float = 0.0
     gpu_seconds: float = 0.0
+
+
+class SkippedRun(BaseModel):
+    """A run directory `kernelforge runs` could not read (an empty or damaged store): listed as a note."""
+
+    run_dir: Path
+    reason: str
+
+
+class RunListing(BaseModel):
+    """The runs under a root, newest first, and the directories that could not be read."""
+
+    runs: list[RunInfo]
+    skipped: list[SkippedRun]
+
+
+class UnreadableRow(BaseModel):
+    """A stored event or command that no longer parses (a damaged or hand-edited row): returned in its place so
+    that one bad row is skipped with a log line instead of ending a view or a search."""
+
+    table: Literal["events", "commands"]
+    row_id: int
+    kind: str
+    error: str
+
+    def log_line(self) -> LogLine:
+        return LogLine(level="warning", text=f"{self.table} row {self.row_id} ({self.kind}) skipped: {self.error}")
