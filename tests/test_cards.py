@@ -412,6 +412,7 @@ BASELINE = '\n[baseline]\nsource = "SOURCE"\nplan = { entry = "k", grid = [1], b
     ("old", "new", "field", "words"),
     [
         ('file = "captured.npz"', "seed = -1", "input_sets.0.seed", "greater than or equal to 0"),
+        ('function = "softmax"', 'function = "softmax"\n\n[stress]\nseed = -1', "stress.seed", "greater than or equal"),
         ("rows = 2\ncols = 3", "rows = 1048576\ncols = 1048576", "inputs.x.shape", "4.1e+03 GiB, over the limit"),
         ("rows = 2\ncols = 3", "rows = 4294967296\ncols = 4294967296", "inputs.x.shape", "over the limit of 256 GiB"),
         ('file = "captured.npz"', 'file = "../outside.npz"', "input_sets.captured.file", "outside the card"),

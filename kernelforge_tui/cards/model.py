@@ -152,7 +152,7 @@ class StressSpec(Strict):
     own shapes, drawn from `seed` and referenced by the card's NumPy reference. A card leaves one out only
     by naming it under `skip` with the reason, which is shown wherever the sets are listed."""
 
-    seed: int = 0
+    seed: int = Field(default=0, ge=0)
     skip: dict[str, str] = Field(default_factory=dict)
     """Set name -> why this card does not run it."""
 
