@@ -49,7 +49,8 @@ class Limits(BaseModel):
 
     address_space_bytes: int = 4 << 30
     """Per process; a cub-heavy kernel needs well under 1 GiB. `#include_next "/dev/zero"` once took 7 GiB."""
-    cpu_seconds: int = 300
+    cpu_seconds: int = 70
+    """A backstop behind the build timeout (60 s by default): a Builder makes it its timeout + 10 s."""
     file_bytes: int = 256 << 20
     """Largest file a build may write (the preprocessed source, PTX, the cubin)."""
     processes: int = 256
