@@ -125,8 +125,8 @@ class KernelForgeApp(App[None]):
         if self.ssh:
             self.animation_level = "none"
         self.quitting = False
-        self._enabled = (True, False)
-        """(steerable, a node selected) as the bindings last showed it."""
+        self._enabled: tuple[bool, bool] | None = None
+        """(steerable, a node selected) as the footer last showed it; None until the first focus shows it."""
 
     # -- layout ---------------------------------------------------------------------------------
 
@@ -152,7 +152,8 @@ class KernelForgeApp(App[None]):
             await self.workers.wait_for_complete()  # the first screen shows the start node whole
         else:
             self.query_one(DiffPane).show_message("waiting for the first candidate")
-        tree.focus()
+        self._enabled = (self.steerable, self.selected is not None)
+        tree.focus()  # a focus change redraws the footer's keys, as check_action answers now
         hz = self.settings.ssh_refresh_hz if self.ssh else self.settings.refresh_hz
         self.set_interval(1 / hz, self.pump, name="pump")
         if self.source.in_process:
@@ -321,7 +322,7 @@ class KernelForgeApp(App[None]):
     def _refresh_enabled(self) -> None:
         """Redraw the bindings when what `check_action` answers has changed (not on every selection)."""
         enabled = (self.steerable, self._selected_node() is not None)
-        if enabled != self._enabled:
+        if self._enabled is not None and enabled != self._enabled:
             self._enabled = enabled
             self.refresh_bindings()
 
