@@ -196,6 +196,7 @@ def errors(source: str, entry: str = "k") -> list[tuple[int, int, str, str]]:
         ('%:include "/etc/passwd"\n' + KERNEL, 1, 1, "include-not-allowed", '#include "/etc/passwd"'),
         ('#if __has_include("/root/.ssh/id_rsa")\n#endif\n' + KERNEL, 1, 5, "directive-not-allowed", "__has_include"),
         ("#define P __has_include_next\n" + KERNEL, 1, 11, "directive-not-allowed", "__has_include_next"),
+        ('#if __has_include__("/etc/passwd")\n#endif\n' + KERNEL, 1, 5, "directive-not-allowed", "__has_include__"),
         ('#pragma GCC dependency "/etc/passwd"\n' + KERNEL, 1, 1, "directive-not-allowed", "#pragma GCC dependency"),
         ("#pragma push_macro(\"X\")\n" + KERNEL, 1, 1, "directive-not-allowed", "#pragma push_macro"),
         ('#line 1 "/etc/passwd"\n' + KERNEL, 1, 1, "directive-not-allowed", "#line is not allowed"),

@@ -116,9 +116,11 @@ ALLOWED_DIRECTIVES: frozenset[str] = frozenset(
 )
 ALLOWED_PRAGMAS: frozenset[str] = frozenset({"unroll", "nounroll"})
 FILE_AND_PRAGMA_OPERATORS: frozenset[str] = frozenset(
-    {"__has_include", "__has_include_next", "__has_embed", "_Pragma", "__pragma"}
-)
-"""Refused wherever they appear: file-existence probes and pragmas made from macros."""
+    {"__has_include", "__has_include_next", "__has_include__", "__has_include_next__", "__has_embed", "_Pragma",
+     "__pragma"}
+)  # fmt: skip
+"""Refused wherever they appear: file-existence probes (gcc before 10 spells them with trailing `__` too)
+and pragmas made from macros."""
 
 _QUALIFIERS = frozenset({"__global__", "__device__", "__host__"})
 _DIRECTIVES_HELP = (
