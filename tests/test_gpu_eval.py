@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from kernelforge_tui.cards import load_card, plan_for_kernel, save_card
-from kernelforge_tui.cards.model import Reference
+from kernelforge_tui.cards.model import Reference, StressSpec
+from kernelforge_tui.cards.stress import FAMILIES
 from kernelforge_tui.config import Settings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
@@ -196,7 +197,13 @@ def test_baseline_kernel_as_the_reference_for_fresh_inputs(loop: asyncio.Abstrac
     """A card without a host reference: fresh and seeded sets are referenced by running its baseline."""
     source = load_card(CARDS / "vector_add_f32")
     spec = source.spec.model_copy(
-        update={"name": "vector_add_baseline_ref", "sizes": {"n": 1_000_003}, "reference": Reference(kind="baseline")}
+        update={
+            "name": "vector_add_baseline_ref",
+            "sizes": {"n": 1_000_003},
+            "reference": Reference(kind="baseline"),
+            # Stress sets need a NumPy reference: a baseline can be the very kernel they would catch.
+            "stress": StressSpec(skip=dict.fromkeys(FAMILIES["elementwise"].applies, "the reference is the baseline")),
+        }
     )
     (tmp_path / "card").mkdir()
     shutil.copy(source.root / "baseline.cu", tmp_path / "card" / "baseline.cu")

@@ -67,9 +67,14 @@ def _softmax(p: Params) -> tuple[str, str]:
         body = _pass(
             storage,
             True,
-            "float cm = f[0];\n" + _each("cm = fmaxf(cm, f[j]);")
-            + "if (cm > m) { s *= EXPF(m - cm); m = cm; }\n" + _each("s += EXPF(f[j] - m);"),
-        )  # fmt: skip
+            "float cm = f[0];\n"
+            + _each("cm = fmaxf(cm, f[j]);")
+            + "if (cm > m) { s *= EXPF(m - cm); m = cm; }\n"
+            # An all -inf chunk so far (a masked prefix) adds nothing: exp(-inf - -inf) would be NaN.
+            + "if (m != NEG_INF) {\n"
+            + _each("s += EXPF(f[j] - m);")
+            + "}\n",
+        )
         body = "float m = NEG_INF, s = 0.0f;\n" + body
         body += "const MaxSum ms = group_reduce<TPR>(MaxSum{m, s}, red_ms);\n"
         body += "const float mx = ms.m, inv = 1.0f / ms.s;\n"
@@ -92,8 +97,11 @@ def _rms_norm(p: Params) -> tuple[str, str]:
     storage = str(p["storage"])
     body = "float ss = 0.0f;\n" + _pass(storage, True, _each("ss += f[j] * f[j];"))
     body += "const float inv = rsqrtf(group_reduce<TPR>(Sum{ss}, red_sum).s / (float)cols + EPS);\n"
-    body += _pass(storage, False, "float wf[VEC];\n load_chunk(w, i, wf);\n" + _each("f[j] = f[j] * inv * wf[j];")
-                  + "store_chunk(yr, i, f);\n")  # fmt: skip
+    body += _pass(
+        storage,
+        False,
+        "float wf[VEC];\n load_chunk(w, i, wf);\n" + _each("f[j] = f[j] * inv * wf[j];") + "store_chunk(yr, i, f);\n",
+    )
     return body, "__shared__ Sum red_sum[32];\n"
 
 
