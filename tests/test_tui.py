@@ -4,6 +4,7 @@ source stay off the UI thread; filters, jumps, diff modes, help, palette, keymap
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import pytest
@@ -27,6 +28,7 @@ from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, Action
 from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
+from kernelforge_tui.tui.screens.editor import edit_externally
 from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree
 
 from .fakes.synthetic import SyntheticSource
@@ -179,6 +181,30 @@ async def test_edit_external_reads_the_source_and_runs_the_editor(monkeypatch: p
         await settle(app, pilot)
         assert [n for n in notes if n.startswith("Could not run true")]
         assert source.sent == []
+
+
+class Terminal:
+    """What `edit_externally` needs of an app: a terminal to hand over, and a way to say what went wrong."""
+
+    def __init__(self) -> None:
+        self.notes: list[str] = []
+
+    def suspend(self) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def notify(self, message: str, **_: object) -> None:
+        self.notes.append(message)
+
+
+def test_the_external_editor_returns_the_edited_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    terminal = Terminal()
+    monkeypatch.setenv("EDITOR", """sh -c 'echo "// tuned" >> "$1"' sh""")
+    assert edit_externally(terminal, 3, "kernel\n") == "kernel\n// tuned\n"  # type: ignore[arg-type]
+    monkeypatch.setenv("EDITOR", "true")
+    assert edit_externally(terminal, 3, "kernel\n") is None  # type: ignore[arg-type]  # unchanged: nothing to send
+    monkeypatch.setenv("EDITOR", "no-such-editor-here")
+    assert edit_externally(terminal, 3, "kernel\n") is None  # type: ignore[arg-type]
+    assert terminal.notes and terminal.notes[0].startswith("Could not run no-such-editor-here")
 
 
 @pytest.mark.parametrize("action", STEERING_ACTIONS, ids=[a.id for a in STEERING_ACTIONS])

@@ -10,12 +10,8 @@ steering key sends a typed engine command through the source, and is disabled wh
 from __future__ import annotations
 
 import os
-import shlex
-import subprocess
-import tempfile
 from collections.abc import Iterable
 from functools import partial
-from pathlib import Path
 from typing import ClassVar
 
 from textual import events, on, work
@@ -47,6 +43,7 @@ from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, bindings
 from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
+from kernelforge_tui.tui.screens.editor import edit_externally
 from kernelforge_tui.tui.source import NodeSource, RunSource
 from kernelforge_tui.tui.themes import load_themes, resolve_theme
 from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, RunHeaderBar, SearchTree
@@ -394,18 +391,8 @@ class KernelForgeApp(App[None]):
         if editable is None:
             return
         node, source = editable
-        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / f"node-{node.id}.cu"
-            path.write_text(source[0])
-            try:
-                with self.suspend():
-                    subprocess.run([*shlex.split(editor), str(path)], check=False)
-            except Exception as exc:  # SuspendNotSupported (headless, some terminals), editor missing
-                self.notify(f"Could not run {editor}: {exc}", severity="error")
-                return
-            text = path.read_text()
-        if text.strip() != source[0].strip():
+        text = edit_externally(self, node.id, source[0])
+        if text is not None:
             await self._submit_child(node, text, source)
 
     async def action_ban(self) -> None:

@@ -1,10 +1,15 @@
-"""Edit a kernel in a TextArea highlighted as CUDA; ctrl+s submits it as a child of the node."""
+"""Edit a kernel in a TextArea highlighted as CUDA (ctrl+s submits it as a child of the node), or in $EDITOR."""
 
 from __future__ import annotations
 
-from typing import ClassVar
+import os
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
 
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
@@ -49,3 +54,20 @@ class EditorScreen(ModalScreen[str | None]):
 
     def action_cancel(self) -> None:
         self.dismiss(None)
+
+
+def edit_externally(app: App[Any], node_id: int, source: str) -> str | None:
+    """`source` after $VISUAL or $EDITOR (vi) edited it in the terminal the app hands over; None when it is
+    unchanged or the editor could not run (the app says why)."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"node-{node_id}.cu"
+        path.write_text(source)
+        try:
+            with app.suspend():
+                subprocess.run([*shlex.split(editor), str(path)], check=False)
+        except Exception as exc:  # SuspendNotSupported (headless, some terminals), editor missing
+            app.notify(f"Could not run {editor}: {exc}", severity="error")
+            return None
+        text = path.read_text()
+    return None if text.strip() == source.strip() else text
