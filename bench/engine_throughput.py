@@ -27,16 +27,10 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.config import load_settings  # noqa: E402
-from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder  # noqa: E402
 from kernelforge_tui.engine.budget import Budget  # noqa: E402
-from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search  # noqa: E402
-from kernelforge_tui.gpu.detect import require_gpu  # noqa: E402
+from kernelforge_tui.engine.setup import RunOptions, prepare_run  # noqa: E402
 from kernelforge_tui.models.events import BudgetUsed, EngineEvent  # noqa: E402
-from kernelforge_tui.models.profiles import NodeProfile  # noqa: E402
-from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
-from kernelforge_tui.store import RunStore  # noqa: E402
 
 GOAL_PER_MINUTE = 60.0
 GOAL_BUSY = 0.5
@@ -74,18 +68,11 @@ async def bench(card_dir: Path, minutes: float, simulate: bool, run_dir: Path, p
     settings = load_settings()
     if not profile:  # the evaluation pipeline alone: no automatic ncu profiles
         settings.profile = settings.profile.model_copy(update={"new_best": False, "beats_parent": False})
-    card = load_card(card_dir)
-    backend: GpuBackend | SimulatedBackend
-    if simulate:
-        backend = SimulatedBackend(card, make_builder(settings), eval_seconds=0.3)
-    else:
-        backend = GpuBackend(card, settings, require_gpu()[:1])  # one GPU: the goal is per GPU
-    budget = Budget(max_minutes=minutes)
-    pipeline = PipelineSettings(build_parallel=max(1, settings.build.max_parallel))
-    run_settings = RunSettings(budget=budget, pipeline=pipeline, proposer="templates")
-    store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
-    search = Search(card, TemplateProposer(), backend, store, budget, run_settings.tree, pipeline,
-                    profile=settings.profile, reward=settings.reward)  # fmt: skip
+    options = RunOptions(  # one GPU: the goal is per GPU
+        run_dir=run_dir, budget=Budget(max_minutes=minutes), simulate=simulate, simulate_seconds=0.3, max_gpus=1
+    )
+    search = prepare_run(card_dir, settings, options)
+    card, store = search.card, search.store
     events = search.subscribe()
     t0 = time.monotonic()
     info = await search.run()
@@ -98,14 +85,12 @@ async def bench(card_dir: Path, minutes: float, simulate: bool, run_dir: Path, p
     per_minute, busy = search.session_stats()
     search_wall = info.active_seconds
     profile_seconds = sum(
-        NodeProfile.model_validate_json(saved).profile.seconds
-        for node_id in store.profiled_ids()
-        if (saved := store.profile(node_id)) is not None
+        saved.profile.seconds for node_id in store.profiled_ids() if (saved := store.profile(node_id)) is not None
     )
     store.close()
     return BenchResult(
         card=card.spec.name, backend=info.backend, gpu=info.gpu_name, minutes=minutes,
-        candidates=search.usage.iterations, failures=info.failure_count, candidates_per_minute=per_minute,
+        candidates=search.meter.usage.iterations, failures=info.failure_count, candidates_per_minute=per_minute,
         gpu_busy_share=busy, gpu_seconds=info.gpu_seconds, profile_seconds=profile_seconds, search_wall_s=search_wall,
         startup_s=total_wall - search_wall, best_speedup=info.best_speedup,
         best_ceiling_share=info.best_ceiling_share, stop_reason=info.reason,

@@ -1,4 +1,8 @@
-"""The `kernelforge` command: doctor, eval, optimize, runs (and, as they land, tui, open, profile)."""
+"""kernelforge: search for faster CUDA kernels, proven correct and timed honestly.
+
+Commands: doctor, eval, optimize, runs, tui, open, profile. Exit codes: 0 success, 1 the candidate (or a
+check) failed, 2 bad input (card, plan, file, run), 3 no GPU.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +17,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -22,30 +26,32 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from kernelforge_tui.cards import CardError, load_card, plan_for_kernel
+from kernelforge_tui.cards import load_card, plan_for_kernel
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import ConfigError, Settings, config_file, load_settings
 from kernelforge_tui.engine.backend import SIMULATED, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.mcts import TreeSettings
-from kernelforge_tui.engine.search import RunSettings, Search
-from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, load_proposer, make_backend, new_run_settings
+from kernelforge_tui.engine.search import Search
+from kernelforge_tui.engine.setup import RunOptions, prepare_run, recorded_run
+from kernelforge_tui.engine.strategies import STRATEGIES
+from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.engine.view import RunView
-from kernelforge_tui.errors import KernelForgeError
+from kernelforge_tui.errors import BadInput, KernelForgeError, NoGpu, not_utf8
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
-from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, pycuda_problem, require_gpu
+from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.gpu.profile import ProfileError
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
+from kernelforge_tui.gpu.sandbox import sandbox_status
 from kernelforge_tui.models.commands import Stop
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import EngineEvent
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.runs import RunInfo
-from kernelforge_tui.store import RunStore, StoreError, list_runs, new_run_dir, resolve_run, runs_root
+from kernelforge_tui.store import RunStore, list_runs, runs_root
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_NO_GPU = 0, 1, 2, 3
+EXIT_OK, EXIT_FAILED = 0, 1
 
 
 class Check(BaseModel):
@@ -79,6 +85,10 @@ def doctor_checks() -> list[Check]:
             add("nvcc", True, f"{nvcc_version(nvcc)} ({nvcc})")
         except (OSError, ValueError) as exc:
             add("nvcc", False, str(exc), "repair the CUDA toolkit installation")
+    sandbox = sandbox_status()
+    add("compiler sandbox", sandbox.mode != "limits", sandbox.description,
+        "install bubblewrap (apt install bubblewrap) or allow unprivileged user namespaces, so nvcc cannot read "
+        "host files")  # fmt: skip
     gpus = detect_gpus()
     for gpu in gpus:
         add(f"gpu {gpu.index}", True, f"{gpu.name}, compute capability {gpu.capability}, {gpu.memory_mib} MiB")
@@ -120,15 +130,26 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK if all(c.ok for c in checks if c.name in essential) else EXIT_FAILED
 
 
+def _kernel_source(path: Path) -> str:
+    """A kernel file given on the command line; BadInput when it cannot be read as text."""
+    try:
+        return path.read_text()
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: {not_utf8(exc)}: save it as UTF-8") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: {exc.strerror or exc}: give a CUDA source file") from None
+
+
 async def _evaluate(card_path: Path, kernel: Path, plan_path: Path | None) -> Evaluation:
     settings = load_settings()
     card = load_card(card_path)
     plan = plan_for_kernel(kernel, plan_path)
+    source = _kernel_source(kernel)
     gpu = require_gpu()[0]
     evaluator = Evaluator(card, make_builder(settings, gpu.arch), settings, gpu)
     try:
         await evaluator.start()
-        return await evaluator.evaluate(kernel.read_text(), plan)
+        return await evaluator.evaluate(source, plan)
     finally:
         await evaluator.close()
 
@@ -138,16 +159,23 @@ def render_evaluation(evaluation: Evaluation, console: Console, copy_gbps: float
     result = evaluation.result
     if evaluation.build is not None:
         build = evaluation.build
-        stats = ", ".join(f"{k}: {v.registers} regs, {v.shared_bytes} B smem, {v.spill_store_bytes} B spills"
-                          for k, v in build.ptxas.items())  # fmt: skip
+        stats = ", ".join(
+            f"{k}: {v.registers} regs, {v.shared_bytes} B smem, {v.spill_store_bytes} B spills"
+            for k, v in build.ptxas.items()
+        )
         console.print(f"build: {'cached' if build.cached else f'{build.seconds:.2f} s'}  {stats}")
     if result is not None and result.checks:
         table = Table(title="correctness")
         for column in ("input set", "", "worst error / tolerance", "bad", "never written"):
             table.add_column(column)
         for check in result.checks:
-            table.add_row(check.name, "[green]pass[/]" if check.ok else "[red]FAIL[/]",
-                          f"{check.max_error_ratio:.3g}", str(check.bad), str(check.unwritten))  # fmt: skip
+            table.add_row(
+                check.name,
+                "[green]pass[/]" if check.ok else "[red]FAIL[/]",
+                f"{check.max_error_ratio:.3g}",
+                str(check.bad),
+                str(check.unwritten),
+            )
         console.print(table)
     if result is not None and result.candidate is not None:
         table = Table(title="timing (CUDA events, L2 flushed, interleaved with the baseline)")
@@ -155,8 +183,9 @@ def render_evaluation(evaluation: Evaluation, console: Console, copy_gbps: float
             table.add_column(column)
         for name, t in (("candidate", result.candidate), ("baseline", result.baseline)):
             if t is not None:
-                table.add_row(name, f"{t.median_us:.2f} us", f"{t.p10_us:.2f}-{t.p90_us:.2f} us", f"{t.cv:.2%}",
-                              str(t.reps))  # fmt: skip
+                table.add_row(
+                    name, f"{t.median_us:.2f} us", f"{t.p10_us:.2f}-{t.p90_us:.2f} us", f"{t.cv:.2%}", str(t.reps)
+                )
         console.print(table)
         parts = []
         if result.speedup is not None:
@@ -175,12 +204,7 @@ def render_evaluation(evaluation: Evaluation, console: Console, copy_gbps: float
 
 
 def cmd_eval(args: argparse.Namespace, console: Console) -> int:
-    try:
-        evaluation = asyncio.run(_evaluate(Path(args.card), Path(args.kernel), Path(args.plan) if args.plan else None))
-    except NoGpuError as exc:
-        return _fail(console, args.json, "no-gpu", str(exc), EXIT_NO_GPU)
-    except (CardError, FileNotFoundError) as exc:
-        return _fail(console, args.json, "bad-input", str(exc), EXIT_USAGE)
+    evaluation = asyncio.run(_evaluate(Path(args.card), Path(args.kernel), Path(args.plan) if args.plan else None))
     if args.json:
         print(evaluation.model_dump_json(indent=2))
     else:
@@ -196,18 +220,18 @@ def _fail(console: Console, as_json: bool, kind: str, message: str, code: int) -
     return code
 
 
+def _error_kind(exc: KernelForgeError) -> str:
+    """The `error` field of a --json failure: what kind of problem, for scripts to branch on."""
+    if isinstance(exc, ProfileError):
+        return f"profile-{exc.kind}"
+    if isinstance(exc, NoGpu):
+        return "no-gpu"
+    if isinstance(exc, BadInput):
+        return "bad-input"
+    return "failed"
+
+
 # ---- optimize and runs ----------------------------------------------------------------------------
-
-
-def _tree_settings(pairs: list[str], base: TreeSettings) -> TreeSettings:
-    """`--tree exploration=0.7` overrides, checked by the TreeSettings model."""
-    updates: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or key not in TreeSettings.model_fields:
-            raise ValueError(f"--tree {pair!r}: use KEY=VALUE with KEY one of {sorted(TreeSettings.model_fields)}")
-        updates[key] = value
-    return TreeSettings.model_validate(base.model_dump() | updates)
 
 
 def render_run(info: RunInfo, live: RunView | None = None) -> Table:
@@ -247,53 +271,41 @@ def render_run(info: RunInfo, live: RunView | None = None) -> Table:
     return table
 
 
+def _tree_overrides(pairs: list[str]) -> dict[str, str]:
+    """`--tree exploration=0.7` pairs; the run set-up checks them against TreeSettings."""
+    overrides: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            fields = ", ".join(sorted(TreeSettings.model_fields))
+            raise BadInput(f"--tree {pair!r}: use KEY=VALUE with KEY one of {fields}")
+        overrides[key] = value
+    return overrides
+
+
 async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
-    settings = load_settings()
-    given = Budget(max_iterations=args.budget_iters, max_minutes=args.budget_minutes,
-                   max_gpu_seconds=args.budget_gpu_seconds)  # fmt: skip
-    store: RunStore | None = None
-    if args.resume:
-        run_dir = resolve_run(args.resume, Path(args.root) if args.root else None)
-        with RunStore.open(run_dir, readonly=True) as peek:
-            recorded = RunSettings.model_validate_json(peek.settings_json())
-            info = peek.run_info()
-            _, card_dir = peek.card_json()
-        if (info.backend == SIMULATED) != bool(args.simulate):
-            raise ValueError(
-                f"run {info.run_id} was {'simulated' if info.backend == SIMULATED else 'measured on a GPU'}: "
-                f"resume it {'with' if info.backend == SIMULATED else 'without'} --simulate (one run never mixes both)"
-            )
-        card = load_card(Path(args.card) if args.card else card_dir)
-        run_settings = recorded.model_copy(update={"budget": recorded.budget.merged(given)})
-        if args.tree:
-            run_settings.tree = _tree_settings(args.tree, run_settings.tree)
-        run_settings.proposer = args.proposer or recorded.proposer or DEFAULT_PROPOSER
-    else:
-        if not args.card:
-            raise ValueError("give a CARD directory, or --resume RUN")
-        card = load_card(Path(args.card))
-        run_dir = (
-            Path(args.run_dir) if args.run_dir else new_run_dir(card.spec.name, Path(args.root) if args.root else None)
-        )
-        run_settings = new_run_settings(
-            settings, given, _tree_settings(args.tree or [], TreeSettings()), args.proposer or DEFAULT_PROPOSER
-        )
-    proposer = load_proposer(run_settings.proposer)
-    backend = make_backend(card, settings, simulate=args.simulate, simulate_seconds=args.simulate_seconds)
-    if args.resume:
-        store = RunStore.resume(run_dir)  # its one writer from here: a run live in another process is refused
-        store.set_settings_json(run_settings.model_dump_json())
-    else:
-        store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
+    budget = Budget(
+        max_iterations=args.budget_iters, max_minutes=args.budget_minutes, max_gpu_seconds=args.budget_gpu_seconds
+    )
+    options = RunOptions(
+        resume=args.resume,
+        run_dir=Path(args.run_dir) if args.run_dir else None,
+        root=Path(args.root) if args.root else None,
+        budget=budget,
+        tree=_tree_overrides(args.tree or []),
+        proposer=args.proposer,
+        strategy=args.strategy,
+        simulate=args.simulate,
+        simulate_seconds=args.simulate_seconds,
+    )
+    search = prepare_run(Path(args.card) if args.card else None, load_settings(), options)
     try:
-        search = Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline,
-                        profile=settings.profile, reward=settings.reward)  # fmt: skip
-        return await _drive(search, store, console, quiet=args.json)
+        return await _drive(search, console, quiet=args.json)
     finally:
-        store.close()
+        search.store.close()
 
 
-async def _drive(search: Search, store: RunStore, console: Console, quiet: bool) -> RunInfo:
+async def _drive(search: Search, console: Console, quiet: bool) -> RunInfo:
     """Run the search under a live view; the first Ctrl-C (or SIGTERM) stops it cleanly, the second at once."""
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(search.run())
@@ -318,7 +330,7 @@ async def _drive(search: Search, store: RunStore, console: Console, quiet: bool)
     try:
         if quiet:
             return await task
-        with Live(render_run(store.run_info(), state), console=console, refresh_per_second=4) as live:
+        with Live(render_run(search.store.run_info(), state), console=console, refresh_per_second=4) as live:
             while not task.done():
                 batch: list[EngineEvent] = []
                 with contextlib.suppress(TimeoutError):
@@ -326,7 +338,7 @@ async def _drive(search: Search, store: RunStore, console: Console, quiet: bool)
                 while not queue.empty():
                     batch.append(queue.get_nowait())
                 state.apply(batch)
-                live.update(render_run(store.run_info(), state))
+                live.update(render_run(search.store.run_info(), state))
             info = await task
             live.update(render_run(info, state))
             return info
@@ -337,23 +349,17 @@ async def _drive(search: Search, store: RunStore, console: Console, quiet: bool)
 
 
 def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
+    """A baseline that fails ends the command through BaselineFailed (exit code 1), like any typed error."""
     try:
         info = asyncio.run(_optimize(args, console))
-    except NoGpuError as exc:
-        return _fail(console, args.json, "no-gpu", f"{exc} (or pass --simulate to try the search with invented "
-                     "timings)", EXIT_NO_GPU)  # fmt: skip
-    except (CardError, StoreError, ValueError, ImportError, FileNotFoundError) as exc:
-        return _fail(console, args.json, "bad-input", str(exc), EXIT_USAGE)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError:  # a second Ctrl-C: the run is left as it was, resumable
         return _fail(console, args.json, "interrupted", "interrupted: resume the run with --resume", EXIT_FAILED)
-    except RuntimeError as exc:  # the backend did not start (a baseline that does not build, a broken worker)
-        return _fail(console, args.json, "backend", str(exc), EXIT_FAILED)
     if args.json:
         print(info.model_dump_json(indent=2))
     else:
         console.print()
         console.print(f"resume or extend it with: kernelforge optimize --resume {escape(str(info.run_dir))}")
-    return EXIT_FAILED if "baseline failed" in info.reason else EXIT_OK
+    return EXIT_OK
 
 
 def cmd_runs(args: argparse.Namespace, console: Console) -> int:
@@ -375,8 +381,17 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
         ceiling = f"{i.best_ceiling_share:.0%}" if i.best_ceiling_share is not None else "-"
         backend = "[yellow]simulated[/]" if i.backend == SIMULATED else escape(i.gpu_name)
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.started_at))
-        table.add_row(escape(i.run_id), escape(i.card_name), backend, i.state, best, ceiling, str(i.node_count),
-                      str(i.failure_count), started)  # fmt: skip
+        table.add_row(
+            escape(i.run_id),
+            escape(i.card_name),
+            backend,
+            i.state,
+            best,
+            ceiling,
+            str(i.node_count),
+            str(i.failure_count),
+            started,
+        )
     console.print(table)
     return EXIT_OK
 
@@ -387,14 +402,13 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
 def cmd_tui(args: argparse.Namespace, console: Console) -> int:
     from kernelforge_tui.tui.launch import run_tui
 
-    try:
-        run_dir = run_tui(Path(args.card), theme=args.theme, budget_iters=args.budget_iters,
-                          budget_minutes=args.budget_minutes, simulate=args.simulate)  # fmt: skip
-    except NoGpuError as exc:
-        return _fail(console, False, "no-gpu", f"{exc} (or pass --simulate to try the search with invented timings)",
-                     EXIT_NO_GPU)  # fmt: skip
-    except (CardError, FileNotFoundError, ValueError, RuntimeError) as exc:
-        return _fail(console, False, "bad-input", str(exc), EXIT_USAGE)
+    run_dir = run_tui(
+        Path(args.card),
+        theme=args.theme,
+        budget_iters=args.budget_iters,
+        budget_minutes=args.budget_minutes,
+        simulate=args.simulate,
+    )
     if run_dir:
         console.print(f"run stored in {escape(run_dir)}: `kernelforge open` it, or resume it with `optimize --resume`")
     return EXIT_OK
@@ -403,10 +417,7 @@ def cmd_tui(args: argparse.Namespace, console: Console) -> int:
 def cmd_open(args: argparse.Namespace, console: Console) -> int:
     from kernelforge_tui.tui.launch import open_run
 
-    try:
-        open_run(args.run, theme=args.theme)
-    except (FileNotFoundError, ValueError, RuntimeError) as exc:  # StoreError is a RuntimeError
-        return _fail(console, False, "bad-input", str(exc), EXIT_USAGE)
+    open_run(args.run, theme=args.theme)
     return EXIT_OK
 
 
@@ -418,7 +429,7 @@ async def _profile_kernel(card_path: Path, kernel: Path, plan_path: Path | None)
     settings = load_settings()
     card = load_card(card_path)
     plan = plan_for_kernel(kernel, plan_path)
-    return await _profile_source(card, kernel.read_text(), plan, settings, measured_us=None)
+    return await _profile_source(card, _kernel_source(kernel), plan, settings, measured_us=None)
 
 
 async def _profile_source(
@@ -432,23 +443,21 @@ async def _profile_source(
 
 def _profile_node(run: str, node_id: int, again: bool, save: bool) -> NodeProfile:
     """A run node's saved profile, or a fresh one (then saved on the node)."""
-    from kernelforge_tui.store import RunStore, resolve_run
-
-    run_dir = resolve_run(run)
-    with RunStore.open(run_dir, readonly=True) as store:
+    recorded = recorded_run(run)
+    with RunStore.open(recorded.run_dir, readonly=True) as store:
         saved = store.profile(node_id)
         source, plan = store.node_source(node_id)
-        _, card_dir = store.card_json()
         evaluation = store.evaluation(node_id)
     if saved is not None and not again:
-        return NodeProfile.model_validate_json(saved)
+        return saved
     measured = evaluation.result.candidate if evaluation and evaluation.result else None
+    card = load_card(recorded.card_dir)
     profiled = asyncio.run(
-        _profile_source(load_card(card_dir), source, plan, load_settings(), measured.median_us if measured else None)
+        _profile_source(card, source, plan, load_settings(), measured.median_us if measured else None)
     )
     if save:
-        with RunStore.open(run_dir) as store:
-            store.save_profile(node_id, profiled.model_dump_json())
+        with RunStore.open(recorded.run_dir) as store:
+            store.save_profile(node_id, profiled)
     return profiled
 
 
@@ -483,20 +492,11 @@ def render_profile(profiled: NodeProfile, console: Console) -> None:
 
 
 def cmd_profile(args: argparse.Namespace, console: Console) -> int:
-    from kernelforge_tui.store import StoreError
-
-    try:
-        if args.what.isdigit():
-            profiled = _profile_node(args.target, int(args.what), args.again, not args.no_save)
-        else:
-            plan = Path(args.plan) if args.plan else None
-            profiled = asyncio.run(_profile_kernel(Path(args.target), Path(args.what), plan))
-    except NoGpuError as exc:
-        return _fail(console, args.json, "no-gpu", str(exc), EXIT_NO_GPU)
-    except ProfileError as exc:
-        return _fail(console, args.json, f"profile-{exc.kind}", str(exc), EXIT_FAILED)
-    except (CardError, StoreError, KeyError, FileNotFoundError) as exc:
-        return _fail(console, args.json, "bad-input", str(exc).strip("'\""), EXIT_USAGE)
+    if args.what.isdigit():
+        profiled = _profile_node(args.target, int(args.what), args.again, not args.no_save)
+    else:
+        plan = Path(args.plan) if args.plan else None
+        profiled = asyncio.run(_profile_kernel(Path(args.target), Path(args.what), plan))
     if args.json:
         print(profiled.model_dump_json(indent=2))
     else:
@@ -522,13 +522,26 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--resume", metavar="RUN", help="continue a run (its id or directory) after a stop or a crash")
     opt.add_argument("--run-dir", metavar="DIR", help="where the new run's store goes (default: under --root)")
     opt.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
-    opt.add_argument("--simulate", action="store_true",
-                     help="no GPU: real nvcc builds, INVENTED timings (for trying the tool and for CI)")  # fmt: skip
-    opt.add_argument("--simulate-seconds", type=float, default=0.01, metavar="S",
-                     help="simulated GPU seconds per evaluation (with --simulate)")  # fmt: skip
+    opt.add_argument(
+        "--simulate",
+        action="store_true",
+        help="no GPU: real nvcc builds, INVENTED timings (for trying the tool and for CI)",
+    )
+    opt.add_argument(
+        "--simulate-seconds",
+        type=float,
+        default=0.01,
+        metavar="S",
+        help="simulated GPU seconds per evaluation (with --simulate)",
+    )
     opt.add_argument("--proposer", metavar="NAME", help="'templates' (default) or module:Class")
-    opt.add_argument("--tree", action="append", metavar="KEY=VALUE",
-                     help="tree search constant, e.g. --tree exploration=0.7 (see README)")  # fmt: skip
+    opt.add_argument("--strategy", choices=sorted(STRATEGIES), help="selection strategy (default: mcts)")
+    opt.add_argument(
+        "--tree",
+        action="append",
+        metavar="KEY=VALUE",
+        help="tree search constant, e.g. --tree exploration=0.7 (see README)",
+    )
     opt.add_argument("--json", action="store_true", help="no live view; print the run summary as JSON")
     runs = sub.add_parser("runs", help="list runs with their best results")
     runs.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
@@ -538,8 +551,9 @@ def build_parser() -> argparse.ArgumentParser:
     tui.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
     tui.add_argument("--budget-iters", type=int, metavar="N", help="stop after N candidates evaluated")
     tui.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
-    tui.add_argument("--simulate", action="store_true",
-                     help="no GPU: real nvcc builds, INVENTED timings (for trying the tool)")  # fmt: skip
+    tui.add_argument(
+        "--simulate", action="store_true", help="no GPU: real nvcc builds, INVENTED timings (for trying the tool)"
+    )
     opn = sub.add_parser("open", help="open a run in the terminal UI: a finished one, or one live in another process")
     opn.add_argument("run", help="run directory or run id")
     opn.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
@@ -553,17 +567,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
+    "doctor": cmd_doctor,
+    "eval": cmd_eval,
+    "optimize": cmd_optimize,
+    "runs": cmd_runs,
+    "tui": cmd_tui,
+    "open": cmd_open,
+    "profile": cmd_profile,
+}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Errors raised on purpose (`KernelForgeError`) become one line (or a JSON object with
+    --json) and the exit code of their type; anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
     console = Console(stderr=False)
-    handlers = {"doctor": cmd_doctor, "eval": cmd_eval, "optimize": cmd_optimize, "runs": cmd_runs}
-    handlers["profile"] = cmd_profile
-    handlers.update(tui=cmd_tui, open=cmd_open)
     try:
-        return handlers[args.command](args, console)
-    except KernelForgeError as exc:  # typed errors (a bad config, a damaged run): one line and their exit code
-        kind = {2: "bad-input", 3: "no-gpu"}.get(exc.exit_code, "failed")
-        return _fail(console, getattr(args, "json", False), kind, str(exc), exc.exit_code)
+        return COMMANDS[args.command](args, console)
+    except KernelForgeError as exc:
+        return _fail(console, getattr(args, "json", False), _error_kind(exc), str(exc), exc.exit_code)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,10 @@ class CheckFailed(KernelForgeError):
     exit_code = 1
 
 
+class BaselineFailed(CheckFailed):
+    """The card's baseline kernel did not build or evaluate: nothing can be measured against it."""
+
+
 class FieldError(BadInput):
     """Bad input at a named place (a file, an environment variable) and field, with the fix, as one line:
     `where: field: problem. Fix: fix.` The parts stay apart for views that show them apart (`doctor`)."""

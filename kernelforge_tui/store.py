@@ -16,7 +16,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -28,7 +28,8 @@ from kernelforge_tui.errors import BadInput
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import EngineEvent
-from kernelforge_tui.models.nodes import NodeRecord, NodeView
+from kernelforge_tui.models.nodes import NodeOutcome, NodeRecord, NodeStats, NodeStatus, NodeView, ParamValue
+from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.models.runs import RunInfo, RunListing, SkippedRun, UnreadableRow
 
@@ -39,7 +40,6 @@ LOCK_NAME = "writer.lock"
 life; the OS releases it when the process dies, `kill -9` included. It also holds who took it (WriterInfo)."""
 LOCK_WAIT_S = 0.5
 """How long a new writer retries: a viewer's liveness probe holds a shared lock on the file for an instant."""
-
 
 MIGRATIONS: list[str] = [
     # 1: the first schema.
@@ -125,12 +125,20 @@ _EVENT = TypeAdapter[EngineEvent](EngineEvent)
 _COMMAND = TypeAdapter[EngineCommand](EngineCommand)
 _RAW_ROW = "id, CAST(kind AS BLOB) AS kind, CAST(json AS BLOB) AS json"
 """An event or command row as bytes: a row that is not even UTF-8 must not fail the whole query."""
-_FINISHED = ("verified", "timed", "profiled")
+M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 
 class StoreError(BadInput):
     """A run directory that cannot be opened or used as asked: the message says why and what to do."""
+
+
+class UnknownNode(StoreError, LookupError):
+    """A node id the run does not hold."""
+
+
+class UnreadableRecord(StoreError):
+    """A stored record (a profile) that no longer reads as its model: written by another kernelforge version."""
 
 
 class WriterInfo(BaseModel):
@@ -471,28 +479,41 @@ class RunStore:
         state = r["state"]
         if state != "finished" and self._writer_fd is None and not writer_live(self.run_dir):
             state = "interrupted"  # its writer died: the OS released the writer lock (no pid that can be reused)
+        top = best[0] if best else None
         return RunInfo(
-            run_id=r["id"], run_dir=self.run_dir, card_name=r["card_name"], family=r["family"],
-            gpu_name=r["gpu_name"], backend=r["backend"], state=state, reason=r["reason"],
-            started_at=r["started_at"], ended_at=r["ended_at"],
-            best_node_id=best[0]["id"] if best else None, best_speedup=best[0]["speedup"] if best else None,
-            best_latency_us=best[0]["latency"] if best else None,
-            best_ceiling_share=best[0]["ceiling_share"] if best else None,
-            node_count=counts["n"] or 0, failure_count=counts["failed"] or 0,
-            in_flight_count=counts["flying"] or 0, active_seconds=r["active_seconds"], gpu_seconds=gpu["s"],
-        )  # fmt: skip
+            run_id=r["id"],
+            run_dir=self.run_dir,
+            card_name=r["card_name"],
+            family=r["family"],
+            gpu_name=r["gpu_name"],
+            backend=r["backend"],
+            state=state,
+            reason=r["reason"],
+            started_at=r["started_at"],
+            ended_at=r["ended_at"],
+            best_node_id=top["id"] if top else None,
+            best_speedup=top["speedup"] if top else None,
+            best_latency_us=top["latency"] if top else None,
+            best_ceiling_share=top["ceiling_share"] if top else None,
+            node_count=counts["n"] or 0,
+            failure_count=counts["failed"] or 0,
+            in_flight_count=counts["flying"] or 0,
+            active_seconds=r["active_seconds"],
+            gpu_seconds=gpu["s"],
+        )
 
-    def card_json(self) -> tuple[str, Path]:
-        """The card manifest as recorded at creation, and the card directory it came from."""
-        r = self._read("SELECT card_json, card_dir FROM run")[0]
-        return r["card_json"], Path(r["card_dir"])
+    def card_dir(self) -> Path:
+        """The card directory the run was created from (a resume and a profile load the card from there)."""
+        return Path(self._read("SELECT card_dir FROM run")[0]["card_dir"])
 
-    def settings_json(self) -> str:
-        return str(self._read("SELECT settings_json FROM run")[0]["settings_json"])
+    def settings(self, model: type[M]) -> M:
+        """The settings the run records, read as `model` (the engine's RunSettings: the store does not know it)."""
+        return model.model_validate_json(self._read("SELECT settings_json FROM run")[0]["settings_json"])
 
-    def set_settings_json(self, text: str) -> None:
+    def set_settings(self, settings: BaseModel) -> None:
+        """Record new settings (a resumed run given new budgets)."""
         with self._tx() as c:
-            c.execute("UPDATE run SET settings_json = ?", (text,))
+            c.execute("UPDATE run SET settings_json = ?", (settings.model_dump_json(),))
 
     def set_state(self, state: str, reason: str = "", ended: bool = False) -> None:
         """The run's state; a live state also records this process as the run's owner."""
@@ -515,71 +536,123 @@ class RunStore:
         plan: LaunchPlan,
         mutation: str = "",
         proposer: str = "",
-        params: dict[str, int | str | float] | None = None,
-        status: str = "proposed",
+        params: dict[str, ParamValue] | None = None,
     ) -> NodeView:
+        """A new node, proposed (not yet built nor measured)."""
         now = time.time()
         with self._tx() as c:
             cursor = c.execute(
                 "INSERT INTO nodes (parent, status, mutation, proposer, params, source, plan, created_at, updated_at)"
                 " VALUES (?,?,?,?,?,?,?,?,?)",
-                (parent_id, status, mutation, proposer, json.dumps(params or {}), source, plan.model_dump_json(),
-                 now, now),
-            )  # fmt: skip
+                (
+                    parent_id,
+                    NodeStatus.PROPOSED,
+                    mutation,
+                    proposer,
+                    json.dumps(params or {}),
+                    source,
+                    plan.model_dump_json(),
+                    now,
+                    now,
+                ),
+            )
             node_id = cursor.lastrowid
         assert node_id is not None
         return self.node(node_id)
 
-    _UPDATABLE = frozenset(
-        {"status", "failure", "reason", "latency", "speedup", "ceiling_share", "visits", "value", "banned",
-         "pinned", "export", "hints", "attempts", "reward_json"}
-    )  # fmt: skip
-
-    def update_node(self, node_id: int, **fields: Any) -> NodeView:
-        """Change columns of one node (`hints` takes a list); returns the new view."""
+    def _set(self, node_id: int, sql: str, *values: object) -> NodeView:
+        """One node's columns (`sql`: the assignments, written here, never from input); returns the new view."""
         with self._tx() as c:
-            self._update(c, node_id, fields)
+            c.execute(f"UPDATE nodes SET {sql}, updated_at = ? WHERE id = ?", (*values, time.time(), node_id))
         return self.node(node_id)
 
-    def _update(self, c: sqlite3.Connection, node_id: int, fields: dict[str, Any]) -> None:
-        unknown = set(fields) - self._UPDATABLE
-        if unknown:
-            raise ValueError(f"not updatable node fields: {sorted(unknown)}")
-        values = {k: json.dumps(v) if k == "hints" else v for k, v in fields.items()}
-        values["updated_at"] = time.time()
-        assignments = ", ".join(f"{k} = ?" for k in values)
-        c.execute(f"UPDATE nodes SET {assignments} WHERE id = ?", (*values.values(), node_id))
+    def set_status(self, node_id: int, status: NodeStatus) -> NodeView:
+        """A step on the way (built, or profiled after it was timed); outcomes go through `finish_node`."""
+        return self._set(node_id, "status = ?", status)
+
+    def queue_node(self, node_id: int, attempts: int) -> NodeView:
+        """The node handed to the pipeline (again, on a resume): proposed, and how many times it was handed."""
+        return self._set(node_id, "status = ?, attempts = ?", NodeStatus.PROPOSED, attempts)
+
+    def set_hints(self, node_id: int, hints: Sequence[str]) -> NodeView:
+        return self._set(node_id, "hints = ?", json.dumps(list(hints)))
+
+    def set_banned(self, node_id: int, banned: bool) -> NodeView:
+        return self._set(node_id, "banned = ?", banned)
+
+    def set_pinned(self, node_id: int, pinned: bool) -> NodeView:
+        return self._set(node_id, "pinned = ?", pinned)
+
+    def set_export(self, node_id: int, export: bool) -> NodeView:
+        return self._set(node_id, "export = ?", export)
 
     def finish_node(
-        self, node_id: int, evaluation: Evaluation, fields: dict[str, Any], stats: dict[int, tuple[int, float]]
+        self, node_id: int, evaluation: Evaluation, outcome: NodeOutcome, stats: Mapping[int, NodeStats]
     ) -> None:
-        """A node's outcome, its measurement and its ancestors' statistics (id -> (visits, value)), atomically."""
+        """A node's outcome, its measurement and the statistics it moved (its ancestors'), in one transaction."""
         gpu_seconds = evaluation.result.gpu_seconds if evaluation.result else 0.0
+        reward = outcome.reward.model_dump_json() if outcome.reward is not None else None
+        now = time.time()
         with self._tx() as c:
             c.execute(
                 "INSERT INTO measurements (node, evaluation, gpu_seconds, at) VALUES (?,?,?,?)",
-                (node_id, evaluation.model_dump_json(), gpu_seconds, time.time()),
+                (node_id, evaluation.model_dump_json(), gpu_seconds, now),
             )
-            self._update(c, node_id, fields)
-            for other, (visits, value) in stats.items():
-                c.execute("UPDATE nodes SET visits = ?, value = ? WHERE id = ?", (visits, value, other))
+            c.execute(
+                "UPDATE nodes SET status = ?, failure = ?, reason = ?, latency = ?, speedup = ?, ceiling_share = ?,"
+                " reward_json = ?, updated_at = ? WHERE id = ?",
+                (
+                    outcome.status,
+                    outcome.failure,
+                    outcome.reason,
+                    outcome.latency_us,
+                    outcome.speedup,
+                    outcome.ceiling_share,
+                    reward,
+                    now,
+                    node_id,
+                ),
+            )
+            self._save_stats(c, stats)
 
-    def save_rewards(self, rewards: dict[int, str], stats: dict[int, tuple[int, float]]) -> None:
-        """New rewards (node id -> Reward JSON) and the statistics they moved (id -> (visits, value)), at once."""
+    def save_rewards(self, rewards: Mapping[int, Reward], stats: Mapping[int, NodeStats]) -> None:
+        """New rewards (a profile arrived and rescored nodes) and the statistics they moved, in one transaction."""
+        now = time.time()
         with self._tx() as c:
-            for node_id, text in rewards.items():
-                c.execute("UPDATE nodes SET reward_json = ?, updated_at = ? WHERE id = ?", (text, time.time(), node_id))
-            for other, (visits, value) in stats.items():
-                c.execute("UPDATE nodes SET visits = ?, value = ? WHERE id = ?", (visits, value, other))
+            for node_id, reward in rewards.items():
+                c.execute(
+                    "UPDATE nodes SET reward_json = ?, updated_at = ? WHERE id = ?",
+                    (reward.model_dump_json(), now, node_id),
+                )
+            self._save_stats(c, stats)
+
+    @staticmethod
+    def _save_stats(c: sqlite3.Connection, stats: Mapping[int, NodeStats]) -> None:
+        for node_id, s in stats.items():
+            c.execute("UPDATE nodes SET visits = ?, value = ? WHERE id = ?", (s.visits, s.value, node_id))
 
     def _view(self, r: sqlite3.Row) -> NodeView:
         return NodeView(
-            id=r["id"], parent_id=r["parent"], status=r["status"], failure=r["failure"], reason=r["reason"],
-            mutation=r["mutation"], proposer=r["proposer"], latency_us=r["latency"], speedup=r["speedup"],
-            ceiling_share=r["ceiling_share"], visits=r["visits"], value=r["value"], banned=bool(r["banned"]),
-            pinned=bool(r["pinned"]), export=bool(r["export"]), created_at=r["created_at"],
-            profiled=bool(r["profiled"]), reward_total=r["reward_total"], reward_note=r["reward_note"] or "",
-        )  # fmt: skip
+            id=r["id"],
+            parent_id=r["parent"],
+            status=r["status"],
+            failure=r["failure"],
+            reason=r["reason"],
+            mutation=r["mutation"],
+            proposer=r["proposer"],
+            latency_us=r["latency"],
+            speedup=r["speedup"],
+            ceiling_share=r["ceiling_share"],
+            visits=r["visits"],
+            value=r["value"],
+            banned=bool(r["banned"]),
+            pinned=bool(r["pinned"]),
+            export=bool(r["export"]),
+            created_at=r["created_at"],
+            profiled=bool(r["profiled"]),
+            reward_total=r["reward_total"],
+            reward_note=r["reward_note"] or "",
+        )
 
     def _view_columns(self) -> str:
         """The columns of a NodeView; a run of schema 1 (readonly) has no rewards."""
@@ -602,45 +675,30 @@ class RunStore:
     def node(self, node_id: int) -> NodeView:
         rows = self._read(f"SELECT {self._view_columns()} FROM nodes WHERE id = ?", (node_id,))
         if not rows:
-            raise KeyError(f"no node {node_id} in run {self.run_dir.name}")
+            raise self._unknown(node_id)
         return self._view(rows[0])
+
+    def _unknown(self, node_id: int) -> UnknownNode:
+        return UnknownNode(f"no node {node_id} in run {self.run_dir.name}")
 
     def node_source(self, node_id: int) -> tuple[str, LaunchPlan]:
         rows = self._read("SELECT source, plan FROM nodes WHERE id = ?", (node_id,))
         if not rows:
-            raise KeyError(f"no node {node_id} in run {self.run_dir.name}")
+            raise self._unknown(node_id)
         return rows[0]["source"], LaunchPlan.model_validate_json(rows[0]["plan"])
+
+    _RECORDS = "SELECT n.*, (SELECT MAX(m.id) FROM measurements m WHERE m.node = n.id) AS last_m FROM nodes n"
 
     def node_records(self) -> list[NodeRecord]:
         """Every node in full, in id order, with the id of its latest measurement."""
-        rows = self._read(
-            "SELECT n.*, (SELECT MAX(m.id) FROM measurements m WHERE m.node = n.id) AS last_m FROM nodes n ORDER BY id"
-        )
-        return [
-            NodeRecord(
-                id=r["id"],
-                parent_id=r["parent"],
-                status=r["status"],
-                failure=r["failure"],
-                reason=r["reason"],
-                mutation=r["mutation"],
-                proposer=r["proposer"],
-                params=json.loads(r["params"]),
-                source=r["source"],
-                plan=LaunchPlan.model_validate_json(r["plan"]),
-                latency_us=r["latency"],
-                speedup=r["speedup"],
-                ceiling_share=r["ceiling_share"],
-                banned=bool(r["banned"]),
-                pinned=bool(r["pinned"]),
-                export=bool(r["export"]),
-                hints=json.loads(r["hints"]),
-                attempts=r["attempts"],
-                last_measurement=r["last_m"],
-                reward=_reward(r["reward_json"]) if "reward_json" in r.keys() else None,  # noqa: SIM118 (Row: keys)
-            )
-            for r in rows
-        ]
+        return [_record(r) for r in self._read(self._RECORDS + " ORDER BY id")]
+
+    def node_record(self, node_id: int) -> NodeRecord:
+        """One node in full: source, plan, params, hints and its reward with every term."""
+        rows = self._read(self._RECORDS + " WHERE n.id = ?", (node_id,))
+        if not rows:
+            raise self._unknown(node_id)
+        return _record(rows[0])
 
     def evaluation(self, node_id: int) -> Evaluation | None:
         """The node's latest whole Evaluation (build, checks, timing), or None before it was measured."""
@@ -651,9 +709,6 @@ class RunStore:
             return Evaluation.model_validate_json(rows[0]["evaluation"])
         except ValidationError:
             return None
-
-    def gpu_seconds(self) -> float:
-        return float(self._read("SELECT COALESCE(SUM(gpu_seconds), 0) FROM measurements")[0][0])
 
     # ---- events and commands ------------------------------------------------------------------------
 
@@ -690,38 +745,58 @@ class RunStore:
 
     # ---- profiles -----------------------------------------------------------------------------------
 
-    def save_profile(self, node_id: int, json_text: str) -> None:
+    def save_profile(self, node_id: int, profile: NodeProfile) -> None:
+        """The node's profile (a newer one replaces it)."""
         with self._tx() as c:
             c.execute(
                 "INSERT INTO profiles (node, json, at) VALUES (?, ?, ?)"
                 " ON CONFLICT(node) DO UPDATE SET json = excluded.json, at = excluded.at",
-                (node_id, json_text, time.time()),
+                (node_id, profile.model_dump_json(), time.time()),
             )
 
-    def profile(self, node_id: int) -> str | None:
+    def profile(self, node_id: int) -> NodeProfile | None:
+        """The node's saved profile, or None; UnreadableRecord when it no longer reads as a NodeProfile."""
         rows = self._read("SELECT json FROM profiles WHERE node = ?", (node_id,))
-        return str(rows[0]["json"]) if rows else None
+        if not rows:
+            return None
+        try:
+            return NodeProfile.model_validate_json(rows[0]["json"])
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            raise UnreadableRecord(
+                f"node {node_id}'s profile does not read as a profile of this kernelforge: "
+                f"{exc.error_count()} problem(s), first {where + ': ' if where else ''}{first['msg']}"
+            ) from None
 
     def profiled_ids(self) -> set[int]:
         """The nodes with a saved profile."""
         return {int(r["node"]) for r in self._read("SELECT node FROM profiles")}
 
-    # ---- rewards ------------------------------------------------------------------------------------
 
-    def reward(self, node_id: int) -> Reward | None:
-        """The node's reward with every term and its explanation; None before it was measured (or schema 1)."""
-        if self.schema_version < 2:
-            return None
-        rows = self._read("SELECT reward_json FROM nodes WHERE id = ?", (node_id,))
-        if not rows:
-            raise KeyError(f"no node {node_id} in run {self.run_dir.name}")
-        text = rows[0]["reward_json"]
-        if text is None:
-            return None
-        try:
-            return Reward.model_validate_json(text)
-        except ValidationError:
-            return None
+def _record(r: sqlite3.Row) -> NodeRecord:
+    return NodeRecord(
+        id=r["id"],
+        parent_id=r["parent"],
+        status=r["status"],
+        failure=r["failure"],
+        reason=r["reason"],
+        mutation=r["mutation"],
+        proposer=r["proposer"],
+        params=json.loads(r["params"]),
+        source=r["source"],
+        plan=LaunchPlan.model_validate_json(r["plan"]),
+        latency_us=r["latency"],
+        speedup=r["speedup"],
+        ceiling_share=r["ceiling_share"],
+        banned=bool(r["banned"]),
+        pinned=bool(r["pinned"]),
+        export=bool(r["export"]),
+        hints=json.loads(r["hints"]),
+        attempts=r["attempts"],
+        last_measurement=r["last_m"],
+        reward=_reward(r["reward_json"]) if "reward_json" in r.keys() else None,  # noqa: SIM118 (Row: keys)
+    )
 
 
 def _reward(text: str | None) -> Reward | None:

@@ -14,7 +14,7 @@ import pytest
 
 from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.store import RunStore
-from tests.test_search import make_card
+from tests.test_search import BASELINE, make_card
 
 ROOT = Path(__file__).resolve().parent.parent
 TOY = "tests.test_search:ToyProposer"
@@ -68,6 +68,23 @@ def test_bad_inputs_are_usage_errors(tmp_path: Path) -> None:
     card = make_card(tmp_path / "card")
     out = kernelforge("optimize", str(card.root), "--simulate", "--tree", "bogus=1", "--json")
     assert out.returncode == 2 and "KEY=VALUE" in json.loads(out.stdout)["message"]
+    out = kernelforge("optimize", str(card.root), "--simulate", "--proposer", "no_such_module:Proposer", "--json")
+    error = json.loads(out.stdout)
+    assert out.returncode == 2 and error["error"] == "bad-input" and "cannot be loaded" in error["message"]
+
+
+def test_a_failing_baseline_is_exit_code_1(tmp_path: Path) -> None:
+    fails = make_card(tmp_path / "fails")
+    (fails.root / "baseline.cu").write_text(BASELINE + "// kf-simulate: fail=mismatch\n")
+    runs = str(tmp_path / "runs")
+    out = kernelforge("optimize", str(fails.root), "--simulate", "--budget-iters", "3", "--root", runs, "--json")
+    error = json.loads(out.stdout)
+    assert out.returncode == 1 and error["error"] == "failed"
+    assert "the card's baseline failed to evaluate (mismatch)" in error["message"]
+    broken = make_card(tmp_path / "broken")
+    (broken.root / "baseline.cu").write_text(BASELINE.replace("c[i] = a[i] + b[i];", "c[i] = a[i] +;"))
+    out = kernelforge("optimize", str(broken.root), "--simulate", "--budget-iters", "3", "--root", runs, "--json")
+    assert out.returncode == 1 and "the card's baseline kernel does not build" in json.loads(out.stdout)["message"]
 
 
 def test_runs_with_no_runs(tmp_path: Path) -> None:

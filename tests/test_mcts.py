@@ -1,4 +1,4 @@
-"""The tree search rules on small trees whose numbers are worked out by hand."""
+"""The tree's statistics and the MCTS strategy's rules on small trees whose numbers are worked out by hand."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ import math
 
 import pytest
 
-from kernelforge_tui.engine.mcts import Tree, TreeSettings
+from kernelforge_tui.engine.strategies import STRATEGIES, Strategy, UnknownStrategy, make_strategy
+from kernelforge_tui.engine.strategies.mcts import Mcts
+from kernelforge_tui.engine.tree import Tree, TreeSettings
 
 LN2, LN3 = math.log(2), math.log(3)
 
@@ -50,64 +52,71 @@ def test_failures_count_as_visits_with_the_failure_reward() -> None:
 def test_uct_values_by_hand() -> None:
     # root: visits 3 (itself, 2, 3); child 2 at 2x, child 3 at 0.5x; c = 1, pure mean.
     t = tree()
+    mcts = Mcts(t)
     child(t, 2, 1, 2.0)
     child(t, 3, 1, 0.5)
     explore = math.sqrt(math.log(3) / 1)  # 1.04815
-    assert t.uct(t[2], t.root) == pytest.approx(LN2 + explore)  # 1.74130
-    assert t.uct(t[3], t.root) == pytest.approx(-LN2 + explore)  # 0.35500
-    assert t.uct(t[2], t.root) == pytest.approx(1.741294, abs=1e-6)  # ln 2 + sqrt(ln 3)
+    assert mcts.uct(t[2], t.root) == pytest.approx(LN2 + explore)  # 1.74130
+    assert mcts.uct(t[3], t.root) == pytest.approx(-LN2 + explore)  # 0.35500
+    assert mcts.uct(t[2], t.root) == pytest.approx(1.741294, abs=1e-6)  # ln 2 + sqrt(ln 3)
     # root may have ceil(sqrt(3)) = 2 children: full, so selection descends to the better child.
-    assert t.allowed_children(t.root) == 2
-    assert t.select() == 2
+    assert mcts.allowed_children(t.root) == 2
+    assert mcts.select() == 2
 
 
 def test_q_mixes_mean_and_best() -> None:
     t = tree(max_weight=0.5)
+    mcts = Mcts(t)
     child(t, 2, 1, 2.0)
     child(t, 3, 2, 1.0)  # node 2: mean (ln2 + 0) / 2, best ln2
-    assert t.q(t[2]) == pytest.approx(0.5 * LN2 / 2 + 0.5 * LN2)
+    assert mcts.q(t[2]) == pytest.approx(0.5 * LN2 / 2 + 0.5 * LN2)
     explore = math.sqrt(math.log(3) / 2)
-    assert t.uct(t[2], t.root) == pytest.approx(0.75 * LN2 + explore)
+    assert mcts.uct(t[2], t.root) == pytest.approx(0.75 * LN2 + explore)
 
 
 def test_unvisited_child_is_infinite_but_never_selected_while_in_flight() -> None:
     t = tree()
+    mcts = Mcts(t)
     t.add(2, 1)
-    assert t.uct(t[2], t.root) == math.inf
-    assert t.select() is None  # root full (1 child allowed at 1 visit), child in flight
+    assert mcts.uct(t[2], t.root) == math.inf
+    assert mcts.select() is None  # root full (1 child allowed at 1 visit), child in flight
 
 
 @pytest.mark.parametrize(("visits", "allowed"), [(0, 2), (1, 2), (2, 3), (4, 4), (5, 5), (9, 6), (16, 8)])
 def test_progressive_widening_k2_alpha_half(visits: int, allowed: int) -> None:
     t = tree(widening_k=2.0, widening_alpha=0.5)
+    mcts = Mcts(t)
     t.root.visits = visits
-    assert t.allowed_children(t.root) == allowed  # ceil(2 * max(1, visits) ** 0.5)
+    assert mcts.allowed_children(t.root) == allowed  # ceil(2 * max(1, visits) ** 0.5)
 
 
 def test_widening_grows_with_visits_then_expands_the_root_again() -> None:
     t = tree()  # k = 1, alpha = 0.5
-    assert t.select() == 1 and t.expansion_size(1) == 1
+    mcts = Mcts(t)
+    assert mcts.select() == 1 and mcts.expansion_size(1) == 1
     child(t, 2, 1, 2.0)  # root visits 2 -> 2 children allowed
-    assert t.select() == 1
+    assert mcts.select() == 1
     child(t, 3, 1, 1.5)  # root visits 3 -> ceil(1.73) = 2: full; descend to the best UCT child
-    assert t.select() == 2
+    assert mcts.select() == 2
     child(t, 4, 2, 1.0)  # root visits 4: still 2 children allowed
     # node 2: (ln 2 + 0) / 2 + sqrt(ln 4 / 2) = 1.1791; node 3: ln 1.5 + sqrt(ln 4 / 1) = 1.5829
-    assert t.uct(t[2], t.root) == pytest.approx(1.179128, abs=1e-6)
-    assert t.uct(t[3], t.root) == pytest.approx(1.582875, abs=1e-6)
-    assert t.select() == 3
+    assert mcts.uct(t[2], t.root) == pytest.approx(1.179128, abs=1e-6)
+    assert mcts.uct(t[3], t.root) == pytest.approx(1.582875, abs=1e-6)
+    assert mcts.select() == 3
 
 
 def test_exhausted_and_failed_nodes_are_not_expanded() -> None:
     t = tree(widening_k=2.0)
+    mcts = Mcts(t)
     child(t, 2, 1, None, failure="mismatch")
     t.root.exhausted = True
-    assert t.select() is None
-    assert not t.expandable(t[2], forced=True)
+    assert mcts.select() is None
+    assert not t.may_expand(2)
 
 
 def test_stagnant_subtree_is_pruned_and_skipped() -> None:
     t = tree(prune_after=3, widening_k=10.0)
+    mcts = Mcts(t)
     child(t, 2, 1, 1.5)  # node 2: best ln 1.5 at visit 1
     child(t, 3, 1, 1.1)
     assert not t[2].pruned
@@ -118,7 +127,7 @@ def test_stagnant_subtree_is_pruned_and_skipped() -> None:
     pruned = t.finish(6, "timed", 1.3)  # node 2 at 4 visits, best unchanged since visit 1: 4 - 1 = 3
     assert pruned == [2] and t[2].pruned
     t.root.exhausted = True
-    assert t.select() == 3  # node 2 and its subtree are skipped; node 3 may widen
+    assert mcts.select() == 3  # node 2 and its subtree are skipped; node 3 may widen
     assert not t.root.pruned  # the root is never pruned
 
 
@@ -133,31 +142,33 @@ def test_improvement_resets_stagnation() -> None:
 
 def test_ban_excludes_a_subtree() -> None:
     t = tree()
+    mcts = Mcts(t)
     child(t, 2, 1, 2.0)
     child(t, 3, 1, 0.5)
-    assert t.select() == 2
+    assert mcts.select() == 2
     t.ban(2)
-    assert t.select() == 3
-    assert not t.expandable(t[2], forced=True)
+    assert mcts.select() == 3
+    assert not t.may_expand(2)
     t.ban(2, False)
-    assert t.select() == 2
+    assert mcts.select() == 2
 
 
 def test_pin_restricts_selection_to_the_subtree() -> None:
     t = tree(widening_k=3.0)  # the root could take more children
+    mcts = Mcts(t)
     child(t, 2, 1, 2.0)
     child(t, 3, 1, 0.5)
-    assert t.select() == 1
+    assert mcts.select() == 1
     t.pin(3)
-    assert t.select() == 3
+    assert mcts.select() == 3
     child(t, 4, 3, 1.0)
     child(t, 5, 3, 1.0)
     child(t, 6, 3, 1.0)  # node 3 at 4 visits: ceil(3 * 2) = 6 children allowed
-    assert t.select() == 3
+    assert mcts.select() == 3
     t[3].exhausted = True
-    assert t.select() in {4, 5, 6}
+    assert mcts.select() in {4, 5, 6}
     t.pin(3, False)
-    assert t.select() == 1
+    assert mcts.select() == 1
 
 
 def test_hints_nearest_first_and_children_params() -> None:
@@ -167,13 +178,6 @@ def test_hints_nearest_first_and_children_params() -> None:
     t[2].hints.append("vector width 8")
     assert t.hints_for(2) == ["vector width 8", "use warp shuffles"]
     assert t.children_params(1) == [{"id": 2}]
-
-
-def test_reopen_undoes_a_reward() -> None:
-    t = tree()
-    child(t, 2, 1, 2.0)
-    t.reopen(2)
-    assert t.root.visits == 1 and t.root.value == pytest.approx(0.0) and t[2].in_flight
 
 
 def test_best_node() -> None:
@@ -197,5 +201,19 @@ def test_a_given_score_replaces_log_speedup_and_rescore_moves_it() -> None:
     assert t[2].value == pytest.approx(0.25 + math.log(1.5))  # 0.655465
     assert t.root.value == pytest.approx(0.655465, abs=1e-6) and t.root.visits == 3
     assert t[2].best == pytest.approx(math.log(1.5)) and t.root.best == pytest.approx(0.405465, abs=1e-6)
-    t.reopen(2)  # undoes the current score, not the first one
-    assert t.root.value == pytest.approx(math.log(1.5)) and t[2].score is None
+
+
+def test_strategies_are_found_by_name() -> None:
+    t = tree()
+    strategy = make_strategy("mcts", t)
+    assert isinstance(strategy, Mcts) and isinstance(strategy, Strategy) and set(STRATEGIES) == {"mcts"}
+    with pytest.raises(UnknownStrategy, match="no selection strategy 'beam': use one of mcts"):
+        make_strategy("beam", t)
+
+
+def test_stats_are_what_the_store_keeps() -> None:
+    t = tree()
+    child(t, 2, 1, 2.0)
+    stats = t.stats([1, 2])
+    assert stats[1].visits == 2 and stats[1].value == pytest.approx(LN2 / 2)
+    assert stats[2].visits == 1 and stats[2].value == pytest.approx(LN2)

@@ -535,7 +535,7 @@ def test_cli_prints_a_nodes_saved_profile(tmp_path: Path, capsys: pytest.Capture
     run_dir = tmp_path / "run"
     with RunStore.create(run_dir, card, "gpu", "NVIDIA H200", Settings()) as store:
         node = store.add_node(None, card.baseline_source(), card.spec.baseline.plan)
-        store.save_profile(node.id, NodeProfile(profile=report, hardware=hardware).model_dump_json())
+        store.save_profile(node.id, NodeProfile(profile=report, hardware=hardware))
     assert main(["profile", str(run_dir), str(node.id)]) == 0
     out = capsys.readouterr().out
     assert "memory-bandwidth-bound" in out

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -16,8 +17,12 @@ from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.backend import SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.mcts import TreeSettings
-from kernelforge_tui.engine.search import PipelineSettings, RunSettings, Search
+from kernelforge_tui.engine.search import Search
+from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
+from kernelforge_tui.engine.strategies import STRATEGIES
+from kernelforge_tui.engine.tree import TreeSettings
+from kernelforge_tui.errors import BaselineFailed
+from kernelforge_tui.gpu.source_check import MAX_SOURCE_BYTES
 from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
@@ -29,7 +34,7 @@ from kernelforge_tui.models.commands import (
     Resume,
     Stop,
 )
-from kernelforge_tui.models.events import EngineEvent, NodeAdded, NodeChanged
+from kernelforge_tui.models.events import EngineEvent, LogLine, NodeAdded, NodeChanged
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer
 from kernelforge_tui.store import RunStore
 
@@ -138,7 +143,7 @@ class Harness:
         self.eval_seconds = eval_seconds
         self.backend: SimulatedBackend | None = None
 
-    def search(self, budget: Budget, **tree: float) -> Search:
+    def search(self, budget: Budget, strategy: str = "mcts", **tree: float) -> Search:
         settings = load_settings()
         self.backend = SimulatedBackend(self.card, make_builder(settings), eval_seconds=self.eval_seconds)
         if (self.run_dir / "run.sqlite").exists():
@@ -146,9 +151,17 @@ class Harness:
         else:
             store = RunStore.create(self.run_dir, self.card, self.backend.name, self.backend.gpu_name, RunSettings())
         self.store = store
-        tree_settings = TreeSettings.model_validate({"widening_k": 2.0} | tree)
-        return Search(self.card, self.proposer, self.backend, store, budget, tree_settings,
-                      PipelineSettings(build_parallel=2, poll_s=0.05, stats_every_s=0.1))  # fmt: skip
+        return Search(self.card, self.proposer, self.backend, store, run_settings(budget, strategy, **tree))
+
+
+def run_settings(budget: Budget, strategy: str = "mcts", **tree: float) -> RunSettings:
+    """Quick polling and two builds at a time, so a test search reacts within a tenth of a second."""
+    return RunSettings(
+        strategy=strategy,
+        budget=budget,
+        tree=TreeSettings.model_validate({"widening_k": 2.0} | tree),
+        pipeline=PipelineSettings(build_parallel=2, poll_s=0.05, stats_every_s=0.1),
+    )
 
 
 async def wait_for(queue: asyncio.Queue[EngineEvent], predicate: object, timeout: float = 20.0) -> EngineEvent:
@@ -246,7 +259,7 @@ async def _seeded_run(tmp_path: Path, proposer: ToyProposer | None = None) -> Ha
 async def test_expand_makes_that_nodes_children_next(tmp_path: Path) -> None:
     h = await _seeded_run(tmp_path)
     search = h.search(Budget(max_iterations=6), exploration=0.0, widening_k=1.0)
-    assert search.tree.select() == 3  # UCT would pick the better seed...
+    assert search.strategy.select() == 3  # UCT would pick the better seed...
     await search.send(ExpandNode(node_id=2))  # ...but the person asked for node 2
     events = search.subscribe()
     await search.run()
@@ -361,12 +374,124 @@ async def test_node_lost_in_flight_twice_is_failed(tmp_path: Path) -> None:
     store = RunStore.open(h.run_dir)
     source, plan = toy_kernel(256, 4).source, toy_kernel(256, 4).plan
     node = store.add_node(3, source, plan, "block 256, vec 4", "toy", {"block": 256, "vec": 4})
-    store.update_node(node.id, attempts=2)
+    store.queue_node(node.id, attempts=2)
     store.close()
     info = await h.search(Budget(max_iterations=3)).run()
     lost = h.store.node(node.id)
     assert lost.status == "failed" and lost.failure == "worker" and "lost in flight" in lost.reason
     assert info.failure_count == 1
+    h.store.close()
+
+
+def logs(events: list[EngineEvent], level: str) -> list[str]:
+    return [e.text for e in events if isinstance(e, LogLine) and e.level == level]
+
+
+async def test_bad_command_rows_and_unknown_nodes_are_ignored_with_a_log_line(tmp_path: Path) -> None:
+    h = Harness(tmp_path, eval_seconds=0.05)
+    search = h.search(Budget(max_iterations=12))
+    events = search.subscribe()
+    task = asyncio.create_task(search.run())
+    await wait_for(events, lambda e: isinstance(e, NodeChanged) and e.node.status == "timed" and e.node.id > 1)
+    await search.send(ExpandNode(node_id=999))
+    raw = sqlite3.connect(h.run_dir / "run.sqlite")  # as a damaged file or a newer kernelforge would leave them
+    raw.executemany(
+        "INSERT INTO commands (kind, json, at) VALUES (?, ?, 0)",
+        [("expand", "{not json"), ("warp", '{"kind": "warp", "node_id": 1}')],
+    )
+    raw.commit()
+    raw.close()
+    other = RunStore.open(h.run_dir)
+    other.record_command(BanSubtree(node_id=12345))
+    other.record_command(MarkExport(node_id=1))  # after the bad ones: still applied
+    other.record_command(Stop())
+    info = await asyncio.wait_for(task, 30)
+    assert info.state == "finished" and "stopped by request" in info.reason
+    warnings = logs(_drain(events), "warning")
+    assert sum("no node 999 in this run: command ignored" in w for w in warnings) == 1
+    assert sum("no node 12345 in this run: command ignored" in w for w in warnings) == 1
+    assert sum("commands row" in w and "skipped" in w for w in warnings) == 2
+    assert other.pending_commands() == [] and other.node(1).export
+    other.close()
+    h.store.close()
+
+
+class ScriptedProposer(ToyProposer):
+    """The toy proposer's seeds, then one scripted answer per expansion: a list to return, or an exception to raise."""
+
+    def __init__(self, script: list[object]) -> None:
+        super().__init__()
+        self.script = script
+
+    async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
+        self.contexts.append(ctx)
+        answer = self.script.pop(0) if self.script else []
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer  # type: ignore[return-value]
+
+
+async def test_the_search_survives_whatever_the_proposer_returns(tmp_path: Path) -> None:
+    good = toy_kernel(512, 4)
+    undecodable = toy_kernel(256, 4).source.replace("#define BLOCK", "// caf\udce9\n#define BLOCK")
+    huge = toy_kernel(128, 4).source + "//" + "x" * (10 * 2**20) + "\n"
+    script: list[object] = [
+        RuntimeError("the model is overloaded"),
+        [
+            None,
+            "a kernel, as text",
+            good.model_copy(update={"source": undecodable, "mutation": "caf\udce9"}),
+            good.model_copy(update={"source": huge}),
+            good,
+        ],
+    ]
+    h = Harness(tmp_path, ScriptedProposer(script))
+    search = h.search(Budget(max_iterations=20), expand_batch=8, widening_k=10.0)
+    events = search.subscribe()
+    info = await search.run()
+    assert info.state == "finished" and "nothing left to expand" in info.reason
+    errors = logs(_drain(events), "error")
+    assert sum("the proposer failed on node" in e and "RuntimeError: the model is overloaded" in e for e in errors) == 1
+    assert sum("offered a NoneType, not a Proposal" in e for e in errors) == 1
+    assert sum("offered a str, not a Proposal" in e for e in errors) == 1
+    nodes = {n.id: n for n in h.store.nodes()}
+    assert len(nodes) == 1 + 2 + 3  # the root, the seeds, and the three proposals
+    failed = {n.reason: n for n in nodes.values() if n.status == "failed"}
+    assert set(failed) == {
+        "the source is not UTF-8 text (U+DCE9 on line 2)",
+        f"the source is 10.5 MB, over the {MAX_SOURCE_BYTES / 2**20:g} MiB a candidate may have",
+    }
+    assert all(n.failure == "compile" for n in failed.values())
+    kept, _ = h.store.node_source(next(n.id for n in failed.values() if "MB" in n.reason))
+    assert len(kept) < 100_000 and kept.endswith(f"cut by kernelforge: {len(huge)} bytes in all\n")
+    stored, _ = h.store.node_source(next(n.id for n in failed.values() if "UTF-8" in n.reason))
+    assert "caf\\udce9" in stored and next(n for n in failed.values() if "UTF-8" in n.reason).mutation == "caf\\udce9"
+    assert any(n.mutation == good.mutation and n.status == "timed" for n in nodes.values())
+    h.store.close()
+
+
+async def test_a_strategy_is_one_module_named_in_the_run_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(STRATEGIES, "root-only", "tests.fakes.root_only")
+    h = Harness(tmp_path)
+    search = h.search(Budget(max_iterations=20), strategy="root-only")
+    assert type(search.strategy).__name__ == "RootOnly"
+    info = await search.run()
+    assert search.strategy.calls > 0  # type: ignore[attr-defined]
+    root = h.store.nodes()[0].id
+    assert all(n.parent_id == root for n in h.store.nodes()[1:])  # MCTS would have expanded the seeds too
+    assert info.node_count > 3 and "nothing left to expand" in info.reason
+    h.store.close()
+
+
+async def test_a_failing_baseline_finishes_the_run_then_raises(tmp_path: Path) -> None:
+    h = Harness(tmp_path)
+    (h.card.root / "baseline.cu").write_text(BASELINE + "// kf-simulate: fail=mismatch\n")
+    with pytest.raises(BaselineFailed, match=r"the card's baseline failed to evaluate \(mismatch\)"):
+        await h.search(Budget(max_iterations=6)).run()
+    info = h.store.run_info()
+    assert info.state == "finished" and "baseline failed" in info.reason and info.in_flight_count == 0
     h.store.close()
 
 

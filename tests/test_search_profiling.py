@@ -18,8 +18,9 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.config import ProfileSettings, RewardWeights, Settings, load_settings
 from kernelforge_tui.engine.backend import Lanes, ProfilingBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.mcts import TreeSettings
-from kernelforge_tui.engine.search import PROFILE_BEATS_PARENT, PROFILE_NEW_BEST, PipelineSettings, RunSettings, Search
+from kernelforge_tui.engine.profiling import ProfileReason
+from kernelforge_tui.engine.search import Search
+from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.gpu.hardware import analyse
 from kernelforge_tui.gpu.ncu_csv import parse_csv
 from kernelforge_tui.gpu.profile import NcuNotPermitted, ProfileError
@@ -28,7 +29,7 @@ from kernelforge_tui.models.events import EngineEvent, LogLine, NodeChanged
 from kernelforge_tui.models.profiles import NodeProfile, ProfileReport
 from kernelforge_tui.proposers.base import Proposal
 from kernelforge_tui.store import DB_NAME, SCHEMA_VERSION, RunStore
-from tests.test_search import ToyProposer, make_card, toy_kernel, wait_for
+from tests.test_search import ToyProposer, make_card, run_settings, toy_kernel, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures" / "ncu"
@@ -93,10 +94,9 @@ def make_search(
         store = RunStore.open(run_dir)
     else:
         store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, RunSettings())
-    search = Search(card, SlowSeedProposer(), backend, store, budget, TreeSettings(widening_k=2.0),
-                    PipelineSettings(build_parallel=2, poll_s=0.05, stats_every_s=0.1),
-                    profile=profile or ProfileSettings(max_pending=100, max_share=1.0),
-                    reward=RewardWeights())  # fmt: skip
+    profile = profile or ProfileSettings(max_pending=100, max_share=1.0)
+    settings = run_settings(budget)
+    search = Search(card, SlowSeedProposer(), backend, store, settings, profile=profile, reward=RewardWeights())
     return search, backend, store
 
 
@@ -140,13 +140,11 @@ async def test_profiles_new_bests_and_nodes_that_beat_their_parent_only(tmp_path
     for node_id in profiled:
         assert nodes[node_id].status == "profiled"
         saved = store.profile(node_id)
-        assert saved is not None and NodeProfile.model_validate_json(saved).hardware.bottleneck in (
-            "memory_bandwidth", "memory_latency",
-        )  # fmt: skip
+        assert saved is not None and saved.hardware.bottleneck in ("memory_bandwidth", "memory_latency")
     # a node profiled with its parent: the reward now carries hardware evidence, in its terms and its words
     pairs = [n for n in nodes.values() if n.profiled and n.parent_id is not None and nodes[n.parent_id].profiled]
     assert pairs
-    reward = store.reward(pairs[0].id)
+    reward = store.node_record(pairs[0].id).reward
     assert reward is not None and reward.term("throughput") is not None and reward.term("dram_bytes") is not None
     assert "of peak" in reward.explanation
     assert pairs[0].reward_total == pytest.approx(reward.total)
@@ -195,7 +193,7 @@ async def test_a_profiler_error_warns_once_and_ends_auto_profiling(tmp_path: Pat
     events = search.subscribe()
     info = await search.run()
     assert info.state == "finished" and info.node_count == 13
-    assert len(backend.calls) == 1 and not search.auto_profile
+    assert len(backend.calls) == 1 and not search.profiles.auto
     logs = [e for e in drain(events) if isinstance(e, LogLine) and "not profiled" in e.text]
     assert len(logs) == 1 and logs[0].level == "warning" and "not permitted" in logs[0].text
     assert not any(n.profiled for n in store.nodes())
@@ -230,7 +228,7 @@ async def test_rewards_are_stored_steer_the_tree_and_survive_reopening(tmp_path:
     store.close()
     with RunStore.open(tmp_path / "run", readonly=True) as again:
         for node in again.nodes():
-            reward = again.reward(node.id)
+            reward = again.node_record(node.id).reward
             assert reward is not None and reward.term("speedup") is not None
             assert node.reward_total == pytest.approx(reward.total) == pytest.approx(totals[node.id])
             assert node.reward_note == reward.explanation != ""
@@ -249,8 +247,8 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
         before = old.nodes()
         old_info = old.run_info()
         assert all(n.reward_total is None and n.reward_note == "" for n in before)
-        assert old.reward(before[0].id) is None
-        assert old.node_records()[0].reward_json is None
+        assert old.node_record(before[0].id).reward is None
+        assert old.node_records()[0].reward is None
     conn = sqlite3.connect(OLD_RUN / DB_NAME)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1  # untouched
     conn.close()
@@ -264,7 +262,7 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
             n.model_dump(exclude={"reward_total", "reward_note"}) for n in before
         ]
         assert migrated.run_info().node_count == old_info.node_count
-        assert migrated.reward(after[0].id) is None
+        assert migrated.node_record(after[0].id).reward is None
     conn = sqlite3.connect(copy / DB_NAME)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
     assert "reward_json" in {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
@@ -286,12 +284,13 @@ def test_a_new_best_takes_the_place_of_a_waiting_profile(tmp_path: Path) -> None
     """With room for one waiting profile: a new best evicts a node that only beat its parent, then an older
     best; a node that only beat its parent never evicts anything."""
     search, _, _ = make_search(tmp_path, Budget(max_iterations=1), profile=ProfileSettings(max_pending=1))
-    assert search._request_profile(5, PROFILE_BEATS_PARENT)
-    assert not search._request_profile(6, PROFILE_BEATS_PARENT)
-    assert search._request_profile(7, PROFILE_NEW_BEST)
-    assert search._request_profile(8, PROFILE_NEW_BEST)
-    assert not search._request_profile(9, PROFILE_BEATS_PARENT)
-    assert list(search._profile_waiting) == [8]
+    profiles = search.profiles
+    assert profiles.request(5, ProfileReason.BEATS_PARENT)
+    assert not profiles.request(6, ProfileReason.BEATS_PARENT)
+    assert profiles.request(7, ProfileReason.NEW_BEST)
+    assert profiles.request(8, ProfileReason.NEW_BEST)
+    assert not profiles.request(9, ProfileReason.BEATS_PARENT)
+    assert profiles.waiting() == [8]
 
 
 async def test_gpu_lanes_are_first_come_first_served() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import subprocess
 import sys
@@ -12,15 +11,22 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.engine.search import RunSettings
+from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.settings import RunSettings
+from kernelforge_tui.errors import BadInput
 from kernelforge_tui.models.commands import AddHint, Pause, Stop
 from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
 from kernelforge_tui.models.events import LogLine, NodeAdded
+from kernelforge_tui.models.nodes import FailureKind, NodeOutcome, NodeStats, NodeStatus
+from kernelforge_tui.models.profiles import HardwareReport, NodeProfile, ProfileReport
+from kernelforge_tui.models.rewards import Reward, RewardTerm
 from kernelforge_tui.store import (
     DB_NAME,
     SCHEMA_VERSION,
     RunStore,
     StoreError,
+    UnknownNode,
+    UnreadableRecord,
     list_runs,
     new_run_dir,
     resolve_run,
@@ -39,6 +45,33 @@ def timed(speedup: float, latency: float, gpu_s: float = 0.25) -> Evaluation:
     timing = Timing(median_us=latency, p10_us=latency, p90_us=latency, cv=0.0, reps=5)
     result = EvalResult(ok=True, speedup=speedup, gpu_seconds=gpu_s, candidate=timing)
     return Evaluation(ok=True, result=result, ceiling_share=0.4)
+
+
+def outcome(evaluation: Evaluation, reward: Reward | None = None) -> NodeOutcome:
+    """What the search would decide about a node from its evaluation (the store takes it as given)."""
+    if not evaluation.ok:
+        return NodeOutcome(status=NodeStatus.FAILED, failure=evaluation.failure, reason=evaluation.reason)
+    assert evaluation.result is not None and evaluation.result.candidate is not None
+    return NodeOutcome(
+        status=NodeStatus.TIMED,
+        latency_us=evaluation.result.candidate.median_us,
+        speedup=evaluation.speedup,
+        ceiling_share=evaluation.ceiling_share,
+        reward=reward,
+    )
+
+
+def profile_of(kernel: str) -> NodeProfile:
+    hardware = HardwareReport(
+        kernel=kernel,
+        bottleneck="memory_bandwidth",
+        sm_pct=10,
+        memory_pct=90,
+        threshold_pct=30,
+        reason="",
+        key_metrics=[],
+    )
+    return NodeProfile(profile=ProfileReport(kernel=kernel, metrics={}), hardware=hardware)
 
 
 def test_schema_wal_and_busy_timeout(tmp_path: Path) -> None:
@@ -85,17 +118,22 @@ def test_nodes_measurements_and_run_info(tmp_path: Path) -> None:
     child = store.add_node(root.id, k.source, k.plan, k.mutation, "toy", k.params)
     failed = store.add_node(root.id, k.source + "\n", k.plan, "broken", "toy")
     assert store.node(child.id).status == "proposed" and store.node(child.id).parent_id == root.id
-    store.finish_node(root.id, timed(1.0, 100.0), {"status": "timed", "speedup": 1.0, "latency": 100.0}, {})
-    store.finish_node(child.id, timed(2.5, 40.0), {"status": "timed", "speedup": 2.5, "latency": 40.0,
-                                                   "ceiling_share": 0.4}, {root.id: (2, 0.45)})  # fmt: skip
-    bad = Evaluation(ok=False, failure="compile", reason="compile error: line 3: expected ';'")
-    store.finish_node(failed.id, bad, {"status": "failed", "failure": "compile", "reason": bad.reason}, {})
+    reward = Reward(total=0.9, terms=[RewardTerm(name="speedup", value=0.9, explanation="2.5x")], explanation="2.5x")
+    store.finish_node(root.id, timed(1.0, 100.0), outcome(timed(1.0, 100.0)), {})
+    store.finish_node(
+        child.id, timed(2.5, 40.0), outcome(timed(2.5, 40.0), reward), {root.id: NodeStats(visits=2, value=0.45)}
+    )
+    bad = Evaluation(ok=False, failure=FailureKind.COMPILE, reason="compile error: line 3: expected ';'")
+    store.finish_node(failed.id, bad, outcome(bad), {})
     info = store.run_info()
     assert (info.node_count, info.failure_count, info.in_flight_count) == (3, 1, 0)
     assert (info.best_node_id, info.best_speedup, info.best_latency_us) == (child.id, 2.5, 40.0)
     assert info.best_ceiling_share == 0.4 and info.gpu_seconds == pytest.approx(0.5)
     assert info.backend == "simulated" and info.state == "starting"
     assert store.node(root.id).visits == 2 and store.node(root.id).value == pytest.approx(0.45)
+    assert store.node(child.id).reward_total == 0.9 and store.node(child.id).reward_note == "2.5x"
+    assert store.node_record(child.id).reward == reward and store.node_record(root.id).reward is None
+    assert store.node(failed.id).failure == "compile" and store.node(failed.id).reason == bad.reason
     assert store.node_source(child.id) == (k.source, k.plan)
     evaluation = store.evaluation(child.id)
     assert evaluation is not None and evaluation.speedup == 2.5
@@ -103,14 +141,30 @@ def test_nodes_measurements_and_run_info(tmp_path: Path) -> None:
     record = store.node_records()[1]
     assert record.params == {"block": 128, "vec": 2} and record.last_measurement == 2
     assert [n.id for n in store.nodes()] == [root.id, child.id, failed.id]
-    with pytest.raises(KeyError):
-        store.node(99)
-    store.update_node(child.id, banned=True, hints=["go wider"], export=True)
-    assert store.node(child.id).banned and store.node(child.id).export
+    for read in (store.node, store.node_source, store.node_record):
+        with pytest.raises(UnknownNode, match="no node 99"):
+            read(99)
+    assert store.set_banned(child.id, True).banned and store.set_export(child.id, True).export
+    assert store.set_pinned(child.id, True).pinned and not store.set_pinned(child.id, False).pinned
+    store.set_hints(child.id, ["go wider"])
     assert store.node_records()[1].hints == ["go wider"]
-    with pytest.raises(ValueError, match="not updatable"):
-        store.update_node(child.id, source="x")
+    assert store.set_status(child.id, NodeStatus.PROFILED).status == "profiled"
+    store.queue_node(failed.id, attempts=2)
+    assert store.node(failed.id).status == "proposed" and store.node_record(failed.id).attempts == 2
     store.close()
+
+
+def test_settings_and_card_dir_come_back_as_recorded(tmp_path: Path) -> None:
+    store = new_store(tmp_path)
+    assert store.settings(RunSettings) == RunSettings() and store.card_dir() == (tmp_path / "card").resolve()
+    later = RunSettings(budget=Budget(max_iterations=7))
+    store.set_settings(later)
+    assert store.settings(RunSettings).budget.max_iterations == 7
+    store.close()
+
+
+def test_store_errors_are_bad_input() -> None:
+    assert issubclass(StoreError, BadInput) and issubclass(UnknownNode, LookupError)
 
 
 def test_events_commands_and_profiles(tmp_path: Path) -> None:
@@ -129,9 +183,12 @@ def test_events_commands_and_profiles(tmp_path: Path) -> None:
     store.mark_applied(a)
     assert [i for i, _ in store.pending_commands()] == [b]
     assert store.profile(view.id) is None
-    store.save_profile(view.id, json.dumps({"class": "memory-bound"}))
-    store.save_profile(view.id, json.dumps({"class": "compute-bound"}))
-    assert json.loads(store.profile(view.id) or "{}") == {"class": "compute-bound"}
+    store.save_profile(view.id, profile_of("first"))
+    store.save_profile(view.id, profile_of("second"))
+    assert store.profile(view.id) == profile_of("second") and store.profiled_ids() == {view.id}
+    store._conn.execute("UPDATE profiles SET json = ? WHERE node = ?", ('{"profile": {"kernel": "k"}}', view.id))
+    with pytest.raises(UnreadableRecord, match=f"node {view.id}'s profile .* first profile.metrics"):
+        store.profile(view.id)
     store.close()
 
 
@@ -214,7 +271,8 @@ def test_a_reader_process_follows_a_live_writer(tmp_path: Path) -> None:
             time.sleep(0.02)  # let the reader in between batches
         view = store.add_node(root.id, f"{k.source}// {i}\n", k.plan, f"variant {i}", "toy")
         store.append_event(NodeAdded(node=view))
-        store.finish_node(view.id, timed(1.0 + i / 100, 50.0, 0.001), {"status": "timed", "speedup": 1 + i / 100}, {})
+        measured = timed(1.0 + i / 100, 50.0, 0.001)
+        store.finish_node(view.id, measured, outcome(measured), {})
     store.set_state("finished", "done", ended=True)
     out, err = reader.communicate(timeout=30)
     assert reader.returncode == 0, err

@@ -9,12 +9,15 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Mapping
 
+from kernelforge_tui.errors import BadInput
+
 MAX_LEN = 256
 MAX_ABS = 2**63 - 1
 
 
-class ExprError(ValueError):
-    """An expression that is not a plain integer formula over known sizes."""
+class ExprError(BadInput, ValueError):
+    """An expression that is not a plain integer formula over known sizes (a ValueError too: pydantic validators
+    raise it)."""
 
 
 def _cdiv(a: int, b: int) -> int:

@@ -22,6 +22,7 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
+from kernelforge_tui.errors import BadInput, BaselineFailed
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
@@ -141,7 +142,7 @@ class GpuBackend:
 
     def __init__(self, card: Card, settings: Settings, gpus: list[GpuInfo], builder: Builder | None = None) -> None:
         if not gpus:
-            raise ValueError("GpuBackend needs at least one GPU (see kernelforge_tui.gpu.detect.require_gpu)")
+            raise BadInput("GpuBackend needs at least one GPU (see kernelforge_tui.gpu.detect.require_gpu)")
         self.card = card
         self.settings = settings
         self.builder = builder or make_builder(settings, gpus[0].arch)
@@ -239,7 +240,7 @@ class SimulatedBackend:
         assert self.card.spec.baseline is not None
         failed = await self.build(self._baseline_source, self.card.spec.baseline.plan)
         if failed is not None:
-            raise RuntimeError(f"the card's baseline kernel does not build: {failed.reason}")
+            raise BaselineFailed(f"the card's baseline kernel does not build: {failed.reason}")
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
         return await _prebuild(self.card, self.builder, source, plan)

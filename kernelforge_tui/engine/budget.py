@@ -6,7 +6,11 @@ rebuilt from the store), so `--budget-iters 200` means 200 candidates in the run
 
 from __future__ import annotations
 
+import time
+
 from pydantic import BaseModel, ConfigDict, Field
+
+from kernelforge_tui.models.events import BudgetUsed
 
 
 class Budget(BaseModel):
@@ -54,3 +58,60 @@ class BudgetUsage(BaseModel):
         if budget.max_iterations is None:
             return True
         return self.iterations + in_flight < budget.max_iterations
+
+
+class Meter:
+    """A search's accounting: the run's totals against its budget (restored on a resume) and this session's
+    rates (candidates per minute, the share of time the GPU lanes were busy)."""
+
+    def __init__(self, budget: Budget, usage: BudgetUsage, lanes: int = 1) -> None:
+        self.budget = budget
+        self.usage = usage
+        self.lanes = lanes
+        self._accounted = self._session_t0 = time.monotonic()
+        self._session_candidates = 0
+        self._session_gpu_s = 0.0
+
+    def start_session(self) -> None:
+        self._accounted = self._session_t0 = time.monotonic()
+
+    def elapse(self) -> float:
+        """Add the wall time since the last call to the run's total; returns it (the store keeps it too)."""
+        now = time.monotonic()
+        delta = now - self._accounted
+        self._accounted = now
+        self.usage.elapsed_s += delta
+        return delta
+
+    def count(self, gpu_seconds: float, candidate: bool) -> None:
+        """One evaluation's GPU time; `candidate`: it counts against the iteration budget (the root does not)."""
+        self.usage.gpu_seconds += gpu_seconds
+        self._session_gpu_s += gpu_seconds
+        if candidate:
+            self.usage.iterations += 1
+            self._session_candidates += 1
+
+    def exhausted(self) -> str | None:
+        return self.usage.exhausted(self.budget)
+
+    def may_propose(self, in_flight: int) -> bool:
+        return self.usage.may_propose(self.budget, in_flight)
+
+    def session_stats(self) -> tuple[float, float]:
+        """(candidates per minute, GPU busy share) of this session so far."""
+        wall = max(time.monotonic() - self._session_t0, 1e-9)
+        return self._session_candidates / wall * 60, min(1.0, self._session_gpu_s / (wall * self.lanes))
+
+    def event(self) -> BudgetUsed:
+        per_minute, busy = self.session_stats()
+        b, u = self.budget, self.usage
+        return BudgetUsed(
+            iterations=u.iterations,
+            max_iterations=b.max_iterations,
+            elapsed_s=u.elapsed_s,
+            max_seconds=b.max_minutes * 60 if b.max_minutes is not None else None,
+            gpu_seconds=u.gpu_seconds,
+            max_gpu_seconds=b.max_gpu_seconds,
+            candidates_per_minute=per_minute,
+            gpu_busy_share=busy,
+        )

@@ -1,23 +1,165 @@
-"""Setting up a new run: one place for what `kernelforge optimize` and `kernelforge tui` both start.
+"""Setting up a run: the one place `kernelforge optimize`, `kernelforge tui` and `kernelforge profile` (and the
+engine benchmark) get a run from, new or resumed.
 
-The CLI and the TUI are two views of the same engine, so they build its parts the same way: the
-proposer by name, the backend (the GPUs, or the simulation), and the settings a run records.
+Why one place: the CLI and the TUI are two views of the same engine, so they must build its parts the
+same way: the card, the proposer by name, the backend (the GPUs, or the simulation), the settings a run
+records, its store, and on a resume the same card, settings and kind of backend the run started with.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
-from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder
+from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.mcts import TreeSettings
-from kernelforge_tui.engine.search import PipelineSettings, RunSettings
-from kernelforge_tui.gpu.detect import require_gpu
+from kernelforge_tui.engine.search import Search
+from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
+from kernelforge_tui.engine.tree import TreeSettings
+from kernelforge_tui.errors import BadInput
+from kernelforge_tui.gpu.detect import NoGpuError, require_gpu
+from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import Proposer
+from kernelforge_tui.store import RunStore, new_run_dir, resolve_run
 
 DEFAULT_PROPOSER = "templates"
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class RunOptions(BaseModel):
+    """What a command gives a run on top of the user's Settings. On a resume, a budget cap given here replaces
+    the recorded one, and `tree`, `proposer` and `strategy` (when given) replace what the run recorded."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    resume: str | None = None
+    """A run (its directory, or its id under `root`) to continue instead of starting a new one."""
+    run_dir: Path | None = None
+    """Where a new run's store goes (default: a new directory under `root`)."""
+    root: Path | None = None
+    """The runs root (default: the data dir's runs/)."""
+    budget: Budget = Field(default_factory=Budget)
+    tree: dict[str, str] = Field(default_factory=dict)
+    """TreeSettings fields to override (`--tree exploration=0.7`), checked by the TreeSettings model."""
+    proposer: str | None = None
+    strategy: str | None = None
+    simulate: bool = False
+    """No GPU: real nvcc builds, invented timings."""
+    simulate_seconds: float = 0.01
+    """Simulated GPU seconds per evaluation."""
+    max_gpus: int | None = Field(default=None, ge=1)
+    """Use at most this many of the visible GPUs (default: all)."""
+
+
+@dataclass(frozen=True)
+class RecordedRun:
+    """An existing run as its store records it (read without taking it over)."""
+
+    run_dir: Path
+    card_dir: Path
+    """Where the card was when the run started (a resume and a profile load it from there)."""
+    settings: RunSettings
+    info: RunInfo
+
+
+def recorded_run(run: str, root: Path | None = None) -> RecordedRun:
+    """The run named by `run` (a directory, or an id under `root`), read-only: StoreError when there is none."""
+    run_dir = resolve_run(run, root)
+    with RunStore.open(run_dir, readonly=True) as store:
+        return RecordedRun(run_dir, store.card_dir(), store.settings(RunSettings), store.run_info())
+
+
+def prepare_run(card_dir: Path | None, settings: Settings, options: RunOptions) -> Search:
+    """A search ready to `run()` on a new run of the card in `card_dir`, or (`options.resume`) on the recorded
+    run continued (`card_dir` then only says where the card moved); the caller closes `search.store`.
+
+    BadInput for what cannot run as given; NoGpuError when no GPU can evaluate (found out before a new run's
+    directory is made, so none is left behind)."""
+    recorded = recorded_run(options.resume, options.root) if options.resume else None
+    if recorded is not None:
+        _same_backend(recorded.info, options.simulate)
+        card = load_card(card_dir or recorded.card_dir)
+        run_settings = _resumed_settings(recorded.settings, options)
+    elif card_dir is None:
+        raise BadInput("give a CARD directory, or --resume RUN")
+    else:
+        card = load_card(card_dir)
+        run_settings = new_run_settings(settings, options)
+    proposer = load_proposer(run_settings.proposer)
+    backend = make_backend(card, settings, options)
+    if recorded is not None:
+        store = RunStore.resume(recorded.run_dir)  # its one writer from here: a run live elsewhere is refused
+        store.set_settings(run_settings)
+    else:
+        run_dir = options.run_dir or new_run_dir(card.spec.name, options.root)
+        store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
+    try:
+        return Search(card, proposer, backend, store, run_settings, profile=settings.profile, reward=settings.reward)
+    except BaseException:
+        store.close()
+        raise
+
+
+def new_run_settings(settings: Settings, options: RunOptions) -> RunSettings:
+    """What a new run records about how it searches."""
+    return _checked(
+        RunSettings,
+        {
+            "strategy": options.strategy or RunSettings().strategy,
+            "tree": _tree(TreeSettings(), options.tree),
+            "pipeline": PipelineSettings(build_parallel=max(1, settings.build.max_parallel)),
+            "budget": options.budget,
+            "proposer": options.proposer or DEFAULT_PROPOSER,
+            "app": settings.model_dump(mode="json"),
+        },
+    )
+
+
+def _resumed_settings(recorded: RunSettings, options: RunOptions) -> RunSettings:
+    updates: dict[str, object] = {
+        "budget": recorded.budget.merged(options.budget),
+        "tree": _tree(recorded.tree, options.tree),
+        "proposer": options.proposer or recorded.proposer or DEFAULT_PROPOSER,
+    }
+    if options.strategy:
+        updates["strategy"] = options.strategy
+    return _checked(RunSettings, recorded.model_dump() | updates)
+
+
+def _tree(base: TreeSettings, overrides: dict[str, str]) -> TreeSettings:
+    unknown = sorted(set(overrides) - set(TreeSettings.model_fields))
+    if unknown:
+        fields = ", ".join(sorted(TreeSettings.model_fields))
+        raise BadInput(f"--tree {unknown[0]}: use KEY=VALUE with KEY one of {fields}")
+    return _checked(TreeSettings, base.model_dump() | overrides)
+
+
+def _checked(model: type[M], data: dict[str, object]) -> M:
+    """`data` as `model`; BadInput naming the first field that does not fit."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise BadInput(f"{where}: {first['msg']}") from None
+
+
+def _same_backend(info: RunInfo, simulate: bool) -> None:
+    """One run never mixes simulated and measured timings."""
+    simulated = info.backend == SIMULATED
+    if simulated != simulate:
+        raise BadInput(
+            f"run {info.run_id} was {'simulated' if simulated else 'measured on a GPU'}: "
+            f"resume it {'with' if simulated else 'without'} --simulate (one run never mixes both)"
+        )
 
 
 def load_proposer(spec: str) -> Proposer:
@@ -28,30 +170,22 @@ def load_proposer(spec: str) -> Proposer:
         return TemplateProposer()
     module_name, _, attr = spec.partition(":")
     if not attr:
-        raise ValueError(f"--proposer {spec!r}: give 'templates' or 'module:Class'")
-    proposer = getattr(importlib.import_module(module_name), attr)()
+        raise BadInput(f"--proposer {spec!r}: give 'templates' or 'module:Class'")
+    try:
+        proposer = getattr(importlib.import_module(module_name), attr)()
+    except (ImportError, AttributeError) as exc:
+        raise BadInput(f"--proposer {spec!r} cannot be loaded: {exc}") from None
     if not isinstance(proposer, Proposer):
-        raise ValueError(f"--proposer {spec!r} does not follow the Proposer protocol (name, propose, seeds)")
+        raise BadInput(f"--proposer {spec!r} does not follow the Proposer protocol (name, propose, seeds)")
     return proposer
 
 
-def make_backend(
-    card: Card, settings: Settings, *, simulate: bool, simulate_seconds: float = 0.01
-) -> SimulatedBackend | GpuBackend:
-    """The simulation (real builds, invented timings) or every visible GPU; NoGpuError when there is none."""
-    if simulate:
-        return SimulatedBackend(card, make_builder(settings), eval_seconds=simulate_seconds)
-    return GpuBackend(card, settings, require_gpu())
-
-
-def new_run_settings(
-    settings: Settings, budget: Budget, tree: TreeSettings | None = None, proposer: str = DEFAULT_PROPOSER
-) -> RunSettings:
-    """What a new run records about how it searches."""
-    return RunSettings(
-        tree=tree or TreeSettings(),
-        pipeline=PipelineSettings(build_parallel=max(1, settings.build.max_parallel)),
-        budget=budget,
-        proposer=proposer,
-        app=settings.model_dump(mode="json"),
-    )
+def make_backend(card: Card, settings: Settings, options: RunOptions) -> SimulatedBackend | GpuBackend:
+    """The simulation (real builds, invented timings) or the visible GPUs; NoGpuError when there is none."""
+    if options.simulate:
+        return SimulatedBackend(card, make_builder(settings), eval_seconds=options.simulate_seconds)
+    try:
+        gpus = require_gpu()
+    except NoGpuError as exc:
+        raise NoGpuError(f"{exc} (or pass --simulate to try the search with invented timings)") from None
+    return GpuBackend(card, settings, gpus[: options.max_gpus])

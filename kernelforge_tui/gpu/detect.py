@@ -7,6 +7,8 @@ import subprocess
 
 from pydantic import BaseModel
 
+from kernelforge_tui.errors import NoGpu
+
 
 class GpuInfo(BaseModel):
     index: int
@@ -22,8 +24,8 @@ class GpuInfo(BaseModel):
         return "sm_" + self.capability.replace(".", "")
 
 
-class NoGpuError(RuntimeError):
-    """No usable NVIDIA GPU: the message says what is missing and how to fix it."""
+class NoGpuError(NoGpu):
+    """No usable NVIDIA GPU: the message says what is missing and how to fix it (exit code 3)."""
 
 
 QUERY = "index,name,uuid,compute_cap,driver_version,memory.total"

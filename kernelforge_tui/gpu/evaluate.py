@@ -28,6 +28,7 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, cache_dir
+from kernelforge_tui.errors import BaselineFailed, CheckFailed
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.protocol import (
@@ -46,11 +47,15 @@ from kernelforge_tui.models.nodes import FailureKind
 STDERR_LINES = 40
 
 
-class WorkerDied(RuntimeError):
+class WorkerError(CheckFailed):
+    """The GPU worker could not be set up or did not answer (exit code 1 where it ends a command)."""
+
+
+class WorkerDied(WorkerError):
     """The worker exited without answering (a faulting kernel, or a broken installation)."""
 
 
-class WorkerTimeout(RuntimeError):
+class WorkerTimeout(WorkerError):
     """The worker did not answer in time and was killed (a hung kernel)."""
 
 
@@ -180,12 +185,12 @@ class Evaluator:
         """Build the helper and baseline kernels, measure (or read) the ceilings, load the card."""
         helpers = await self.builder.build(helpers_source(), "kf_compare_float32")
         if not helpers.ok or helpers.cubin_path is None:
-            raise RuntimeError(f"the harness's own helper kernels did not build: {helpers.log[-2000:]}")
+            raise WorkerError(f"the harness's own helper kernels did not build: {helpers.log[-2000:]}")
         self.helpers = helpers.cubin_path
         if self.card.spec.baseline is not None:
             built = await self.builder.build(self.card.baseline_source(), self.card.spec.baseline.plan.entry)
             if not built.ok or built.cubin_path is None:
-                raise RuntimeError(f"the card's baseline kernel does not build: {build_error(built)}")
+                raise BaselineFailed(f"the card's baseline kernel does not build: {build_error(built)}")
             self.baseline = KernelRef(
                 cubin=built.cubin_path, launch=resolve(self.card.spec.baseline.plan, self.card.spec)
             )
@@ -200,7 +205,7 @@ class Evaluator:
         )  # fmt: skip
         reply = await self.worker.request(RequestEnvelope(request=request), timeout_s=900)
         if isinstance(reply, WorkerFailure):
-            raise RuntimeError(f"the GPU worker could not load card {self.card.spec.name}: {reply.error}")
+            raise WorkerError(f"the GPU worker could not load card {self.card.spec.name}: {reply.error}")
         assert isinstance(reply, CardLoaded)
         self.loaded = reply
 
@@ -215,7 +220,7 @@ class Evaluator:
             RequestEnvelope(request=MeasureCeilings(helpers_cubin=self.helpers)), timeout_s=300
         )
         if not isinstance(reply, Ceilings):
-            raise RuntimeError(f"measuring the GPU's ceilings failed: {reply}")
+            raise WorkerError(f"measuring the GPU's ceilings failed: {reply}")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(reply.model_dump_json(indent=2))
@@ -241,7 +246,7 @@ class Evaluator:
         if not self.worker.alive and self.loaded is not None:
             try:  # a fresh worker after a crash: reload the card first
                 await self._load_card()
-            except (RuntimeError, WorkerTimeout, WorkerDied) as exc:
+            except WorkerError as exc:
                 await self.worker.kill()  # a worker without the card is useless: the next request starts afresh
                 return EvalResult(ok=False, failure="worker", reason=f"the restarted GPU worker failed: {exc}")
         try:

@@ -25,14 +25,15 @@ from pathlib import Path
 from kernelforge_tui.cards.plan import ResolvedLaunch
 from kernelforge_tui.config import NCU_RAW_METRICS, NCU_SECTIONS
 from kernelforge_tui.config import ProfileSettings as ProfileSettings
+from kernelforge_tui.errors import CheckFailed
 from kernelforge_tui.gpu.ncu_csv import parse_csv
 from kernelforge_tui.models.profiles import ProfileReport
 
 # -- errors ----------------------------------------------------------------------------------------------
 
 
-class ProfileError(RuntimeError):
-    """Profiling did not produce a report; `fix` says what to do about it."""
+class ProfileError(CheckFailed):
+    """Profiling did not produce a report; `fix` says what to do about it (exit code 1)."""
 
     kind = "failed"
 

@@ -102,6 +102,15 @@ class NodeRecord(BaseModel):
     """Every term of the node's reward; None before it was measured, or in a run of schema 1."""
 
 
+class NodeStats(Frozen):
+    """A node's tree statistics as stored: what selection has learned about its subtree."""
+
+    visits: int
+    """Measured or failed nodes in the subtree, the node itself included."""
+    value: float
+    """Their mean reward."""
+
+
 class NodeOutcome(BaseModel):
     """What one evaluation decided about a node: written with its measurement in one transaction."""
 

@@ -7,6 +7,7 @@ and answer with the same `Proposal` (device source plus a LaunchPlan: data, neve
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.nodes import FailureKind, ParamValue
+from kernelforge_tui.models.profiles import NodeProfile
 
 
 class Proposal(BaseModel):
@@ -43,8 +45,14 @@ class ParentInfo(BaseModel):
     latency_us: float | None = None
     speedup: float | None = None
     """Baseline time over the parent's time (the root, the card's baseline, is about 1.0)."""
-    ncu_summary: str | None = None
-    """Filtered Nsight Compute findings when the parent was profiled (the profiling issue fills it)."""
+    profile: NodeProfile | None = None
+    """The parent's Nsight Compute profile when it was profiled: its metrics, its bottleneck class and the
+    metrics that matter for it (`profile.hardware.lines()` reads as text), its ptxas stats."""
+
+
+def source_digest(source: str) -> str:
+    """How a source is named in `ProposalContext.tried_sources` (sha256 hex of its text, surrogates escaped)."""
+    return hashlib.sha256(source.encode(errors="backslashreplace")).hexdigest()
 
 
 class FailedSibling(BaseModel):
@@ -70,7 +78,7 @@ class ProposalContext(BaseModel):
     tried_children_params: list[dict[str, ParamValue]] = Field(default_factory=list)
     """Params of every existing child of the parent (in flight, timed or failed): do not repeat them."""
     tried_sources: set[str] = Field(default_factory=set)
-    """sha256 hex digests of the sources already in the tree (any node): the search drops duplicates anyway."""
+    """`source_digest`s of the sources already in the tree (any node): the search drops duplicates anyway."""
     hints: list[str] = Field(default_factory=list)
     """Free text from the person steering, for this node and its ancestors (nearest first)."""
     best_speedup: float | None = None

@@ -3,28 +3,24 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kernelforge_tui.tui import apply_ssh_defaults
 from kernelforge_tui.tui.config import load_tui_settings
 
+if TYPE_CHECKING:
+    from kernelforge_tui.engine.search import Search
 
-def new_search(card_dir: Path, budget_iters: int | None, budget_minutes: float | None, simulate: bool) -> object:
-    """A `Search` on a new run of the card, with the template proposer (the same set-up as `optimize`)."""
-    from kernelforge_tui.cards import load_card
+
+def new_search(card_dir: Path, budget_iters: int | None, budget_minutes: float | None, simulate: bool) -> Search:
+    """A search on a new run of the card with the template proposer, set up as `optimize` sets one up (whoever
+    runs it closes its store)."""
     from kernelforge_tui.config import load_settings
     from kernelforge_tui.engine.budget import Budget
-    from kernelforge_tui.engine.search import Search
-    from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, load_proposer, make_backend, new_run_settings
-    from kernelforge_tui.store import RunStore, new_run_dir
+    from kernelforge_tui.engine.setup import RunOptions, prepare_run
 
-    settings = load_settings()
-    card = load_card(card_dir)
-    run_settings = new_run_settings(settings, Budget(max_iterations=budget_iters, max_minutes=budget_minutes))
-    backend = make_backend(card, settings, simulate=simulate)
-    store = RunStore.create(new_run_dir(card.spec.name), card, backend.name, backend.gpu_name, run_settings)
-    proposer = load_proposer(DEFAULT_PROPOSER)
-    return Search(card, proposer, backend, store, run_settings.budget, run_settings.tree, run_settings.pipeline,
-                  profile=settings.profile, reward=settings.reward)  # fmt: skip
+    budget = Budget(max_iterations=budget_iters, max_minutes=budget_minutes)
+    return prepare_run(card_dir, load_settings(), RunOptions(budget=budget, simulate=simulate))
 
 
 def run_tui(
@@ -42,14 +38,12 @@ def run_tui(
 
     settings = load_tui_settings(theme=theme)
     search = new_search(card_dir, budget_iters, budget_minutes, simulate)
-    store = getattr(search, "store", None)
-    app = KernelForgeApp(LiveSearchSource(search, store), settings)
+    app = KernelForgeApp(LiveSearchSource(search, search.store), settings)
     try:
         app.run()
     finally:
-        if store is not None:
-            store.close()
-    return str(getattr(store, "run_dir", ""))
+        search.store.close()
+    return str(search.store.run_dir)
 
 
 def open_run(run: str, *, theme: str | None = None) -> None:

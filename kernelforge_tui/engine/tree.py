@@ -1,8 +1,9 @@
-"""The revision tree and its Monte Carlo tree search rules: pure logic, no I/O, no clock.
+"""The revision tree: every candidate of a run, its outcome, and the statistics selection reads. Pure logic.
 
-Why pure: every rule here (UCT, progressive widening, pruning, ban and pin) is tested on small trees
-with hand-computed numbers, and the orchestrator (`search.py`) rebuilds the same tree from the store
-after a crash by replaying the nodes.
+Why pure: every rule here (backing rewards up, pruning, ban and pin) is tested on small trees with
+hand-computed numbers, and the search rebuilds the same tree from the store after a crash by replaying
+the nodes. Which node to expand next is a selection strategy's call (`engine/strategies/`); the tree
+keeps what every strategy reads.
 
 Reward (to maximise; the search minimises latency through it):
 
@@ -18,33 +19,25 @@ each ancestor (`visits` += 1, `value` += r) and raises the subtree's `best` rewa
 reward can change after the fact (a profile arrives): `rescore` moves the difference through every
 ancestor's value and recomputes their best.
 
-Selection descends from the root by UCT for minimisation, written on rewards:
-
-    Q(child)   = (1 - max_weight) * value / visits + max_weight * best
-    UCT(child) = Q(child) + exploration * sqrt(ln(visits(parent)) / visits(child))
-
-Mixing in the best reward matters for optimisation: one fast kernel in a subtree is worth more than a
-good average. Progressive widening stops at the first node that may take another child:
-
-    children allowed(node) = ceil(widening_k * max(1, visits(node)) ** widening_alpha)
-
-so a node first gets a few children and more as its subtree proves itself. A subtree whose best reward
-has not improved for `prune_after` visits is pruned (never selected again, unless pinned).
+A subtree whose best reward has not improved for `prune_after` visits is pruned (never selected again,
+unless pinned). A banned subtree is never expanded; while any node is pinned, selection stays inside the
+pinned subtrees.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelforge_tui.models.nodes import IN_FLIGHT, MEASURED, FailureKind, NodeStatus, ParamValue
+from kernelforge_tui.models.nodes import IN_FLIGHT, MEASURED, FailureKind, NodeStats, NodeStatus, ParamValue
 
 
 class TreeSettings(BaseModel):
-    """The constants of the tree search. Defaults suit the template proposer on one GPU."""
+    """The constants of the tree search (the tree's and the MCTS strategy's). Defaults suit the template
+    proposer on one GPU."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -173,7 +166,7 @@ class Tree:
 
     def reward(self, node: TreeNode) -> float:
         """The given score, else ln(speedup), for a measured node; `failure_reward` for a failed one."""
-        if node.status == "failed":
+        if node.status == NodeStatus.FAILED:
             return self.settings.failure_reward
         if node.score is not None:
             return node.score
@@ -183,7 +176,7 @@ class Tree:
 
     def mark_built(self, node_id: int) -> None:
         node = self.nodes[node_id]
-        if node.status == "proposed":
+        if node.status == NodeStatus.PROPOSED:
             node.status = NodeStatus.BUILT
 
     def finish(
@@ -223,22 +216,11 @@ class Tree:
                 newly_pruned.append(ancestor.id)
         return newly_pruned
 
-    def reopen(self, node_id: int) -> None:
-        """Put a measured or failed node back in flight, undoing its reward (a re-queued node after a crash)."""
-        node = self.nodes[node_id]
-        if node.in_flight:
-            return
-        reward = self.reward(node)
-        for ancestor in self.ancestors(node_id):
-            ancestor.visits -= 1
-            ancestor.value -= reward
-        node.status, node.speedup, node.failure, node.reason, node.score = NodeStatus.PROPOSED, None, None, "", None
-
     def rescore(self, node_id: int, score: float) -> None:
         """Replace a measured node's reward: its ancestors' value moves by the difference, their best is
         recomputed over their subtree (pruning counts an improvement beyond the epsilon as progress)."""
         node = self.nodes[node_id]
-        if node.in_flight or node.status == "failed":
+        if node.in_flight or node.status == NodeStatus.FAILED:
             raise ValueError(f"node {node_id} is {node.status}: only a measured node can be rescored")
         old = self.reward(node)
         node.score = score
@@ -251,27 +233,9 @@ class Tree:
                 ancestor.visits_at_best = ancestor.visits
             ancestor.best = best
 
-    # ---- selection ----------------------------------------------------------------------------------
+    # ---- what every strategy respects ---------------------------------------------------------------
 
-    def allowed_children(self, node: TreeNode) -> int:
-        """Progressive widening: ceil(k * max(1, visits)^alpha)."""
-        s = self.settings
-        grown: float = s.widening_k * math.pow(max(1, node.visits), s.widening_alpha)
-        return math.ceil(grown - 1e-9)
-
-    def q(self, node: TreeNode) -> float:
-        s = self.settings
-        best = node.best if node.best != -math.inf else s.failure_reward
-        return (1 - s.max_weight) * node.mean + s.max_weight * best
-
-    def uct(self, child: TreeNode, parent: TreeNode) -> float:
-        """Q(child) + c * sqrt(ln(N(parent)) / N(child)); +inf for an unvisited child."""
-        if child.visits == 0:
-            return math.inf
-        explore = math.sqrt(math.log(max(parent.visits, 1)) / child.visits)
-        return self.q(child) + self.settings.exploration * explore
-
-    def _pin_scope(self) -> tuple[set[int], set[int]]:
+    def pin_scope(self) -> tuple[set[int], set[int]]:
         """(nodes inside a pinned subtree, strict ancestors of pinned nodes); both empty without pins."""
         pinned = [n.id for n in self.nodes.values() if n.pinned]
         inside: set[int] = set()
@@ -281,57 +245,18 @@ class Tree:
             above.update(n.id for n in self.ancestors(pin) if n.id != pin)
         return inside, above - inside
 
-    def expandable(self, node: TreeNode, forced: bool = False) -> bool:
-        """May this node take another child now? (`forced`: a person asked, so widening does not apply.)"""
+    def may_expand(self, node_id: int) -> bool:
+        """May this node take a child at all (what a person's ExpandNode needs): measured, not exhausted, and
+        not in a banned subtree. A strategy adds its own rules (widening, pruning) on top."""
+        node = self.nodes[node_id]
         if not node.measured or node.exhausted:
             return False
-        if any(a.banned for a in self.ancestors(node.id)):
-            return False
-        if forced:
-            return True
-        inside, _ = self._pin_scope()
-        if node.pruned and node.id not in inside:
-            return False
-        return len(node.children) < self.allowed_children(node)
-
-    def select(self) -> int | None:
-        """The node to expand next, or None when every open branch waits on candidates in flight."""
-        if self.root_id is None:
-            return None
-        inside, above = self._pin_scope()
-        pins = bool(inside)
-        return self._select(self.root, inside, above, pins)
-
-    def _select(self, node: TreeNode, inside: set[int], above: set[int], pins: bool) -> int | None:
-        if node.banned or not node.measured:
-            return None
-        in_scope = not pins or node.id in inside
-        if node.pruned and node.id not in inside:
-            return None
-        if in_scope and not node.exhausted and len(node.children) < self.allowed_children(node):
-            return node.id
-        children = [
-            self.nodes[c] for c in node.children if self.nodes[c].measured and (not pins or c in inside or c in above)
-        ]
-        children.sort(key=lambda child: (-self.uct(child, node), child.id))
-        for child in children:
-            found = self._select(child, inside, above, pins)
-            if found is not None:
-                return found
-        return None
-
-    def expansion_size(self, node_id: int, forced: bool = False) -> int:
-        """How many children to ask for: the widening room, capped by `expand_batch`."""
-        node = self.nodes[node_id]
-        if forced:
-            return self.settings.expand_batch
-        room = self.allowed_children(node) - len(node.children)
-        return max(1, min(self.settings.expand_batch, room))
+        return not any(a.banned for a in self.ancestors(node_id))
 
     # ---- what the proposer is told ------------------------------------------------------------------
 
     def failed_children(self, node_id: int) -> list[TreeNode]:
-        return [self.nodes[c] for c in self.nodes[node_id].children if self.nodes[c].status == "failed"]
+        return [self.nodes[c] for c in self.nodes[node_id].children if self.nodes[c].status == NodeStatus.FAILED]
 
     def children_params(self, node_id: int) -> list[dict[str, ParamValue]]:
         return [dict(self.nodes[c].params) for c in self.nodes[node_id].children]
@@ -353,5 +278,6 @@ class Tree:
         timed = [n for n in self.nodes.values() if n.measured and n.speedup is not None]
         return max(timed, key=lambda n: (n.speedup or 0.0, -n.id), default=None)
 
-    def in_flight_ids(self) -> list[int]:
-        return sorted(n.id for n in self.nodes.values() if n.in_flight)
+    def stats(self, node_ids: Iterable[int]) -> dict[int, NodeStats]:
+        """What the store keeps of these nodes' statistics."""
+        return {i: NodeStats(visits=self.nodes[i].visits, value=self.nodes[i].mean) for i in node_ids}

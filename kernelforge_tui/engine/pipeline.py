@@ -1,0 +1,180 @@
+"""The pipeline: candidates from proposal to verdict, builds running ahead of the GPU lanes.
+
+Why a pipeline: nvcc takes about a second per candidate and a GPU evaluation about as long, so several
+builds run at once (through the backend's shared, cached Builder) and built candidates queue per GPU
+lane; the GPU never waits on the compiler. Each candidate is in the store before it is queued, so a crash
+loses only the candidates in flight, which a resume queues again.
+
+Untrusted proposals: whatever a proposer returns becomes a node or one log line, never an error that ends
+the search. A source the store cannot hold as it is (not UTF-8 text, or over the size a candidate may
+have) is stored cut down to what can be shown and fails at once, without reaching nvcc.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+from collections.abc import Callable
+from enum import IntEnum
+
+from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.engine.backend import EvaluationBackend, PipelinedBackend
+from kernelforge_tui.engine.events import EventBus
+from kernelforge_tui.engine.settings import PipelineSettings
+from kernelforge_tui.engine.tree import Tree
+from kernelforge_tui.gpu.source_check import MAX_SOURCE_BYTES
+from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.events import NodeAdded, NodeChanged
+from kernelforge_tui.models.nodes import FailureKind, NodeStatus
+from kernelforge_tui.proposers.base import Proposal, source_digest
+from kernelforge_tui.store import RunStore
+
+STORED_SOURCE_CHARS = 64 * 1024
+"""How much of an oversized source is kept in the store, to show what the proposer sent."""
+MAX_LABEL_CHARS = 500
+"""A mutation or proposer name is cut to this length (a view shows them on one line)."""
+
+
+class Priority(IntEnum):
+    """The order candidates are built and evaluated in: what a person asked for first."""
+
+    STEERED = 0
+    NORMAL = 1
+
+
+def source_key(source: str, plan: LaunchPlan) -> str:
+    """Identity of a candidate: the same source with the same plan is never evaluated twice in a run."""
+    return hashlib.sha256((source + "\0" + plan.model_dump_json()).encode()).hexdigest()
+
+
+def _as_text(text: str) -> tuple[str, str | None]:
+    """`text` as UTF-8 the store can hold (unencodable characters escaped), and what was wrong with it."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        line = text.count("\n", 0, exc.start) + 1
+        problem = f"the source is not UTF-8 text (U+{ord(text[exc.start]):04X} on line {line})"
+        return text.encode(errors="backslashreplace").decode(), problem
+    return text, None
+
+
+def screen(proposal: Proposal) -> tuple[Proposal, str | None]:
+    """The proposal as the store can hold it, and why it cannot be built (None: it goes to the builder)."""
+    source, problem = _as_text(proposal.source)
+    size = len(source.encode())
+    if size > MAX_SOURCE_BYTES:
+        problem = f"the source is {size / 1e6:.1f} MB, over the {MAX_SOURCE_BYTES / 2**20:g} MiB a candidate may have"
+        source = source[:STORED_SOURCE_CHARS] + f"\n// ... cut by kernelforge: {size} bytes in all\n"
+    mutation = _as_text(proposal.mutation)[0][:MAX_LABEL_CHARS]
+    proposer = _as_text(proposal.proposer)[0][:MAX_LABEL_CHARS]
+    if (source, mutation, proposer) == (proposal.source, proposal.mutation, proposal.proposer):
+        return proposal, problem
+    return proposal.model_copy(update={"source": source, "mutation": mutation, "proposer": proposer}), problem
+
+
+class Pipeline:
+    """Adds candidates to the run, builds them ahead, evaluates them on the GPU lanes; each verdict goes to
+    `on_done(node_id, evaluation)`, which records it (and must call `landed`)."""
+
+    def __init__(
+        self,
+        backend: EvaluationBackend,
+        store: RunStore,
+        tree: Tree,
+        bus: EventBus,
+        settings: PipelineSettings,
+        running: asyncio.Event,
+        on_done: Callable[[int, Evaluation], None],
+    ) -> None:
+        """`running`: cleared while the search is paused (no new evaluation starts)."""
+        self.backend = backend
+        self.store = store
+        self.tree = tree
+        self.bus = bus
+        self.settings = settings
+        self.running = running
+        self.on_done = on_done
+        self.lanes = backend.lanes if isinstance(backend, PipelinedBackend) else 1
+        self.max_in_flight = settings.max_in_flight or settings.build_parallel + 2 * self.lanes
+        self.flying: set[int] = set()
+        """Nodes handed to the pipeline and not yet recorded."""
+        self._keys: set[str] = set()
+        self._source_hashes: set[str] = set()
+        self._seq = itertools.count()
+        self._build_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
+        self._gpu_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
+
+    def remember(self, source: str, plan: LaunchPlan) -> None:
+        """A candidate already in the run (a resume): never evaluated again, and named to proposers."""
+        self._keys.add(source_key(source, plan))
+        self._source_hashes.add(source_digest(source))
+
+    def tried_sources(self) -> set[str]:
+        return set(self._source_hashes)
+
+    def submit(
+        self, parent_id: int | None, proposal: Proposal, priority: Priority, allow_duplicate: bool = False
+    ) -> int | None:
+        """Add a candidate to the run and queue it; None for a duplicate (same source and plan)."""
+        proposal, problem = screen(proposal)
+        key = source_key(proposal.source, proposal.plan)
+        if key in self._keys and not allow_duplicate:
+            return None
+        self.remember(proposal.source, proposal.plan)
+        view = self.store.add_node(
+            parent_id, proposal.source, proposal.plan, proposal.mutation, proposal.proposer, proposal.params
+        )
+        self.tree.add(view.id, parent_id, proposal.params, proposal.mutation)
+        self.bus.emit(NodeAdded(node=view))
+        if problem is not None:
+            self.on_done(view.id, Evaluation(ok=False, failure=FailureKind.COMPILE, reason=problem))
+        else:
+            self.enqueue(view.id, priority, 1)
+        return view.id
+
+    def enqueue(self, node_id: int, priority: Priority, attempts: int) -> None:
+        """Hand a stored node to the pipeline (`attempts`: the how-many-th time, counting resumes)."""
+        self.flying.add(node_id)
+        self.store.queue_node(node_id, attempts)
+        self._build_q.put_nowait((priority, next(self._seq), node_id))
+
+    def landed(self, node_id: int) -> None:
+        """The node's verdict is recorded: it no longer counts as in flight."""
+        self.flying.discard(node_id)
+
+    def tasks(self) -> list[asyncio.Task[None]]:
+        """The build workers and one evaluation loop per GPU lane."""
+        builds = [asyncio.create_task(self._builder(), name=f"build-{i}") for i in range(self.settings.build_parallel)]
+        return builds + [asyncio.create_task(self._gpu_lane(), name=f"gpu-{i}") for i in range(self.lanes)]
+
+    async def _builder(self) -> None:
+        """Build ahead of the GPU: a failed build is recorded here and never reaches a GPU lane."""
+        while True:
+            priority, seq, node_id = await self._build_q.get()
+            if isinstance(self.backend, PipelinedBackend):
+                source, plan = self.store.node_source(node_id)
+                try:
+                    failed = await self.backend.build(source, plan)
+                except Exception as exc:  # a broken build step fails this candidate, not the search
+                    failed = Evaluation(ok=False, failure=FailureKind.COMPILE, reason=f"build error: {exc}")
+                if failed is not None:
+                    self.on_done(node_id, failed)
+                    continue
+                self.tree.mark_built(node_id)
+                self.bus.emit(NodeChanged(node=self.store.set_status(node_id, NodeStatus.BUILT)))
+            self._gpu_q.put_nowait((priority, seq, node_id))
+
+    async def _gpu_lane(self) -> None:
+        """One evaluation at a time per GPU; a pause holds the next one back."""
+        while True:
+            await self.running.wait()
+            _, _, node_id = await self._gpu_q.get()
+            await self.running.wait()
+            source, plan = self.store.node_source(node_id)
+            try:
+                evaluation = await self.backend.evaluate(source, plan)
+            except Exception as exc:  # a backend that raises fails this candidate, not the search
+                reason = f"backend error: {type(exc).__name__}: {exc}"
+                evaluation = Evaluation(ok=False, failure=FailureKind.WORKER, reason=reason)
+            self.on_done(node_id, evaluation)

@@ -1,0 +1,68 @@
+"""Resuming a run from its store: the tree replayed, the budget spent so far, the candidates left in flight.
+
+A Search built on a store that already holds nodes restores the tree by replaying them (nodes in id
+order, outcomes in the order they were measured). Nodes that were in flight when the previous process
+died (proposed or built, never measured) are queued again once: their source and plan are in the store,
+and the build cache makes the rebuild free. A node that was already queued again once and is in flight
+again is failed (kind "worker", reason "lost in flight"): it may be what killed the process.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernelforge_tui.engine.budget import BudgetUsage
+from kernelforge_tui.engine.pipeline import Pipeline
+from kernelforge_tui.engine.tree import Tree
+from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.nodes import IN_FLIGHT, FailureKind, NodeStatus
+from kernelforge_tui.store import RunStore
+
+LOST_IN_FLIGHT = "lost in flight"
+MAX_ATTEMPTS = 2
+"""A node is handed to the pipeline at most this many times (the first run, then one resume)."""
+
+
+@dataclass
+class Restored:
+    """What a run's store held, once replayed into the tree and the pipeline."""
+
+    in_flight: list[tuple[int, int]]
+    """(node id, times it was handed to the pipeline) of the nodes never measured."""
+    profiled: set[int]
+    usage: BudgetUsage
+    best: tuple[int, float] | None
+    """(node id, speedup) of the fastest measured node."""
+
+
+def restore(store: RunStore, tree: Tree, pipeline: Pipeline) -> Restored:
+    """Replay the store's nodes into an empty tree (and their sources into the pipeline's seen set)."""
+    records = store.node_records()
+    for rec in records:
+        node = tree.add(rec.id, rec.parent_id, rec.params, rec.mutation)
+        node.banned, node.pinned, node.hints = rec.banned, rec.pinned, list(rec.hints)
+        pipeline.remember(rec.source, rec.plan)
+    usage = BudgetUsage()
+    done = [r for r in records if r.last_measurement is not None and r.status not in IN_FLIGHT]
+    for rec in sorted(done, key=lambda r: r.last_measurement or 0):
+        score = rec.reward.total if rec.reward is not None and rec.status != NodeStatus.FAILED else None
+        tree.finish(rec.id, rec.status, rec.speedup, rec.failure, rec.reason, score)
+        if rec.id != tree.root_id:
+            usage.iterations += 1
+    if records:
+        info = store.run_info()
+        usage.elapsed_s, usage.gpu_seconds = info.active_seconds, info.gpu_seconds
+    best = tree.best_node()
+    return Restored(
+        in_flight=[(r.id, r.attempts) for r in records if r.status in IN_FLIGHT],
+        profiled=store.profiled_ids() if records else set(),
+        usage=usage,
+        best=(best.id, best.speedup) if best is not None and best.speedup is not None else None,
+    )
+
+
+def lost(attempts: int) -> Evaluation | None:
+    """The verdict on a node found in flight after `attempts` hand-overs: None while it may be tried again."""
+    if attempts < MAX_ATTEMPTS:
+        return None
+    return Evaluation(ok=False, failure=FailureKind.WORKER, reason=f"{LOST_IN_FLIGHT} {attempts} times")
