@@ -210,8 +210,6 @@ class RewardWeights(Section):
     """Penalty weight of ln((1 + child spill bytes) / (1 + parent spill bytes)) when spilling bought no gain."""
     occupancy: Weight = 0.2
     """Penalty weight of the achieved-occupancy drop (/100) when the child is also slower than its parent."""
-    judge: Weight = 0.1
-    """Weight of the LLM judge's verdict (0..1, centred on 0.5), when a judge scored the edit."""
     failure: float = Field(default=-1.0, lt=0, allow_inf_nan=False)
     """The whole reward of a failed node (compile, launch, mismatch, timeout, cheat) when scored alone; in a
     search the tree's own `failure_reward` (TreeSettings) is the one used, so the two never disagree."""

@@ -92,15 +92,13 @@ def test_lower_occupancy_is_free_when_it_is_faster() -> None:
     assert reward.explanation == "1.30x the parent's speed: compute-bound at 90% of peak"
 
 
-def test_root_and_judge() -> None:
+def test_a_root_is_scored_alone() -> None:
     reward = compute_reward(Evidence(speedup=1.25))
     assert reward.total == pytest.approx(math.log(1.25))
     assert reward.explanation == "1.25x over the baseline"
-    judged = compute_reward(Evidence(speedup=1.25, metrics=metrics(5, 12, 10, 1e6, 20)), judge=0.9)
-    judge = judged.term("judge")
-    assert judge is not None and judge.value == pytest.approx(0.1 * 0.4)
-    assert judged.total == pytest.approx(math.log(1.25) + 0.04)
-    assert judged.explanation == "memory-latency-bound at 12% of peak"
+    profiled = compute_reward(Evidence(speedup=1.25, metrics=metrics(5, 12, 10, 1e6, 20)))
+    assert profiled.total == pytest.approx(math.log(1.25)) and [t.name for t in profiled.terms] == ["speedup"]
+    assert profiled.explanation == "memory-latency-bound at 12% of peak"
 
 
 def test_weights_change_the_terms() -> None:

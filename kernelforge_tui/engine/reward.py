@@ -95,7 +95,6 @@ def compute_reward(
     child: Evidence,
     parent: Evidence | None = None,
     *,
-    judge: float | None = None,
     weights: RewardWeights | None = None,
     threshold_pct: float = 30.0,
 ) -> Reward:
@@ -104,10 +103,11 @@ def compute_reward(
     w = weights or RewardWeights()
     terms: list[RewardTerm] = [
         RewardTerm(
-            name="speedup", value=w.speedup * math.log(child.speedup),
+            name="speedup",
+            value=w.speedup * math.log(child.speedup),
             explanation=f"{child.speedup:.2f}x over the baseline: {w.speedup:g} x ln({child.speedup:.3f})",
         )
-    ]  # fmt: skip
+    ]
     gain = math.log(child.speedup / parent.speedup) if parent is not None else 0.0
     gained = parent is not None and gain >= math.log1p(w.gain_threshold)
     slower = parent is not None and gain < 0
@@ -122,19 +122,21 @@ def compute_reward(
         if c_pct is not None and p_pct is not None:
             evidence.append(
                 RewardTerm(
-                    name="throughput", value=w.throughput * (c_pct - p_pct) / 100,
+                    name="throughput",
+                    value=w.throughput * (c_pct - p_pct) / 100,
                     explanation=f"bounding throughput {p_pct:.0f}% -> {c_pct:.0f}% of peak",
                 )
-            )  # fmt: skip
+            )
         c_bytes, p_bytes = cm.get(DRAM_BYTES), pm.get(DRAM_BYTES)
         if c_bytes and p_bytes:
             evidence.append(
                 RewardTerm(
-                    name="dram_bytes", value=-w.dram_bytes * math.log(c_bytes / p_bytes),
+                    name="dram_bytes",
+                    value=-w.dram_bytes * math.log(c_bytes / p_bytes),
                     explanation=f"DRAM bytes {_pct_change(c_bytes, p_bytes)} "
                     f"({p_bytes / 1e6:.1f} -> {c_bytes / 1e6:.1f} MB)",
                 )
-            )  # fmt: skip
+            )
             if abs(c_bytes / p_bytes - 1) >= 0.05:
                 words.append(f"DRAM bytes {_pct_change(c_bytes, p_bytes)}")
         c_dram, p_dram = _dram_pct(cm), _dram_pct(pm)
@@ -155,43 +157,42 @@ def compute_reward(
         if c_res.registers > p_res.registers > 0:
             terms.append(
                 RewardTerm(
-                    name="registers", value=-w.registers * math.log(c_res.registers / p_res.registers),
+                    name="registers",
+                    value=-w.registers * math.log(c_res.registers / p_res.registers),
                     explanation=f"registers {p_res.registers} -> {c_res.registers} per thread {why}",
                 )
-            )  # fmt: skip
+            )
             words.append(f"registers {p_res.registers} -> {c_res.registers} for nothing")
         if c_res.shared_bytes > p_res.shared_bytes:
             ratio = c_res.shared_bytes / p_res.shared_bytes if p_res.shared_bytes else 2.0
             terms.append(
                 RewardTerm(
-                    name="shared_memory", value=-w.shared_memory * math.log(ratio),
+                    name="shared_memory",
+                    value=-w.shared_memory * math.log(ratio),
                     explanation=f"shared memory {p_res.shared_bytes} -> {c_res.shared_bytes} B per block {why}",
                 )
-            )  # fmt: skip
+            )
             words.append(f"shared memory {p_res.shared_bytes} -> {c_res.shared_bytes} B for nothing")
         if c_res.spill_bytes > p_res.spill_bytes:
             terms.append(
                 RewardTerm(
-                    name="spills", value=-w.spills * math.log((1 + c_res.spill_bytes) / (1 + p_res.spill_bytes)),
+                    name="spills",
+                    value=-w.spills * math.log((1 + c_res.spill_bytes) / (1 + p_res.spill_bytes)),
                     explanation=f"spill bytes {p_res.spill_bytes} -> {c_res.spill_bytes} {why}",
                 )
-            )  # fmt: skip
+            )
             words.append(f"spills {p_res.spill_bytes} -> {c_res.spill_bytes} B")
     if cm is not None and pm is not None and slower:
         c_occ, p_occ = cm.get(ACHIEVED_OCCUPANCY), pm.get(ACHIEVED_OCCUPANCY)
         if c_occ is not None and p_occ is not None and c_occ < p_occ:
             terms.append(
                 RewardTerm(
-                    name="occupancy", value=-w.occupancy * (p_occ - c_occ) / 100,
+                    name="occupancy",
+                    value=-w.occupancy * (p_occ - c_occ) / 100,
                     explanation=f"achieved occupancy {p_occ:.0f}% -> {c_occ:.0f}% and slower than the parent",
                 )
-            )  # fmt: skip
+            )
             words.append(f"occupancy {p_occ:.0f}% -> {c_occ:.0f}% cost time")
-    if judge is not None:
-        terms.append(
-            RewardTerm(name="judge", value=w.judge * (judge - 0.5), explanation=f"judge's verdict {judge:.2f} of 1")
-        )
-
     if cm is not None:
         bottleneck = bottleneck_of(cm, threshold_pct)
         pct = _bounding_pct(cm)
