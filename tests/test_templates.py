@@ -15,7 +15,7 @@ import pytest
 from kernelforge_tui.cards import OperatorCard, load_card, resolve
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.source_check import check_source
-from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext
+from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext, source_digest
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params
 
@@ -207,6 +207,15 @@ async def test_hand_written_parent_gets_seeds() -> None:
     ctx.tried_children_params = [seeds[0].params]
     children = await TemplateProposer().propose(ctx, 50)
     assert [c.params for c in children] == [s.params for s in seeds[1:]]
+
+
+async def test_hand_written_parent_skips_seeds_already_in_the_tree() -> None:
+    card = _softmax_card()
+    seeds = TemplateProposer().seeds(card)
+    ctx = _context(card, seeds[0].params, tried_sources={source_digest(s.source) for s in seeds[:2]})
+    ctx.parent.params = {}
+    children = await TemplateProposer().propose(ctx, 50)
+    assert [c.params for c in children] == [s.params for s in seeds[2:]]
 
 
 async def test_deterministic_given_the_seed() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 
-from kernelforge_tui.cards.model import LaunchPlan, OperatorCard, TensorSpec
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.models.nodes import ParamValue
 
 Params = dict[str, ParamValue]
@@ -72,13 +72,6 @@ def describe(params: Mapping[str, ParamValue]) -> str:
 def changes(old: Mapping[str, ParamValue], new: Mapping[str, ParamValue]) -> str:
     """`block 256 -> 512, vec 4 -> 8`: what a mutation changed."""
     return ", ".join(f"{k} {old.get(k)} -> {new[k]}" for k in new if old.get(k) != new[k])
-
-
-def tensor_by_name(card: OperatorCard, name: str) -> TensorSpec | None:
-    for spec in [*card.inputs, *card.outputs]:
-        if spec.name == name:
-            return spec
-    return None
 
 
 def naming_problem(

@@ -18,7 +18,7 @@ from functools import partial
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.nodes import ParamValue
-from kernelforge_tui.proposers.base import Proposal, ProposalContext
+from kernelforge_tui.proposers.base import Proposal, ProposalContext, source_digest
 from kernelforge_tui.proposers.templates.common import Params, Template, changes, describe
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
@@ -101,7 +101,11 @@ class TemplateProposer:
         tried = {_key(p) for p in ctx.tried_children_params} | {_key(f.params) for f in ctx.failed_siblings}
         parent = template.valid(card, ctx.parent.params)
         if parent is None:  # hand-written or LLM-written parent: start the template over
-            fresh = [p for p in self.seeds(card) if _key(p.params) not in tried and p.source not in ctx.tried_sources]
+            fresh = [
+                p
+                for p in self.seeds(card)
+                if _key(p.params) not in tried and source_digest(p.source) not in ctx.tried_sources
+            ]
             return fresh[:n]
         tried.add(_key(parent))
         rng = random.Random(self._rng_seed(card, parent))
@@ -115,12 +119,8 @@ class TemplateProposer:
         for name, values in space.items():
             order = sorted((v for v in values if v != parent[name]), key=lambda v: _distance(values, parent[name], v))
             singles[name] = [{**parent, name: v} for v in order]
-        pairs = [
-            {**parent, a: va, b: vb}
-            for a, b in itertools.combinations(space, 2)
-            for va in (singles[a][0][a],) if singles[a]
-            for vb in (singles[b][0][b],) if singles[b]
-        ]  # fmt: skip
+        nearest = {name: moves[0][name] for name, moves in singles.items() if moves}
+        pairs = [{**parent, a: nearest[a], b: nearest[b]} for a, b in itertools.combinations(nearest, 2)]
         rng.shuffle(pairs)
 
         # Round-robin over parameters in a seeded order, nearest values first, then pairs.
