@@ -41,9 +41,7 @@ class RunHeader(BaseModel):
     """What a view shows about a run as a whole, whichever source it came from."""
 
     run_id: str = ""
-    run_dir: str = ""
     card_name: str = ""
-    family: str = ""
     gpu_name: str = ""
     backend: str = ""
     state: SearchState = "starting"
@@ -57,9 +55,7 @@ class RunHeader(BaseModel):
         """The header of a stored run; a run whose process died ("interrupted") is no longer running."""
         return cls(
             run_id=info.run_id,
-            run_dir=str(info.run_dir),
             card_name=info.card_name,
-            family=info.family,
             gpu_name=info.gpu_name,
             backend=info.backend,
             state=_LIVE_STATES.get(info.state, "finished"),

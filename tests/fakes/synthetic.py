@@ -98,7 +98,6 @@ class SyntheticSource:
         self.header = RunHeader(
             run_id="r-2311-softmax",
             card_name="softmax_f32_4096x32768",
-            family="row_softmax",
             gpu_name="NVIDIA H200",
             backend="templates",
             state=state,
