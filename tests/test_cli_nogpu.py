@@ -44,6 +44,9 @@ def test_doctor_names_the_missing_gpu_and_the_fix(no_gpu_path: str) -> None:
     assert checks["nvcc"]["ok"] and checks["nvcc"]["detail"].startswith("13.")
     assert not checks["gpu"]["ok"] and "no NVIDIA GPU" in checks["gpu"]["detail"]
     assert "NVIDIA GPU" in checks["gpu"]["fix"]
+    sandbox = checks["compiler sandbox"]
+    assert "MiB address space" in sandbox["detail"]  # the limits nvcc runs under, in every mode
+    assert sandbox["ok"] or "bubblewrap" in sandbox["fix"]
     assert done.returncode == 0  # python and nvcc are there: cards and builds work
 
 
