@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Capture the Nsight Compute CSV fixtures on the GPU machine (an H200, sm_90).
 #
-# For each fixture kernel (tests/fixtures/ncu/kernels: a streaming copy, a latency-bound pointer chase, an
-# FMA chain) it builds the cubin with nvcc, checks that profile_launch launches it, then runs the exact ncu
-# command line the Profiler uses (asked from kernelforge_tui.gpu.profile --print-command) and writes
+# For each fixture card (tests/fixtures/ncu/cards/NAME, whose baseline.cu and baseline.plan.toml are a streaming
+# copy, a latency-bound pointer chase, an FMA chain) it builds the cubin with nvcc, checks that profile_launch
+# launches it, then runs the exact ncu command line the Profiler uses (asked from kernelforge_tui.gpu.profile
+# --print-command) and writes
 #   $OUT/<name>.csv           the raw-page CSV (the fixture, copy to tests/fixtures/ncu/)
 #   $OUT/<name>.details.csv   the same profile as the details page (labels and sections, for reference)
 #   $OUT/<name>.report.json   the Profiler run end to end (typed metrics, overhead in .seconds)
@@ -32,8 +33,8 @@ ncu --query-metrics --csv > "$OUT/query_metrics.csv" 2> "$OUT/query_metrics.stde
 
 for name in stream_copy uncoalesced fma_chain; do
   card=$FIX/cards/$name
-  kernel=$FIX/kernels/$name.cu
-  plan=$FIX/kernels/$name.plan.toml
+  kernel=$card/baseline.cu
+  plan=$card/baseline.plan.toml
   cubin=$BUILD/$name.cubin
   if ! nvcc -cubin -O3 -lineinfo -arch=sm_90 -Xptxas -v -o "$cubin" "$kernel" > "$OUT/$name.ptxas.txt" 2>&1; then
     echo "BUILD FAILED: $name" | tee -a "$OUT/timings.txt"

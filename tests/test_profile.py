@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from kernelforge_tui.cards import load_card
-from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
+from kernelforge_tui.cards.plan import ResolvedLaunch, load_plan, resolve
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.hardware import ClassifierSettings, analyse, classify, roofline, stall_reasons
 from kernelforge_tui.gpu.ncu_csv import normalise, parse_csv
@@ -480,7 +480,7 @@ def test_print_command_is_the_profilers_command() -> None:
 def test_profile_launch_refuses_a_missing_cubin() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "kernelforge_tui.gpu.profile_launch", str(CARDS / "stream_copy"), "/nonexistent.cubin",
-         "--plan", str(FIXTURES / "kernels" / "stream_copy.plan.toml")],
+         "--plan", str(CARDS / "stream_copy" / "baseline.plan.toml")],
         capture_output=True, text=True,
     )  # fmt: skip
     assert result.returncode == 2
@@ -489,11 +489,15 @@ def test_profile_launch_refuses_a_missing_cubin() -> None:
 
 
 def test_fixture_cards_resolve() -> None:
+    """The GPU tests and the capture script use these cards: they must load (every file inside the card) and
+    their baseline plan must match the plan file the capture script passes."""
     for name in EXPECTED:
-        spec = load_card(CARDS / name).spec
+        card = load_card(CARDS / name)
+        spec = card.spec
         assert spec.baseline is not None
+        assert spec.baseline.plan == load_plan(CARDS / name / "baseline.plan.toml")
         launch = resolve(spec.baseline.plan, spec)
-        assert launch.entry in (FIXTURES / "kernels" / f"{name}.cu").read_text()
+        assert launch.entry in card.baseline_source()
         assert math.prod(launch.grid) * math.prod(launch.block) > 0
 
 
