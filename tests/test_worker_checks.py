@@ -84,44 +84,76 @@ def test_bool_noise_holds_only_valid_bools() -> None:
     assert block.dtype == np.bool_ and set(block.view(np.uint8).tolist()) == {0, 1}
 
 
-def words(bad: int, nan_out: int, first: int, max_abs: float, max_ratio: float) -> np.ndarray:
-    """What the kf_compare helper writes back: three counters, then two doubles as their bits."""
-    doubles = np.array([max_abs, max_ratio], dtype=np.float64).view(np.uint64)
-    return np.array([bad, nan_out, first, *doubles], dtype=np.uint64)
-
-
 def test_compare_counts_decode_the_helpers_words() -> None:
-    counts = CompareCounts.from_words(words(5, 2, 17, 0.25, 3.5))
-    assert counts == CompareCounts(bad=5, nan_out=2, first_bad=17, max_abs=0.25, max_ratio=3.5)
+    """What the kf_compare helper writes back: bad, nan_out, first_bad, two doubles as their bits, then
+    poisoned, inf_out, special."""
+    doubles = np.array([0.25, 3.5], dtype=np.float64).view(np.uint64)
+    counts = CompareCounts.from_words(np.array([15, 2, 17, *doubles, 3, 4, 5], dtype=np.uint64))
+    assert counts == CompareCounts(
+        bad=15, first_bad=17, max_abs=0.25, max_ratio=3.5, poisoned=3, nan_out=2, inf_out=4, special=5
+    )
+    assert counts.outside == 1
+
+
+def failed(counts: CompareCounts, fill: Fill = FIRST_RUN, dims: tuple[int, ...] = (4, 8)) -> SetCheck:
+    check = SetCheck(name="seed_1", ok=True)
+    add_float_output(check, "y", dims, TOL, counts, fill)
+    assert not check.ok and check.bad == counts.bad
+    return check
 
 
 def test_an_output_left_holding_the_poison_was_never_written() -> None:
-    check = SetCheck(name="seed_1", ok=True)
-    add_float_output(check, "y", (4, 8), TOL, CompareCounts(32, 32, 0, 0.0, 0.0), FIRST_RUN)
-    assert not check.ok and check.unwritten == 32 and check.numel == 32
+    check = failed(CompareCounts(32, 0, 0.0, 0.0, poisoned=32))
+    assert check.unwritten == 32 and check.numel == 32
     assert check.reason == "y was never written (all 32 elements still hold the NaN poison)"
+    partly = failed(CompareCounts(3, 9, 0.0, 0.0, poisoned=3))
+    assert partly.unwritten == 3
+    assert partly.reason == "y: 3 of 32 elements never written (still the NaN poison's bits) (first at index 9, row 1)"
 
 
-def test_nan_after_a_finite_prefill_is_not_called_unwritten() -> None:
+def test_nan_the_kernel_computed_is_not_called_unwritten() -> None:
+    """NaN everywhere, but not the poison's bits: the kernel wrote it, from the poison or not."""
+    for fill in (FIRST_RUN, Fill(Prefill.NOISE)):
+        check = failed(CompareCounts(32, 0, 0.0, 0.0, nan_out=32), fill)
+        assert check.unwritten == 0
+        assert check.reason == "y: 32 of 32 elements NaN where the reference is finite (first at index 0, row 0)"
+
+
+def test_the_poisons_bits_after_a_finite_prefill_are_a_nan_the_kernel_wrote() -> None:
     """From noise or stale results an unwritten element is not NaN, so a NaN there is one the kernel wrote."""
-    check = SetCheck(name="seed_1", ok=True)
-    add_float_output(check, "y", (4, 8), TOL, CompareCounts(32, 32, 9, 0.0, 0.0), Fill(Prefill.NOISE))
-    assert check.reason == "y: 32 of 32 elements NaN where the reference is not (first at index 9, row 1)"
-    partly = SetCheck(name="seed_1", ok=True)
-    add_float_output(partly, "y", (4, 8), TOL, CompareCounts(3, 3, 9, 0.0, 0.0), FIRST_RUN)
-    assert partly.reason == "y: 3 of 32 elements never written or NaN (first at index 9, row 1)"
+    check = failed(CompareCounts(32, 9, 0.0, 0.0, poisoned=30, nan_out=2), Fill(Prefill.STALE, 1))
+    assert check.unwritten == 0
+    assert check.reason == "y: 32 of 32 elements NaN where the reference is finite (first at index 9, row 1)"
+
+
+def test_infinities_and_missed_specials_are_named_not_called_tolerance_misses() -> None:
+    inf = failed(CompareCounts(5, 2, 0.0, 0.0, inf_out=5))
+    assert inf.reason == "y: 5 of 32 elements inf where the reference is finite (first at index 2, row 0)"
+    special = failed(CompareCounts(4, 8, 0.0, 0.0, special=4), dims=(32,))
+    assert special.reason == "y: 4 of 32 elements wrong where the reference is NaN or inf (first at index 8)"
+
+
+def test_mixed_kinds_are_each_counted() -> None:
+    counts = CompareCounts(12, 1, 0.5, 12.0, poisoned=3, nan_out=2, inf_out=1, special=4)
+    check = failed(counts, dims=(100,))
+    assert check.unwritten == 3
+    assert check.reason == (
+        "y: 12 of 100 elements wrong: 3 never written (still the NaN poison's bits), 2 NaN where the reference is "
+        "finite, 1 inf where the reference is finite, 4 wrong where the reference is NaN or inf, 2 outside "
+        "rtol=1e-05, atol=1e-08 (worst 12x the tolerance) (first at index 1)"
+    )
 
 
 def test_values_outside_the_tolerance_are_counted_and_placed() -> None:
     check = SetCheck(name="seed_1", ok=True)
-    add_float_output(check, "y", (4, 8), TOL, CompareCounts(0, 0, 2**64 - 1, 1e-9, 0.1), FIRST_RUN)
+    add_float_output(check, "y", (4, 8), TOL, CompareCounts(0, 2**64 - 1, 1e-9, 0.1), FIRST_RUN)
     assert check.ok and check.max_error_ratio == 0.1 and check.first_bad_index is None
-    add_float_output(check, "z", (100,), TOL, CompareCounts(7, 0, 42, 0.5, 12.0), Fill(Prefill.STALE, 1))
+    add_float_output(check, "z", (100,), TOL, CompareCounts(7, 42, 0.5, 12.0), Fill(Prefill.STALE, 1))
     assert not check.ok and check.bad == 7 and check.numel == 132 and check.first_bad_index == 42
     assert check.max_abs_error == 0.5 and check.max_error_ratio == 12.0
     assert (
         check.reason
-        == "z: 7 of 100 elements outside rtol=1e-05, atol=1e-08 (worst 12x the tolerance; first at index 42)"
+        == "z: 7 of 100 elements outside rtol=1e-05, atol=1e-08 (worst 12x the tolerance) (first at index 42)"
     )
 
 

@@ -15,7 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from kernelforge_tui.cards import load_card, plan_for_kernel, save_card
+from kernelforge_tui.cards import load_card, plan_for_kernel, save_card, stress
+from kernelforge_tui.cards.dtypes import NUMPY
+from kernelforge_tui.cards.model import DEFAULT_TOLERANCE
 from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import EvalSettings
@@ -96,12 +98,47 @@ def never_writes() -> cuda.Kernel:
     return lambda a, b, c, n: None
 
 
+def computes_nan() -> cuda.Kernel:
+    """Writes CUDA's canonical NaN (0x7fffffff, as 0/0 gives on the GPU) everywhere: written, not the poison."""
+
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        cuda.view(c, np.uint32, int(n))[:] = 0x7FFFFFFF
+
+    return run
+
+
+def zeroes_non_finite() -> cuda.Kernel:
+    """a + b with NaN and inf replaced by 0: right on ordinary data, wrong where the reference is NaN or inf."""
+
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        x, y, out = vectors(a, b, c, int(n))
+        with np.errstate(over="ignore", invalid="ignore"):
+            total = x + y
+        out[:] = np.where(np.isfinite(total), total, np.float32(0))
+
+    return run
+
+
+def half_then_inf() -> cuda.Kernel:
+    """Leaves the first 100 elements unwritten, writes inf into the next 10, then a + b."""
+
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        x, y, out = vectors(a, b, c, int(n))
+        out[100:110] = np.inf
+        out[110:] = (x + y)[110:]
+
+    return run
+
+
 KERNELS: dict[str, Callable[[], cuda.Kernel]] = {
     "baseline": honest,
     "honest": honest,
     "reads_output": reads_output,
-    "keeps_output_when_timed": keeps_output_after(12),
+    "keeps_output_when_timed": keeps_output_after(13),
     "never_writes": never_writes,
+    "computes_nan": computes_nan,
+    "zeroes_non_finite": zeroes_non_finite,
+    "half_then_inf": half_then_inf,
 }
 
 
@@ -116,16 +153,17 @@ def evaluate(card: Card, name: str, fresh_seeds: int = 2) -> EvalResult:
     loaded = worker.load_card(
         LoadCard(card_dir=card.root, helpers_cubin=Path("/cubins/helpers.cubin"), settings=settings, fresh_seed=99)
     )
-    assert loaded.sets == ["seed_1", "seed_2", "seed_3"] + [f"fresh-{k}" for k in range(fresh_seeds)]
+    stress_sets = [planned.label for planned in stress.running(card.spec)]
+    assert loaded.sets == ["seed_1", "seed_2", "seed_3"] + [f"fresh-{k}" for k in range(fresh_seeds)] + stress_sets
     return worker.evaluate(Evaluate(candidate=ref(card, name), baseline=ref(card, "baseline"), bytes_moved=12 * N))
 
 
 def test_an_honest_kernel_passes_every_check_and_is_timed(fake_cuda: None, card: Card) -> None:
     result = evaluate(card, "honest")
     assert result.ok, result.reason
-    assert [check.name for check in result.checks] == [
-        "seed_1", "seed_2", "seed_3", "fresh-0", "fresh-1", "seed_1 (second run)",
-    ]  # fmt: skip
+    stress_sets = [planned.label for planned in stress.running(card.spec)]
+    sets = ["seed_1", "seed_2", "seed_3", "fresh-0", "fresh-1", *stress_sets, "seed_1 (second run)"]
+    assert [check.name for check in result.checks] == sets
     assert all(check.ok and check.numel == N for check in result.checks)
     assert result.deterministic
     assert result.candidate is not None and result.candidate.reps >= 20 and result.speedup == pytest.approx(1.0)
@@ -135,6 +173,48 @@ def test_never_written_outputs_still_show_as_the_poison(fake_cuda: None, card: C
     result = evaluate(card, "never_writes")
     assert not result.ok and result.failure == "mismatch"
     assert result.reason == "set seed_1: c was never written (all 1000 elements still hold the NaN poison)"
+
+
+def test_nan_the_kernel_computed_is_not_called_never_written(fake_cuda: None, card: Card) -> None:
+    result = evaluate(card, "computes_nan")
+    assert not result.ok and result.failure == "mismatch"
+    assert result.reason == "set seed_1: c: 1000 of 1000 elements NaN where the reference is finite (first at index 0)"
+    assert result.checks[0].unwritten == 0
+
+
+def test_each_kind_of_wrong_element_is_counted(fake_cuda: None, card: Card) -> None:
+    result = evaluate(card, "half_then_inf")
+    assert result.reason == (
+        "set seed_1: c: 110 of 1000 elements wrong: 100 never written (still the NaN poison's bits), "
+        "10 inf where the reference is finite (first at index 0)"
+    )
+    assert result.checks[0].unwritten == 100
+
+
+def test_a_finite_output_where_the_reference_is_nan_or_inf_is_named(fake_cuda: None, card: Card) -> None:
+    """Right on the card's sets, the fresh ones and stress:large; stress:max-finite (a + b overflows to inf)
+    catches it."""
+    result = evaluate(card, "zeroes_non_finite")
+    assert not result.ok and result.failure == "mismatch"
+    assert [check.name for check in result.checks if not check.ok] == ["stress:max-finite"]
+    assert result.reason == (
+        "set stress:max-finite: c: 504 of 1000 elements wrong where the reference is NaN or inf (first at index 3)"
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16", "bfloat16"])
+def test_the_poison_as_written_is_what_the_compare_counts_as_never_written(fake_cuda: None, dtype: str) -> None:
+    """GpuDevice.poison writes POISON_BITS (8-byte types as a repeated 16-bit pattern) and compare passes the
+    same bits to kf_compare: every element of a poisoned output counts as never written."""
+    device = GpuDevice(cuda)
+    device.load_helpers(Path("/cubins/helpers.cubin"))
+    numel = 64
+    itemsize = NUMPY[dtype].itemsize
+    out, reference = device.alloc(numel * itemsize), device.alloc(numel * itemsize)
+    device.poison(int(out), numel * itemsize, dtype)
+    cuda.memcpy_htod(reference, np.ones(numel, dtype=NUMPY[dtype]))
+    counts = device.compare(int(out), reference, numel, dtype, DEFAULT_TOLERANCE[dtype])
+    assert counts.bad == counts.poisoned == numel
 
 
 def test_a_kernel_that_reads_its_output_first_fails_the_second_run(fake_cuda: None, card: Card) -> None:
@@ -154,7 +234,8 @@ def test_without_fresh_sets_the_second_run_starts_from_the_second_sets_results(f
 
 
 def test_a_kernel_that_keeps_its_output_when_timed_fails_the_timed_check(fake_cuda: None, card: Card) -> None:
-    """Honest for 12 launches (5 sets, the second run, 3 warm-ups), then it keeps whatever is not NaN."""
+    """Honest for 13 launches (9 sets: the card's, fresh and stress; the second run; 3 warm-ups), then it keeps
+    whatever is not NaN."""
     result = evaluate(card, "keeps_output_when_timed")
     assert not result.ok and result.failure == "cheat"
     assert all(check.ok for check in result.checks)

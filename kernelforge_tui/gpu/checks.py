@@ -108,48 +108,80 @@ def noise_block(dtype: str, numel: int, rng: np.random.Generator) -> np.ndarray:
 
 @dataclass(frozen=True)
 class CompareCounts:
-    """What the `kf_compare_*` helper kernel counted over one floating-point output."""
+    """What the `kf_compare_*` helper kernel counted over one floating-point output. Each bad element is of one
+    kind: the poison's bits, a NaN, an inf (those three where the reference is finite), wrong where the
+    reference is NaN or inf, or else a finite value outside the tolerance."""
 
     bad: int
-    nan_out: int
-    """Elements that are NaN where the reference is not."""
     first_bad: int
     max_abs: float
     max_ratio: float
+    poisoned: int = 0
+    """Still the poison's exact bits (whatever the launch started from) where the reference is finite."""
+    nan_out: int = 0
+    """Other NaN where the reference is finite: NaN the kernel computed."""
+    inf_out: int = 0
+    """+-inf where the reference is finite."""
+    special: int = 0
+    """Wrong where the reference is NaN or inf (a finite value, or another NaN/inf)."""
 
     @classmethod
     def from_words(cls, words: np.ndarray) -> CompareCounts:
-        """Decode the helper's result: three counters, then two doubles stored as their bits."""
+        """Decode the helper's CompareResult: bad, nan_out, first_bad, two doubles stored as their bits, then
+        poisoned, inf_out, special."""
         max_abs, max_ratio = words[3:5].astype(np.uint64).view(np.float64)
-        return cls(int(words[0]), int(words[1]), int(words[2]), float(max_abs), float(max_ratio))
+        return cls(
+            bad=int(words[0]),
+            first_bad=int(words[2]),
+            max_abs=float(max_abs),
+            max_ratio=float(max_ratio),
+            poisoned=int(words[5]),
+            nan_out=int(words[1]),
+            inf_out=int(words[6]),
+            special=int(words[7]),
+        )
+
+    @property
+    def outside(self) -> int:
+        """Finite values outside the tolerance where the reference is finite: the bad of no other kind."""
+        return self.bad - self.poisoned - self.nan_out - self.inf_out - self.special
 
 
 def add_float_output(
     check: SetCheck, name: str, dims: tuple[int, ...], tol: Tolerance, counts: CompareCounts, fill: Fill
 ) -> None:
-    """Fold one floating-point output's counts into the set's check, with a reason that says what went wrong."""
+    """Fold one floating-point output's counts into the set's check, with a reason that says what went wrong.
+
+    The poison's bits mean "never written" only when the launch started from the poison; otherwise the kernel
+    wrote that NaN, and it counts with the other NaN."""
     numel = math.prod(dims)
+    unwritten = counts.poisoned if fill.prefill is Prefill.POISON else 0
     check.numel += numel
     check.bad += counts.bad
-    check.unwritten += counts.nan_out
+    check.unwritten += unwritten
     check.max_abs_error = max(check.max_abs_error, counts.max_abs)
     check.max_error_ratio = max(check.max_error_ratio, counts.max_ratio)
     if not counts.bad:
         return
     check.ok = False
     check.first_bad_index = counts.first_bad
-    where = f"first at index {counts.first_bad}{row_of(counts.first_bad, dims)}"
-    poisoned = fill.prefill is Prefill.POISON
-    if counts.nan_out == numel and poisoned:
+    if unwritten == numel:
         check.reason = f"{name} was never written (all {numel} elements still hold the NaN poison)"
-    elif counts.nan_out:
-        what = "never written or NaN" if poisoned else "NaN where the reference is not"
-        check.reason = f"{name}: {counts.nan_out} of {numel} elements {what} ({where})"
-    else:
-        check.reason = (
-            f"{name}: {counts.bad} of {numel} elements outside rtol={tol.rtol:g}, atol={tol.atol:g} "
-            f"(worst {counts.max_ratio:.3g}x the tolerance; {where})"
-        )
+        return
+    kinds = [
+        (unwritten, "never written (still the NaN poison's bits)"),
+        (counts.nan_out + counts.poisoned - unwritten, "NaN where the reference is finite"),
+        (counts.inf_out, "inf where the reference is finite"),
+        (counts.special, "wrong where the reference is NaN or inf"),
+        (
+            counts.outside,
+            f"outside rtol={tol.rtol:g}, atol={tol.atol:g} (worst {counts.max_ratio:.3g}x the tolerance)",
+        ),
+    ]
+    found = [(count, what) for count, what in kinds if count]
+    summary = found[0][1] if len(found) == 1 else "wrong: " + ", ".join(f"{count} {what}" for count, what in found)
+    where = f"first at index {counts.first_bad}{row_of(counts.first_bad, dims)}"
+    check.reason = f"{name}: {counts.bad} of {numel} elements {summary} ({where})"
 
 
 def add_exact_output(check: SetCheck, name: str, numel: int, itemsize: int, bad_bytes: int, first_byte: int) -> None:

@@ -22,8 +22,8 @@ from kernelforge_tui.models.evaluation import Ceilings
 GUARD_BYTES = 64 * 1024
 """Canary bytes before and after every candidate-visible buffer: a write past the end lands here."""
 CANARY = 0xA7
-COMPARE_RESULT_BYTES = 40
-"""The helpers' CompareResult: three counters and two doubles (as bits), 8 bytes each."""
+COMPARE_RESULT_BYTES = 64
+"""The helpers' CompareResult: three counters, two doubles (as bits), three more counters, 8 bytes each."""
 
 
 class CandidateFault(Exception):
@@ -100,8 +100,8 @@ class GpuDevice:
             self.drv.memset_d16_async(ptr, bits, nbytes // 2, self.stream)
         elif itemsize == 4:
             self.drv.memset_d32_async(ptr, bits, nbytes // 4, self.stream)
-        else:  # 8-byte types: a repeated 16-bit NaN prefix is still a NaN double, and an unlikely integer
-            self.drv.memset_d16_async(ptr, bits >> 48, nbytes // 2, self.stream)
+        else:  # 8-byte types: their pattern repeats 16 bits (a NaN double, an unlikely integer)
+            self.drv.memset_d16_async(ptr, bits & 0xFFFF, nbytes // 2, self.stream)
 
     def copy(self, dst: Any, src: Any, nbytes: int) -> None:
         """Device to device, on the stream."""
@@ -160,6 +160,7 @@ class GpuDevice:
             np.int64(numel),
             np.float64(tol.rtol),
             np.float64(tol.atol),
+            np.uint64(POISON_BITS[dtype]),
             self.compare_result,
             block=(256, 1, 1),
             grid=self.grid_for(numel),

@@ -5,17 +5,25 @@
 #include <stdint.h>
 
 struct CompareResult {
-    unsigned long long bad;        // elements outside tolerance (NaN included)
-    unsigned long long nan_out;    // elements that are NaN where the reference is not (poison left)
+    unsigned long long bad;        // elements that do not match: the four kinds below plus tolerance misses
+    unsigned long long nan_out;    // NaN where the reference is finite (not the poison's bits: computed)
     unsigned long long first_bad;  // smallest bad index (ULLONG_MAX when none)
     unsigned long long max_abs_bits;    // max |out - ref| as the bits of a non-negative double
     unsigned long long max_ratio_bits;  // max |out - ref| / (atol + rtol |ref|), same encoding
+    unsigned long long poisoned;   // the poison's exact bits where the reference is finite (never written)
+    unsigned long long inf_out;    // +-inf where the reference is finite
+    unsigned long long special;    // anything else where the reference is NaN or +-inf
 };
 
 __device__ __forceinline__ double as_double(float v) { return (double)v; }
 __device__ __forceinline__ double as_double(double v) { return v; }
 __device__ __forceinline__ double as_double(__half v) { return (double)__half2float(v); }
 __device__ __forceinline__ double as_double(__nv_bfloat16 v) { return (double)__bfloat162float(v); }
+
+__device__ __forceinline__ unsigned long long bits_of(float v) { return __float_as_uint(v); }
+__device__ __forceinline__ unsigned long long bits_of(double v) { return (unsigned long long)__double_as_longlong(v); }
+__device__ __forceinline__ unsigned long long bits_of(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ unsigned long long bits_of(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 
 __device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
@@ -30,19 +38,23 @@ __device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
     return v;
 }
 
+// `poison` is the bit pattern the outputs were filled with (POISON_BITS): only the kinds of mismatch depend
+// on it, never whether an element matches.
 template <typename T>
-__device__ void compare(const T* out, const T* ref, long long n, double rtol, double atol, CompareResult* r) {
-    unsigned long long bad = 0, nan_out = 0, first = ~0ull, max_abs = 0, max_ratio = 0;
+__device__ void compare(const T* out, const T* ref, long long n, double rtol, double atol, unsigned long long poison,
+                        CompareResult* r) {
+    unsigned long long bad = 0, nan_out = 0, poisoned = 0, inf_out = 0, special = 0;
+    unsigned long long first = ~0ull, max_abs = 0, max_ratio = 0;
     long long stride = (long long)gridDim.x * blockDim.x;
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
-        double o = as_double(out[i]);
+        T raw = out[i];
+        double o = as_double(raw);
         double e = as_double(ref[i]);
         bool ok;
         if (isnan(e)) {
             ok = isnan(o);
         } else if (isnan(o)) {
             ok = false;
-            nan_out++;
         } else if (isinf(e) || isinf(o)) {
             ok = (o == e);
         } else {
@@ -56,16 +68,31 @@ __device__ void compare(const T* out, const T* ref, long long n, double rtol, do
         if (!ok) {
             bad++;
             first = min(first, (unsigned long long)i);
+            if (isnan(e) || isinf(e)) {
+                special++;
+            } else if (bits_of(raw) == poison) {
+                poisoned++;
+            } else if (isnan(o)) {
+                nan_out++;
+            } else if (isinf(o)) {
+                inf_out++;
+            }
         }
     }
     bad = warp_sum(bad);
     nan_out = warp_sum(nan_out);
+    poisoned = warp_sum(poisoned);
+    inf_out = warp_sum(inf_out);
+    special = warp_sum(special);
     first = warp_min(first);
     max_abs = warp_max(max_abs);
     max_ratio = warp_max(max_ratio);
     if ((threadIdx.x & 31) == 0) {
         if (bad) atomicAdd(&r->bad, bad);
         if (nan_out) atomicAdd(&r->nan_out, nan_out);
+        if (poisoned) atomicAdd(&r->poisoned, poisoned);
+        if (inf_out) atomicAdd(&r->inf_out, inf_out);
+        if (special) atomicAdd(&r->special, special);
         if (first != ~0ull) atomicMin(&r->first_bad, first);
         atomicMax(&r->max_abs_bits, max_abs);
         atomicMax(&r->max_ratio_bits, max_ratio);
@@ -73,13 +100,21 @@ __device__ void compare(const T* out, const T* ref, long long n, double rtol, do
 }
 
 extern "C" __global__ void kf_compare_float32(const float* o, const float* e, long long n, double rt, double at,
-                                              CompareResult* r) { compare(o, e, n, rt, at, r); }
+                                              unsigned long long poison, CompareResult* r) {
+    compare(o, e, n, rt, at, poison, r);
+}
 extern "C" __global__ void kf_compare_float64(const double* o, const double* e, long long n, double rt, double at,
-                                              CompareResult* r) { compare(o, e, n, rt, at, r); }
+                                              unsigned long long poison, CompareResult* r) {
+    compare(o, e, n, rt, at, poison, r);
+}
 extern "C" __global__ void kf_compare_float16(const __half* o, const __half* e, long long n, double rt, double at,
-                                              CompareResult* r) { compare(o, e, n, rt, at, r); }
+                                              unsigned long long poison, CompareResult* r) {
+    compare(o, e, n, rt, at, poison, r);
+}
 extern "C" __global__ void kf_compare_bfloat16(const __nv_bfloat16* o, const __nv_bfloat16* e, long long n,
-                                               double rt, double at, CompareResult* r) { compare(o, e, n, rt, at, r); }
+                                               double rt, double at, unsigned long long poison, CompareResult* r) {
+    compare(o, e, n, rt, at, poison, r);
+}
 
 // Counts bytes where a differs from b (b == nullptr: where a differs from `value`); first index too.
 extern "C" __global__ void kf_count_diff(const uint8_t* a, const uint8_t* b, uint8_t value, long long n,

@@ -201,8 +201,9 @@ def _count_diff(a: Any, b: Any, value: Any, n: Any, result: Any) -> None:
 
 
 def _compare(dtype: Any) -> Kernel:
-    def compare(out: Any, ref: Any, n: Any, rtol: Any, atol: Any, result: Any) -> None:
-        o = MEMORY.view(int(out), dtype, int(n)).astype(np.float64)
+    def compare(out: Any, ref: Any, n: Any, rtol: Any, atol: Any, poison: Any, result: Any) -> None:
+        raw = MEMORY.view(int(out), dtype, int(n))
+        o = raw.astype(np.float64)
         e = MEMORY.view(int(ref), dtype, int(n)).astype(np.float64)
         with np.errstate(invalid="ignore", over="ignore"):
             finite = ~np.isnan(o) & ~np.isnan(e) & ~np.isinf(o) & ~np.isinf(e)
@@ -210,14 +211,18 @@ def _compare(dtype: Any) -> Kernel:
             allowed = float(atol) + float(rtol) * np.abs(np.where(finite, e, 0.0))
             within = np.where(finite, diff <= allowed, o == e)  # infinities must match exactly
             ok = np.where(np.isnan(e), np.isnan(o), ~np.isnan(o) & within)
-        nan_out = np.isnan(o) & ~np.isnan(e)
         bad = np.flatnonzero(~ok)
-        words = MEMORY.view(int(result), np.uint64, 5)
+        special = ~ok & ~np.isfinite(e)
+        poisoned = ~ok & ~special & (raw.view(f"u{raw.itemsize}") == int(poison))
+        nan_out = ~ok & ~special & ~poisoned & np.isnan(o)
+        inf_out = ~ok & ~special & np.isinf(o)
+        words = MEMORY.view(int(result), np.uint64, 8)
         words[0], words[1] = bad.size, int(nan_out.sum())
         if bad.size:
             words[2] = bad[0]
         ratio = np.where(finite, diff / allowed, 0.0)
         words[3:5] = np.array([diff.max(initial=0.0), ratio.max(initial=0.0)]).view(np.uint64)
+        words[5:8] = [int(poisoned.sum()), int(inf_out.sum()), int(special.sum())]
 
     return compare
 
