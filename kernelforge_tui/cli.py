@@ -26,7 +26,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from kernelforge_tui.cards import load_card, plan_for_kernel
+from kernelforge_tui.cards import load_card, plan_for_kernel, stress
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import ConfigError, Settings, config_file, load_settings
@@ -140,9 +140,8 @@ def _kernel_source(path: Path) -> str:
         raise BadInput(f"{path}: {exc.strerror or exc}: give a CUDA source file") from None
 
 
-async def _evaluate(card_path: Path, kernel: Path, plan_path: Path | None) -> Evaluation:
+async def _evaluate(card: Card, kernel: Path, plan_path: Path | None) -> Evaluation:
     settings = load_settings()
-    card = load_card(card_path)
     plan = plan_for_kernel(kernel, plan_path)
     source = _kernel_source(kernel)
     gpu = require_gpu()[0]
@@ -154,8 +153,11 @@ async def _evaluate(card_path: Path, kernel: Path, plan_path: Path | None) -> Ev
         await evaluator.close()
 
 
-def render_evaluation(evaluation: Evaluation, console: Console, copy_gbps: float | None = None) -> None:
-    """The human view of one verdict: a row per input set, then timing against the baseline."""
+def render_evaluation(
+    evaluation: Evaluation, console: Console, copy_gbps: float | None = None, skipped: Sequence[stress.Planned] = ()
+) -> None:
+    """The human view of one verdict: a row per input set, the stress sets the card skips (a skipped set proves
+    nothing, so its reason is shown beside the sets that ran), then timing against the baseline."""
     result = evaluation.result
     if evaluation.build is not None:
         build = evaluation.build
@@ -177,6 +179,8 @@ def render_evaluation(evaluation: Evaluation, console: Console, copy_gbps: float
                 str(check.unwritten),
             )
         console.print(table)
+    for planned in skipped:
+        console.print(f"[yellow]{escape(planned.describe())}[/]")
     if result is not None and result.candidate is not None:
         table = Table(title="timing (CUDA events, L2 flushed, interleaved with the baseline)")
         for column in ("kernel", "median", "p10-p90", "cv", "reps"):
@@ -204,11 +208,15 @@ def render_evaluation(evaluation: Evaluation, console: Console, copy_gbps: float
 
 
 def cmd_eval(args: argparse.Namespace, console: Console) -> int:
-    evaluation = asyncio.run(_evaluate(Path(args.card), Path(args.kernel), Path(args.plan) if args.plan else None))
+    card = load_card(Path(args.card))
+    evaluation = asyncio.run(_evaluate(card, Path(args.kernel), Path(args.plan) if args.plan else None))
+    skipped = [planned for planned in stress.plan(card.spec) if planned.skipped]
     if args.json:
-        print(evaluation.model_dump_json(indent=2))
+        reply = json.loads(evaluation.model_dump_json())
+        reply["skipped_stress_sets"] = {planned.label: planned.skipped for planned in skipped}
+        print(json.dumps(reply, indent=2))
     else:
-        render_evaluation(evaluation, console)
+        render_evaluation(evaluation, console, skipped=skipped)
     return EXIT_OK if evaluation.ok else EXIT_FAILED
 
 

@@ -175,3 +175,37 @@ def test_empty_and_damaged_runs(no_gpu_path: str, tmp_path: Path) -> None:
     assert sorted(Path(run["run_dir"]).name for run in json.loads(listed.stdout)) == ["damaged", "good"]
     notes = sorted(line for line in listed.stderr.splitlines() if line.startswith("note: skipped"))
     assert len(notes) == 2 and str(root / "empty") in notes[0] and str(root / "summary") in notes[1]
+
+
+def test_eval_lists_the_stress_sets_the_card_skips_with_their_reasons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A skipped set proves nothing about the kernel, so eval shows it beside the sets that ran (the evaluation
+    itself is fabricated: no GPU here)."""
+    from kernelforge_tui import cli
+    from kernelforge_tui.cards.store import Card
+    from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck
+
+    card = tmp_path / "card"
+    shutil.copytree(EXAMPLES / "cards" / "softmax_f32_small", card)
+    manifest = card / "card.toml"
+    manifest.write_text(
+        manifest.read_text().replace("[stress]\n", '[stress]\nskip = { fully-masked = "it writes 0 there" }\n')
+    )
+    kernel = sorted((card / "candidates").glob("*.cu"))[0]
+    checks = [SetCheck(name="captured_0", ok=True, numel=10), SetCheck(name="stress:masked", ok=True, numel=10)]
+    evaluation = Evaluation(ok=True, result=EvalResult(ok=True, checks=checks, deterministic=True))
+
+    async def fabricated(card: Card, kernel: Path, plan: Path | None) -> Evaluation:
+        return evaluation
+
+    monkeypatch.setattr(cli, "_evaluate", fabricated)
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert cli.main(["eval", str(card), str(kernel)]) == 0
+    out = capsys.readouterr().out
+    assert "stress:fully-masked: skipped: it writes 0 there" in out
+    assert out.count("skipped") == 1
+    assert cli.main(["eval", str(card), str(kernel), "--json"]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert reply["skipped_stress_sets"] == {"stress:fully-masked": "it writes 0 there"}
+    assert Evaluation.model_validate(reply) == evaluation
