@@ -42,7 +42,7 @@ POISON_BITS: dict[str, int] = {
     "bool": 0xA5,
 }
 """Bit pattern written over outputs before every launch: NaN for floats, an unlikely value otherwise. 8-byte
-patterns repeat 16 bits (the widest memset the driver has); the compare helper finds the exact pattern."""
+patterns repeat 16 bits (the driver's memsets write at most 32); the compare helper looks for the exact pattern."""
 
 FLOAT_BITS: dict[str, tuple[int, int, int]] = {
     "float32": (0x7F7FFFFF, 0x00800000, 0x00000001),
