@@ -45,7 +45,7 @@ from kernelforge_tui.gpu.profile import ProfileError
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
 from kernelforge_tui.gpu.sandbox import sandbox_status
 from kernelforge_tui.models.commands import Stop
-from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.evaluation import Evaluation, speedup_text
 from kernelforge_tui.models.events import EngineEvent
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.runs import RunInfo
@@ -193,7 +193,7 @@ def render_evaluation(
         console.print(table)
         parts = []
         if result.speedup is not None:
-            parts.append(f"speedup over the baseline: [bold]{result.speedup:.2f}x[/]")
+            parts.append(f"speedup over the baseline: [bold]{speedup_text(result.speedup, result.speedup_interval)}[/]")
         if result.achieved_gbps is not None:
             parts.append(f"{result.achieved_gbps:.0f} GB/s")
         if evaluation.ceiling_share is not None:
@@ -255,7 +255,8 @@ def render_run(info: RunInfo, live: RunView | None = None) -> Table:
     table.add_row("state", f"{info.state}" + (f"  [dim]{escape(info.reason)}[/]" if info.reason else ""))
     if info.best_speedup is not None:
         label = "best (simulated)" if simulated else "best"
-        table.add_row(label, f"[green bold]{info.best_speedup:.3g}x[/] over the card's baseline, node "
+        best = speedup_text(info.best_speedup, info.best_speedup_interval, 3)
+        table.add_row(label, f"[green bold]{best}[/] over the card's baseline, node "
                       f"{info.best_node_id}, {info.best_latency_us or 0:.4g} us")  # fmt: skip
         if info.best_ceiling_share is not None:
             ceiling = "the simulated ceiling" if simulated else "the measured ceiling"

@@ -116,6 +116,12 @@ MIGRATIONS: list[str] = [
     """
     ALTER TABLE nodes ADD COLUMN reward_json TEXT;
     """,
+    # 3: each speedup's 95% interval, and the best as promoted (beyond the noise, engine.promotion).
+    """
+    ALTER TABLE nodes ADD COLUMN speedup_low REAL;
+    ALTER TABLE nodes ADD COLUMN speedup_high REAL;
+    ALTER TABLE run ADD COLUMN best_node INTEGER REFERENCES nodes(id);
+    """,
 ]
 """Migration i (0-based) takes the schema from version i to i + 1. Append; never edit a released one."""
 
@@ -471,10 +477,7 @@ class RunStore:
             "SELECT COUNT(*) AS n, SUM(status = 'failed') AS failed,"
             " SUM(status IN ('proposed', 'built')) AS flying FROM nodes"
         )[0]
-        best = self._read(
-            "SELECT id, speedup, latency, ceiling_share FROM nodes WHERE status IN ('verified','timed','profiled')"
-            " AND speedup IS NOT NULL ORDER BY speedup DESC, id ASC LIMIT 1"
-        )
+        best = self._read(self._best_query())
         gpu = self._read("SELECT COALESCE(SUM(gpu_seconds), 0) AS s FROM measurements")[0]
         state = r["state"]
         if state != "finished" and self._writer_fd is None and not writer_live(self.run_dir):
@@ -493,6 +496,7 @@ class RunStore:
             ended_at=r["ended_at"],
             best_node_id=top["id"] if top else None,
             best_speedup=top["speedup"] if top else None,
+            best_speedup_interval=_interval(top) if top else None,
             best_latency_us=top["latency"] if top else None,
             best_ceiling_share=top["ceiling_share"] if top else None,
             node_count=counts["n"] or 0,
@@ -500,6 +504,19 @@ class RunStore:
             in_flight_count=counts["flying"] or 0,
             active_seconds=r["active_seconds"],
             gpu_seconds=gpu["s"],
+        )
+
+    def _best_query(self) -> str:
+        """The promoted best (schema 3); in older runs, which promoted the fastest, the fastest measured node."""
+        columns = "id, speedup, latency, ceiling_share"
+        if self.schema_version >= 3:
+            promoted = self._read("SELECT best_node FROM run")[0]["best_node"]
+            if promoted is not None:
+                return f"SELECT {columns}, speedup_low, speedup_high FROM nodes WHERE id = {int(promoted)}"
+        return (
+            f"SELECT {columns}, NULL AS speedup_low, NULL AS speedup_high FROM nodes"
+            " WHERE status IN ('verified','timed','profiled') AND speedup IS NOT NULL"
+            " ORDER BY speedup DESC, id ASC LIMIT 1"
         )
 
     def card_dir(self) -> Path:
@@ -599,20 +616,23 @@ class RunStore:
                 (node_id, evaluation.model_dump_json(), gpu_seconds, now),
             )
             c.execute(
-                "UPDATE nodes SET status = ?, failure = ?, reason = ?, latency = ?, speedup = ?, ceiling_share = ?,"
-                " reward_json = ?, updated_at = ? WHERE id = ?",
+                "UPDATE nodes SET status = ?, failure = ?, reason = ?, latency = ?, speedup = ?, speedup_low = ?,"
+                " speedup_high = ?, ceiling_share = ?, reward_json = ?, updated_at = ? WHERE id = ?",
                 (
                     outcome.status,
                     outcome.failure,
                     outcome.reason,
                     outcome.latency_us,
                     outcome.speedup,
+                    *(outcome.speedup_interval or (None, None)),
                     outcome.ceiling_share,
                     reward,
                     now,
                     node_id,
                 ),
             )
+            if outcome.best:
+                c.execute("UPDATE run SET best_node = ?", (node_id,))
             self._save_stats(c, stats)
 
     def save_rewards(self, rewards: Mapping[int, Reward], stats: Mapping[int, NodeStats]) -> None:
@@ -642,6 +662,7 @@ class RunStore:
             proposer=r["proposer"],
             latency_us=r["latency"],
             speedup=r["speedup"],
+            speedup_interval=_interval(r),
             ceiling_share=r["ceiling_share"],
             visits=r["visits"],
             value=r["value"],
@@ -662,10 +683,13 @@ class RunStore:
             if self.schema_version >= 2
             else "NULL AS reward_total, NULL AS reward_note"
         )
+        interval = (
+            "speedup_low, speedup_high" if self.schema_version >= 3 else "NULL AS speedup_low, NULL AS speedup_high"
+        )
         return (
             "id, parent, status, failure, reason, mutation, proposer, latency, speedup, ceiling_share, visits, value,"
             " banned, pinned, export, created_at,"
-            " EXISTS (SELECT 1 FROM profiles p WHERE p.node = nodes.id) AS profiled, " + reward
+            " EXISTS (SELECT 1 FROM profiles p WHERE p.node = nodes.id) AS profiled, " + reward + ", " + interval
         )
 
     def nodes(self) -> list[NodeView]:
@@ -772,6 +796,11 @@ class RunStore:
     def profiled_ids(self) -> set[int]:
         """The nodes with a saved profile."""
         return {int(r["node"]) for r in self._read("SELECT node FROM profiles")}
+
+
+def _interval(r: sqlite3.Row) -> tuple[float, float] | None:
+    low, high = r["speedup_low"], r["speedup_high"]
+    return (low, high) if low is not None and high is not None else None
 
 
 def _record(r: sqlite3.Row) -> NodeRecord:

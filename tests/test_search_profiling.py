@@ -256,7 +256,7 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
     copy.mkdir()
     shutil.copy(OLD_RUN / DB_NAME, copy / DB_NAME)
     with RunStore.open(copy) as migrated:
-        assert migrated.schema_version == SCHEMA_VERSION == 2
+        assert migrated.schema_version == SCHEMA_VERSION == 3
         after = migrated.nodes()
         assert [n.model_dump(exclude={"reward_total", "reward_note"}) for n in after] == [
             n.model_dump(exclude={"reward_total", "reward_note"}) for n in before
@@ -265,8 +265,11 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
         assert migrated.node_record(after[0].id).reward is None
     conn = sqlite3.connect(copy / DB_NAME)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
-    assert "reward_json" in {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
+    assert {"reward_json", "speedup_low", "speedup_high"} <= {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
+    assert "best_node" in {r[1] for r in conn.execute("PRAGMA table_info(run)")}
     conn.close()
+    with RunStore.open(copy, readonly=True) as reread:  # no node was promoted in it: the fastest is its best
+        assert reread.run_info().best_node_id == old_info.best_node_id
 
 
 def test_profile_and_reward_settings_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

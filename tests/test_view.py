@@ -60,7 +60,7 @@ def test_a_new_best_moves_the_best_path_and_the_header() -> None:
     changes = view.apply([BestImproved(node_id=3, speedup=2.5, latency_us=4.0)])
     assert changes.best_changed and changes.best_before is None
     assert view.best_path() == {1, 2, 3} and view.header.best_speedup == 2.5
-    assert changes.logs[-1].text == "new best: 2.50x (4.00 us)"
+    assert changes.logs[-1].text == "new best: 2.50x, 4.00 us"
 
 
 def test_budget_state_and_the_log_tail() -> None:
@@ -103,4 +103,4 @@ def test_the_cli_live_view_draws_from_the_same_view() -> None:
     text = console.export_text()
     assert "7/50 candidates" in text and "4.5 candidates/min" in text
     assert "#3 compile: x.cu(9): error" in text and "in4.x" not in text  # the first line of the error
-    assert "#2 new best: 1.50x (4.00 us)" in text
+    assert "#2 new best: 1.50x, 4.00 us" in text

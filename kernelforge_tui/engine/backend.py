@@ -28,11 +28,14 @@ from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
 from kernelforge_tui.gpu.profile import ProfilingUnavailable
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
+from kernelforge_tui.gpu.statistics import robust_stats, speedup_interval
 from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck, Timing
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.profiles import NodeProfile
 
 SIMULATED = "simulated"
+SIMULATED_REPS = 20
+"""Launches a simulated evaluation times each of candidate and baseline (a real one takes 20 or more)."""
 
 T = TypeVar("T")
 
@@ -288,17 +291,19 @@ class SimulatedBackend:
         self._draws[key] = draw + 1
         rng = random.Random(f"{self.seed}:{key}:{draw}")
         speedup_true = self.true_speedup(source, plan)
-        latency = self.baseline_us / speedup_true * (1 + self.noise * rng.gauss(0, 1))
-        base = self.baseline_us * (1 + self.noise * rng.gauss(0, 1))
+        candidate = _timed(self.baseline_us / speedup_true, self.noise, rng)
+        baseline = _timed(self.baseline_us, self.noise, rng)
+        latency, base = candidate.median_us, baseline.median_us
         bytes_moved = self.card.spec.bytes_moved()
         result = EvalResult(
             ok=True,
             reason="simulated: no GPU ran this kernel",
             checks=[SetCheck(name="simulated", ok=True, reason="simulated: not compared on a GPU")],
             deterministic=True,
-            candidate=_timing(latency, self.noise),
-            baseline=_timing(base, self.noise),
+            candidate=candidate,
+            baseline=baseline,
             speedup=base / latency,
+            speedup_interval=speedup_interval(candidate, baseline),
             achieved_gbps=bytes_moved / (latency * 1e3) if bytes_moved else None,
             gpu_seconds=gpu_s,
         )
@@ -316,6 +321,6 @@ class SimulatedBackend:
         return None
 
 
-def _timing(median_us: float, noise: float) -> Timing:
-    spread = median_us * noise
-    return Timing(median_us=median_us, p10_us=median_us - spread, p90_us=median_us + spread, cv=noise, reps=20)
+def _timed(median_us: float, noise: float, rng: random.Random) -> Timing:
+    """Seeded launch times around a true median, summarised as the worker summarises real ones."""
+    return robust_stats([median_us * (1 + noise * rng.gauss(0, 1)) for _ in range(SIMULATED_REPS)])

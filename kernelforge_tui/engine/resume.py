@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from kernelforge_tui.engine.budget import BudgetUsage
 from kernelforge_tui.engine.pipeline import Pipeline
+from kernelforge_tui.engine.promotion import Champion, timed_pair
 from kernelforge_tui.engine.tree import Tree
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.nodes import IN_FLIGHT, FailureKind, NodeStatus
@@ -31,8 +32,8 @@ class Restored:
     """(node id, times it was handed to the pipeline) of the nodes never measured."""
     profiled: set[int]
     usage: BudgetUsage
-    best: tuple[int, float] | None
-    """(node id, speedup) of the fastest measured node."""
+    champion: Champion
+    """The run's best as it was promoted, with the timings a challenger is judged against."""
 
 
 def restore(store: RunStore, tree: Tree, pipeline: Pipeline) -> Restored:
@@ -49,15 +50,18 @@ def restore(store: RunStore, tree: Tree, pipeline: Pipeline) -> Restored:
         tree.finish(rec.id, rec.status, rec.speedup, rec.failure, rec.reason, score)
         if rec.id != tree.root_id:
             usage.iterations += 1
+    champion = Champion()
     if records:
         info = store.run_info()
         usage.elapsed_s, usage.gpu_seconds = info.active_seconds, info.gpu_seconds
-    best = tree.best_node()
+        if info.best_node_id is not None:
+            pair = timed_pair(store.evaluation(info.best_node_id))
+            champion = Champion(info.best_node_id, info.best_speedup, pair)
     return Restored(
         in_flight=[(r.id, r.attempts) for r in records if r.status in IN_FLIGHT],
         profiled=store.profiled_ids() if records else set(),
         usage=usage,
-        best=(best.id, best.speedup) if best is not None and best.speedup is not None else None,
+        champion=champion,
     )
 
 

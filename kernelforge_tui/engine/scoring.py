@@ -55,6 +55,7 @@ class Scorer:
             reason=evaluation.reason,
             latency_us=latency,
             speedup=speedup,
+            speedup_interval=result.speedup_interval if result else None,
             ceiling_share=evaluation.ceiling_share,
             reward=scored,
         )

@@ -23,6 +23,7 @@ from kernelforge_tui.engine.commands import CommandHandler
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.pipeline import Pipeline, Priority
 from kernelforge_tui.engine.profiling import ProfileReason, ProfileScheduler
+from kernelforge_tui.engine.promotion import timed_pair
 from kernelforge_tui.engine.resume import lost, restore
 from kernelforge_tui.engine.scoring import REASON_CHARS, Scorer
 from kernelforge_tui.engine.settings import RunSettings
@@ -79,7 +80,7 @@ class Search:
         self.meter = Meter(settings.budget, restored.usage, self.pipeline.lanes)
         self.profiles.profiled = restored.profiled
         self._in_flight_at_start = restored.in_flight
-        self._best = restored.best
+        self.champion = restored.champion
         self.forced: deque[int] = deque()
         """Nodes a person asked to expand next (ExpandNode), ahead of the strategy's choice."""
         self.state: SearchState = "starting"
@@ -299,12 +300,15 @@ class Search:
             tried_children_params=self.tree.children_params(node_id),
             tried_sources=self.pipeline.tried_sources(),
             hints=self.tree.hints_for(node_id),
-            best_speedup=self._best[1] if self._best else None,
+            best_speedup=self.champion.speedup,
         )
 
     def _record(self, node_id: int, evaluation: Evaluation) -> None:
         """Record a verdict: the tree's statistics, the store (one transaction), then the events."""
         outcome = self.scorer.outcome(node_id, evaluation)
+        verdict = self.champion.consider(node_id, outcome.speedup, timed_pair(evaluation))
+        if verdict is not None and verdict.promoted:
+            outcome = outcome.model_copy(update={"best": True})
         score = outcome.reward.total if outcome.reward is not None and outcome.failure is None else None
         pruned = self.tree.finish(node_id, outcome.status, outcome.speedup, outcome.failure, outcome.reason, score)
         ancestors = [a.id for a in self.tree.ancestors(node_id)]
@@ -324,8 +328,9 @@ class Search:
             stalled = f"no improvement for {self.tree.settings.prune_after} visits"
             self.bus.log(f"pruned the subtree of node {pruned_id}: {stalled}", node_id=pruned_id)
         speedup = outcome.speedup
-        if speedup is not None and (self._best is None or speedup > self._best[1]):
-            self._best = (node_id, speedup)
+        if verdict is not None and not verdict.promoted:
+            self.bus.log(f"node {node_id}: {verdict.text}", "info", node_id)
+        if verdict is not None and verdict.promoted and speedup is not None:
             assert outcome.latency_us is not None
             self.bus.emit(
                 BestImproved(
@@ -333,6 +338,8 @@ class Search:
                     speedup=speedup,
                     latency_us=outcome.latency_us,
                     ceiling_share=evaluation.ceiling_share,
+                    speedup_interval=outcome.speedup_interval,
+                    gain_interval=verdict.gain,
                 )
             )
             if self.profiles.settings.new_best:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
+from kernelforge_tui.models.evaluation import speedup_text
 from kernelforge_tui.models.events import (
     BestImproved,
     BudgetUsed,
@@ -104,7 +105,10 @@ def describe(event: EngineEvent, previous_status: NodeStatus | None) -> LogLine 
             return LogLine(at=event.at, level="error", node_id=node.id, text=text)
         return None
     if isinstance(event, BestImproved):
-        text = f"new best: {event.speedup:.2f}x ({event.latency_us:.2f} us)"
+        text = f"new best: {speedup_text(event.speedup, event.speedup_interval)}, {event.latency_us:.2f} us"
+        if event.gain_interval is not None:
+            low, high = event.gain_interval
+            text += f"; {low:.3f}-{high:.3f}x the previous best's speedup"
         return LogLine(at=event.at, node_id=event.node_id, text=text)
     if isinstance(event, StateChanged):
         return LogLine(at=event.at, text=f"search {event.state}" + (f": {event.reason}" if event.reason else ""))

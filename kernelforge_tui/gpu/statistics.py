@@ -59,21 +59,44 @@ def _interval(values: np.ndarray) -> tuple[float, float]:
     return float(low), float(high)
 
 
-def speedup_interval(candidate: Timing, baseline: Timing) -> tuple[float, float] | None:
-    """The 95% interval of the candidate's speedup over its baseline; None without paired samples."""
+_Z = 1.959964
+"""Two-sided 95% normal quantile, for timings stored without their samples."""
+
+
+def _log_median_se(timing: Timing) -> float:
+    """Standard error of log(median) from the summary alone: 1.2533 sigma / sqrt(n), sigma from the IQR."""
+    return 1.2533 * timing.cv / math.sqrt(max(timing.reps, 1))
+
+
+def _summary_interval(log_ratio: float, *timings: Timing) -> tuple[float, float]:
+    """A normal interval on the log scale from the summaries (no pairing assumed, so never narrower)."""
+    se = math.sqrt(sum(_log_median_se(t) ** 2 for t in timings))
+    return math.exp(log_ratio - _Z * se), math.exp(log_ratio + _Z * se)
+
+
+def speedup_interval(candidate: Timing, baseline: Timing) -> tuple[float, float]:
+    """The 95% interval of the candidate's speedup over its baseline.
+
+    A bootstrap over the paired samples; a timing stored without its samples (a run of an older version)
+    gets the normal interval its median's standard error gives.
+    """
     boot = _boot_speedups(candidate, baseline, np.random.default_rng(_SEED))
-    return _interval(boot) if boot is not None else None
+    if boot is not None:
+        return _interval(boot)
+    return _summary_interval(math.log(baseline.median_us / candidate.median_us), candidate, baseline)
 
 
-def improvement_interval(new: tuple[Timing, Timing], best: tuple[Timing, Timing]) -> tuple[float, float] | None:
+def improvement_interval(new: tuple[Timing, Timing], best: tuple[Timing, Timing]) -> tuple[float, float]:
     """The 95% interval of new speedup / best speedup, each (candidate, baseline) measured side by side.
 
     The two were measured in different evaluations, so each is resampled on its own; the baseline in each
-    pair cancels the drift between the two evaluations. None where either lacks paired samples.
+    pair cancels the drift between the two evaluations. Without samples: the summaries' normal interval.
     """
     rng = np.random.default_rng(_SEED)
     new_boot = _boot_speedups(*new, rng)
     best_boot = _boot_speedups(*best, rng)
-    if new_boot is None or best_boot is None:
-        return None
-    return _interval(new_boot / best_boot)
+    if new_boot is not None and best_boot is not None:
+        return _interval(new_boot / best_boot)
+    (new_cand, new_base), (best_cand, best_base) = new, best
+    log_ratio = math.log(new_base.median_us / new_cand.median_us) - math.log(best_base.median_us / best_cand.median_us)
+    return _summary_interval(log_ratio, new_cand, new_base, best_cand, best_base)

@@ -141,3 +141,11 @@ class Evaluation(BaseModel):
     @property
     def speedup(self) -> float | None:
         return self.result.speedup if self.result else None
+
+
+def speedup_text(speedup: float, interval: tuple[float, float] | None, digits: int = 2) -> str:
+    """A speedup as every view shows it: with its 95% interval where one was measured."""
+    text = f"{speedup:.{digits}f}x"
+    if interval is not None:
+        text += f" (95%: {interval[0]:.{digits}f}-{interval[1]:.{digits}f})"
+    return text

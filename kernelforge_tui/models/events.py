@@ -40,6 +40,10 @@ class BestImproved(Event):
     speedup: float
     latency_us: float
     ceiling_share: float | None = None
+    speedup_interval: tuple[float, float] | None = None
+    """95% interval of the new best's speedup over the baseline."""
+    gain_interval: tuple[float, float] | None = None
+    """95% interval of its speedup over the previous best's: promoted because all of it is above 1."""
 
 
 class BudgetUsed(Event):

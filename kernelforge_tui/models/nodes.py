@@ -60,6 +60,8 @@ class NodeView(Frozen):
     latency_us: float | None = None
     speedup: float | None = None
     """Baseline time over this node's time, measured side by side (the baseline is the card's)."""
+    speedup_interval: tuple[float, float] | None = None
+    """95% interval of the speedup (bootstrap over the interleaved samples)."""
     ceiling_share: float | None = None
     visits: int = 0
     value: float = 0.0
@@ -119,5 +121,8 @@ class NodeOutcome(BaseModel):
     reason: str = ""
     latency_us: float | None = None
     speedup: float | None = None
+    speedup_interval: tuple[float, float] | None = None
     ceiling_share: float | None = None
     reward: Reward | None = None
+    best: bool = False
+    """The node becomes the run's best: faster than the best so far beyond the noise (`engine.promotion`)."""

@@ -27,6 +27,7 @@ class RunInfo(BaseModel):
     ended_at: float | None = None
     best_node_id: int | None = None
     best_speedup: float | None = None
+    best_speedup_interval: tuple[float, float] | None = None
     best_latency_us: float | None = None
     best_ceiling_share: float | None = None
     node_count: int = 0

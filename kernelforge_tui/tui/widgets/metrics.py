@@ -114,9 +114,11 @@ class MetricsPane(VerticalScroll, can_focus=True):
         if speedup is not None:
             parent_speedup = p.node.speedup if p is not None else None
             against = f" vs {res.baseline.median_us:.2f} us" if res is not None and res.baseline is not None else ""
+            bounds = res.speedup_interval if res is not None and res.speedup_interval else node.speedup_interval
+            interval = f" 95%: {bounds[0]:.2f}-{bounds[1]:.2f}" if bounds is not None else ""
             table.add_row(
                 "speedup",
-                Text.assemble((f"{speedup:.2f}x", "bold"), (against, label)),
+                Text.assemble((f"{speedup:.2f}x", "bold"), (interval, label), (against, label)),
                 self._delta(speedup, parent_speedup, False, "+.2f"),
             )
         share = ev.ceiling_share if ev is not None and ev.ceiling_share is not None else node.ceiling_share
