@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -215,15 +215,11 @@ class RewardWeights(Section):
     search the tree's own `failure_reward` (TreeSettings) is the one used, so the two never disagree."""
 
 
-class Settings(BaseSettings):
-    """Everything a user can set. Nested fields use `__` in environment variables."""
+class FileSettings(BaseSettings):
+    """Settings read from arguments, then KERNELFORGE_* variables, then one table of the config file."""
 
-    model_config = SettingsConfigDict(env_prefix="KERNELFORGE_", env_nested_delimiter="__", extra="ignore")
-
-    build: BuildSettings = Field(default_factory=BuildSettings)
-    eval: UserEvalSettings = Field(default_factory=UserEvalSettings)
-    profile: ProfileSettings = Field(default_factory=ProfileSettings)
-    reward: RewardWeights = Field(default_factory=RewardWeights)
+    toml_table: ClassVar[tuple[str, ...]] = ()
+    """The config file's table these settings live in (empty: the top level)."""
 
     @classmethod
     def settings_customise_sources(
@@ -235,7 +231,19 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Arguments beat the environment, which beats the TOML file."""
-        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file()))
+        file = TomlConfigSettingsSource(settings_cls, toml_file=config_file(), toml_table_header=cls.toml_table)
+        return (init_settings, env_settings, file)
+
+
+class Settings(FileSettings):
+    """Everything a user can set. Nested fields use `__` in environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="KERNELFORGE_", env_nested_delimiter="__", extra="ignore")
+
+    build: BuildSettings = Field(default_factory=BuildSettings)
+    eval: UserEvalSettings = Field(default_factory=UserEvalSettings)
+    profile: ProfileSettings = Field(default_factory=ProfileSettings)
+    reward: RewardWeights = Field(default_factory=RewardWeights)
 
 
 S = TypeVar("S", bound=BaseSettings)

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, TomlConfigSettingsSource
+from pydantic_settings import SettingsConfigDict
 
-from kernelforge_tui.config import checked_settings, config_file
+from kernelforge_tui.config import FileSettings, checked_settings
 from kernelforge_tui.tui.keymap import validate_keymap
 
 
-class TuiSettings(BaseSettings):
-    """How the TUI looks and which keys it answers to."""
+class TuiSettings(FileSettings):
+    """How the TUI looks and which keys it answers to (the config file's `[tui]` table)."""
+
+    toml_table = ("tui",)
 
     model_config = SettingsConfigDict(env_prefix="KERNELFORGE_TUI__", env_nested_delimiter="__", extra="ignore")
 
@@ -29,19 +31,6 @@ class TuiSettings(BaseSettings):
     @classmethod
     def _known_ids(cls, value: dict[str, str]) -> dict[str, str]:
         return validate_keymap(value)
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """Arguments beat the environment, which beats the config file's `[tui]` table."""
-        file = TomlConfigSettingsSource(settings_cls, toml_file=config_file(), toml_table_header=("tui",))
-        return (init_settings, env_settings, file)
 
 
 def load_tui_settings(**overrides: Any) -> TuiSettings:
