@@ -209,3 +209,45 @@ def test_eval_lists_the_stress_sets_the_card_skips_with_their_reasons(
     reply = json.loads(capsys.readouterr().out)
     assert reply["skipped_stress_sets"] == {"stress:fully-masked": "it writes 0 there"}
     assert Evaluation.model_validate(reply) == evaluation
+
+
+def test_resuming_a_live_or_damaged_run_says_so_before_looking_for_a_gpu(no_gpu_path: str, tmp_path: Path) -> None:
+    """`optimize --resume` becomes the run's writer first: a run another process writes, or a damaged one, is
+    refused as such (exit 2, naming the writer or the file) on a machine without a GPU, not for the GPU (exit 3)."""
+    from .conftest import ROOT
+    from .test_run_writer import HOLDER, RECORDED, damaged_copy, events_page
+
+    card = EXAMPLES / "cards" / "softmax_bf16_4096x32768"  # the recorded run's card: a run measured on a GPU
+
+    def resume(run_dir: Path) -> tuple[int, dict[str, str]]:
+        done = kernelforge("optimize", str(card), "--resume", str(run_dir), "--json", path=no_gpu_path)
+        assert "Traceback" not in done.stderr, done.stderr
+        return done.returncode, json.loads(done.stdout)
+
+    def copy(name: str) -> Path:
+        (tmp_path / name).mkdir()
+        shutil.copy(RECORDED, tmp_path / name / RECORDED.name)
+        return tmp_path / name
+
+    code, reply = resume(copy("idle"))
+    assert code == 3 and reply["error"] == "no-gpu"  # nothing else in the way: the missing GPU is what stops it
+    damaged = damaged_copy(tmp_path / "damaged", events_page())  # a page only a replay reads
+    code, reply = resume(damaged)
+    assert code == 2 and reply["error"] == "bad-input"
+    assert str(damaged / RECORDED.name) in reply["message"] and "the file is damaged" in reply["message"]
+    live = copy("live")
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(live)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None
+    line = holder.stdout.readline()
+    try:
+        assert line.strip().isdigit(), holder.communicate()[1]
+        code, reply = resume(live)
+        assert code == 2 and reply["error"] == "bad-input"
+        assert f"being written by pid {holder.pid}" in reply["message"]
+    finally:
+        holder.kill()
+        holder.wait()
+        if line.strip().isdigit():
+            os.kill(int(line), 9)

@@ -72,9 +72,13 @@ class RecordedRun:
 
 def recorded_run(run: str, root: Path | None = None) -> RecordedRun:
     """The run named by `run` (a directory, or an id under `root`), read-only: StoreError when there is none."""
-    run_dir = resolve_run(run, root)
-    with RunStore.open(run_dir, readonly=True) as store:
-        return RecordedRun(run_dir, store.card_dir(), store.settings(RunSettings), store.run_info())
+    with RunStore.open(resolve_run(run, root), readonly=True) as store:
+        return _recorded(store)
+
+
+def _recorded(store: RunStore) -> RecordedRun:
+    """What a viewer's store, or a resuming writer's (read under its lock), records."""
+    return RecordedRun(store.run_dir, store.card_dir(), store.settings(RunSettings), store.run_info())
 
 
 def prepare_run(card_dir: Path | None, settings: Settings, options: RunOptions) -> Search:
@@ -82,29 +86,31 @@ def prepare_run(card_dir: Path | None, settings: Settings, options: RunOptions) 
     run continued (`card_dir` then only says where the card moved); the caller closes `search.store`.
 
     BadInput for what cannot run as given; NoGpuError when no GPU can evaluate (found out before a new run's
-    directory is made, so none is left behind)."""
-    recorded = recorded_run(options.resume, options.root) if options.resume else None
-    if recorded is not None:
-        _same_backend(recorded.info, options.simulate)
-        card = load_card(card_dir or recorded.card_dir)
-        run_settings = _resumed_settings(recorded.settings, options)
-    elif card_dir is None:
-        raise BadInput("give a CARD directory, or --resume RUN")
-    else:
-        card = load_card(card_dir)
-        run_settings = new_run_settings(settings, options)
-    proposer = load_proposer(run_settings.proposer)
-    backend = make_backend(card, settings, options)
-    if recorded is not None:
-        store = RunStore.resume(recorded.run_dir)  # its one writer from here: a run live elsewhere is refused
-        store.set_settings(run_settings)
-    else:
-        run_dir = options.run_dir or new_run_dir(card.spec.name, options.root)
-        store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
+    directory is made, so none is left behind). A resume becomes the run's one writer first, so a run live
+    elsewhere or damaged is refused as such (StoreError) on any machine, before the card and the GPUs."""
+    store = RunStore.resume(resolve_run(options.resume, options.root)) if options.resume else None
     try:
+        if store is not None:
+            recorded = _recorded(store)
+            _same_backend(recorded.info, options.simulate)
+            card = load_card(card_dir or recorded.card_dir)
+            run_settings = _resumed_settings(recorded.settings, options)
+        elif card_dir is None:
+            raise BadInput("give a CARD directory, or --resume RUN")
+        else:
+            card = load_card(card_dir)
+            run_settings = new_run_settings(settings, options)
+        proposer = load_proposer(run_settings.proposer)
+        backend = make_backend(card, settings, options)
+        if store is not None:
+            store.set_settings(run_settings)
+        else:
+            run_dir = options.run_dir or new_run_dir(card.spec.name, options.root)
+            store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
         return Search(card, proposer, backend, store, run_settings, profile=settings.profile, reward=settings.reward)
     except BaseException:
-        store.close()
+        if store is not None:
+            store.close()
         raise
 
 
