@@ -147,7 +147,7 @@ class Harness:
         settings = load_settings()
         self.backend = SimulatedBackend(self.card, make_builder(settings), eval_seconds=self.eval_seconds)
         if (self.run_dir / "run.sqlite").exists():
-            store = RunStore.open(self.run_dir)
+            store = RunStore.resume(self.run_dir)
         else:
             store = RunStore.create(self.run_dir, self.card, self.backend.name, self.backend.gpu_name, RunSettings())
         self.store = store

@@ -91,7 +91,7 @@ def make_search(
     backend = backend or ProfilingTestBackend(card, make_builder(settings), eval_seconds=eval_seconds)
     run_dir = tmp / "run"
     if (run_dir / DB_NAME).exists():
-        store = RunStore.open(run_dir)
+        store = RunStore.resume(run_dir)
     else:
         store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, RunSettings())
     profile = profile or ProfileSettings(max_pending=100, max_share=1.0)
