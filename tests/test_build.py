@@ -23,7 +23,8 @@ import pytest
 
 from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.gpu import build as build_module
-from kernelforge_tui.gpu.build import Builder, candidate_messages, detect_arch, find_nvcc, nvcc_version
+from kernelforge_tui.gpu.build import Builder, detect_arch, find_nvcc, nvcc_version
+from kernelforge_tui.gpu.nvcc_output import candidate_messages
 from kernelforge_tui.gpu.sandbox import (
     Limits,
     SandboxMode,

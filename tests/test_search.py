@@ -22,7 +22,7 @@ from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
 from kernelforge_tui.engine.strategies import STRATEGIES
 from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.errors import BaselineFailed
-from kernelforge_tui.gpu.source_check import MAX_SOURCE_BYTES
+from kernelforge_tui.gpu.source_policy import MAX_SOURCE_BYTES
 from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,

@@ -23,7 +23,7 @@ from kernelforge_tui.engine.backend import EvaluationBackend, PipelinedBackend
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import PipelineSettings
 from kernelforge_tui.engine.tree import Tree
-from kernelforge_tui.gpu.source_check import MAX_SOURCE_BYTES
+from kernelforge_tui.gpu.source_policy import MAX_SOURCE_BYTES
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import NodeAdded, NodeChanged
 from kernelforge_tui.models.nodes import FailureKind, NodeStatus

@@ -6,9 +6,9 @@ resumed runs), and a failed build is remembered as failed so a broken candidate 
 that failed for reasons outside the source (a timeout, a signal such as the OOM killer's, a sandbox that
 could not start) is not remembered.
 
-Untrusted source is checked (off the event loop) before nvcc sees it, nvcc runs in the sandbox of
-`gpu.sandbox`, and what is kept of its output (diagnostics, the log) is only what it says about the
-candidate and what ptxas and nvcc say: a message about any other file becomes a line saying it was withheld.
+Untrusted source is checked (off the event loop, `gpu.source_check`) before nvcc sees it, nvcc runs in the
+sandbox of `gpu.sandbox`, and its output is read by `gpu.nvcc_output`: the log and diagnostics kept are only
+what it says about the candidate and what ptxas and nvcc say.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ import time
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
-from typing import Literal
 
 from pydantic import ValidationError
 
 from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.config import cache_dir as default_cache_root
 from kernelforge_tui.gpu.detect import detect_gpus
+from kernelforge_tui.gpu.nvcc_output import candidate_messages, parse_diagnostics, parse_ptxas, tool_signal
 from kernelforge_tui.gpu.sandbox import (
     SETUP_FAILED,
     Limits,
@@ -44,8 +44,10 @@ from kernelforge_tui.gpu.sandbox import (
     sandbox_env,
     sandbox_status,
 )
-from kernelforge_tui.gpu.source_check import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES, SourceProblem, check_source
-from kernelforge_tui.models.evaluation import SOURCE_NAME, BuildFailure, BuildResult, Diagnostic, PtxasStats
+from kernelforge_tui.gpu.source_check import check_source
+from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
+from kernelforge_tui.gpu.source_problem import SourceProblem
+from kernelforge_tui.models.evaluation import SOURCE_NAME, BuildFailure, BuildResult, Diagnostic
 
 CACHE_FORMAT = 2
 """Bump when the cache entry or the compile command changes meaning: old entries stop matching.
@@ -65,35 +67,6 @@ NVCC_MISSING_HELP = (
 
 
 _VERSION = re.compile(r"release (\d+)\.(\d+), V(\d+\.\d+\.\d+)")
-# EDG front end: `candidate.cu(3): error: identifier "x" is undefined` (also `warning #177-D:`).
-_EDG = re.compile(
-    r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning)(?: #[\w-]+)?: (?P<msg>.*)$"
-)
-# GCC-style preprocessor: `candidate.cu:1:10: fatal error: nope.h: No such file or directory`.
-_GCC = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning): (?P<msg>.*)$")
-# Tools: `ptxas error   : Entry function 'k' uses too much shared data (...)`,
-# `ptxas /tmp/x.ptx, line 26; error   : Unknown symbol 'r'`, `nvcc fatal   : Unsupported gpu architecture`.
-_TOOL = re.compile(r"^(?P<tool>nvcc|ptxas|nvlink)(?: [^;]*;)?\s+(?P<sev>error|warning|fatal)\s*: (?P<msg>.*)$")
-_CARET = re.compile(r"^ *\^$")
-_CANDIDATE = re.compile(rf"^{re.escape(SOURCE_NAME)}[(:]")
-_SUMMARY = re.compile(rf'^\d+ errors? detected in the compilation of "{re.escape(SOURCE_NAME)}"\.$')
-_OTHER_FILE = re.compile(r"^\S[^:(]*(?:\(\d+\)|:\d+(?::\d+)?):\s")
-_REACHED_FROM = re.compile(rf"at line (\d+) of {re.escape(SOURCE_NAME)}")
-_WITHHELD = re.compile(
-    r"^kernelforge withheld: (?P<sev>error|warning) in another file(?:, reached from line (?P<line>\d+))?"
-)
-_DIED = re.compile(r"^nvcc error\s*: '[\w.+-]+' died due to signal (\d+)", re.MULTILINE)  # nvcc's own line only
-_GCC_GUTTER = re.compile(r"^ *\d* \| ")
-
-_PTX_ENTRY = re.compile(r"ptxas info\s+: Compiling entry function '(?P<name>[^']+)'")
-_PTX_PROPS = re.compile(r"ptxas info\s+: Function properties for (?P<name>\S+)")
-_PTX_FRAME = re.compile(
-    r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
-)
-_PTX_USED = re.compile(r"ptxas info\s+: Used (?P<regs>\d+) registers(?P<rest>.*)$")
-_PTX_BARRIERS = re.compile(r"used (\d+) barriers")
-_PTX_SMEM = re.compile(r"(\d+) bytes smem")
-_PTX_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
 
 
 @cache
@@ -125,159 +98,6 @@ def find_nvcc(configured: str | None = None) -> str | None:
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
     candidate = Path(home, "bin", "nvcc") if home else None
     return str(candidate) if candidate is not None and os.access(candidate, os.X_OK) else None
-
-
-def parse_ptxas(log: str) -> dict[str, PtxasStats]:
-    """Per-kernel stats from `-Xptxas -v` output; device functions (no "entry function" line) are left out."""
-    entries: list[str] = []
-    stats: dict[str, PtxasStats] = {}
-    current: str | None = None
-    for line in log.splitlines():
-        if match := _PTX_ENTRY.search(line):
-            current = match.group("name")
-            entries.append(current)
-        elif match := _PTX_PROPS.search(line):
-            current = match.group("name")
-        elif current is not None and (match := _PTX_FRAME.search(line)):
-            entry = stats.setdefault(current, PtxasStats())
-            entry.stack_frame_bytes = int(match.group("stack"))
-            entry.spill_store_bytes = int(match.group("stores"))
-            entry.spill_load_bytes = int(match.group("loads"))
-        elif current is not None and (match := _PTX_USED.search(line)):
-            entry = stats.setdefault(current, PtxasStats())
-            rest = match.group("rest")
-            entry.registers = int(match.group("regs"))
-            entry.barriers = sum(int(n) for n in _PTX_BARRIERS.findall(rest))
-            entry.shared_bytes = sum(int(n) for n in _PTX_SMEM.findall(rest))
-            entry.constant_bytes = sum(int(n) for n in _PTX_CMEM.findall(rest))
-    return {name: stats.get(name, PtxasStats()) for name in entries}
-
-
-def _column(echo: str, caret: str, source_line: str | None) -> int | None:
-    """1-based column from nvcc's echoed line and caret.
-
-    The echo is the preprocessed line (`__device__` shows as `__attribute__((device))`) indented by
-    two spaces, so the caret is mapped back by matching the rest of the line from the caret on.
-    """
-    offset = len(caret) - 1 - 2
-    if offset < 0 or not echo.startswith("  "):
-        return None
-    tail = echo[2 + offset :]
-    if source_line is None:
-        return offset + 1
-    original = source_line.replace("\t", " ").rstrip()
-    return len(original) - len(tail) + 1 if tail and original.endswith(tail) else None
-
-
-def parse_diagnostics(log: str, source: str) -> list[Diagnostic]:
-    """Errors and warnings from nvcc, cudafe (EDG), the preprocessor and ptxas, in output order."""
-    source_lines = source.splitlines()
-    lines = log.splitlines()
-    diagnostics: list[Diagnostic] = []
-
-    def line_text(file: str, number: int) -> str | None:
-        return source_lines[number - 1] if file == SOURCE_NAME and 0 < number <= len(source_lines) else None
-
-    i = 0
-    while i < len(lines):
-        text = lines[i]
-        i += 1
-        if match := _EDG.match(text):
-            file, number = match.group("file"), int(match.group("line"))
-            severity: Literal["error", "warning"] = "warning" if match.group("sev") == "warning" else "error"
-            message = match.group("msg")
-            source_line = line_text(file, number)
-            column: int | None = None
-            # Indented lines follow until a blank line: message continuations, the echo and its caret.
-            block: list[str] = []
-            while i < len(lines) and lines[i].strip():
-                block.append(lines[i])
-                i += 1
-            carets = [k for k, b in enumerate(block) if _CARET.match(b)]
-            if carets and carets[0] > 0:
-                k = carets[0]
-                column = _column(block[k - 1], block[k], source_line)
-                source_line = source_line if source_line is not None else block[k - 1][2:]
-                block = block[: k - 1] + block[k + 1 :]
-            message = " ".join([message, *(b.strip() for b in block)])
-            diagnostics.append(
-                Diagnostic(
-                    file=file, line=number, column=column, severity=severity,
-                    message=message, source_line=source_line,
-                )
-            )  # fmt: skip
-        elif match := _GCC.match(text):
-            file, number = match.group("file"), int(match.group("line"))
-            while i < len(lines) and _GCC_GUTTER.match(lines[i]):
-                i += 1
-            diagnostics.append(
-                Diagnostic(
-                    file=file,
-                    line=number,
-                    column=int(match.group("col")),
-                    severity="warning" if match.group("sev") == "warning" else "error",
-                    message=match.group("msg"),
-                    source_line=line_text(file, number),
-                )
-            )
-        elif match := _WITHHELD.match(text):
-            line = match.group("line")
-            diagnostics.append(
-                Diagnostic(
-                    file=SOURCE_NAME if line else "other",
-                    line=int(line) if line else None,
-                    severity="warning" if match.group("sev") == "warning" else "error",
-                    message=f"{match.group('sev')} in an included file; its text is withheld "
-                    f"(only messages about {SOURCE_NAME} are kept)",
-                )
-            )
-        elif match := _TOOL.match(text):
-            diagnostics.append(
-                Diagnostic(
-                    file=match.group("tool"),
-                    severity="warning" if match.group("sev") == "warning" else "error",
-                    message=f"{match.group('tool')}: {match.group('msg')}",
-                )
-            )
-    return diagnostics
-
-
-def candidate_messages(log: str) -> str:
-    """nvcc's output reduced to what it says about the candidate and what ptxas and nvcc say.
-
-    A message about another file (a toolkit header, or a host file that got in) is one line saying it was
-    withheld, with the candidate line it was reached from when nvcc names one; its text, the lines it
-    quotes and include traces are dropped. Unknown lines are dropped too.
-    """
-    kept: list[str] = []
-    keep = True
-    withheld: list[str] | None = None
-
-    def close_withheld() -> None:
-        if withheld is not None:
-            severity = "warning" if ": warning" in withheld[0] else "error"
-            reached = [m.group(1) for line in withheld if (m := _REACHED_FROM.search(line))]
-            where = f", reached from line {reached[-1]}" if reached else ""
-            kept.append(f"kernelforge withheld: {severity} in another file{where}")
-
-    for line in log.splitlines():
-        if not line.strip() or line[0] in " \t":  # a message's continuation, echo or caret
-            if keep:
-                kept.append(line)
-            elif withheld is not None:
-                withheld.append(line)
-            continue
-        close_withheld()
-        withheld = None
-        keep = bool(
-            _CANDIDATE.match(line) or _TOOL.match(line) or line.startswith("ptxas info") or _SUMMARY.match(line)
-        )
-        if keep:
-            kept.append(line)
-        elif _OTHER_FILE.match(line) and not line.startswith("In file included from"):
-            withheld = [line]
-    close_withheld()
-    return "\n".join(kept) + ("\n" if kept else "")
 
 
 class Builder:
@@ -356,16 +176,23 @@ class Builder:
         key, problems = await asyncio.to_thread(self._check, source, entry, args, arch, version or "no nvcc")
         if problems:
             return BuildResult(
-                ok=False, key=key, failure="source check", seconds=time.perf_counter() - started,
+                ok=False,
+                key=key,
+                failure="source check",
+                seconds=time.perf_counter() - started,
                 diagnostics=[_from_problem(p, source) for p in problems],
                 log="\n".join(f"{SOURCE_NAME}:{p.line}:{p.column}: {p.rule}: {p.message}" for p in problems),
-            )  # fmt: skip
+            )
         if self.nvcc is None or version is None:
             help_text = NVCC_MISSING_HELP if self.nvcc is None else f"{self.nvcc} does not run; {NVCC_MISSING_HELP}"
             return BuildResult(
-                ok=False, key=key, failure="nvcc missing", seconds=time.perf_counter() - started, log=help_text,
+                ok=False,
+                key=key,
+                failure="nvcc missing",
+                seconds=time.perf_counter() - started,
+                log=help_text,
                 diagnostics=[Diagnostic(file="nvcc", severity="error", message=help_text)],
-            )  # fmt: skip
+            )
 
         lock = self._key_locks.setdefault(key, asyncio.Lock())
         async with lock:  # the same candidate requested twice at once compiles once
@@ -387,17 +214,19 @@ class Builder:
                 work.mkdir()
                 scratch.mkdir()
                 Path(work, SOURCE_NAME).write_text(source, encoding="utf-8")
-                nvcc_command = [
-                    nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-Xptxas", "-v", *self.flags,
-                    "-o", "kernel.cubin", SOURCE_NAME,
-                ]  # fmt: skip
+                nvcc_command = [nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-Xptxas", "-v", *self.flags]
+                nvcc_command += ["-o", "kernel.cubin", SOURCE_NAME]
                 command = sandbox_command(nvcc_command, work, scratch, read_only_paths(nvcc), sandbox)
                 # The sandbox's TMPDIR keeps nvcc's intermediates in the build dir: a killed build leaves nothing.
                 proc = await asyncio.create_subprocess_exec(
-                    *command, cwd=work, env=sandbox_env(nvcc, work),
-                    stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-                )  # fmt: skip
+                    *command,
+                    cwd=work,
+                    env=sandbox_env(nvcc, work),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.STDOUT,
+                    start_new_session=True,
+                )
                 leftovers = asyncio.create_task(_kill_leftovers(proc))
                 try:
                     out, _ = await asyncio.wait_for(proc.communicate(), self.timeout_s)
@@ -418,8 +247,7 @@ class Builder:
         if (status == SETUP_FAILED and "kernelforge sandbox:" in raw) or raw.startswith("bwrap: "):
             return _failed(key, "sandbox", f"the nvcc sandbox did not start: {raw.strip()[-300:]}")
         # A signal: the status (negative; 128 + n through bubblewrap or a shell) or nvcc's word about a tool.
-        died = _DIED.search(raw)
-        number = -status if status is not None and status < 0 else int(died.group(1)) if died else None
+        number = -status if status is not None and status < 0 else tool_signal(raw)
         if number is None and status is not None and 128 < status <= 128 + signal.SIGRTMAX:
             number = status - 128
         if number is not None:
@@ -473,9 +301,12 @@ class Builder:
 
 def _failed(key: str, failure: BuildFailure, message: str) -> BuildResult:
     return BuildResult(
-        ok=False, key=key, failure=failure, log=message,
+        ok=False,
+        key=key,
+        failure=failure,
+        log=message,
         diagnostics=[Diagnostic(file="nvcc", severity="error", message=message)],
-    )  # fmt: skip
+    )
 
 
 def _killed_message(number: int, limits: Limits) -> str:

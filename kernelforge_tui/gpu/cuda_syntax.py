@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cache
 
 import tree_sitter_cuda
-from tree_sitter import Language, Parser, Tree
+from tree_sitter import Language, Node, Parser, Tree
 
 
 @cache
@@ -22,3 +22,8 @@ def cuda_language() -> Language:
 def parse_cuda(source: bytes) -> Tree:
     """Parse UTF-8 CUDA source with a fresh parser."""
     return Parser(cuda_language()).parse(source)
+
+
+def node_text(node: Node) -> str:
+    """A node's source text (undecodable bytes replaced)."""
+    return node.text.decode("utf-8", "replace") if node.text is not None else ""

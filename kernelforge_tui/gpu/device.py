@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -182,18 +183,20 @@ class GpuDevice:
         self.drv.memset_d32(src, 0x3F800000, nbytes // 4)
         copy = helpers.get_function("kf_copy")
         copy_us = self._median_us(lambda: self.drv.memcpy_dtod_async(dst, src, nbytes, self.stream), 20)
+        n16 = np.int64(nbytes // 16)
         for waves in (2, 4, 8, 16):
             grid = (sms * waves, 1, 1)
-            copy_us = min(copy_us, self._median_us(
-                lambda grid=grid: copy(src, dst, np.int64(nbytes // 16), block=(256, 1, 1), grid=grid,
-                                       stream=self.stream), 20))  # fmt: skip
+            launch = partial(copy, src, dst, n16, block=(256, 1, 1), grid=grid, stream=self.stream)
+            copy_us = min(copy_us, self._median_us(launch, 20))
         fma = helpers.get_function("kf_fma_peak")
         iters, threads = 1 << 14, 256
         fma_tflops = 0.0
         for blocks in (sms * 4, sms * 8, sms * 16):
-            us = self._median_us(
-                lambda blocks=blocks: fma(dst, np.int32(iters), np.float32(1.0), block=(threads, 1, 1),
-                                          grid=(blocks, 1, 1), stream=self.stream), 10)  # fmt: skip
+            grid = (blocks, 1, 1)
+            launch = partial(
+                fma, dst, np.int32(iters), np.float32(1.0), block=(threads, 1, 1), grid=grid, stream=self.stream
+            )
+            us = self._median_us(launch, 10)
             fma_tflops = max(fma_tflops, 2 * 8 * iters * blocks * threads / (us * 1e-6) / 1e12)
         major, minor = self.device.compute_capability()
         return Ceilings(

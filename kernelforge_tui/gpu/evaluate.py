@@ -79,9 +79,13 @@ class GpuWorker:
         env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.gpu_index), PYTHONUNBUFFERED="1")
         self.process = await asyncio.create_subprocess_exec(
             *self.argv,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, start_new_session=True, limit=16 * 1024 * 1024,
-        )  # fmt: skip
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            limit=16 * 1024 * 1024,
+        )
         self._stderr_task = asyncio.create_task(self._drain_stderr(self.process))
 
     async def _drain_stderr(self, process: asyncio.subprocess.Process) -> None:
@@ -200,9 +204,12 @@ class Evaluator:
     async def _load_card(self) -> None:
         assert self.helpers is not None
         request = LoadCard(
-            card_dir=self.card.root, helpers_cubin=self.helpers, settings=self.settings.eval,
-            fresh_seed=secrets.randbelow(2**31), baseline=self.baseline,
-        )  # fmt: skip
+            card_dir=self.card.root,
+            helpers_cubin=self.helpers,
+            settings=self.settings.eval,
+            fresh_seed=secrets.randbelow(2**31),
+            baseline=self.baseline,
+        )
         reply = await self.worker.request(RequestEnvelope(request=request), timeout_s=900)
         if isinstance(reply, WorkerFailure):
             raise WorkerError(f"the GPU worker could not load card {self.card.spec.name}: {reply.error}")
@@ -235,9 +242,12 @@ class Evaluator:
         built, launch = prepared
         assert built.cubin_path is not None
         request = Evaluate(
-            candidate=KernelRef(cubin=built.cubin_path, launch=launch), baseline=self.baseline, time_it=time_it,
-            bytes_moved=self.card.spec.bytes_moved(), flops=self.card.spec.flops(),
-        )  # fmt: skip
+            candidate=KernelRef(cubin=built.cubin_path, launch=launch),
+            baseline=self.baseline,
+            time_it=time_it,
+            bytes_moved=self.card.spec.bytes_moved(),
+            flops=self.card.spec.flops(),
+        )
         async with self._lock:
             result = await self._run(request)
         return self._judge(result, built)
@@ -280,9 +290,13 @@ class Evaluator:
                     "it must skip work the operator requires"
                 )
         return Evaluation(
-            ok=result.ok, failure=result.failure, reason=result.reason, build=built, result=result,
+            ok=result.ok,
+            failure=result.failure,
+            reason=result.reason,
+            build=built,
+            result=result,
             ceiling_share=share,
-        )  # fmt: skip
+        )
 
     async def close(self) -> None:
         await self.worker.close()

@@ -97,10 +97,12 @@ def _bandwidth_metrics(values: Mapping[str, float], counted_bytes: int, seconds:
             per_request = values[sectors] / values[requests]
             out.append(
                 KeyMetric(
-                    label=f"global {label} bytes per request", value=per_request * SECTOR_BYTES, unit="count",
+                    label=f"global {label} bytes per request",
+                    value=per_request * SECTOR_BYTES,
+                    unit="count",
                     note=f"{per_request:.1f} sectors/request; 4: coalesced 4-byte, 32: scattered",
                 )
-            )  # fmt: skip
+            )
     l2 = values.get(L2_HIT)
     if l2 is not None:
         out.append(KeyMetric(label="L2 hit rate", value=l2, unit="percent"))
@@ -176,11 +178,18 @@ def roofline(
     bound: Literal["memory", "compute"] = "memory" if intensity < ridge else "compute"
     share = achieved_bps / copy_bps if bound == "memory" else achieved_fps / fma_fps
     return Roofline(
-        flops=flops, bytes=counted_bytes, seconds=seconds, time_source=time_source,
-        arithmetic_intensity=intensity, ridge_point=ridge, achieved_gbps=achieved_bps / 1e9,
-        achieved_tflops=achieved_fps / 1e12, attainable_tflops=attainable / 1e12, bound=bound,
+        flops=flops,
+        bytes=counted_bytes,
+        seconds=seconds,
+        time_source=time_source,
+        arithmetic_intensity=intensity,
+        ridge_point=ridge,
+        achieved_gbps=achieved_bps / 1e9,
+        achieved_tflops=achieved_fps / 1e12,
+        attainable_tflops=attainable / 1e12,
+        bound=bound,
         share_of_attainable=share,
-    )  # fmt: skip
+    )
 
 
 def analyse(
@@ -218,7 +227,13 @@ def analyse(
     if ceilings is not None and seconds and (flops or counted_bytes):
         line = roofline(flops, counted_bytes, seconds, ceilings, "measured" if measured_us else "ncu")
     return HardwareReport(
-        kernel=kernel, bottleneck=bottleneck, sm_pct=sm_pct, memory_pct=memory_pct,
-        threshold_pct=settings.threshold_pct, reason=reason, key_metrics=key,
-        stalls=stall_reasons(values, settings.top_stalls), roofline=line,
-    )  # fmt: skip
+        kernel=kernel,
+        bottleneck=bottleneck,
+        sm_pct=sm_pct,
+        memory_pct=memory_pct,
+        threshold_pct=settings.threshold_pct,
+        reason=reason,
+        key_metrics=key,
+        stalls=stall_reasons(values, settings.top_stalls),
+        roofline=line,
+    )

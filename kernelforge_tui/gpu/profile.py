@@ -141,8 +141,8 @@ def ncu_command(
     extra_args: Sequence[str] = (),
 ) -> list[str]:
     """The exact ncu command line: one launch of `entry` in the target program, raw CSV to stdout."""
-    command = [ncu, "--clock-control", "none", "--target-processes", "all",
-               "--kernel-name", entry, "--launch-count", "1"]  # fmt: skip
+    command = [ncu, "--clock-control", "none", "--target-processes", "all"]
+    command += ["--kernel-name", entry, "--launch-count", "1"]
     for section in sections:
         command += ["--section", section]
     if metrics:
@@ -153,16 +153,19 @@ def ncu_command(
 
 def launcher_command(python: str, card_dir: Path, cubin: Path, launch: ResolvedLaunch) -> list[str]:
     """The program ncu runs: profile_launch, which launches the kernel once through the worker's code."""
-    return [python, "-m", "kernelforge_tui.gpu.profile_launch", str(card_dir), str(cubin),
-            "--launch", launch.model_dump_json()]  # fmt: skip
+    module = "kernelforge_tui.gpu.profile_launch"
+    return [python, "-m", module, str(card_dir), str(cubin), "--launch", launch.model_dump_json()]
 
 
 async def _run(command: Sequence[str], timeout_s: float, env: Mapping[str, str]) -> tuple[int, str, str]:
     """Run a command in its own session; kill its whole process group when the time limit passes."""
     process = await asyncio.create_subprocess_exec(
-        *command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env=dict(env), start_new_session=True,
-    )  # fmt: skip
+        *command,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=dict(env),
+        start_new_session=True,
+    )
     try:
         stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_s)
     except (TimeoutError, asyncio.CancelledError):
@@ -219,9 +222,13 @@ class Profiler:
     ) -> list[str]:
         s = self.settings
         return ncu_command(
-            ncu or self.ncu(), launch.entry, launcher_command(self.python, card_dir, cubin, launch),
-            s.sections, s.metrics if metrics else (), s.extra_args,
-        )  # fmt: skip
+            ncu or self.ncu(),
+            launch.entry,
+            launcher_command(self.python, card_dir, cubin, launch),
+            s.sections,
+            s.metrics if metrics else (),
+            s.extra_args,
+        )
 
     async def profile(self, card_dir: Path, cubin: Path, launch: ResolvedLaunch) -> ProfileReport:
         """Profile one launch of a built candidate; a typed ProfileError when no report comes."""
@@ -269,9 +276,12 @@ class Profiler:
         kernel = kernels[0]
         warnings = [line.strip() for line in output.splitlines() if line.startswith("==WARNING==")]
         return ProfileReport(
-            kernel=kernel.kernel or launch.entry, metrics=kernel.metrics, launch=launch, command=command,
+            kernel=kernel.kernel or launch.entry,
+            metrics=kernel.metrics,
+            launch=launch,
+            command=command,
             warnings=warnings,
-        )  # fmt: skip
+        )
 
 
 # -- command line (used by scripts/capture_ncu_fixtures.sh) ---------------------------------------------------

@@ -34,9 +34,18 @@ SANDBOX_EXEC = Path(__file__).with_name("sandbox_exec.py")
 SETUP_FAILED = 125
 """Exit status of `sandbox_exec` when it cannot set the sandbox up (its stderr says why)."""
 SYSTEM_READ_ONLY: tuple[str, ...] = (
-    "/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32",
-    "/etc/alternatives", "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
-)  # fmt: skip
+    "/usr",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+)
 """What the compiler driver, the host preprocessor (gcc) and their libraries need; the toolkit comes on top."""
 
 SandboxMode = Literal["bwrap", "namespaces", "limits"]

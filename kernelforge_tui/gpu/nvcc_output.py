@@ -1,0 +1,202 @@
+"""Reading nvcc's output: what is kept of it, the diagnostics in it, and ptxas's per-kernel statistics.
+
+Why apart from the build: the builder runs nvcc; this module only reads text, so the formats it knows (EDG's
+`file(line): error: ...`, gcc's `file:line:col: error: ...`, `ptxas error : ...`, `ptxas info : Used N
+registers`) can be tested from strings alone. What is kept of a log is only what it says about the candidate
+and what ptxas and nvcc say: a message about any other file becomes a line saying it was withheld.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from kernelforge_tui.models.evaluation import SOURCE_NAME, Diagnostic, PtxasStats
+
+# EDG front end: `candidate.cu(3): error: identifier "x" is undefined` (also `warning #177-D:`).
+_EDG = re.compile(
+    r"^(?P<file>[^\s(][^(]*)\((?P<line>\d+)\): (?P<sev>catastrophic error|error|warning)(?: #[\w-]+)?: (?P<msg>.*)$"
+)
+# GCC-style preprocessor: `candidate.cu:1:10: fatal error: nope.h: No such file or directory`.
+_GCC = re.compile(r"^(?P<file>[^:\s]+):(?P<line>\d+):(?P<col>\d+): (?P<sev>fatal error|error|warning): (?P<msg>.*)$")
+# Tools: `ptxas error   : Entry function 'k' uses too much shared data (...)`,
+# `ptxas /tmp/x.ptx, line 26; error   : Unknown symbol 'r'`, `nvcc fatal   : Unsupported gpu architecture`.
+_TOOL = re.compile(r"^(?P<tool>nvcc|ptxas|nvlink)(?: [^;]*;)?\s+(?P<sev>error|warning|fatal)\s*: (?P<msg>.*)$")
+_CARET = re.compile(r"^ *\^$")
+_CANDIDATE = re.compile(rf"^{re.escape(SOURCE_NAME)}[(:]")
+_SUMMARY = re.compile(rf'^\d+ errors? detected in the compilation of "{re.escape(SOURCE_NAME)}"\.$')
+_OTHER_FILE = re.compile(r"^\S[^:(]*(?:\(\d+\)|:\d+(?::\d+)?):\s")
+_REACHED_FROM = re.compile(rf"at line (\d+) of {re.escape(SOURCE_NAME)}")
+_WITHHELD = re.compile(
+    r"^kernelforge withheld: (?P<sev>error|warning) in another file(?:, reached from line (?P<line>\d+))?"
+)
+_DIED = re.compile(r"^nvcc error\s*: '[\w.+-]+' died due to signal (\d+)", re.MULTILINE)  # nvcc's own line only
+_GCC_GUTTER = re.compile(r"^ *\d* \| ")
+
+_PTX_ENTRY = re.compile(r"ptxas info\s+: Compiling entry function '(?P<name>[^']+)'")
+_PTX_PROPS = re.compile(r"ptxas info\s+: Function properties for (?P<name>\S+)")
+_PTX_FRAME = re.compile(
+    r"(?P<stack>\d+) bytes stack frame, (?P<stores>\d+) bytes spill stores, (?P<loads>\d+) bytes spill loads"
+)
+_PTX_USED = re.compile(r"ptxas info\s+: Used (?P<regs>\d+) registers(?P<rest>.*)$")
+_PTX_BARRIERS = re.compile(r"used (\d+) barriers")
+_PTX_SMEM = re.compile(r"(\d+) bytes smem")
+_PTX_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+
+
+def tool_signal(log: str) -> int | None:
+    """The signal nvcc says one of its tools died of (`nvcc error : 'cicc' died due to signal 9`), if any."""
+    died = _DIED.search(log)
+    return int(died.group(1)) if died else None
+
+
+def parse_ptxas(log: str) -> dict[str, PtxasStats]:
+    """Per-kernel stats from `-Xptxas -v` output; device functions (no "entry function" line) are left out."""
+    entries: list[str] = []
+    stats: dict[str, PtxasStats] = {}
+    current: str | None = None
+    for line in log.splitlines():
+        if match := _PTX_ENTRY.search(line):
+            current = match.group("name")
+            entries.append(current)
+        elif match := _PTX_PROPS.search(line):
+            current = match.group("name")
+        elif current is not None and (match := _PTX_FRAME.search(line)):
+            entry = stats.setdefault(current, PtxasStats())
+            entry.stack_frame_bytes = int(match.group("stack"))
+            entry.spill_store_bytes = int(match.group("stores"))
+            entry.spill_load_bytes = int(match.group("loads"))
+        elif current is not None and (match := _PTX_USED.search(line)):
+            entry = stats.setdefault(current, PtxasStats())
+            rest = match.group("rest")
+            entry.registers = int(match.group("regs"))
+            entry.barriers = sum(int(n) for n in _PTX_BARRIERS.findall(rest))
+            entry.shared_bytes = sum(int(n) for n in _PTX_SMEM.findall(rest))
+            entry.constant_bytes = sum(int(n) for n in _PTX_CMEM.findall(rest))
+    return {name: stats.get(name, PtxasStats()) for name in entries}
+
+
+def _column(echo: str, caret: str, source_line: str | None) -> int | None:
+    """1-based column from nvcc's echoed line and caret.
+
+    The echo is the preprocessed line (`__device__` shows as `__attribute__((device))`) indented by
+    two spaces, so the caret is mapped back by matching the rest of the line from the caret on.
+    """
+    offset = len(caret) - 1 - 2
+    if offset < 0 or not echo.startswith("  "):
+        return None
+    tail = echo[2 + offset :]
+    if source_line is None:
+        return offset + 1
+    original = source_line.replace("\t", " ").rstrip()
+    return len(original) - len(tail) + 1 if tail and original.endswith(tail) else None
+
+
+def parse_diagnostics(log: str, source: str) -> list[Diagnostic]:
+    """Errors and warnings from nvcc, cudafe (EDG), the preprocessor and ptxas, in output order."""
+    source_lines = source.splitlines()
+    lines = log.splitlines()
+    diagnostics: list[Diagnostic] = []
+
+    def line_text(file: str, number: int) -> str | None:
+        return source_lines[number - 1] if file == SOURCE_NAME and 0 < number <= len(source_lines) else None
+
+    i = 0
+    while i < len(lines):
+        text = lines[i]
+        i += 1
+        if match := _EDG.match(text):
+            file, number = match.group("file"), int(match.group("line"))
+            severity: Literal["error", "warning"] = "warning" if match.group("sev") == "warning" else "error"
+            message = match.group("msg")
+            source_line = line_text(file, number)
+            column: int | None = None
+            # Indented lines follow until a blank line: message continuations, the echo and its caret.
+            block: list[str] = []
+            while i < len(lines) and lines[i].strip():
+                block.append(lines[i])
+                i += 1
+            carets = [k for k, b in enumerate(block) if _CARET.match(b)]
+            if carets and carets[0] > 0:
+                k = carets[0]
+                column = _column(block[k - 1], block[k], source_line)
+                source_line = source_line if source_line is not None else block[k - 1][2:]
+                block = block[: k - 1] + block[k + 1 :]
+            message = " ".join([message, *(b.strip() for b in block)])
+            diagnostics.append(
+                Diagnostic(
+                    file=file, line=number, column=column, severity=severity, message=message, source_line=source_line
+                )
+            )
+        elif match := _GCC.match(text):
+            file, number = match.group("file"), int(match.group("line"))
+            while i < len(lines) and _GCC_GUTTER.match(lines[i]):
+                i += 1
+            diagnostics.append(
+                Diagnostic(
+                    file=file,
+                    line=number,
+                    column=int(match.group("col")),
+                    severity="warning" if match.group("sev") == "warning" else "error",
+                    message=match.group("msg"),
+                    source_line=line_text(file, number),
+                )
+            )
+        elif match := _WITHHELD.match(text):
+            line = match.group("line")
+            diagnostics.append(
+                Diagnostic(
+                    file=SOURCE_NAME if line else "other",
+                    line=int(line) if line else None,
+                    severity="warning" if match.group("sev") == "warning" else "error",
+                    message=f"{match.group('sev')} in an included file; its text is withheld "
+                    f"(only messages about {SOURCE_NAME} are kept)",
+                )
+            )
+        elif match := _TOOL.match(text):
+            diagnostics.append(
+                Diagnostic(
+                    file=match.group("tool"),
+                    severity="warning" if match.group("sev") == "warning" else "error",
+                    message=f"{match.group('tool')}: {match.group('msg')}",
+                )
+            )
+    return diagnostics
+
+
+def candidate_messages(log: str) -> str:
+    """nvcc's output reduced to what it says about the candidate and what ptxas and nvcc say.
+
+    A message about another file (a toolkit header, or a host file that got in) is one line saying it was
+    withheld, with the candidate line it was reached from when nvcc names one; its text, the lines it
+    quotes and include traces are dropped. Unknown lines are dropped too.
+    """
+    kept: list[str] = []
+    keep = True
+    withheld: list[str] | None = None
+
+    def close_withheld() -> None:
+        if withheld is not None:
+            severity = "warning" if ": warning" in withheld[0] else "error"
+            reached = [m.group(1) for line in withheld if (m := _REACHED_FROM.search(line))]
+            where = f", reached from line {reached[-1]}" if reached else ""
+            kept.append(f"kernelforge withheld: {severity} in another file{where}")
+
+    for line in log.splitlines():
+        if not line.strip() or line[0] in " \t":  # a message's continuation, echo or caret
+            if keep:
+                kept.append(line)
+            elif withheld is not None:
+                withheld.append(line)
+            continue
+        close_withheld()
+        withheld = None
+        keep = bool(
+            _CANDIDATE.match(line) or _TOOL.match(line) or line.startswith("ptxas info") or _SUMMARY.match(line)
+        )
+        if keep:
+            kept.append(line)
+        elif _OTHER_FILE.match(line) and not line.startswith("In file included from"):
+            withheld = [line]
+    close_withheld()
+    return "\n".join(kept) + ("\n" if kept else "")
