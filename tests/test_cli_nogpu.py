@@ -182,8 +182,9 @@ def test_eval_lists_the_stress_sets_the_card_skips_with_their_reasons(
 ) -> None:
     """A skipped set proves nothing about the kernel, so eval shows it beside the sets that ran (the evaluation
     itself is fabricated: no GPU here)."""
-    from kernelforge_tui import cli
     from kernelforge_tui.cards.store import Card
+    from kernelforge_tui.cli import evaluate
+    from kernelforge_tui.cli.main import main
     from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck
 
     card = tmp_path / "card"
@@ -199,13 +200,13 @@ def test_eval_lists_the_stress_sets_the_card_skips_with_their_reasons(
     async def fabricated(card: Card, kernel: Path, plan: Path | None) -> Evaluation:
         return evaluation
 
-    monkeypatch.setattr(cli, "_evaluate", fabricated)
+    monkeypatch.setattr(evaluate, "_evaluate", fabricated)
     monkeypatch.setenv("COLUMNS", "1000")
-    assert cli.main(["eval", str(card), str(kernel)]) == 0
+    assert main(["eval", str(card), str(kernel)]) == 0
     out = capsys.readouterr().out
     assert "stress:fully-masked: skipped: it writes 0 there" in out
     assert out.count("skipped") == 1
-    assert cli.main(["eval", str(card), str(kernel), "--json"]) == 0
+    assert main(["eval", str(card), str(kernel), "--json"]) == 0
     reply = json.loads(capsys.readouterr().out)
     assert reply["skipped_stress_sets"] == {"stress:fully-masked": "it writes 0 there"}
     assert Evaluation.model_validate(reply) == evaluation

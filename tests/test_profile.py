@@ -526,7 +526,7 @@ async def test_profiling_the_fixture_kernels_gives_their_classes(name: str) -> N
 
 
 def test_cli_prints_a_nodes_saved_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from kernelforge_tui.cli import main
+    from kernelforge_tui.cli.main import main
     from kernelforge_tui.config import Settings
     from kernelforge_tui.models.profiles import NodeProfile, ProfileReport
     from kernelforge_tui.store import RunStore

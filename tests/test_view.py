@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from kernelforge_tui.cli import render_run
+from kernelforge_tui.cli.runs import render_run
 from kernelforge_tui.engine.view import RunHeader, RunView, Snapshot
 from kernelforge_tui.models.events import BestImproved, BudgetUsed, LogLine, NodeAdded, NodeChanged, StateChanged
 from kernelforge_tui.models.nodes import FailureKind, NodeStatus, NodeView

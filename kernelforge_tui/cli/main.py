@@ -1,0 +1,105 @@
+"""kernelforge: search for faster CUDA kernels, proven correct and timed honestly.
+
+Commands: doctor, eval, optimize, runs, tui, open, profile. Exit codes: 0 success, 1 the candidate (or a
+check) failed, 2 bad input (card, plan, file, run), 3 no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+from kernelforge_tui.cli.doctor import cmd_doctor
+from kernelforge_tui.cli.evaluate import cmd_eval
+from kernelforge_tui.cli.output import error_kind, fail
+from kernelforge_tui.cli.profile import cmd_profile
+from kernelforge_tui.cli.runs import cmd_open, cmd_optimize, cmd_runs, cmd_tui
+from kernelforge_tui.engine.strategies import STRATEGIES
+from kernelforge_tui.errors import KernelForgeError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kernelforge", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    doctor = sub.add_parser("doctor", help="check Python, nvcc, the GPU and driver, pycuda and ncu")
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    ev = sub.add_parser("eval", help="build, prove correct and time one kernel against a card's baseline")
+    ev.add_argument("card", help="card directory (holding card.toml)")
+    ev.add_argument("kernel", help="CUDA source of the candidate")
+    ev.add_argument("--plan", help="launch plan TOML (default: KERNEL with .plan.toml)")
+    ev.add_argument("--json", action="store_true", help="machine-readable output")
+    opt = sub.add_parser("optimize", help="search for faster kernels for a card (tree search, live view)")
+    opt.add_argument("card", nargs="?", help="card directory (holding card.toml); optional with --resume")
+    opt.add_argument("--budget-iters", type=int, metavar="N", help="stop after N candidates evaluated")
+    opt.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
+    opt.add_argument("--budget-gpu-seconds", type=float, metavar="S", help="stop after S GPU seconds of evaluation")
+    opt.add_argument("--resume", metavar="RUN", help="continue a run (its id or directory) after a stop or a crash")
+    opt.add_argument("--run-dir", metavar="DIR", help="where the new run's store goes (default: under --root)")
+    opt.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
+    opt.add_argument(
+        "--simulate",
+        action="store_true",
+        help="no GPU: real nvcc builds, INVENTED timings (for trying the tool and for CI)",
+    )
+    opt.add_argument(
+        "--simulate-seconds",
+        type=float,
+        default=0.01,
+        metavar="S",
+        help="simulated GPU seconds per evaluation (with --simulate)",
+    )
+    opt.add_argument("--proposer", metavar="NAME", help="'templates' (default) or module:Class")
+    opt.add_argument("--strategy", choices=sorted(STRATEGIES), help="selection strategy (default: mcts)")
+    opt.add_argument(
+        "--tree",
+        action="append",
+        metavar="KEY=VALUE",
+        help="tree search constant, e.g. --tree exploration=0.7 (see README)",
+    )
+    opt.add_argument("--json", action="store_true", help="no live view; print the run summary as JSON")
+    runs = sub.add_parser("runs", help="list runs with their best results")
+    runs.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
+    runs.add_argument("--json", action="store_true", help="machine-readable output")
+    tui = sub.add_parser("tui", help="search a card under the terminal UI (watch and steer it live)")
+    tui.add_argument("card", help="card directory (holding card.toml)")
+    tui.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
+    tui.add_argument("--budget-iters", type=int, metavar="N", help="stop after N candidates evaluated")
+    tui.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
+    tui.add_argument(
+        "--simulate", action="store_true", help="no GPU: real nvcc builds, INVENTED timings (for trying the tool)"
+    )
+    opn = sub.add_parser("open", help="open a run in the terminal UI: a finished one, or one live in another process")
+    opn.add_argument("run", help="run directory or run id")
+    opn.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
+    prof = sub.add_parser("profile", help="profile a run's node (or a kernel file) with Nsight Compute and classify it")
+    prof.add_argument("target", help="a run (directory or id), or a card directory")
+    prof.add_argument("what", help="the node id in the run, or a CUDA source file for the card")
+    prof.add_argument("--plan", help="launch plan TOML for a kernel file (default: KERNEL with .plan.toml)")
+    prof.add_argument("--again", action="store_true", help="profile a node again even where a profile is saved")
+    prof.add_argument("--no-save", action="store_true", help="do not save a node's new profile in the run")
+    prof.add_argument("--json", action="store_true", help="machine-readable output")
+    return parser
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
+    "doctor": cmd_doctor,
+    "eval": cmd_eval,
+    "optimize": cmd_optimize,
+    "runs": cmd_runs,
+    "tui": cmd_tui,
+    "open": cmd_open,
+    "profile": cmd_profile,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Errors raised on purpose (`KernelForgeError`) become one line (or a JSON object with
+    --json) and the exit code of their type; anything else is a bug and keeps its traceback."""
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=False)
+    try:
+        return COMMANDS[args.command](args, console)
+    except KernelForgeError as exc:
+        return fail(console, getattr(args, "json", False), error_kind(exc), str(exc), exc.exit_code)
