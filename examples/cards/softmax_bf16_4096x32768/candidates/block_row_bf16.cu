@@ -174,7 +174,7 @@ extern "C" __global__ void __launch_bounds__(1024) softmax_block_row_bf16(const 
             if (t > m) {
                 s = s * __expf(m - t) + 1.0f;  // first element: 0 * exp(-inf) + 1
                 m = t;
-            } else {
+            } else if (t != NEG_INF) {  // a masked entry adds exp(-inf) = 0; -inf - -inf would be NaN
                 s += __expf(t - m);
             }
         }
