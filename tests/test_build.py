@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -295,6 +296,27 @@ async def test_cancelled_build_leaves_no_nvcc(tmp_path: Path, sandbox: SandboxSt
         await asyncio.wait_for(task, 30)
     assert alive_in(groups) == [] and processes_mentioning(marker) == []
     assert list(work.iterdir()) == []
+
+
+async def test_a_build_cancelled_while_nvcc_starts_leaves_no_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled while asyncio still connects nvcc's pipes (seen under load): nvcc and its children already run."""
+    real_spawn = asyncio.create_subprocess_exec
+
+    async def slow_to_connect(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        proc = await real_spawn(*args, **kwargs)
+        await asyncio.sleep(0.5)  # the window: the process runs, the caller has no handle on it yet
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_to_connect)
+    nvcc, marker = sleeper(tmp_path)
+    task = asyncio.create_task(builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(ADD, "add"))
+    groups = await groups_running(marker)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 30)
+    assert alive_in(groups) == [] and processes_mentioning(marker) == []
 
 
 @pytest.mark.parametrize("sandbox", modes(), ids=lambda s: s.mode)

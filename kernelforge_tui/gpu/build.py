@@ -218,15 +218,25 @@ class Builder:
                 nvcc_command += ["-o", "kernel.cubin", SOURCE_NAME]
                 command = sandbox_command(nvcc_command, work, scratch, read_only_paths(nvcc), sandbox)
                 # The sandbox's TMPDIR keeps nvcc's intermediates in the build dir: a killed build leaves nothing.
-                proc = await asyncio.create_subprocess_exec(
-                    *command,
-                    cwd=work,
-                    env=sandbox_env(nvcc, work),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.STDOUT,
-                    start_new_session=True,
+                spawn = asyncio.ensure_future(
+                    asyncio.create_subprocess_exec(
+                        *command,
+                        cwd=work,
+                        env=sandbox_env(nvcc, work),
+                        stdin=asyncio.subprocess.DEVNULL,
+                        stdout=asyncio.subprocess.PIPE,
+                        stderr=asyncio.subprocess.STDOUT,
+                        start_new_session=True,
+                    )
                 )
+                try:
+                    proc = await asyncio.shield(spawn)
+                except asyncio.CancelledError:
+                    # Cancelled while asyncio connects the pipes: nvcc already runs (and may have children).
+                    # Unshielded, asyncio would kill nvcc alone and leave its children; take the group down.
+                    with contextlib.suppress(OSError):
+                        await _kill_group(await spawn)
+                    raise
                 leftovers = asyncio.create_task(_kill_leftovers(proc))
                 try:
                     out, _ = await asyncio.wait_for(proc.communicate(), self.timeout_s)
