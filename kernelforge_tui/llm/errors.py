@@ -1,0 +1,58 @@
+"""The one error a provider call raises on purpose, with a kind that says whether trying again can help.
+
+Why kinds and not text: the retry loop, the search and `doctor` decide on the kind; the message is for people and
+names the provider and the fix. No message ever carries an API key: a provider's error text is cut short and any
+copy of the key in it is masked before it goes into a message.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from kernelforge_tui.errors import KernelForgeError
+
+LlmErrorKind = Literal[
+    "no_key", "auth", "not_found", "bad_request", "rate_limited", "server", "dropped", "idle", "timeout", "protocol"
+]
+RETRYABLE: frozenset[LlmErrorKind] = frozenset({"rate_limited", "server", "dropped", "idle"})
+
+
+class LlmError(KernelForgeError):
+    """A provider call that failed: `provider: problem. Fix: fix.`"""
+
+    def __init__(
+        self,
+        provider: str,
+        kind: LlmErrorKind,
+        problem: str,
+        fix: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        attempts: int = 1,
+    ) -> None:
+        self.provider = provider
+        self.kind: LlmErrorKind = kind
+        self.problem = problem
+        self.fix = fix
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.attempts = attempts
+        tries = f" (after {attempts} attempts)" if attempts > 1 else ""
+        super().__init__(f"{provider}: {problem}{tries}. Fix: {fix}.")
+
+    @property
+    def retryable(self) -> bool:
+        return self.kind in RETRYABLE
+
+    def after(self, attempts: int) -> LlmError:
+        """The same error, saying how many attempts were made."""
+        return LlmError(
+            self.provider,
+            self.kind,
+            self.problem,
+            self.fix,
+            status=self.status,
+            retry_after_s=self.retry_after_s,
+            attempts=attempts,
+        )

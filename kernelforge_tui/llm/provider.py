@@ -1,0 +1,247 @@
+"""A provider call: streamed over one shared `httpx.AsyncClient`, with retries, timeouts and a concurrency limit.
+
+Why these rules:
+- 429, 5xx, a dropped connection, a stream that ends before its terminal event and an idle stream (nothing within
+  `idle_s`) may pass on a new attempt: retried with jittered exponential backoff, or after the server's
+  `Retry-After` (seconds). An idle stream is treated as a dropped connection: the provider stalled, a new
+  connection often does not.
+- 400, 401, 403, 404 and other 4xx cannot pass by trying again (bad request, bad key, unknown model): raised at
+  once, naming the fix.
+- `total_s` bounds the whole call, waits between attempts included; when it is spent the call stops and is not
+  retried, since a retry would have no time left.
+- A slot of the provider's semaphore is held per attempt (not during the wait between attempts).
+- Cancelling the task that awaits a call closes its HTTP stream at once (the response is closed in `finally`, and
+  an unfinished response closes its connection rather than going back to the pool).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from contextlib import aclosing
+from typing import TypeVar
+
+import httpx
+
+from kernelforge_tui.llm.errors import LlmError, LlmErrorKind
+from kernelforge_tui.llm.settings import ProviderSettings
+from kernelforge_tui.llm.types import ChatReply, ChatRequest, Retrying, StreamEnd, StreamEvent, TextDelta
+from kernelforge_tui.llm.wire import WIRES, WireError, sse_events
+
+T = TypeVar("T")
+
+DETAIL_CHARS = 200
+"""How much of a provider's own error text goes into a message: enough to say what is wrong."""
+
+
+class Provider:
+    """One configured provider. Several share one `httpx.AsyncClient`, which the caller opens and closes."""
+
+    def __init__(self, settings: ProviderSettings, http: httpx.AsyncClient) -> None:
+        self.settings = settings
+        self._http = http
+        self._wire = WIRES[settings.protocol]
+        self._slots = asyncio.Semaphore(settings.max_concurrency)
+
+    def __repr__(self) -> str:
+        return f"Provider({self.settings.name!r}, {self.settings.protocol}, {self.settings.base_url})"
+
+    async def chat(self, request: ChatRequest) -> ChatReply:
+        """The whole reply, with its latency and time to first token."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        parts: list[str] = []
+        first: float | None = None
+        attempts = 1
+        async with aclosing(self.stream_chat(request)) as events:
+            async for event in events:
+                if isinstance(event, TextDelta):
+                    if first is None:
+                        first = loop.time() - start
+                    parts.append(event.text)
+                elif isinstance(event, Retrying):
+                    parts, first, attempts = [], None, event.attempt
+                else:
+                    return ChatReply(
+                        text="".join(parts),
+                        usage=event.usage,
+                        finish_reason=event.finish_reason,
+                        latency_s=loop.time() - start,
+                        first_token_s=first,
+                        attempts=attempts,
+                    )
+        raise AssertionError("stream_chat ends with a StreamEnd or raises")
+
+    async def stream_chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+        """The reply as it is written: text deltas, a `Retrying` before each new attempt, then one `StreamEnd`.
+        Iterate it inside `contextlib.aclosing` so that leaving early (a cancel, a break) closes the stream at once."""
+        key = self._key()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.timeouts.total_s
+        retries = self.settings.retries
+        attempt = 1
+        while True:
+            try:
+                async with self._slots, aclosing(self._attempt(request, key, deadline)) as events:
+                    async for event in events:
+                        yield event
+                return
+            except LlmError as err:
+                if not err.retryable or attempt >= retries.max_attempts:
+                    raise err.after(attempt) from err
+                delay = err.retry_after_s if err.retry_after_s is not None else self._backoff(attempt)
+                if loop.time() + delay >= deadline:
+                    raise err.after(attempt) from err
+                attempt += 1
+                yield Retrying(attempt=attempt, delay_s=delay, reason=str(err))
+                await asyncio.sleep(delay)
+
+    def _key(self) -> str | None:
+        env = self.settings.api_key_env
+        key = self.settings.api_key()
+        if env and not key:
+            raise LlmError(self.settings.name, "no_key", f"${env} is not set", f"set {env} to the provider's API key")
+        return key
+
+    def _backoff(self, attempt: int) -> float:
+        """Exponential in the attempt, capped, with the upper half jittered so that callers do not retry in step."""
+        retries = self.settings.retries
+        ceiling = min(retries.backoff_max_s, retries.backoff_s * 2.0 ** (attempt - 1))
+        return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+    async def _attempt(
+        self, request: ChatRequest, key: str | None, deadline: float
+    ) -> AsyncGenerator[StreamEvent, None]:
+        timeouts = self.settings.timeouts
+        http_request = self._http.build_request(
+            "POST",
+            self._wire.url(self.settings.base_url),
+            json=self._wire.body(request),
+            headers=self._wire.headers(key),
+            timeout=httpx.Timeout(connect=timeouts.connect_s, read=None, write=timeouts.idle_s, pool=None),
+        )
+        try:
+            response = await self._within(self._http.send(http_request, stream=True), deadline, "the response")
+        except httpx.TransportError as exc:
+            raise self._dropped(f"the connection failed ({type(exc).__name__}: {exc})") from exc
+        try:
+            if response.status_code != 200:
+                body = await self._within(response.aread(), deadline, "the error")
+                raise self._status_error(response, body, key, request.model)
+            if "text/event-stream" not in response.headers.get("content-type", ""):
+                raise self._error(
+                    "protocol",
+                    f"the reply is not a stream ({response.headers.get('content-type', 'no content type')})",
+                    "point base_url at a server that streams server-sent events",
+                )
+            parser = self._wire.parser()
+            async for event, data in sse_events(self._lines(response, deadline)):
+                try:
+                    delta = parser.feed(event, data)
+                except WireError as exc:
+                    kind: LlmErrorKind = "server" if exc.retryable else "protocol"
+                    raise self._error(kind, self._mask(str(exc), key), "try again later, or another provider") from exc
+                if delta is not None:
+                    yield delta
+                if isinstance(delta, StreamEnd):
+                    return
+            raise self._dropped("the stream ended before its final event")
+        finally:
+            await response.aclose()
+
+    async def _lines(self, response: httpx.Response, deadline: float) -> AsyncIterator[str]:
+        lines = response.aiter_lines()
+        while True:
+            try:
+                line = await self._within(anext(lines), deadline, "the next line of the stream")
+            except StopAsyncIteration:
+                return
+            except httpx.TransportError as exc:
+                raise self._dropped(f"the stream broke off ({type(exc).__name__}: {exc})") from exc
+            yield line
+
+    async def _within(self, awaitable: Awaitable[T], deadline: float, what: str) -> T:
+        """Await with the idle timeout, or what is left of the total one if that is shorter."""
+        timeouts = self.settings.timeouts
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            async with asyncio.timeout(min(timeouts.idle_s, remaining)):
+                return await awaitable
+        except TimeoutError:
+            if remaining <= timeouts.idle_s:
+                raise self._error(
+                    "timeout",
+                    f"the call took longer than its total timeout ({timeouts.total_s:g} s)",
+                    "raise timeouts.total_s, or ask for fewer max_tokens",
+                ) from None
+            raise self._error(
+                "idle",
+                f"nothing came for {timeouts.idle_s:g} s while waiting for {what}",
+                "raise timeouts.idle_s if the model thinks long before writing, or try again later",
+            ) from None
+
+    def _status_error(self, response: httpx.Response, body: bytes, key: str | None, model: str) -> LlmError:
+        status = response.status_code
+        detail = _detail(self._mask(body.decode("utf-8", "replace"), key))
+        said = f"HTTP {status}" + (f" ({detail})" if detail else "")
+        env = self.settings.api_key_env
+        if status == 429 or status >= 500:
+            return LlmError(
+                self.settings.name,
+                "rate_limited" if status == 429 else "server",
+                said,
+                "wait and try again, or lower max_concurrency" if status == 429 else "try again later",
+                status=status,
+                retry_after_s=_retry_after(response.headers.get("retry-after")),
+            )
+        if status in (401, 403):
+            fix = (
+                f"check the key in {env} (set {env} to a valid key)" if env else "set api_key_env to the key's variable"
+            )
+            return LlmError(self.settings.name, "auth", f"the key was refused: {said}", fix, status=status)
+        if status == 404:
+            return LlmError(
+                self.settings.name,
+                "not_found",
+                f"not found: {said}",
+                f"check the model name ({model}) and base_url ({self.settings.base_url})",
+                status=status,
+            )
+        return LlmError(
+            self.settings.name,
+            "bad_request",
+            f"the request was refused: {said}",
+            "check the model's extra fields and max_tokens",
+            status=status,
+        )
+
+    def _dropped(self, problem: str) -> LlmError:
+        return self._error("dropped", problem, "check the network and base_url, or try again later")
+
+    def _error(self, kind: LlmErrorKind, problem: str, fix: str) -> LlmError:
+        return LlmError(self.settings.name, kind, problem, fix)
+
+    @staticmethod
+    def _mask(text: str, key: str | None) -> str:
+        return text.replace(key, "***") if key else text
+
+
+def _detail(text: str) -> str:
+    """The provider's own error message (both APIs put it in error.message), cut short."""
+    try:
+        payload = json.loads(text)
+    except json.JSONDecodeError:
+        return text.strip()[:DETAIL_CHARS]
+    error = payload.get("error") if isinstance(payload, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return str(message or text.strip())[:DETAIL_CHARS]
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Retry-After in seconds; the HTTP-date form is not used by these APIs and falls back to the backoff."""
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,221 @@
+"""A real HTTP server on loopback that speaks both chat protocols (OpenAI chat completions, Anthropic messages),
+streams server-sent events with chunked transfer encoding, and replays scripted replies, one per request.
+
+Why a real server: the client's HTTP, streaming, retries and timeouts run for real; only the model is scripted.
+A reply can fail (a status with a JSON error body and headers), drop the connection mid-stream, end the stream
+without its terminal event, stall (idle), trickle chunks slowly, or hold the stream open until the client leaves.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Literal
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    chunks: tuple[str, ...] = ("Hello", ", ", "world")
+    input_tokens: int = 11
+    output_tokens: int = 5
+    finish: str | None = None
+    """None: the protocol's own ("stop" or "end_turn")."""
+    headers: dict[str, str] = field(default_factory=dict)
+    error: str = "scripted error"
+    """The error message in the JSON body of a reply whose status is not 200."""
+    end: Literal["done", "cut", "no_terminal", "stall", "hold"] = "done"
+    """done: the whole stream; cut: close the socket after the first chunk, mid chunked body; no_terminal: a complete
+    HTTP body without the protocol's terminal event; stall: sleep `stall_s` after the first chunk; hold: after the
+    first chunk, wait until the client closes the connection."""
+    stall_s: float = 0.0
+    chunk_delay_s: float = 0.0
+    content_type: str = "text/event-stream"
+
+
+@dataclass
+class Seen:
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+class LlmServer:
+    """Start with `with LlmServer() as server:`; `server.script(...)` queues replies, the default is `Reply()`."""
+
+    def __init__(self) -> None:
+        self.requests: list[Seen] = []
+        self.active = 0
+        self.max_active = 0
+        self.client_left = threading.Event()
+        self.first_chunk_sent = threading.Event()
+        self._replies: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._replies.extend(replies)
+
+    def __enter__(self) -> LlmServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _take(self, seen: Seen) -> Reply:
+        with self._lock:
+            self.requests.append(seen)
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+            return self._replies.popleft() if self._replies else Reply()
+
+    def _done(self) -> None:
+        with self._lock:
+            self.active -= 1
+
+
+def _openai_events(reply: Reply) -> tuple[list[str], str]:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
+        payload = {
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(payload)}\n\n"
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": text}) for text in reply.chunks]
+    events.append(chunk({}, reply.finish or "stop"))
+    usage = {
+        "prompt_tokens": reply.input_tokens,
+        "completion_tokens": reply.output_tokens,
+        "total_tokens": reply.input_tokens + reply.output_tokens,
+    }
+    events.append(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n")
+    return events, "data: [DONE]\n\n"
+
+
+def _anthropic_events(reply: Reply) -> tuple[list[str], str]:
+    def event(kind: str, payload: dict[str, Any]) -> str:
+        return f"event: {kind}\ndata: {json.dumps({'type': kind, **payload})}\n\n"
+
+    message = {
+        "id": "msg_1",
+        "role": "assistant",
+        "content": [],
+        "usage": {"input_tokens": reply.input_tokens, "output_tokens": 1},
+    }
+    events = [
+        event("message_start", {"message": message}),
+        event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
+        event("ping", {}),
+    ]
+    events += [
+        event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": t}}) for t in reply.chunks
+    ]
+    events.append(event("content_block_stop", {"index": 0}))
+    events.append(
+        event(
+            "message_delta",
+            {"delta": {"stop_reason": reply.finish or "end_turn"}, "usage": {"output_tokens": reply.output_tokens}},
+        )
+    )
+    return events, event("message_stop", {})
+
+
+def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the tests read `server.requests`."""
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length", 0))
+            body = json.loads(self.rfile.read(length))
+            reply = server._take(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
+            try:
+                self._answer(reply)
+            except OSError:
+                self.close_connection = True
+            finally:
+                server._done()
+
+        def _answer(self, reply: Reply) -> None:
+            if reply.status != 200:
+                payload = json.dumps({"type": "error", "error": {"type": "scripted", "message": reply.error}}).encode()
+                self.send_response(reply.status)
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            if self.path.endswith("/chat/completions"):
+                events, terminal = _openai_events(reply)
+            elif self.path.endswith("/v1/messages"):
+                events, terminal = _anthropic_events(reply)
+            else:
+                self.send_error(404)
+                return
+            self.send_response(200)
+            self.send_header("content-type", reply.content_type)
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            first_text = 2 if self.path.endswith("/chat/completions") else 4
+            for i, event in enumerate(events):
+                self._chunk(event)
+                if i + 1 == first_text:
+                    server.first_chunk_sent.set()
+                    if reply.end == "cut":
+                        self.close_connection = True
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                        return
+                    if reply.end == "stall":
+                        time.sleep(reply.stall_s)
+                    if reply.end == "hold":
+                        self._hold()
+                        return
+                time.sleep(reply.chunk_delay_s)
+            if reply.end != "no_terminal":
+                self._chunk(terminal)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+
+        def _chunk(self, text: str) -> None:
+            data = text.encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+
+        def _hold(self) -> None:
+            """Wait (up to 10 s) for the client to close the connection, and say when it did."""
+            self.connection.settimeout(0.02)
+            end = time.monotonic() + 10
+            while time.monotonic() < end:
+                try:
+                    if self.connection.recv(1, socket.MSG_PEEK) == b"":
+                        break
+                except TimeoutError:
+                    continue
+                except OSError:
+                    break
+            else:
+                return
+            server.client_left.set()
+            self.close_connection = True
+
+    return Handler
