@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,49 +21,11 @@ from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.models.evaluation import Evaluation
 
 from .conftest import EXAMPLES
+from .gpu_harness import Harness, evaluate_once
 
 pytestmark = pytest.mark.gpu
 CARDS = EXAMPLES / "cards"
 CHEATS = EXAMPLES / "kernels" / "cheats"
-
-
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-class Harness:
-    """One evaluator per card, kept for the module: loading a card on the GPU costs seconds."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.evaluators: dict[str, Evaluator] = {}
-        self.settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2}})
-        self.builder = Builder(arch="sm_90")
-
-    def evaluator(self, card: str) -> Evaluator:
-        if card not in self.evaluators:
-            evaluator = Evaluator(load_card(CARDS / card), self.builder, self.settings, require_gpu()[0])
-            self.loop.run_until_complete(evaluator.start())
-            self.evaluators[card] = evaluator
-        return self.evaluators[card]
-
-    def run(self, card: str, kernel: Path) -> Evaluation:
-        plan = plan_for_kernel(kernel)
-        return self.loop.run_until_complete(self.evaluator(card).evaluate(kernel.read_text(), plan))
-
-    def close(self) -> None:
-        for evaluator in self.evaluators.values():
-            self.loop.run_until_complete(evaluator.close())
-
-
-@pytest.fixture(scope="module")
-def harness(loop: asyncio.AbstractEventLoop) -> Iterator[Harness]:
-    h = Harness(loop)
-    yield h
-    h.close()
 
 
 def candidates(card: str) -> list[Path]:
@@ -137,16 +98,7 @@ def test_output_kept_from_before_the_launch_is_caught_in_the_timed_runs(loop: as
     timed runs (its 32 honest launches cover the 3 + 2 sets, the second run and the warm-up, not the timing)."""
     settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2, "min_reps": 60, "max_reps": 60}})
     evaluator = Evaluator(load_card(CARDS / "vector_add_f32"), Builder(arch="sm_90"), settings, require_gpu()[0])
-    kernel = CHEATS / "vector_add_f32" / "keeps_output_when_timed.cu"
-
-    async def run() -> Evaluation:
-        await evaluator.start()
-        try:
-            return await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
-        finally:
-            await evaluator.close()
-
-    evaluation = loop.run_until_complete(run())
+    evaluation = evaluate_once(loop, evaluator, CHEATS / "vector_add_f32" / "keeps_output_when_timed.cu")
     assert not evaluation.ok
     assert evaluation.failure == "cheat", evaluation.reason
     assert "timed runs (started from random finite values) was wrong" in evaluation.reason

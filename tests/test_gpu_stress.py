@@ -9,22 +9,21 @@ the CPU with NumPy stand-ins; the kernels are in tests/fixtures/stress/.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.cards import load_card, plan_for_kernel
+from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.stress import plan
 from kernelforge_tui.config import Settings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
-from kernelforge_tui.models.evaluation import Evaluation
 
 from .conftest import EXAMPLES
+from .gpu_harness import Harness, evaluate_once
 
 pytestmark = pytest.mark.gpu
 CARDS = EXAMPLES / "cards"
@@ -96,44 +95,6 @@ HONEST_EXAMPLES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-class Harness:
-    """One evaluator per card, kept for the module: loading a card on the GPU costs seconds."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self.evaluators: dict[str, Evaluator] = {}
-        self.settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2}})
-        self.builder = Builder(arch="sm_90")
-
-    def evaluator(self, card: str) -> Evaluator:
-        if card not in self.evaluators:
-            evaluator = Evaluator(load_card(CARDS / card), self.builder, self.settings, require_gpu()[0])
-            self.loop.run_until_complete(evaluator.start())
-            self.evaluators[card] = evaluator
-        return self.evaluators[card]
-
-    def run(self, card: str, source: Path, launch: LaunchPlan) -> Evaluation:
-        return self.loop.run_until_complete(self.evaluator(card).evaluate(source.read_text(), launch))
-
-    def close(self) -> None:
-        for evaluator in self.evaluators.values():
-            self.loop.run_until_complete(evaluator.close())
-
-
-@pytest.fixture(scope="module")
-def harness(loop: asyncio.AbstractEventLoop) -> Iterator[Harness]:
-    h = Harness(loop)
-    yield h
-    h.close()
-
-
 def stress_labels(card: str) -> list[str]:
     return [planned.label for planned in plan(load_card(CARDS / card).spec) if planned.skipped is None]
 
@@ -172,7 +133,7 @@ def test_honest_rewrites_pass_every_set(harness: Harness, kernel: Kernel) -> Non
 def test_the_example_candidates_and_honest_controls_pass_every_stress_set(
     harness: Harness, card: str, kernel: Path
 ) -> None:
-    evaluation = harness.run(card, kernel, plan_for_kernel(kernel))
+    evaluation = harness.run(card, kernel)
     assert evaluation.ok, f"{evaluation.failure}: {evaluation.reason}"
     assert evaluation.result is not None
     assert set(stress_labels(card)) <= {check.name for check in evaluation.result.checks}
@@ -193,16 +154,7 @@ def test_a_large_card_loads_its_stress_sets(loop: asyncio.AbstractEventLoop) -> 
     card = "softmax_bf16_4096x32768"
     settings = Settings.model_validate({"eval": {"timeout_s": 30.0, "fresh_seeds": 1}})
     evaluator = Evaluator(load_card(CARDS / card), Builder(arch="sm_90"), settings, require_gpu()[0])
-    kernel = sorted((CARDS / card / "candidates").glob("*.cu"))[0]
-
-    async def run() -> Evaluation:
-        await evaluator.start()
-        try:
-            return await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
-        finally:
-            await evaluator.close()
-
-    evaluation = loop.run_until_complete(run())
+    evaluation = evaluate_once(loop, evaluator, sorted((CARDS / card / "candidates").glob("*.cu"))[0])
     assert evaluator.loaded is not None and evaluator.loaded.sets[-7:] == stress_labels(card)
     assert evaluator.loaded.seconds < 120, f"loading took {evaluator.loaded.seconds:.0f} s"
     assert evaluation.ok, f"{evaluation.failure}: {evaluation.reason}"
