@@ -446,3 +446,16 @@ async def test_quit_stops_an_in_process_search_cleanly_first() -> None:
         await pilot.pause(0.2)
     assert isinstance(source.sent[-1], Stop) and source.stopped.is_set()
     assert app.return_code == 0
+
+
+async def test_a_read_that_lands_after_its_pane_is_gone_is_dropped() -> None:
+    """Store reads run in threads; one can answer while the app is closing and its panes are removed."""
+    source = SyntheticSource(20)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await app.query_one(MetricsPane).remove()
+        await app.query_one(DiffPane).remove()
+        await pilot.press("down")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.is_running and app.return_code is None

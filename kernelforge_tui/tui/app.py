@@ -259,7 +259,9 @@ class KernelForgeApp(App[None]):
     @on(DetailRead)
     def _show_detail(self, message: DetailRead) -> None:
         if message.detail.node.id == self.selected:
-            self.query_one(MetricsPane).show(message.detail, message.parent)
+            # A read can land while the app closes and its panes are gone: then there is nothing to show.
+            for pane in self.query(MetricsPane):
+                pane.show(message.detail, message.parent)
 
     def _diff_base_of(self, node_id: int) -> tuple[int | None, str]:
         """The node the diff compares `node_id` with, and its name."""
@@ -288,11 +290,11 @@ class KernelForgeApp(App[None]):
         base_id, base_name = self._diff_base_of(message.node_id)
         if base_id != message.base_id:
             return  # the base moved on (a new best, another mode) and its own read is on its way
-        pane = self.query_one(DiffPane)
-        if message.new is None:
-            pane.show_message(f"#{message.node_id}: no source recorded")
-        else:
-            pane.show(message.old, message.new, base_name, f"#{message.node_id}")
+        for pane in self.query(DiffPane):  # none once the app is closing (a read can land after that)
+            if message.new is None:
+                pane.show_message(f"#{message.node_id}: no source recorded")
+            else:
+                pane.show(message.old, message.new, base_name, f"#{message.node_id}")
 
     def _update_header(self) -> None:
         state = self.state
