@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -210,9 +210,185 @@ class RewardWeights(Section):
     """Penalty weight of ln((1 + child spill bytes) / (1 + parent spill bytes)) when spilling bought no gain."""
     occupancy: Weight = 0.2
     """Penalty weight of the achieved-occupancy drop (/100) when the child is also slower than its parent."""
+    judge: Weight = 0.1
+    """Weight of the judge's score of an LLM edit, centred: weight * (2 * score - 1), so 0.5 is neutral and a node
+    with no judge score gets no term."""
     failure: float = Field(default=-1.0, lt=0, allow_inf_nan=False)
     """The whole reward of a failed node (compile, launch, mismatch, timeout, cheat) when scored alone; in a
     search the tree's own `failure_reward` (TreeSettings) is the one used, so the two never disagree."""
+
+
+# ---- LLM providers, models, roles and prices ---------------------------------------------------------------------
+# Why only the key's variable name: the API key is read from the environment at call time and never stored, so it
+# cannot reach the store, a log, an export or a repr.
+
+
+class Timeouts(Section):
+    connect_s: float = Field(default=10.0, gt=0)
+    idle_s: float = Field(default=60.0, gt=0)
+    """Longest wait for the response headers or the next line of the stream: a stalled provider is caught here."""
+    total_s: float = Field(default=600.0, gt=0)
+    """Whole call, retries and their waits included: once it is spent nothing is retried."""
+
+
+class Retries(Section):
+    max_attempts: int = Field(default=4, ge=1)
+    backoff_s: float = Field(default=1.0, ge=0)
+    """Attempt n waits about backoff_s * 2**(n-1), jittered, unless the server says how long (Retry-After)."""
+    backoff_max_s: float = Field(default=30.0, ge=0)
+
+
+class ProviderSettings(Section):
+    name: str = Field(min_length=1)
+    protocol: Literal["openai", "anthropic"]
+    base_url: str = Field(min_length=1)
+    """OpenAI-compatible: up to and including the version, e.g. https://api.openai.com/v1 or http://localhost:8000/v1;
+    Anthropic: without it, e.g. https://api.anthropic.com."""
+    api_key_env: str | None = None
+    """The NAME of the environment variable that holds the key; None for a local server that needs none."""
+    max_concurrency: int = Field(default=4, ge=1)
+    timeouts: Timeouts = Field(default_factory=Timeouts)
+    retries: Retries = Field(default_factory=Retries)
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_trailing_slash(cls, value: str) -> str:
+        return value.rstrip("/")
+
+    def api_key(self) -> str | None:
+        """The key, read now from the environment (None when unset or empty)."""
+        if self.api_key_env is None:
+            return None
+        return os.environ.get(self.api_key_env) or None
+
+
+class Price(Section):
+    """US dollars per million tokens. Prices with at most three decimals give costs that add up exactly (they are
+    kept as integer nano-dollars: `llm.pricing.cost_nanousd`)."""
+
+    input: float = Field(ge=0, allow_inf_nan=False)
+    output: float = Field(ge=0, allow_inf_nan=False)
+
+
+DEFAULT_PRICES: dict[str, Price] = {
+    "gpt-4.1": Price(input=2.0, output=8.0),
+    "gpt-4.1-mini": Price(input=0.4, output=1.6),
+    "gpt-4o": Price(input=2.5, output=10.0),
+    "gpt-4o-mini": Price(input=0.15, output=0.6),
+    "gpt-5": Price(input=1.25, output=10.0),
+    "gpt-5-mini": Price(input=0.25, output=2.0),
+    "o3": Price(input=2.0, output=8.0),
+    "o4-mini": Price(input=1.1, output=4.4),
+    "claude-opus-4-1": Price(input=15.0, output=75.0),
+    "claude-sonnet-4-5": Price(input=3.0, output=15.0),
+    "claude-haiku-4-5": Price(input=1.0, output=5.0),
+    "deepseek-chat": Price(input=0.27, output=1.1),
+    "deepseek-reasoner": Price(input=0.55, output=2.19),
+}
+"""List prices (USD per million tokens, standard tier, as published by each vendor in 2025) of models people
+commonly point this at. A user's `[llm.pricing]` entry or a model's own `price` wins; a local server costs 0."""
+
+ROLES: tuple[str, ...] = ("analyst", "planner", "coder", "debugger", "judge")
+
+
+class ModelSettings(Section):
+    """A model as the config names it: which provider serves it, its id there, and what each request carries."""
+
+    name: str = Field(min_length=1)
+    """The name roles use (e.g. "sonnet"); several names may point at one provider."""
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    """The id the provider knows (e.g. "claude-sonnet-4-5", "gpt-5", "qwen2.5-coder:32b")."""
+    max_tokens: int = Field(default=8192, gt=0)
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Request fields sent as they are: temperature, reasoning_effort, thinking = {type = "enabled", ...}."""
+    price: Price | None = None
+    """Overrides the pricing table for this model."""
+
+
+class RoleSettings(Section):
+    """Which model plays which role (model names from [[llm.models]]). Only the coder is required."""
+
+    analyst: str | None = None
+    """None: the hardware-analysis layer's classification goes to the planner as it is (no call)."""
+    planner: str | None = None
+    """None: the coder's model plans."""
+    coder: list[str] = Field(default_factory=list)
+    """The pool: for a new card the top `pool_size` of these each write a first kernel; the first one writes
+    the kernels after that (a router orders them by their past success on the op family)."""
+    debugger: str | None = None
+    """None: the coder's model repairs."""
+    judge: str | None = None
+    """None: no judge; the judge term of the reward is then 0."""
+
+
+class AgentSettings(Section):
+    """How the agent team works."""
+
+    planning_rounds: int = Field(default=1, ge=1)
+    """R: planner -> coder -> judge rounds per candidate; a round the judge scores below `judge_accept` goes back
+    to the planner with the judge's critique while rounds remain."""
+    debug_rounds: int = Field(default=2, ge=0)
+    """D: how many times a failed agent kernel is sent to the debugger, one repair after the other."""
+    judge_accept: float = Field(default=0.5, ge=0, le=1)
+    pool_size: int = Field(default=2, ge=1)
+    """K: how many pooled coder models write a first kernel for a new card."""
+    prompt_tokens: int = Field(default=12000, ge=1000)
+    """A prompt's budget (estimated tokens); lineage and failures are summarised, oldest first, to fit."""
+    record_text: bool = True
+    """Store each call's prompt and reply; False keeps only their SHA-256 (tokens, cost and timing still)."""
+
+
+class LlmSettings(Section):
+    """`[llm]`: providers, models, roles, prices and the agent team's settings. Empty: no LLM (templates)."""
+
+    providers: list[ProviderSettings] = Field(default_factory=list)
+    models: list[ModelSettings] = Field(default_factory=list)
+    roles: RoleSettings = Field(default_factory=RoleSettings)
+    agents: AgentSettings = Field(default_factory=AgentSettings)
+    pricing: dict[str, Price] = Field(default_factory=dict)
+    """Model id -> price, over DEFAULT_PRICES."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LlmSettings:
+        providers = [p.name for p in self.providers]
+        models = [m.name for m in self.models]
+        for kind, names in (("providers", providers), ("models", models)):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            if twice:
+                raise ValueError(f"llm.{kind}: names used twice: {twice}; give each its own name")
+        for model in self.models:
+            if model.provider not in providers:
+                raise ValueError(
+                    f"llm.models.{model.name}: no provider {model.provider!r}; add it under [[llm.providers]]"
+                    f" (known: {', '.join(providers) or 'none'})"
+                )
+        for role in ROLES:
+            value = getattr(self.roles, role)
+            for name in value if isinstance(value, list) else [value] if value else []:
+                if name not in models:
+                    raise ValueError(
+                        f"llm.roles.{role}: no model {name!r}; add it under [[llm.models]]"
+                        f" (known: {', '.join(models) or 'none'})"
+                    )
+        if self.models and not self.roles.coder:
+            self.roles.coder = [self.models[0].name]
+        return self
+
+    @property
+    def configured(self) -> bool:
+        """Whether any model is configured (the agent and hybrid proposers need one)."""
+        return bool(self.models)
+
+    def model(self, name: str) -> ModelSettings:
+        return next(m for m in self.models if m.name == name)
+
+    def provider(self, name: str) -> ProviderSettings:
+        return next(p for p in self.providers if p.name == name)
+
+    def price(self, model: ModelSettings) -> Price | None:
+        """The model's price: its own, the user's table, the defaults; None when unknown."""
+        return model.price or self.pricing.get(model.model) or DEFAULT_PRICES.get(model.model)
 
 
 class FileSettings(BaseSettings):
@@ -244,6 +420,7 @@ class Settings(FileSettings):
     eval: UserEvalSettings = Field(default_factory=UserEvalSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     reward: RewardWeights = Field(default_factory=RewardWeights)
+    llm: LlmSettings = Field(default_factory=LlmSettings)
 
 
 S = TypeVar("S", bound=BaseSettings)

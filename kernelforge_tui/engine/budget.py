@@ -11,6 +11,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.models.events import BudgetUsed
+from kernelforge_tui.models.llm import LlmTotals, usd
 
 
 class Budget(BaseModel):
@@ -26,6 +27,8 @@ class Budget(BaseModel):
     """GPU time the workers report for proving and timing candidates."""
     max_money: float | None = Field(default=None, ge=0)
     """LLM spend in US dollars (for the LLM proposers; the template proposer spends nothing)."""
+    max_tokens: int | None = Field(default=None, ge=0)
+    """LLM tokens, in and out, over every call of the run."""
 
     def merged(self, override: Budget) -> Budget:
         """This budget with every cap `override` sets replaced (a resumed run given new caps)."""
@@ -38,8 +41,14 @@ class BudgetUsage(BaseModel):
     iterations: int = 0
     elapsed_s: float = 0.0
     gpu_seconds: float = 0.0
-    money: float = 0.0
-    """Always 0 for now: no proposer spends money yet."""
+    money_nanousd: int = 0
+    """LLM spend (integer nano-dollars: `models.llm`), restored from the recorded calls on a resume."""
+    tokens: int = 0
+    """LLM tokens in and out."""
+
+    @property
+    def money(self) -> float:
+        return usd(self.money_nanousd)
 
     def exhausted(self, budget: Budget) -> str | None:
         """The reason to stop (which cap was reached), or None."""
@@ -50,7 +59,9 @@ class BudgetUsage(BaseModel):
         if budget.max_gpu_seconds is not None and self.gpu_seconds >= budget.max_gpu_seconds:
             return f"GPU budget reached ({self.gpu_seconds:.1f} of {budget.max_gpu_seconds:g} GPU s)"
         if budget.max_money is not None and self.money >= budget.max_money:
-            return f"money budget reached (${self.money:.2f} of ${budget.max_money:.2f})"
+            return f"money budget reached (${self.money:.4f} of ${budget.max_money:g})"
+        if budget.max_tokens is not None and self.tokens >= budget.max_tokens:
+            return f"token budget reached ({self.tokens} of {budget.max_tokens} LLM tokens)"
         return None
 
     def may_propose(self, budget: Budget, in_flight: int) -> bool:
@@ -91,6 +102,11 @@ class Meter:
             self.usage.iterations += 1
             self._session_candidates += 1
 
+    def spend(self, totals: LlmTotals) -> None:
+        """The run's LLM use so far (the store's totals, which every recorded call updates)."""
+        self.usage.money_nanousd = totals.cost_nanousd
+        self.usage.tokens = totals.tokens
+
     def exhausted(self) -> str | None:
         return self.usage.exhausted(self.budget)
 
@@ -114,4 +130,8 @@ class Meter:
             max_gpu_seconds=b.max_gpu_seconds,
             candidates_per_minute=per_minute,
             gpu_busy_share=busy,
+            tokens=u.tokens,
+            max_tokens=b.max_tokens,
+            money_usd=u.money,
+            max_money_usd=b.max_money,
         )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
-from kernelforge_tui.models.events import EngineEvent, LogLevel, LogLine, NodeChanged
+from kernelforge_tui.models.events import EPHEMERAL_KINDS, EngineEvent, LogLevel, LogLine, NodeChanged
 from kernelforge_tui.store import RunStore
 
 
@@ -26,7 +26,8 @@ class EventBus:
         return queue
 
     def emit(self, event: EngineEvent) -> None:
-        self.store.append_event(event)
+        if event.kind not in EPHEMERAL_KINDS:
+            self.store.append_event(event)
         for queue in self._subscribers:
             queue.put_nowait(event)
 

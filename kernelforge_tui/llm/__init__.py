@@ -1,8 +1,9 @@
 """The LLM provider layer: chat calls over httpx to OpenAI-compatible and Anthropic APIs, streamed, no vendor SDK."""
 
+from kernelforge_tui.config import ProviderSettings, Retries, Timeouts
+from kernelforge_tui.llm.client import Answer, CallSink, LlmClient, Malformed, NullSink
 from kernelforge_tui.llm.errors import LlmError, LlmErrorKind
 from kernelforge_tui.llm.provider import Provider
-from kernelforge_tui.llm.settings import ProviderSettings, Retries, Timeouts
 from kernelforge_tui.llm.types import (
     ChatMessage,
     ChatReply,
@@ -15,11 +16,16 @@ from kernelforge_tui.llm.types import (
 )
 
 __all__ = [
+    "Answer",
+    "CallSink",
     "ChatMessage",
     "ChatReply",
     "ChatRequest",
+    "LlmClient",
     "LlmError",
     "LlmErrorKind",
+    "Malformed",
+    "NullSink",
     "Provider",
     "ProviderSettings",
     "Retries",

@@ -19,14 +19,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
 from typing import TypeVar
 
 import httpx
 
+from kernelforge_tui.config import ProviderSettings
 from kernelforge_tui.llm.errors import LlmError, LlmErrorKind
-from kernelforge_tui.llm.settings import ProviderSettings
 from kernelforge_tui.llm.types import ChatReply, ChatRequest, Retrying, StreamEnd, StreamEvent, TextDelta
 from kernelforge_tui.llm.wire import WIRES, WireError, sse_events
 
@@ -48,8 +48,9 @@ class Provider:
     def __repr__(self) -> str:
         return f"Provider({self.settings.name!r}, {self.settings.protocol}, {self.settings.base_url})"
 
-    async def chat(self, request: ChatRequest) -> ChatReply:
-        """The whole reply, with its latency and time to first token."""
+    async def chat(self, request: ChatRequest, on_text: Callable[[str, bool], None] | None = None) -> ChatReply:
+        """The whole reply, with its latency and time to first token. `on_text(text, retry)` sees each piece as it
+        arrives, and `("", True)` when an attempt failed and a new one starts (drop the text so far)."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         parts: list[str] = []
@@ -61,8 +62,12 @@ class Provider:
                     if first is None:
                         first = loop.time() - start
                     parts.append(event.text)
+                    if on_text is not None:
+                        on_text(event.text, False)
                 elif isinstance(event, Retrying):
                     parts, first, attempts = [], None, event.attempt
+                    if on_text is not None:
+                        on_text("", True)
                 else:
                     return ChatReply(
                         text="".join(parts),

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from kernelforge_tui.models.llm import LlmCall, LlmTotals, Role
 from kernelforge_tui.models.nodes import Frozen, NodeView
 
 SearchState = Literal["starting", "running", "paused", "stopping", "finished"]
@@ -58,6 +59,12 @@ class BudgetUsed(Event):
     max_gpu_seconds: float | None = None
     candidates_per_minute: float = 0.0
     gpu_busy_share: float = 0.0
+    tokens: int = 0
+    """LLM tokens in and out, the run's total."""
+    max_tokens: int | None = None
+    money_usd: float = 0.0
+    """LLM spend in US dollars, the run's total."""
+    max_money_usd: float | None = None
 
 
 class LogLine(Event):
@@ -73,6 +80,49 @@ class StateChanged(Event):
     reason: str = ""
 
 
+class LlmCallStarted(Event):
+    """A role's call went out; `call_key` ties its text and its end to it."""
+
+    kind: Literal["llm_started"] = "llm_started"
+    call_key: str
+    role: Role
+    provider: str
+    model: str
+    node_id: int | None = None
+
+
+class LlmText(Event):
+    """A piece of a reply as it is written. Only in-process views get these: they are not stored (a view
+    following from another process sees the whole reply when the call ends)."""
+
+    kind: Literal["llm_text"] = "llm_text"
+    call_key: str
+    text: str
+    retry: bool = False
+    """The attempt failed and a new one starts: drop the text so far."""
+
+
+class LlmCallEnded(Event):
+    """A call ended and is recorded (`call.id`); `totals` is the run's use so far."""
+
+    kind: Literal["llm_ended"] = "llm_ended"
+    call_key: str
+    call: LlmCall
+    totals: LlmTotals
+
+
+EPHEMERAL_KINDS = frozenset({"llm_text"})
+"""Events the bus hands to in-process views only, never to the store."""
+
 EngineEvent = Annotated[
-    NodeAdded | NodeChanged | BestImproved | BudgetUsed | LogLine | StateChanged, Field(discriminator="kind")
+    NodeAdded
+    | NodeChanged
+    | BestImproved
+    | BudgetUsed
+    | LogLine
+    | StateChanged
+    | LlmCallStarted
+    | LlmText
+    | LlmCallEnded,
+    Field(discriminator="kind"),
 ]

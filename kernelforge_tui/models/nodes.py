@@ -102,6 +102,10 @@ class NodeRecord(BaseModel):
     """Id of the node's latest measurement: the order the search replays outcomes in."""
     reward: Reward | None = None
     """Every term of the node's reward; None before it was measured, or in a run of schema 1."""
+    repair_of: int | None = None
+    """The failed node this one repairs (an LLM debugger's fix), if it is a repair."""
+    judge_score: float | None = None
+    """The LLM judge's score of the edit, 0..1 (a term of the reward), if a judge scored it."""
 
 
 class NodeStats(Frozen):

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
+from kernelforge_tui.models.evaluation import PtxasStats
 from kernelforge_tui.models.nodes import FailureKind, ParamValue
 from kernelforge_tui.models.profiles import NodeProfile
 
@@ -33,6 +34,13 @@ class Proposal(BaseModel):
     """The proposer's name (e.g. "templates", "hand", an agent's name)."""
     params: dict[str, ParamValue] = Field(default_factory=dict)
     """Template parameters of this candidate; {} for LLM-written or hand-written kernels."""
+    repair_of: int | None = None
+    """The failed node (a child of the same parent) this candidate repairs: the debugger's rounds are counted along
+    these links."""
+    judge_score: float | None = None
+    """The LLM judge's score of the edit (0..1), a term of the reward."""
+    llm_calls: list[int] = Field(default_factory=list)
+    """Ids of the recorded LLM calls that wrote it: linked to the node it becomes."""
 
 
 class ParentInfo(BaseModel):
@@ -48,6 +56,16 @@ class ParentInfo(BaseModel):
     profile: NodeProfile | None = None
     """The parent's Nsight Compute profile when it was profiled: its metrics, its bottleneck class and the
     metrics that matter for it (`profile.hardware.lines()` reads as text), its ptxas stats."""
+    ptxas: PtxasStats | None = None
+    """The parent's resource use as ptxas reported it when it was built (registers, shared memory, spills)."""
+
+
+class LineageStep(BaseModel):
+    """One ancestor of the node being expanded, root first: what was changed and what it measured."""
+
+    id: int
+    mutation: str
+    speedup: float | None = None
 
 
 def source_digest(source: str) -> str:
@@ -64,6 +82,13 @@ class FailedSibling(BaseModel):
     params: dict[str, ParamValue] = Field(default_factory=dict)
     failure: FailureKind
     reason: str = ""
+    source: str = ""
+    plan: LaunchPlan | None = None
+    proposer: str = ""
+    repair_round: int = 0
+    """How many debugger repairs led to this node (0: not a repair)."""
+    repaired: bool = False
+    """A repair of it is already in the tree (or on its way): the debugger does not repair it again."""
 
 
 class ProposalContext(BaseModel):
@@ -83,6 +108,10 @@ class ProposalContext(BaseModel):
     """Free text from the person steering, for this node and its ancestors (nearest first)."""
     best_speedup: float | None = None
     """The best speedup in the run so far."""
+    lineage: list[LineageStep] = Field(default_factory=list)
+    """The parent's ancestors, root first, the parent last."""
+    first_expansion: bool = False
+    """The parent is the root and has no children yet: a pooled proposer asks several models for a first kernel."""
 
 
 @runtime_checkable

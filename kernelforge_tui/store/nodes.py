@@ -31,13 +31,17 @@ class NodeQueries(Database):
         mutation: str = "",
         proposer: str = "",
         params: dict[str, ParamValue] | None = None,
+        *,
+        repair_of: int | None = None,
+        judge_score: float | None = None,
+        llm_calls: Sequence[int] = (),
     ) -> NodeView:
-        """A new node, proposed (not yet built nor measured)."""
+        """A new node, proposed (not yet built nor measured); the LLM calls that wrote it are linked to it."""
         now = time.time()
         with self._tx() as c:
             cursor = c.execute(
-                "INSERT INTO nodes (parent, status, mutation, proposer, params, source, plan, created_at, updated_at)"
-                " VALUES (?,?,?,?,?,?,?,?,?)",
+                "INSERT INTO nodes (parent, status, mutation, proposer, params, source, plan, created_at, updated_at,"
+                " repair_of, judge_score) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     parent_id,
                     NodeStatus.PROPOSED,
@@ -48,10 +52,13 @@ class NodeQueries(Database):
                     plan.model_dump_json(),
                     now,
                     now,
+                    repair_of,
+                    judge_score,
                 ),
             )
             node_id = cursor.lastrowid
-        assert node_id is not None
+            assert node_id is not None
+            c.executemany("UPDATE llm_calls SET child = ? WHERE id = ?", [(node_id, call) for call in llm_calls])
         return self.node(node_id)
 
     def _set(self, node_id: int, sql: str, *values: object) -> NodeView:

@@ -57,6 +57,8 @@ def as_record(r: sqlite3.Row) -> NodeRecord:
         attempts=r["attempts"],
         last_measurement=r["last_m"],
         reward=parsed_or_none(Reward, r["reward_json"]) if "reward_json" in r.keys() else None,  # noqa: SIM118 (Row: keys)
+        repair_of=r["repair_of"] if "repair_of" in r.keys() else None,  # noqa: SIM118 (Row: keys)
+        judge_score=r["judge_score"] if "judge_score" in r.keys() else None,  # noqa: SIM118 (Row: keys)
     )
 
 

@@ -14,6 +14,7 @@ from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store.errors import StoreError
 from kernelforge_tui.store.files import DB_NAME, connect, db_file
+from kernelforge_tui.store.llm import LlmQueries
 from kernelforge_tui.store.lock import take_writer_lock, writer_live
 from kernelforge_tui.store.messages import MessageQueries
 from kernelforge_tui.store.nodes import NodeQueries
@@ -23,7 +24,7 @@ from kernelforge_tui.store.schema import SCHEMA_VERSION
 M = TypeVar("M", bound=BaseModel)
 
 
-class RunStore(NodeQueries, MessageQueries):
+class RunStore(NodeQueries, MessageQueries, LlmQueries):
     """The SQLite database of one run. Thread-safe (one lock); every write commits before it returns.
 
     A run has one writer, its search: `create` and `resume` take the run's writer lock and refuse a run that a live

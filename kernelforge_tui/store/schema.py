@@ -85,6 +85,34 @@ MIGRATIONS: list[str] = [
     ALTER TABLE nodes ADD COLUMN speedup_high REAL;
     ALTER TABLE run ADD COLUMN best_node INTEGER REFERENCES nodes(id);
     """,
+    # 4: LLM calls (models.llm.LlmCall), and on each node the failed node it repairs and the judge's score.
+    """
+    CREATE TABLE llm_calls (
+        id INTEGER PRIMARY KEY AUTOINCREMENT,
+        node INTEGER REFERENCES nodes(id),
+        child INTEGER REFERENCES nodes(id),
+        role TEXT NOT NULL,
+        provider TEXT NOT NULL,
+        model TEXT NOT NULL,
+        prompt TEXT,
+        prompt_sha256 TEXT NOT NULL,
+        reply TEXT,
+        reply_sha256 TEXT NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        cost_nanousd INTEGER NOT NULL,
+        latency_s REAL NOT NULL,
+        first_token_s REAL,
+        attempts INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        error TEXT NOT NULL,
+        at REAL NOT NULL
+    );
+    CREATE INDEX llm_calls_node ON llm_calls(node);
+    CREATE INDEX llm_calls_child ON llm_calls(child);
+    ALTER TABLE nodes ADD COLUMN repair_of INTEGER REFERENCES nodes(id);
+    ALTER TABLE nodes ADD COLUMN judge_score REAL;
+    """,
 ]
 """Migration i (0-based) takes the schema from version i to i + 1. Append; never edit a released one."""
 
