@@ -333,6 +333,8 @@ class AgentSettings(Section):
     judge_accept: float = Field(default=0.5, ge=0, le=1)
     pool_size: int = Field(default=2, ge=1)
     """K: how many pooled coder models write a first kernel for a new card."""
+    expansions: int = Field(default=3, ge=1)
+    """Nodes the team expands at once (each with its own calls, within each provider's max_concurrency)."""
     prompt_tokens: int = Field(default=12000, ge=1000)
     """A prompt's budget (estimated tokens); lineage and failures are summarised, oldest first, to fit."""
     record_text: bool = True

@@ -249,6 +249,7 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
         assert all(n.reward_total is None and n.reward_note == "" for n in before)
         assert old.node_record(before[0].id).reward is None
         assert old.node_records()[0].reward is None
+        assert old.llm_calls() == [] and old.llm_totals().calls == 0 and old.model_records() == []
     conn = sqlite3.connect(OLD_RUN / DB_NAME)
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == 1  # untouched
     conn.close()
@@ -256,7 +257,7 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
     copy.mkdir()
     shutil.copy(OLD_RUN / DB_NAME, copy / DB_NAME)
     with RunStore.open(copy) as migrated:
-        assert migrated.schema_version == SCHEMA_VERSION == 3
+        assert migrated.schema_version == SCHEMA_VERSION == 4
         after = migrated.nodes()
         assert [n.model_dump(exclude={"reward_total", "reward_note"}) for n in after] == [
             n.model_dump(exclude={"reward_total", "reward_note"}) for n in before
@@ -267,6 +268,8 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
     assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == SCHEMA_VERSION
     assert {"reward_json", "speedup_low", "speedup_high"} <= {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
     assert "best_node" in {r[1] for r in conn.execute("PRAGMA table_info(run)")}
+    assert {"repair_of", "judge_score"} <= {r[1] for r in conn.execute("PRAGMA table_info(nodes)")}
+    assert conn.execute("SELECT COUNT(*) FROM llm_calls").fetchone()[0] == 0
     conn.close()
     with RunStore.open(copy, readonly=True) as reread:  # no node was promoted in it: the fastest is its best
         assert reread.run_info().best_node_id == old_info.best_node_id

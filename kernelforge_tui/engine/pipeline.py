@@ -122,11 +122,24 @@ class Pipeline:
         if key in self._keys and not allow_duplicate:
             return None
         self.remember(proposal.source, proposal.plan)
+        repair_of = proposal.repair_of if proposal.repair_of in self.tree else None
+        judge = proposal.judge_score
+        judge = judge if judge is not None and 0 <= judge <= 1 else None
         view = self.store.add_node(
-            parent_id, proposal.source, proposal.plan, proposal.mutation, proposal.proposer, proposal.params
+            parent_id,
+            proposal.source,
+            proposal.plan,
+            proposal.mutation,
+            proposal.proposer,
+            proposal.params,
+            repair_of=repair_of,
+            judge_score=judge,
+            llm_calls=proposal.llm_calls,
         )
-        self.tree.add(view.id, parent_id, proposal.params, proposal.mutation)
+        self.tree.add(view.id, parent_id, proposal.params, proposal.mutation, repair_of)
         self.bus.emit(NodeAdded(node=view))
+        if proposal.rejected is not None:
+            problem = f"the model's reply could not be used (kept as the source): {proposal.rejected}"
         if problem is not None:
             self.on_done(view.id, Evaluation(ok=False, failure=FailureKind.COMPILE, reason=problem))
         else:

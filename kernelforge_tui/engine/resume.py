@@ -40,7 +40,7 @@ def restore(store: RunStore, tree: Tree, pipeline: Pipeline) -> Restored:
     """Replay the store's nodes into an empty tree (and their sources into the pipeline's seen set)."""
     records = store.node_records()
     for rec in records:
-        node = tree.add(rec.id, rec.parent_id, rec.params, rec.mutation)
+        node = tree.add(rec.id, rec.parent_id, rec.params, rec.mutation, rec.repair_of)
         node.banned, node.pinned, node.hints = rec.banned, rec.pinned, list(rec.hints)
         pipeline.remember(rec.source, rec.plan)
     usage = BudgetUsage()
@@ -50,6 +50,8 @@ def restore(store: RunStore, tree: Tree, pipeline: Pipeline) -> Restored:
         tree.finish(rec.id, rec.status, rec.speedup, rec.failure, rec.reason, score)
         if rec.id != tree.root_id:
             usage.iterations += 1
+    totals = store.llm_totals()
+    usage.money_nanousd, usage.tokens = totals.cost_nanousd, totals.tokens
     champion = Champion()
     if records:
         info = store.run_info()

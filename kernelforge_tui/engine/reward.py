@@ -56,6 +56,8 @@ class Evidence(BaseModel):
     metrics: dict[str, float] | None = None
     ptxas: PtxasStats | None = None
     dynamic_shared: int = 0
+    judge_score: float | None = Field(default=None, ge=0, le=1)
+    """An LLM judge's score of the edit that made the node, when one scored it."""
 
 
 def bottleneck_of(metrics: Metrics, threshold_pct: float = 30.0) -> Bottleneck | None:
@@ -199,6 +201,14 @@ def compute_reward(
         if bottleneck is not None and pct is not None:
             prefix = "now " if pm is not None and bottleneck_of(pm, threshold_pct) != bottleneck else ""
             words.append(f"{prefix}{CLASS_NAMES[bottleneck]} at {pct:.0f}% of peak")
+    if child.judge_score is not None:
+        terms.append(
+            RewardTerm(
+                name="judge",
+                value=w.judge * (2 * child.judge_score - 1),
+                explanation=f"the judge scored the edit {child.judge_score:.2f} (0.5 is neutral)",
+            )
+        )
     total = sum(t.value for t in terms)
     if not words:
         words.append(f"{child.speedup:.2f}x over the baseline")

@@ -101,7 +101,8 @@ class Scorer:
 
     def _measured(self, node_id: int, speedup: float, evaluation: Evaluation | None) -> Evidence:
         """What is known about a measured node: its speedup, its ptxas stats, its ncu metrics if profiled."""
-        _, plan = self.store.node_source(node_id)
+        record = self.store.node_record(node_id)
+        plan = record.plan
         build = evaluation.build if evaluation is not None else None
         ptxas = build.ptxas.get(plan.entry) if build is not None else None
         try:
@@ -109,7 +110,13 @@ class Scorer:
         except UnreadableRecord:
             profile = None  # scored on its speedup and resources alone
         metrics = profile.profile.values() if profile is not None else None
-        return Evidence(speedup=speedup, metrics=metrics, ptxas=ptxas, dynamic_shared=self._dynamic_shared(plan))
+        return Evidence(
+            speedup=speedup,
+            metrics=metrics,
+            ptxas=ptxas,
+            dynamic_shared=self._dynamic_shared(plan),
+            judge_score=record.judge_score,
+        )
 
     def _dynamic_shared(self, plan: LaunchPlan) -> int:
         try:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
+from functools import partial
 
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import ProfileSettings, RewardWeights
@@ -21,6 +22,7 @@ from kernelforge_tui.engine.backend import EvaluationBackend
 from kernelforge_tui.engine.budget import Meter
 from kernelforge_tui.engine.commands import CommandHandler
 from kernelforge_tui.engine.events import EventBus
+from kernelforge_tui.engine.llm_calls import RunCallSink
 from kernelforge_tui.engine.pipeline import Pipeline, Priority
 from kernelforge_tui.engine.profiling import ProfileReason, ProfileScheduler
 from kernelforge_tui.engine.promotion import timed_pair
@@ -30,13 +32,24 @@ from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.engine.strategies import make_strategy
 from kernelforge_tui.engine.tree import Tree
 from kernelforge_tui.errors import BadInput, BaselineFailed
+from kernelforge_tui.llm import LlmClient, LlmError
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import BestImproved, EngineEvent, SearchState, StateChanged
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.runs import RunInfo
-from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext, Proposer
+from kernelforge_tui.proposers.base import (
+    FailedSibling,
+    LineageStep,
+    ParentInfo,
+    Proposal,
+    ProposalContext,
+    Proposer,
+)
 from kernelforge_tui.store import RunStore, UnreadableRecord
+
+MAX_LLM_FAILURES = 3
+"""Expansions in a row that fail on the LLM provider before the search stops (it is down, or the key was revoked)."""
 
 
 class Search:
@@ -52,8 +65,10 @@ class Search:
         *,
         profile: ProfileSettings | None = None,
         reward: RewardWeights | None = None,
+        llm: LlmClient | None = None,
     ) -> None:
-        """`profile` and `reward`: `Settings.profile` and `Settings.reward` (defaults when None)."""
+        """`profile` and `reward`: `Settings.profile` and `Settings.reward` (defaults when None). `llm`: the client
+        the proposer's agents ask through; the search records their calls and closes it when the run ends."""
         if card.spec.baseline is None:
             raise BadInput(f"card {card.spec.name} has no baseline kernel: the search starts from it (add [baseline])")
         self.card = card
@@ -81,6 +96,15 @@ class Search:
         self.profiles.profiled = restored.profiled
         self._in_flight_at_start = restored.in_flight
         self.champion = restored.champion
+        self.llm = llm
+        if llm is not None:
+            llm.sink = RunCallSink(store, self.bus, self.meter, self.wake)
+        self.expansions: dict[int, asyncio.Task[None]] = {}
+        """Expansions in progress (an LLM proposer writes for seconds), by node; cancelled on a pause or a stop."""
+        self._reserved = 0
+        """Children the expansions in progress may still add: counted against the iteration budget."""
+        self._llm_failures = 0
+        """LLM expansions in a row that failed on the provider: a provider that keeps failing stops the search."""
         self.forced: deque[int] = deque()
         """Nodes a person asked to expand next (ExpandNode), ahead of the strategy's choice."""
         self.state: SearchState = "starting"
@@ -111,6 +135,7 @@ class Search:
         if not self.paused and self.stop_reason is None:
             self.paused = True
             self.running.clear()
+            self._cancel_expansions()
             self._set_state("paused", "paused by request")
 
     def resume(self) -> None:
@@ -124,11 +149,17 @@ class Search:
         if self.stop_reason is not None:
             return
         self.stop_reason = reason
+        self._cancel_expansions()
         self.profiles.searching = False
         self.paused = False
         self.running.set()
         self._set_state("stopping", reason)
         self.wake.set()
+
+    def _cancel_expansions(self) -> None:
+        """Stop every proposer call at once (an LLM reply being written is abandoned, its call recorded)."""
+        for task in self.expansions.values():
+            task.cancel()
 
     # ---- running ------------------------------------------------------------------------------------
 
@@ -162,9 +193,13 @@ class Search:
             await driver
             finished = True
         finally:
+            self._cancel_expansions()
             for task in tasks:
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks, *self.expansions.values(), return_exceptions=True)
+            if self.llm is not None:
+                with contextlib.suppress(Exception):
+                    await self.llm.aclose()
             self._account()
             with contextlib.suppress(Exception):
                 await self.backend.close()
@@ -209,11 +244,17 @@ class Search:
             reason = self.meter.exhausted()
             if reason is not None:
                 self.stop(reason)
-            if self.stop_reason is not None and not self.pipeline.flying and not self.profiles.pending:
+            if (
+                self.stop_reason is not None
+                and not self.pipeline.flying
+                and not self.profiles.pending
+                and not self.expansions
+            ):
                 return
             if self.stop_reason is None and not self.paused and await self._step():
                 continue
-            if self.stop_reason is None and not self.pipeline.flying and not self.forced and not self.paused:
+            idle = not self.pipeline.flying and not self.expansions and not self.forced
+            if self.stop_reason is None and idle and not self.paused:
                 self.stop("nothing left to expand: every branch is exhausted, pruned or banned")
                 continue
             self.wake.clear()
@@ -221,8 +262,10 @@ class Search:
                 await asyncio.wait_for(self.wake.wait(), self.settings.pipeline.poll_s)
 
     async def _step(self) -> bool:
-        """One expansion, if there is room and a node to expand; whether it did one."""
-        if not self.meter.may_propose(len(self.pipeline.flying)):
+        """Start one expansion, if there is room and a node to expand; whether it started one."""
+        if len(self.expansions) >= self.settings.pipeline.max_expanding:
+            return False
+        if not self.meter.may_propose(len(self.pipeline.flying) + self._reserved):
             return False
         target: int | None = None
         forced = False
@@ -237,21 +280,43 @@ class Search:
             target = self.strategy.select()
             if target is None:
                 return False
-        await self._expand(target, forced)
+        n = self.strategy.expansion_size(target, forced)
+        if self.settings.budget.max_iterations is not None:
+            left = self.settings.budget.max_iterations - self.meter.usage.iterations
+            n = min(n, left - len(self.pipeline.flying) - self._reserved)
+        n = max(n, 0)
+        self.tree[target].expanding = True
+        self._reserved += n
+        task = asyncio.create_task(self._expand(target, forced, n), name=f"expand-{target}")
+        self.expansions[target] = task
+        task.add_done_callback(partial(self._expanded, target, n))
         return True
 
-    async def _expand(self, node_id: int, forced: bool) -> None:
-        """Ask the proposer for children of the node; a proposer that fails or has nothing new exhausts it."""
-        n = self.strategy.expansion_size(node_id, forced)
-        if self.settings.budget.max_iterations is not None:
-            n = min(n, self.settings.budget.max_iterations - self.meter.usage.iterations - len(self.pipeline.flying))
+    def _expanded(self, node_id: int, n: int, task: asyncio.Task[None]) -> None:
+        """An expansion ended (done, failed or cancelled, even before it started): the node may be selected again,
+        its reserved children are released, and the driver is woken."""
+        self.tree[node_id].expanding = False
+        self._reserved -= n
+        self.expansions.pop(node_id, None)
+        self.wake.set()
+
+    async def _expand(self, node_id: int, forced: bool, n: int) -> None:
+        """Ask the proposer for children of the node; a proposer that fails or has nothing new exhausts it. A
+        provider that fails does not exhaust the node (the next try may pass); three in a row stop the search."""
         try:
             proposals = await self.proposer.propose(self._context(node_id), n)
-            offered = list(proposals[: max(n, 0)])
+            offered = list(proposals[:n])
+        except LlmError as exc:
+            self._llm_failures += 1
+            self.bus.log(f"the LLM failed while expanding node {node_id}: {exc}", "warning", node_id)
+            if self._llm_failures >= MAX_LLM_FAILURES:
+                self.stop(f"the LLM failed {self._llm_failures} times in a row; last: {exc}")
+            return
         except Exception as exc:  # a broken proposer must not end the run; the node is not asked again
             self.tree[node_id].exhausted = True
             self.bus.log(f"the proposer failed on node {node_id}: {type(exc).__name__}: {exc}", "error", node_id)
             return
+        self._llm_failures = 0
         added = 0
         priority = Priority.STEERED if forced else Priority.NORMAL
         for proposal in offered:
@@ -273,15 +338,28 @@ class Search:
             profile = self.store.profile(node_id)
         except UnreadableRecord:
             profile = None
-        failed = [
-            FailedSibling(
-                node_id=c.id,
-                summary=c.mutation,
-                params=c.params,
-                failure=c.failure or FailureKind.WORKER,
-                reason=c.reason,
+        failed: list[FailedSibling] = []
+        for child in self.tree.failed_children(node_id):
+            sibling = self.store.node_record(child.id)
+            failed.append(
+                FailedSibling(
+                    node_id=child.id,
+                    summary=child.mutation,
+                    params=child.params,
+                    failure=child.failure or FailureKind.WORKER,
+                    reason=child.reason,
+                    source=sibling.source,
+                    plan=sibling.plan,
+                    proposer=sibling.proposer,
+                    repair_round=self.tree.repair_round(child.id),
+                    repaired=self.tree.repaired(child.id),
+                )
             )
-            for c in self.tree.failed_children(node_id)
+        evaluation = self.store.evaluation(node_id)
+        build = evaluation.build if evaluation is not None else None
+        lineage = [
+            LineageStep(id=a.id, mutation=a.mutation, speedup=a.speedup)
+            for a in reversed(list(self.tree.ancestors(node_id)))
         ]
         parent = ParentInfo(
             id=node_id,
@@ -291,6 +369,7 @@ class Search:
             latency_us=record.latency_us,
             speedup=record.speedup,
             profile=profile,
+            ptxas=build.ptxas.get(record.plan.entry) if build is not None else None,
         )
         return ProposalContext(
             card=self.card.spec,
@@ -301,6 +380,8 @@ class Search:
             tried_sources=self.pipeline.tried_sources(),
             hints=self.tree.hints_for(node_id),
             best_speedup=self.champion.speedup,
+            lineage=lineage,
+            first_expansion=node_id == self.tree.root_id and not self.store.llm_calls(node_id),
         )
 
     def _record(self, node_id: int, evaluation: Evaluation) -> None:

@@ -20,6 +20,9 @@ class PipelineSettings(BaseModel):
     """Candidates proposed but not yet measured; default build_parallel + 2 per GPU lane."""
     build_parallel: int = Field(default=4, ge=1)
     """Builds running at once (nvcc processes; the Builder caps them as well)."""
+    max_expanding: int = Field(default=1, ge=1)
+    """Expansions in progress at once: 1 for the template proposer (instant); an LLM team writes for seconds, so
+    several run side by side (`[llm.agents] expansions`) and the GPU is not left waiting on one reply."""
     poll_s: float = Field(default=0.25, gt=0)
     """How often the store is polled for commands written by another process (the TUI)."""
     stats_every_s: float = Field(default=1.0, gt=0)

@@ -17,19 +17,23 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.config import Settings
+from kernelforge_tui.config import LlmSettings, Settings, config_file
 from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.router import past_records, rank_coders
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
 from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.detect import NoGpuError, require_gpu
+from kernelforge_tui.llm import LlmClient
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import Proposer
 from kernelforge_tui.store import RunStore, new_run_dir, resolve_run
 
 DEFAULT_PROPOSER = "templates"
+LLM_PROPOSERS = ("agents", "hybrid")
+"""Proposers that write with an LLM team (`[llm]` in the config)."""
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -100,14 +104,19 @@ def prepare_run(card_dir: Path | None, settings: Settings, options: RunOptions) 
         else:
             card = load_card(card_dir)
             run_settings = new_run_settings(settings, options)
-        proposer = load_proposer(run_settings.proposer)
+        proposer, llm = make_proposer(run_settings.proposer, settings.llm, card.spec.family, options.root)
+        if llm is not None:
+            pipeline = run_settings.pipeline.model_copy(update={"max_expanding": settings.llm.agents.expansions})
+            run_settings = run_settings.model_copy(update={"pipeline": pipeline})
         backend = make_backend(card, settings, options)
         if store is not None:
             store.set_settings(run_settings)
         else:
             run_dir = options.run_dir or new_run_dir(card.spec.name, options.root)
             store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
-        return Search(card, proposer, backend, store, run_settings, profile=settings.profile, reward=settings.reward)
+        return Search(
+            card, proposer, backend, store, run_settings, profile=settings.profile, reward=settings.reward, llm=llm
+        )
     except BaseException:
         if store is not None:
             store.close()
@@ -168,6 +177,31 @@ def _same_backend(info: RunInfo, simulate: bool) -> None:
         )
 
 
+def make_proposer(
+    spec: str, llm: LlmSettings, family: str, root: Path | None = None
+) -> tuple[Proposer, LlmClient | None]:
+    """The proposer a run names, and the LLM client its agents ask through (None without agents).
+
+    `agents` and `hybrid` need `[llm]` configured; their pooled coders are ranked by past success on `family` in
+    the runs under `root` (`engine.router`)."""
+    if spec not in LLM_PROPOSERS:
+        return load_proposer(spec), None
+    if not llm.configured:
+        raise BadInput(
+            f"--proposer {spec} needs an LLM: configure [[llm.providers]] and [[llm.models]] in "
+            f"{config_file()} (README: LLM providers), or use --proposer templates"
+        )
+    from kernelforge_tui.proposers.agents import AgentProposer
+    from kernelforge_tui.proposers.hybrid import HybridProposer
+    from kernelforge_tui.proposers.templates import TemplateProposer
+
+    client = LlmClient(llm)
+    agents = AgentProposer(client, llm, rank_coders(llm, past_records(family, root)))
+    if spec == "hybrid":
+        return HybridProposer(TemplateProposer(), agents), client
+    return agents, client
+
+
 def load_proposer(spec: str) -> Proposer:
     """`templates` (the built-in library) or `module:Class` (any class following the Proposer protocol)."""
     if spec == DEFAULT_PROPOSER:
@@ -176,7 +210,7 @@ def load_proposer(spec: str) -> Proposer:
         return TemplateProposer()
     module_name, _, attr = spec.partition(":")
     if not attr:
-        raise BadInput(f"--proposer {spec!r}: give 'templates' or 'module:Class'")
+        raise BadInput(f"--proposer {spec!r}: give 'templates', 'agents', 'hybrid' or 'module:Class'")
     try:
         proposer = getattr(importlib.import_module(module_name), attr)()
     except (ImportError, AttributeError) as exc:

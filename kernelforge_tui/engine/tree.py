@@ -85,6 +85,10 @@ class TreeNode:
     pruned: bool = False
     exhausted: bool = False
     """The proposer had nothing new for this node: it is not expanded again."""
+    expanding: bool = False
+    """A proposer is writing children of this node now: it is not selected again until it is done."""
+    repair_of: int | None = None
+    """The failed sibling this node repairs (an LLM debugger's fix)."""
     hints: list[str] = field(default_factory=list)
     score: float | None = None
     """The reward given for this measured node (None: ln(speedup) is used)."""
@@ -131,6 +135,7 @@ class Tree:
         parent_id: int | None,
         params: dict[str, ParamValue] | None = None,
         mutation: str = "",
+        repair_of: int | None = None,
     ) -> TreeNode:
         """A new, unmeasured node under `parent_id` (None: the root)."""
         if node_id in self.nodes:
@@ -141,7 +146,9 @@ class Tree:
             self.root_id = node_id
         elif parent_id not in self.nodes:
             raise KeyError(f"parent {parent_id} of node {node_id} is not in the tree")
-        node = TreeNode(id=node_id, parent_id=parent_id, params=dict(params or {}), mutation=mutation)
+        node = TreeNode(
+            id=node_id, parent_id=parent_id, params=dict(params or {}), mutation=mutation, repair_of=repair_of
+        )
         self.nodes[node_id] = node
         if parent_id is not None:
             self.nodes[parent_id].children.append(node_id)
@@ -249,7 +256,7 @@ class Tree:
         """May this node take a child at all (what a person's ExpandNode needs): measured, not exhausted, and
         not in a banned subtree. A strategy adds its own rules (widening, pruning) on top."""
         node = self.nodes[node_id]
-        if not node.measured or node.exhausted:
+        if not node.measured or node.exhausted or node.expanding:
             return False
         return not any(a.banned for a in self.ancestors(node_id))
 
@@ -257,6 +264,21 @@ class Tree:
 
     def failed_children(self, node_id: int) -> list[TreeNode]:
         return [self.nodes[c] for c in self.nodes[node_id].children if self.nodes[c].status == NodeStatus.FAILED]
+
+    def repair_round(self, node_id: int) -> int:
+        """How many repairs led to this node: 0 for a node that repairs nothing."""
+        rounds = 0
+        node = self.nodes[node_id]
+        while node.repair_of is not None and node.repair_of in self.nodes:
+            rounds += 1
+            node = self.nodes[node.repair_of]
+        return rounds
+
+    def repaired(self, node_id: int) -> bool:
+        """A repair of this node is in the tree already."""
+        parent = self.nodes[node_id].parent_id
+        siblings = self.nodes[parent].children if parent is not None else []
+        return any(self.nodes[c].repair_of == node_id for c in siblings)
 
     def children_params(self, node_id: int) -> list[dict[str, ParamValue]]:
         return [dict(self.nodes[c].params) for c in self.nodes[node_id].children]

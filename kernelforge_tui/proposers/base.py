@@ -41,6 +41,9 @@ class Proposal(BaseModel):
     """The LLM judge's score of the edit (0..1), a term of the reward."""
     llm_calls: list[int] = Field(default_factory=list)
     """Ids of the recorded LLM calls that wrote it: linked to the node it becomes."""
+    rejected: str | None = None
+    """Why the model's reply could not be used: the engine records the node as failed at once, the reply kept as its
+    source."""
 
 
 class ParentInfo(BaseModel):

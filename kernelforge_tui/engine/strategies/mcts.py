@@ -57,7 +57,7 @@ class Mcts:
         if node.pruned and node.id not in inside:
             return None
         in_scope = not pins or node.id in inside
-        if in_scope and not node.exhausted and len(node.children) < self.allowed_children(node):
+        if in_scope and not node.exhausted and not node.expanding and len(node.children) < self.allowed_children(node):
             return node.id
         nodes = self.tree.nodes
         children = [nodes[c] for c in node.children if nodes[c].measured and (not pins or c in inside or c in above)]
