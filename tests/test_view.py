@@ -1,5 +1,5 @@
-"""The one event reducer both faces use (engine/view.py): what a batch of events changes, and the CLI's
-live view drawn from it."""
+"""The one event reducer both faces use (engine/view.py): what a batch of events changes (LLM calls included:
+their streamed text, their totals, a line each in the log), and the CLI's live view drawn from it."""
 
 from __future__ import annotations
 
@@ -8,8 +8,19 @@ from pathlib import Path
 from rich.console import Console
 
 from kernelforge_tui.cli.runs import render_run
-from kernelforge_tui.engine.view import RunHeader, RunView, Snapshot
-from kernelforge_tui.models.events import BestImproved, BudgetUsed, LogLine, NodeAdded, NodeChanged, StateChanged
+from kernelforge_tui.engine.view import CALLS_KEEP, RunHeader, RunView, Snapshot
+from kernelforge_tui.models.events import (
+    BestImproved,
+    BudgetUsed,
+    LlmCallEnded,
+    LlmCallStarted,
+    LlmText,
+    LogLine,
+    NodeAdded,
+    NodeChanged,
+    StateChanged,
+)
+from kernelforge_tui.models.llm import LlmCall, LlmTotals
 from kernelforge_tui.models.nodes import FailureKind, NodeStatus, NodeView
 from kernelforge_tui.models.runs import RunInfo
 
@@ -104,3 +115,142 @@ def test_the_cli_live_view_draws_from_the_same_view() -> None:
     assert "7/50 candidates" in text and "4.5 candidates/min" in text
     assert "#3 compile: x.cu(9): error" in text and "in4.x" not in text  # the first line of the error
     assert "#2 new best: 1.50x, 4.00 us" in text
+
+
+def llm_call(
+    role: str = "coder", outcome: str = "ok", tokens: tuple[int, int] = (1200, 300), **fields: object
+) -> LlmCall:
+    return LlmCall.model_validate(
+        {
+            "role": role,
+            "provider": "openai",
+            "model": "gpt-4.1",
+            "prompt_sha256": "p" * 64,
+            "reply_sha256": "r" * 64,
+            "input_tokens": tokens[0],
+            "output_tokens": tokens[1],
+            "cost_nanousd": 4_200_000,
+            "latency_s": 3.25,
+            "outcome": outcome,
+            "node_id": 2,
+        }
+        | fields
+    )
+
+
+def started(key: str, role: str = "coder", node_id: int | None = 2) -> LlmCallStarted:
+    return LlmCallStarted(call_key=key, role=role, provider="openai", model="gpt-4.1", node_id=node_id)  # type: ignore[arg-type]
+
+
+def test_llm_calls_stream_their_text_and_a_retry_starts_it_over() -> None:
+    view = grown()
+    changes = view.apply(
+        [started("a"), LlmText(call_key="a", text="```cuda\n"), LlmText(call_key="a", text="__global")]
+    )
+    assert changes.calls == ["a"] and changes  # one key, however many pieces
+    live = view.calls["a"]
+    assert live.text == "```cuda\n__global" and live.pieces == ["```cuda\n", "__global"] and live.attempt == 1
+    assert view.writing_call(2) is live and view.writing_call(3) is None and view.writing_call() is live
+    view.apply([LlmText(call_key="a", text="", retry=True), LlmText(call_key="a", text="again")])
+    assert live.text == "again" and live.attempt == 2 and live.chars == 5
+    view.apply([LlmText(call_key="nobody", text="lost")])  # a piece of a call this view never saw start
+    assert list(view.calls) == ["a"]
+
+
+def test_only_kernel_writers_stream_into_the_diff() -> None:
+    view = grown()
+    view.apply([started("p", role="planner"), started("j", role="judge"), started("d", role="debugger", node_id=3)])
+    writing = view.writing_call()
+    assert writing is not None and writing.key == "d"  # the latest writer, on any node
+    assert view.writing_call(2) is None  # a planner and a judge work on #2, but write no kernel
+    assert [c.key for c in view.calls_for(2)] == ["p", "j"]
+
+
+def test_an_ended_call_moves_the_totals_and_logs_one_line() -> None:
+    view = grown()
+    call = llm_call()
+    totals = LlmTotals(calls=3, input_tokens=5000, output_tokens=900, cost_nanousd=12_500_000)
+    changes = view.apply(
+        [started("a"), LlmText(call_key="a", text="x"), LlmCallEnded(call_key="a", call=call, totals=totals)]
+    )
+    assert view.calls == {} and list(view.ended_calls) == [call] and changes.ended_calls == [call]
+    assert view.llm_totals == totals and changes.header and changes.calls == ["a"]
+    (line,) = changes.logs
+    assert line.level == "info" and line.node_id == 2
+    assert line.text == "coder openai/gpt-4.1: 1,200 in + 300 out tokens, $0.0042, 3.2 s, ok"
+    spend = view.spend()
+    assert spend.shown and spend.calls == 3 and spend.tokens == 5900 and spend.money_usd == 0.0125
+
+
+def test_failed_calls_log_at_warning_level_with_their_error() -> None:
+    view = grown()
+    bad = llm_call(outcome="malformed", error="no ```cuda block in the reply\nfull reply kept", attempts=2, child_id=7)
+    gone = llm_call(role="planner", outcome="error", error="openai: 401 bad key (set OPENAI_API_KEY)")
+    cancelled = llm_call(outcome="cancelled", error="cancelled: the search paused or stopped")
+    totals = LlmTotals(calls=1)
+    changes = view.apply(
+        [LlmCallEnded(call_key=k, call=c, totals=totals) for k, c in (("a", bad), ("b", gone), ("c", cancelled))]
+    )
+    levels = [(line.level, line.node_id) for line in changes.logs]
+    assert levels == [("warning", 7), ("warning", 2), ("info", 2)]  # a call that wrote a node names that node
+    assert changes.logs[0].text.endswith("2 attempts, malformed: no ```cuda block in the reply")
+    assert changes.logs[1].text.endswith("error: openai: 401 bad key (set OPENAI_API_KEY)")
+
+
+def test_the_ended_calls_kept_are_bounded() -> None:
+    view = RunView()
+    view.apply([LlmCallEnded(call_key=str(i), call=llm_call(), totals=LlmTotals()) for i in range(CALLS_KEEP + 5)])
+    assert len(view.ended_calls) == CALLS_KEEP
+
+
+def test_a_finished_run_has_no_call_in_flight() -> None:
+    """A call whose process died never ends: the run's end drops it (no stream left waiting forever)."""
+    view = grown()
+    view.apply([started("a")])
+    changes = view.apply([StateChanged(state="finished", reason="interrupted")])
+    assert view.calls == {} and changes.calls == ["a"]
+
+
+def test_spend_shows_caps_and_the_later_of_two_running_totals() -> None:
+    view = grown()
+    assert not view.spend().shown  # no calls, no caps: no meters
+    view.apply([BudgetUsed(iterations=1, elapsed_s=1.0, gpu_seconds=0.0, max_money_usd=5.0)])
+    spend = view.spend()
+    assert spend.shown and spend.money_text() == "$0.00/$5.00" and spend.tokens_text() == "0 tok"
+    budget = BudgetUsed(
+        iterations=2,
+        elapsed_s=2.0,
+        gpu_seconds=0.0,
+        tokens=123_456,
+        max_tokens=2_000_000,
+        money_usd=1.5,
+        max_money_usd=5,
+    )
+    view.apply([budget, LlmCallEnded(call_key="a", call=llm_call(), totals=LlmTotals(calls=1, input_tokens=1500))])
+    spend = view.spend()
+    assert spend.tokens == 123_456 and spend.money_usd == 1.5  # the budget's totals came later than the call's
+    assert spend.money_text() == "$1.50/$5.00" and spend.tokens_text() == "123.5k/2.00M tok"
+
+
+def test_a_snapshot_carries_the_llm_state() -> None:
+    call = llm_call()
+    snapshot = Snapshot(
+        nodes=[node(1, None, 1.0)],
+        llm_totals=LlmTotals(calls=4, cost_nanousd=9),
+        calls_in_flight=[started("a", node_id=1)],
+        ended_calls=[call],
+    )
+    view = RunView.from_snapshot(snapshot)
+    assert view.llm_totals.calls == 4 and list(view.ended_calls) == [call]
+    live = view.writing_call(1)
+    assert live is not None and live.key == "a" and live.text == ""
+    view.apply([LlmText(call_key="a", text="__global__")])
+    assert live.text == "__global__"
+
+
+def test_the_cli_live_view_logs_llm_calls_too() -> None:
+    view = grown()
+    view.apply([LlmCallEnded(call_key="a", call=llm_call(outcome="error", error="timeout"), totals=LlmTotals())])
+    console = Console(width=200, record=True)
+    console.print(render_run(info("running"), view))
+    assert "#2 coder openai/gpt-4.1: 1,200 in + 300 out tokens" in console.export_text()

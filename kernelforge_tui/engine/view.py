@@ -3,6 +3,9 @@
 Why here: both faces import the engine, neither imports the other, and nothing here needs Textual or a
 store, so the live view of `optimize`, the TUI and a store follower fold the same events the same way.
 Events are folded in batches and each batch says what it changed, so a view redraws only that.
+
+LLM calls fold the same way: the run's totals, each call in flight with the text streamed so far (held as the
+pieces that arrived, so a view appends what is new instead of redrawing the whole reply), and the calls that ended.
 """
 
 from __future__ import annotations
@@ -18,17 +21,26 @@ from kernelforge_tui.models.events import (
     BestImproved,
     BudgetUsed,
     EngineEvent,
+    LlmCallEnded,
+    LlmCallStarted,
+    LlmText,
+    LogLevel,
     LogLine,
     NodeAdded,
     NodeChanged,
     SearchState,
     StateChanged,
 )
+from kernelforge_tui.models.llm import LlmCall, LlmTotals, Role
 from kernelforge_tui.models.nodes import NodeStatus, NodeView
 from kernelforge_tui.models.runs import RunInfo
 
 LOG_KEEP = 500
 """Log lines a view keeps (the oldest go first)."""
+CALLS_KEEP = 100
+"""Ended LLM calls a view keeps (the oldest go first; every call stays in the store)."""
+WRITERS: frozenset[Role] = frozenset({"coder", "debugger"})
+"""The roles whose reply is a kernel: the ones a view streams into its diff."""
 _LIVE_STATES: dict[str, SearchState] = {
     "starting": "starting",
     "running": "running",
@@ -74,6 +86,107 @@ class Snapshot(BaseModel):
     nodes: list[NodeView] = Field(default_factory=list)
     budget: BudgetUsed | None = None
     logs: list[LogLine] = Field(default_factory=list)
+    llm_totals: LlmTotals = Field(default_factory=LlmTotals)
+    calls_in_flight: list[LlmCallStarted] = Field(default_factory=list)
+    """LLM calls started and not yet ended (their text so far is not stored: it comes with their end)."""
+    ended_calls: list[LlmCall] = Field(default_factory=list)
+    """The latest ended calls, oldest first (at most CALLS_KEEP)."""
+
+
+@dataclass
+class LiveCall:
+    """An LLM call in flight: who asks what for which node, and its reply so far as the pieces that arrived."""
+
+    key: str
+    role: Role
+    provider: str
+    model: str
+    node_id: int | None
+    started_at: float
+    pieces: list[str] = field(default_factory=list)
+    """The reply so far, as it arrived: a view that showed `n` pieces appends `pieces[n:]`."""
+    attempt: int = 1
+    """Which attempt the pieces belong to: a retry drops them and counts up (a view starts its text over)."""
+    chars: int = 0
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def writes_kernel(self) -> bool:
+        return self.role in WRITERS
+
+    @classmethod
+    def started(cls, event: LlmCallStarted) -> LiveCall:
+        return cls(event.call_key, event.role, event.provider, event.model, event.node_id, event.at)
+
+    def as_event(self) -> LlmCallStarted:
+        return LlmCallStarted(
+            at=self.started_at,
+            call_key=self.key,
+            role=self.role,
+            provider=self.provider,
+            model=self.model,
+            node_id=self.node_id,
+        )
+
+
+@dataclass(frozen=True)
+class Spend:
+    """What a run's LLM calls used against its caps: the header's cost and token meters."""
+
+    calls: int = 0
+    tokens: int = 0
+    max_tokens: int | None = None
+    money_usd: float = 0.0
+    max_money_usd: float | None = None
+
+    @property
+    def shown(self) -> bool:
+        """Worth a meter: the run made calls, or caps them."""
+        return bool(self.calls or self.tokens or self.money_usd) or (
+            self.max_tokens is not None or self.max_money_usd is not None
+        )
+
+    def money_text(self) -> str:
+        spent = money_text(self.money_usd)
+        return spent + (f"/{money_text(self.max_money_usd)}" if self.max_money_usd is not None else "")
+
+    def tokens_text(self) -> str:
+        used = count_text(self.tokens)
+        return used + (f"/{count_text(self.max_tokens)}" if self.max_tokens is not None else "") + " tok"
+
+
+def money_text(usd: float) -> str:
+    """Dollars as a meter shows them: cents from ten cents on, four decimals below (one call costs fractions)."""
+    return f"${usd:,.2f}" if usd >= 0.1 or usd == 0 else f"${usd:.4f}"
+
+
+def count_text(n: int) -> str:
+    """1234 -> 1.2k, 2500000 -> 2.5M."""
+    if n < 1000:
+        return str(n)
+    if n < 1_000_000:
+        return f"{n / 1000:.1f}k".replace(".0k", "k")
+    return f"{n / 1_000_000:.2f}M"
+
+
+def call_summary(call: LlmCall) -> str:
+    """A call in one line: role, model, tokens, cost, latency, outcome (and its error's first line)."""
+    text = (
+        f"{call.role} {call.provider}/{call.model}: {call.input_tokens:,} in + {call.output_tokens:,} out tokens,"
+        f" {money_text(call.cost_usd)}, {call.latency_s:.1f} s"
+    )
+    if call.attempts > 1:
+        text += f", {call.attempts} attempts"
+    text += f", {call.outcome}"
+    if call.error.strip():
+        text += ": " + call.error.strip().split("\n", 1)[0]
+    return text
+
+
+CALL_LOG_LEVEL: dict[str, LogLevel] = {"ok": "info", "cancelled": "info", "error": "warning", "malformed": "warning"}
 
 
 @dataclass
@@ -86,9 +199,12 @@ class Changes:
     best_changed: bool = False
     logs: list[LogLine] = field(default_factory=list)
     header: bool = False
+    calls: list[str] = field(default_factory=list)
+    """Keys of the LLM calls that started, streamed text or ended in the batch, each once."""
+    ended_calls: list[LlmCall] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.added or self.changed or self.best_changed or self.logs or self.header)
+        return bool(self.added or self.changed or self.best_changed or self.logs or self.header or self.calls)
 
 
 def describe(event: EngineEvent, previous_status: NodeStatus | None) -> LogLine | None:
@@ -112,6 +228,10 @@ def describe(event: EngineEvent, previous_status: NodeStatus | None) -> LogLine 
         return LogLine(at=event.at, node_id=event.node_id, text=text)
     if isinstance(event, StateChanged):
         return LogLine(at=event.at, text=f"search {event.state}" + (f": {event.reason}" if event.reason else ""))
+    if isinstance(event, LlmCallEnded):
+        call = event.call
+        node_id = call.child_id if call.child_id is not None else call.node_id
+        return LogLine(at=event.at, level=CALL_LOG_LEVEL[call.outcome], node_id=node_id, text=call_summary(call))
     return None
 
 
@@ -129,6 +249,11 @@ class RunView:
         self.logs: deque[LogLine] = deque(maxlen=LOG_KEEP)
         self.failures = 0
         self._best_path: frozenset[int] | None = None
+        self.llm_totals = LlmTotals()
+        """The run's LLM use so far (from each ended call's event)."""
+        self.calls: dict[str, LiveCall] = {}
+        """LLM calls in flight by call key, oldest first."""
+        self.ended_calls: deque[LlmCall] = deque(maxlen=CALLS_KEEP)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> RunView:
@@ -136,6 +261,9 @@ class RunView:
         view.header = snapshot.header.model_copy()
         view.budget = snapshot.budget
         view.logs.extend(snapshot.logs)
+        view.llm_totals = snapshot.llm_totals
+        view.calls = {e.call_key: LiveCall.started(e) for e in snapshot.calls_in_flight}
+        view.ended_calls.extend(snapshot.ended_calls)
         for node in sorted(snapshot.nodes, key=lambda n: n.id):
             view._put(node)
         if view.header.best_node_id is None:
@@ -178,6 +306,7 @@ class RunView:
         changes = Changes(best_before=self.best_id)
         added: dict[int, None] = {}
         changed: dict[int, None] = {}
+        calls: dict[str, None] = {}
         for event in events:
             previous = self.nodes.get(event.node.id) if isinstance(event, NodeAdded | NodeChanged) else None
             derived = describe(event, previous.status if previous is not None else None)
@@ -197,19 +326,72 @@ class RunView:
                 changes.header = True
             elif isinstance(event, StateChanged):
                 self.header.state = event.state
-                if event.state == "finished" and self.header.ended_at is None:
-                    self.header.ended_at = event.at
+                if event.state == "finished":
+                    if self.header.ended_at is None:
+                        self.header.ended_at = event.at
+                    calls.update(dict.fromkeys(self.calls))  # a call in flight when its process died never ends
+                    self.calls.clear()
                 changes.header = True
             elif isinstance(event, LogLine):
                 self.logs.append(event)
                 changes.logs.append(event)
-        changes.added, changes.changed = list(added), list(changed)
+            elif isinstance(event, LlmCallStarted | LlmText | LlmCallEnded):
+                self._apply_call(event, calls, changes)
+        changes.added, changes.changed, changes.calls = list(added), list(changed), list(calls)
         if added or changed:
             changes.header = True
         if self.best_id != changes.best_before:
             changes.best_changed = True
             self._best_path = None
         return changes
+
+    def _apply_call(
+        self, event: LlmCallStarted | LlmText | LlmCallEnded, calls: dict[str, None], changes: Changes
+    ) -> None:
+        if isinstance(event, LlmCallStarted):
+            self.calls[event.call_key] = LiveCall.started(event)
+        elif isinstance(event, LlmText):
+            live = self.calls.get(event.call_key)
+            if live is None:
+                return  # its start came before this view (or its end already did): nothing to add to
+            if event.retry:
+                live.pieces.clear()
+                live.chars = 0
+                live.attempt += 1
+            if event.text:
+                live.pieces.append(event.text)
+                live.chars += len(event.text)
+        else:
+            self.calls.pop(event.call_key, None)
+            self.ended_calls.append(event.call)
+            changes.ended_calls.append(event.call)
+            self.llm_totals = event.totals
+            changes.header = True
+        calls[event.call_key] = None
+
+    def spend(self) -> Spend:
+        """The run's LLM use against its caps. The ended calls' totals and the budget's are both running totals
+        of the same run, so the larger is the later."""
+        budget, totals = self.budget, self.llm_totals
+        return Spend(
+            calls=totals.calls,
+            tokens=max(totals.tokens, budget.tokens if budget else 0),
+            max_tokens=budget.max_tokens if budget else None,
+            money_usd=max(totals.cost_usd, budget.money_usd if budget else 0.0),
+            max_money_usd=budget.max_money_usd if budget else None,
+        )
+
+    def writing_call(self, node_id: int | None = None) -> LiveCall | None:
+        """The latest call in flight that writes a kernel (a coder's or a debugger's): for `node_id`, or for any
+        node when it is None."""
+        for live in reversed(self.calls.values()):
+            if live.writes_kernel and (node_id is None or live.node_id == node_id):
+                return live
+        return None
+
+    def calls_for(self, node_id: int) -> list[LiveCall]:
+        """The calls in flight that work on `node_id`, oldest first."""
+        return [live for live in self.calls.values() if live.node_id == node_id]
 
     def best_path(self) -> frozenset[int]:
         """Ids from the best node up to its root."""

@@ -3,8 +3,8 @@
 The app knows a run only as a `RunSource`, with two implementations: `LiveSearchSource` wraps a search
 running in this process (its event queue, its `send`); `StoreSource` follows a run's SQLite store,
 finished or written live by another process, and steers it by recording commands there. The reads
-(`snapshot`, `node_source`, `evaluation`, `profile`) block on SQLite, so the app makes them from thread
-workers and never on the UI loop; `poll_events` never blocks the loop. No Textual here.
+(`snapshot`, `node_source`, `evaluation`, `profile`, and the LLM reads of `LlmReads`) block on SQLite, so the
+app makes them from thread workers and never on the UI loop; `poll_events` never blocks the loop. No Textual here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -23,9 +23,10 @@ from kernelforge_tui.engine.view import RunHeader, RunView, Snapshot
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import EngineEvent, StateChanged
+from kernelforge_tui.models.llm import LlmCall, ModelRecord
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.runs import UnreadableRow
-from kernelforge_tui.store import RunStore, UnreadableRecord
+from kernelforge_tui.store import RunStore, UnknownNode, UnreadableRecord
 
 T = TypeVar("T")
 NodeSource = tuple[str, LaunchPlan]
@@ -93,6 +94,48 @@ class RunSource(Protocol):
         ...
 
 
+class AgentFacts(BaseModel):
+    """What the agents left on a node: the judge's score of its edit, and the failed node it repairs."""
+
+    judge_score: float | None = None
+    repair_of: int | None = None
+
+
+@runtime_checkable
+class LlmReads(Protocol):
+    """The LLM calls of a run, as its store keeps them (blocking: call them from a thread).
+
+    A source without them (one that keeps no calls, like the template-only synthetic run of the tests and the
+    benchmark) reads as a run without calls: `llm_reads` gives `NoLlmReads` for it."""
+
+    def llm_calls(self, node_id: int) -> list[LlmCall]:
+        """The calls that wrote node `node_id` or worked on it, in the order they were made."""
+        ...
+
+    def model_records(self) -> list[ModelRecord]:
+        """How each provider's model fared in the run."""
+        ...
+
+    def agent_facts(self, node_id: int) -> AgentFacts | None: ...
+
+
+class NoLlmReads:
+    """A run without LLM calls."""
+
+    def llm_calls(self, node_id: int) -> list[LlmCall]:
+        return []
+
+    def model_records(self) -> list[ModelRecord]:
+        return []
+
+    def agent_facts(self, node_id: int) -> AgentFacts | None:
+        return None
+
+
+def llm_reads(source: object) -> LlmReads:
+    return source if isinstance(source, LlmReads) else NoLlmReads()
+
+
 class InProcessSearch(Protocol):
     """What the TUI needs of a search it drives: its events and its commands."""
 
@@ -129,6 +172,22 @@ class _StoreReads:
 
     def profile(self, node_id: int) -> ProfileRead | None:
         return self._use(lambda store: read_profile(store, node_id))
+
+    def llm_calls(self, node_id: int) -> list[LlmCall]:
+        return self._use(lambda store: store.llm_calls(node_id)) or []
+
+    def model_records(self) -> list[ModelRecord]:
+        return self._use(lambda store: store.model_records()) or []
+
+    def agent_facts(self, node_id: int) -> AgentFacts | None:
+        def read(store: RunStore) -> AgentFacts | None:
+            try:
+                record = store.node_record(node_id)
+            except UnknownNode:
+                return None
+            return AgentFacts(judge_score=record.judge_score, repair_of=record.repair_of)
+
+        return self._use(read)
 
 
 class StoreSource(_StoreReads):
@@ -169,11 +228,21 @@ class StoreSource(_StoreReads):
             if len(batch) < REPLAY_PAGE:
                 break
         # Nodes and header after the events: a change in between arrives again with the next poll.
-        found = self._use(lambda store: (store.nodes(), store.run_info()))
+        found = self._use(lambda store: (store.nodes(), store.run_info(), store.llm_totals()))
         if found is None:
             return Snapshot()
-        nodes, info = found
-        return Snapshot(header=RunHeader.from_info(info), nodes=nodes, budget=replay.budget, logs=list(replay.logs))
+        nodes, info, totals = found
+        header = RunHeader.from_info(info)
+        return Snapshot(
+            header=header,
+            nodes=nodes,
+            budget=replay.budget,
+            logs=list(replay.logs),
+            llm_totals=totals,
+            # A call started and never ended in a finished run died with its process.
+            calls_in_flight=[live.as_event() for live in replay.calls.values()] if header.state != "finished" else [],
+            ended_calls=list(replay.ended_calls),
+        )
 
     def _events(self, limit: int) -> list[EngineEvent]:
         batch = self._use(lambda store: store.events_since(self._after, limit)) or []
@@ -232,11 +301,11 @@ class LiveSearchSource(_StoreReads):
         return not self._done
 
     def snapshot(self) -> Snapshot:
-        found = self._use(lambda store: (store.nodes(), store.run_info()))
+        found = self._use(lambda store: (store.nodes(), store.run_info(), store.llm_totals()))
         if found is None:
             return Snapshot()
-        nodes, info = found
-        return Snapshot(header=RunHeader.from_info(info), nodes=nodes)
+        nodes, info, totals = found
+        return Snapshot(header=RunHeader.from_info(info), nodes=nodes, llm_totals=totals)
 
     async def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
         out: list[EngineEvent] = []
