@@ -1,8 +1,11 @@
-"""`kernelforge doctor`: what this machine has for each stage (Python, nvcc, the sandbox, GPU, pycuda, ncu, torch)."""
+"""`kernelforge doctor`: what this machine has for each stage (Python, nvcc, the sandbox, GPU, pycuda, ncu, torch),
+and whether each configured LLM model answers: a one-token streamed request to its provider, and what is wrong when
+it does not (unreachable, no key, bad key, unknown model, no streaming, timeout). The key itself is never shown."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import importlib.metadata
 import importlib.util
 import json
@@ -10,16 +13,33 @@ import platform
 import shutil
 import sys
 
+import httpx
 from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
-from kernelforge_tui.config import ConfigError, Settings, config_file, load_settings
+from kernelforge_tui.config import (
+    ConfigError,
+    LlmSettings,
+    ModelSettings,
+    Retries,
+    Settings,
+    Timeouts,
+    config_file,
+    load_settings,
+)
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem
 from kernelforge_tui.gpu.sandbox import sandbox_status
+from kernelforge_tui.llm import ChatMessage, ChatRequest, LlmError, Provider
+from kernelforge_tui.llm.wire import WireError
+
+PROBE_CONNECT_S = 5.0
+PROBE_IDLE_S = 20.0
+PROBE_TOTAL_S = 30.0
+"""A probe waits at most this long (or the provider's own timeouts, when shorter), and is not retried."""
 
 
 class Check(BaseModel):
@@ -29,6 +49,9 @@ class Check(BaseModel):
     ok: bool
     detail: str
     fix: str = ""
+    problem: str = ""
+    """What is wrong, for scripts (LLM checks): unreachable, no_key, bad_key, unknown_model, no_streaming, timeout,
+    rate_limited, server, bad_request, protocol, dropped."""
 
 
 def doctor_checks() -> list[Check]:
@@ -89,7 +112,90 @@ def doctor_checks() -> list[Check]:
         _version("torch") if torch else "not installed",
         "pip install 'kernelforge-tui[torch]' to capture PyTorch models",
     )
+    if settings is not None:
+        checks += llm_checks(settings.llm)
     return checks
+
+
+def llm_checks(llm: LlmSettings) -> list[Check]:
+    """One check per configured model (a one-token streamed request each, all at once), or one line saying that the
+    template proposer is used."""
+    if not llm.configured:
+        return [
+            Check(
+                name="llm",
+                ok=True,
+                detail="no LLM configured: the template proposer is used (configure [[llm.providers]] and "
+                "[[llm.models]] for --proposer agents or hybrid)",
+            )
+        ]
+    return asyncio.run(_probe_all(llm))
+
+
+async def _probe_all(llm: LlmSettings) -> list[Check]:
+    async with httpx.AsyncClient() as http:
+        return list(await asyncio.gather(*(probe_model(llm, model, http) for model in llm.models)))
+
+
+def probe_request(model: ModelSettings) -> ChatRequest:
+    """One token, streamed, without the model's extra fields (a thinking budget needs more than one token); a model
+    configured with max_completion_tokens (OpenAI's reasoning models take no max_tokens) gets 1 of those."""
+    extra = {"max_completion_tokens": 1} if "max_completion_tokens" in model.extra else {}
+    return ChatRequest(
+        model=model.model, messages=(ChatMessage(role="user", content="Say OK."),), max_tokens=1, extra=extra
+    )
+
+
+async def probe_model(llm: LlmSettings, model: ModelSettings, http: httpx.AsyncClient) -> Check:
+    """Send the model's provider a one-token streamed request and say what is wrong, if anything."""
+    configured = llm.provider(model.provider)
+    timeouts = configured.timeouts
+    settings = configured.model_copy(
+        update={
+            "retries": Retries(max_attempts=1),
+            "timeouts": Timeouts(
+                connect_s=min(timeouts.connect_s, PROBE_CONNECT_S),
+                idle_s=min(timeouts.idle_s, PROBE_IDLE_S),
+                total_s=min(timeouts.total_s, PROBE_TOTAL_S),
+            ),
+        }
+    )
+    where = f"{configured.name} ({configured.protocol}, {configured.base_url}), model {model.model}"
+    name = f"llm {model.name}"
+    try:
+        reply = await Provider(settings, http).chat(probe_request(model))
+    except LlmError as err:
+        problem, detail = _diagnosis(err, model)
+        return Check(name=name, ok=False, detail=f"{where}: {detail}", fix=err.fix, problem=problem)
+    tokens = f", {reply.usage.input_tokens} tokens in" if reply.usage is not None else ", no usage reported"
+    return Check(name=name, ok=True, detail=f"{where}: streamed a reply in {reply.latency_s:.2f} s{tokens}")
+
+
+def _causes(err: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    cause: BaseException | None = err
+    while cause is not None and cause not in chain:
+        chain.append(cause)
+        cause = cause.__cause__
+    return chain
+
+
+def _diagnosis(err: LlmError, model: ModelSettings) -> tuple[str, str]:
+    """(problem, what was seen) of a failed probe, by the error's kind and cause (never its text)."""
+    causes = _causes(err)
+    if err.kind == "no_key":
+        return "no_key", f"no key: {err.problem}"
+    if err.kind == "auth":
+        return "bad_key", f"bad key: {err.problem}"
+    if err.kind == "not_found":
+        return "unknown_model", f"unknown model {model.model!r} (or a wrong base_url): {err.problem}"
+    if err.kind in ("idle", "timeout"):
+        return "timeout", f"timeout: {err.problem}"
+    if err.kind == "dropped" and any(isinstance(c, (httpx.ConnectError, httpx.ConnectTimeout)) for c in causes):
+        return "unreachable", f"unreachable: {err.problem}"
+    if err.kind == "protocol" and not any(isinstance(c, WireError) for c in causes):
+        return "no_streaming", f"no streaming: {err.problem}"
+    return err.kind, err.problem
 
 
 def _version(dist: str) -> str:
@@ -108,7 +214,9 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
         for column in ("part", "", "found", "fix"):
             table.add_column(column)
         for c in checks:
-            table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]missing[/]", escape(c.detail), escape(c.fix))
+            status = "[green]ok[/]" if c.ok else f"[red]{escape(c.problem.replace('_', ' ') or 'missing')}[/]"
+            table.add_row(c.name, status, escape(c.detail), escape(c.fix))
         console.print(table)
     essential = {"python", "config", "nvcc"}
-    return EXIT_OK if all(c.ok for c in checks if c.name in essential) else EXIT_FAILED
+    failed = [c for c in checks if not c.ok and (c.name in essential or c.name.startswith("llm "))]
+    return EXIT_FAILED if failed else EXIT_OK
