@@ -37,7 +37,7 @@ class HybridProposer:
             share = min(self.agents.settings.agents.pool_size, n)
         else:
             share = (n + self._turn) // 2
-            self._turn ^= 1
+            self._turn ^= n % 2
         wanted = max(share, n - len(templated))
         try:
             written = await self.agents.propose(ctx, wanted) if wanted else []

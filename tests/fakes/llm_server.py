@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -46,9 +47,12 @@ class Seen:
 
 
 class LlmServer:
-    """Start with `with LlmServer() as server:`; `server.script(...)` queues replies, the default is `Reply()`."""
+    """Start with `with LlmServer() as server:`; `server.script(...)` queues replies, the default is `Reply()`.
+    A `responder` chooses each reply from its request instead (calls made at once then get deterministic replies,
+    e.g. by the role that asks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, responder: Callable[[Seen], Reply] | None = None) -> None:
+        self.responder = responder
         self.requests: list[Seen] = []
         self.active = 0
         self.max_active = 0
@@ -81,6 +85,8 @@ class LlmServer:
             self.requests.append(seen)
             self.active += 1
             self.max_active = max(self.max_active, self.active)
+            if self.responder is not None:
+                return self.responder(seen)
             return self._replies.popleft() if self._replies else Reply()
 
     def _done(self) -> None:
