@@ -1,0 +1,375 @@
+"""The .cast package: a zip holding a versioned manifest (this module's models) and, per accepted kernel, its
+cubin, its PTX, its CUDA source and its card.
+
+Why a zip with a manifest: a person can unzip and read it, and the runtime needs nothing but this module, torch
+and a CUDA driver binding to use it. Why versioned: a package outlives the kernelforge that wrote it; a reader
+meets a format it does not know with a message naming both versions, never a half-understood package.
+
+Only the standard library and pydantic are imported here: the runtime (`cast.runtime`) reads packages with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+FORMAT: Literal["kernelforge.cast"] = "kernelforge.cast"
+FORMAT_VERSION: Literal[1] = 1
+"""Bump when a reader of the old version would misread a new package; readers refuse other versions by name."""
+MANIFEST_NAME = "manifest.json"
+SANITIZER_TOOLS: tuple[str, ...] = ("memcheck", "racecheck", "initcheck")
+DEFAULT_ALIGNMENT = 256
+"""Bytes. Every buffer a kernel was proven on started 256-byte aligned (the GPU worker's buffers, torch's
+allocator): a pointer that is not (a view that starts mid-row) was never tried, so the guard refuses it."""
+
+Scalar = Annotated[bool | int | float | str | None, Field(union_mode="left_to_right")]
+"""A scalar argument of an aten call as Python passes it (bool before int: True is not 1 here)."""
+
+
+class CastError(Exception):
+    """A package that cannot be used as it is: the message says what is wrong and what to do."""
+
+
+class Model(BaseModel):
+    """Strict and frozen: an unknown key in a manifest is an error, never silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TensorGuard(Model):
+    """One tensor of the call, exactly as the kernel was proven on it."""
+
+    name: str
+    """The card's tensor name (the launch plan's argument name)."""
+    shape: tuple[int, ...]
+    dtype: str
+    """torch's name for the dtype: float32, bfloat16, float16, ..."""
+    strides: tuple[int, ...]
+    """In elements; the cards are row-major, so these are the contiguous strides."""
+    alignment: int = DEFAULT_ALIGNMENT
+    """The data pointer must be a multiple of this many bytes."""
+
+
+class AtenArg(Model):
+    """One argument of the aten operator, in schema order: a card input, or a scalar with the values accepted."""
+
+    name: str
+    """The schema's name for it (`self`, `dim`, `half_to_float`)."""
+    position: int | None
+    """Its index among the positional arguments; None for a keyword-only argument."""
+    tensor: str | None = None
+    """The card input it binds (a TensorGuard's name); None for a scalar."""
+    accepts: list[Scalar] = Field(default_factory=list)
+    """A scalar's accepted values: the call must pass one of them (a softmax over the last axis of a 2-D tensor
+    accepts dim -1 and 1)."""
+    default: Scalar = None
+    has_default: bool = False
+    """Whether the schema has a default, which a call may leave out (Python kernels receive no default kwargs)."""
+
+
+class Guard(Model):
+    """What a call must be for the kernel to run it; any other call goes to the original operator."""
+
+    overload: str
+    """The aten overload, `aten::NAME.OVERLOAD` (e.g. `aten::_softmax.default`)."""
+    args: list[AtenArg]
+    inputs: list[TensorGuard]
+    outputs: list[TensorGuard]
+    """The returned tensors in order, allocated by the runtime with torch's allocator."""
+    capability: tuple[int, int]
+    """The device's compute capability, (9, 0) for sm_90: the cubin is for exactly this architecture."""
+
+    def describe(self) -> str:
+        shapes = ", ".join(f"{t.name}[{'x'.join(map(str, t.shape))}] {t.dtype}" for t in self.inputs)
+        return f"{self.overload}({shapes})"
+
+
+class LaunchArg(Model):
+    kind: Literal["tensor", "scalar"]
+    name: str
+    scalar_type: str = ""
+    """int32, int64, uint32, uint64 or float32 for a scalar."""
+    value: int | float = 0
+
+
+class Launch(Model):
+    """The launch, resolved at export from the card's sizes: the guard admits exactly those shapes."""
+
+    entry: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int
+    args: list[LaunchArg]
+
+
+class Tolerance(Model):
+    """|out - eager| <= atol + rtol * |eager| everywhere; NaN only where eager is NaN, inf only where it is."""
+
+    rtol: float
+    atol: float
+
+
+class Latency(Model):
+    """What the kernel costs against eager PyTorch and against the card's baseline, with the 95% intervals."""
+
+    kernel_us: float | None = None
+    """Median device time of one call through the runtime, L2 flushed, at the last verification."""
+    eager_us: float | None = None
+    """The original operator's median in the same process, interleaved with the kernel's."""
+    speedup_vs_eager: float | None = None
+    interval_vs_eager: tuple[float, float] | None = None
+    reps: int = 0
+    measured_on: str = ""
+    """The GPU the eager comparison ran on."""
+    search_us: float | None = None
+    """The kernel's median in the search (the GPU worker), beside the card's baseline."""
+    baseline_us: float | None = None
+    speedup_vs_baseline: float | None = None
+    interval_vs_baseline: tuple[float, float] | None = None
+
+
+class CheckRecord(Model):
+    """One check a kernel passed or failed at the last verification."""
+
+    name: Literal["correctness", "memcheck", "racecheck", "initcheck", "timing"]
+    ok: bool
+    detail: str
+    report: str | None = None
+    """The tool's report inside the package (`reports/...`), where one was kept."""
+
+
+class Provenance(Model):
+    """Where the kernel came from."""
+
+    run_id: str
+    run_dir: str
+    node_id: int
+    card_name: str
+    card_sha256: str
+    source_sha256: str
+    search_gpu: str
+    """The GPU the search measured on (the run's)."""
+    proposer: str = ""
+    mutation: str = ""
+    nvcc_version: str = ""
+    kernelforge_version: str = ""
+    exported_at: float = 0.0
+
+
+class KernelFiles(Model):
+    """Members of the zip and their sha256, checked before anything is loaded."""
+
+    cubin: str
+    ptx: str
+    source: str
+    card: str
+    sets: list[str] = Field(default_factory=list)
+    """The card's stored input sets (.npz), when small enough to carry (real captured data)."""
+    sha256: dict[str, str]
+
+
+class KernelEntry(Model):
+    """One accepted kernel: the variant it serves, its guard and launch, its files and its evidence."""
+
+    id: str
+    variant: str
+    """The captured variant (or card) it serves: its name in the audit."""
+    guard: Guard
+    launch: Launch
+    tolerances: dict[str, Tolerance]
+    """Per output: how far from eager it may be (the card's tolerance)."""
+    cubin_arch: str
+    """The architecture the cubin was built for (sm_90)."""
+    files: KernelFiles
+    latency: Latency
+    checks: list[CheckRecord] = Field(default_factory=list)
+    provenance: Provenance
+
+
+class AuditEntry(Model):
+    """For every captured variant: does a generated kernel run it, or the original operator, and why."""
+
+    variant: str
+    overload: str | None = None
+    call: str = ""
+    """Its shapes and dtypes in words."""
+    decision: Literal["kernel", "fallback"]
+    reason: str
+    kernel: str | None = None
+    run: str | None = None
+    node: int | None = None
+
+
+class Machine(Model):
+    """What a package was verified on; the loader refuses a machine that differs in any of the compared fields."""
+
+    gpu_name: str
+    capability: tuple[int, int]
+    driver_version: str
+    """The NVIDIA driver, e.g. 570.124.06 (its major, 570, is compared)."""
+    cuda_version: str
+    """The CUDA version torch was built with (torch.version.cuda), compared as major.minor."""
+    torch_version: str
+    """Compared exactly: eager kernels, and so the comparison and the timing against them, change with torch."""
+    binding: str = ""
+    """The CUDA driver binding the runtime used (cuda-bindings or pycuda) and its version."""
+    kernelforge_version: str = ""
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.capability[0]}{self.capability[1]}"
+
+    @property
+    def driver_major(self) -> str:
+        return self.driver_version.split(".")[0]
+
+    @property
+    def cuda_minor(self) -> str:
+        return ".".join(self.cuda_version.split(".")[:2])
+
+    def describe(self) -> str:
+        return (
+            f"{self.gpu_name} ({self.arch}, driver {self.driver_version}, CUDA {self.cuda_version}, "
+            f"torch {self.torch_version})"
+        )
+
+    def differences(self, other: Machine) -> list[str]:
+        """What differs from `other` (this is the package's machine, `other` the one here), in words."""
+        found: list[str] = []
+        if self.capability != other.capability:
+            found.append(f"GPU architecture {self.arch} there, {other.arch} here")
+        if self.driver_major != other.driver_major:
+            found.append(f"driver major {self.driver_major} there, {other.driver_major} here")
+        if self.cuda_minor != other.cuda_minor:
+            found.append(f"CUDA {self.cuda_minor} there, {other.cuda_minor} here")
+        if self.torch_version != other.torch_version:
+            found.append(f"torch {self.torch_version} there, {other.torch_version} here")
+        return found
+
+
+class Stamp(Model):
+    """The last verification: the machine, when, by which command, and whether compute-sanitizer ran."""
+
+    machine: Machine
+    at: float
+    by: Literal["export", "verify"]
+    sanitizer: bool
+
+
+class PackageSource(Model):
+    kind: Literal["run", "capture"]
+    path: str
+
+
+class CastManifest(Model):
+    """manifest.json."""
+
+    format: Literal["kernelforge.cast"] = FORMAT
+    format_version: Literal[1] = FORMAT_VERSION
+    created_at: float
+    kernelforge_version: str
+    source: PackageSource
+    kernels: list[KernelEntry]
+    audit: list[AuditEntry]
+    stamp: Stamp | None = None
+    """None: unverified (exported with --no-sanitize, or a verification that dropped every kernel): the loader
+    refuses it until `kernelforge verify` passes on a GPU."""
+    notes: list[str] = Field(default_factory=list)
+
+
+class Package:
+    """An opened .cast file: its manifest, and its members read on demand with their hashes checked."""
+
+    def __init__(self, path: Path, manifest: CastManifest, members: dict[str, bytes]) -> None:
+        self.path = path
+        self.manifest = manifest
+        self._members = members
+
+    def member(self, name: str, sha256: str | None = None) -> bytes:
+        """A member's bytes; CastError when it is missing or does not match its recorded hash."""
+        if name not in self._members:
+            raise CastError(f"{self.path}: {name} is missing from the package: export it again")
+        data = self._members[name]
+        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
+            raise CastError(f"{self.path}: {name} does not match its sha256 in the manifest: the file was changed")
+        return data
+
+    def kernel_file(self, kernel: KernelEntry, name: str) -> bytes:
+        return self.member(name, kernel.files.sha256.get(name))
+
+    @property
+    def members(self) -> dict[str, bytes]:
+        return dict(self._members)
+
+
+def read_package(path: Path | str) -> Package:
+    """Open a .cast file and read its manifest: CastError for a file that is not a package of a known version."""
+    path = Path(path)
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = {info.filename: archive.read(info) for info in archive.infolist() if not info.is_dir()}
+    except FileNotFoundError:
+        raise CastError(f"{path}: no such file") from None
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise CastError(f"{path}: not a .cast package (not a readable zip: {exc})") from None
+    if MANIFEST_NAME not in members:
+        raise CastError(f"{path}: not a .cast package (no {MANIFEST_NAME} inside)")
+    try:
+        raw = json.loads(members[MANIFEST_NAME])
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CastError(f"{path}: {MANIFEST_NAME} is not JSON ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise CastError(f"{path}: not a .cast package ({MANIFEST_NAME} has no format {FORMAT!r})")
+    version = raw.get("format_version")
+    if version != FORMAT_VERSION:
+        newer = isinstance(version, int) and version > FORMAT_VERSION
+        fix = "upgrade kernelforge" if newer else "export it again with this kernelforge"
+        raise CastError(
+            f"{path}: package format version {version}, this kernelforge reads version {FORMAT_VERSION}: {fix}"
+        )
+    try:
+        manifest = CastManifest.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CastError(
+            f"{path}: {MANIFEST_NAME}: {where}: {first['msg']} ({exc.error_count()} problem(s)): export it again"
+        ) from None
+    return Package(path, manifest, members)
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def package_bytes(manifest: CastManifest, files: dict[str, bytes]) -> bytes:
+    """The zip: manifest first, then the files in name order, fixed timestamps (the same inputs give the same
+    bytes). Cubins and PTX are deflated; .npz sets are already compressed."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        entries = [(MANIFEST_NAME, manifest.model_dump_json(indent=1).encode())]
+        entries += sorted(files.items())
+        for name, data in entries:
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_STORED if name.endswith(".npz") else zipfile.ZIP_DEFLATED
+            info.external_attr = 0o644 << 16
+            archive.writestr(info, data)
+    return buffer.getvalue()
+
+
+def write_package(path: Path, manifest: CastManifest, files: dict[str, bytes]) -> None:
+    """Write atomically (a temporary file renamed into place): a reader never sees half a package."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_bytes(package_bytes(manifest, files))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
