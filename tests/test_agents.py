@@ -16,15 +16,16 @@ import pytest
 from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.config import LlmSettings
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.llm import LlmClient, LlmError
+from kernelforge_tui.llm import LlmClient, LlmError, Malformed
 from kernelforge_tui.models.evaluation import PtxasStats
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.proposers.agents import AgentProposer, parse_verdict
+from kernelforge_tui.proposers.agents import AgentProposer
 from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo, Proposal, ProposalContext
 from kernelforge_tui.proposers.hybrid import HybridProposer
 from kernelforge_tui.proposers.prompting import Entry, Listing, Prompt, estimate_tokens, fit, message_tokens
 from kernelforge_tui.proposers.replies import REPLY_FORMAT
+from kernelforge_tui.proposers.role_replies import parse_strategy, parse_verdict
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
 from tests.fakes.agent_replies import (
@@ -241,7 +242,12 @@ async def test_a_plan_that_fails_validation_is_sent_back_once_and_the_fix_is_use
     assert proposal.llm_calls == [*sink.ids("planner"), sink.calls[-1].id]
 
 
-def test_the_judges_reply_is_read_strictly() -> None:
+def test_the_planners_and_the_judges_replies_are_read_strictly() -> None:
+    assert parse_strategy("**Title:** One warp per row\nLoad 16 bytes.").title == "One warp per row"
+    assert parse_strategy("# Rows in registers").text == "# Rows in registers"
+    for bad in ("", "  \n ", "---\nthe plan"):
+        with pytest.raises(Malformed):
+            parse_strategy(bad)
     assert (
         parse_verdict('```json\n{"score": 0.25, "critique": "misses\\n the  tail"}\n```').critique == "misses the tail"
     )
@@ -253,7 +259,7 @@ def test_the_judges_reply_is_read_strictly() -> None:
         '{"score": 0.5, "critique": "x", "extra": 1}',
         "Score: 0.5 - fine",
     ):
-        with pytest.raises(Exception, match=r"verdict is not valid|JSON object only"):
+        with pytest.raises(Malformed, match=r"verdict is not valid|JSON object only"):
             parse_verdict(bad)
 
 
@@ -347,8 +353,11 @@ async def test_each_candidate_gets_its_own_strategy_and_a_provider_error_loses_o
     assert len(proposals) == 1 and len(script.asked("coder")) == 2
 
 
-async def test_when_every_candidate_is_lost_the_provider_error_is_raised(card: Card) -> None:
-    script = Script({"planner": [strategy("Only idea")], "coder": [Reply(status=500, error="overloaded")]})
+@pytest.mark.parametrize("down", ["planner", "coder"])
+async def test_when_every_candidate_is_lost_the_provider_error_is_raised(card: Card, down: str) -> None:
+    replies: dict[str, list[str | Reply]] = {"planner": [strategy("Only idea")], "coder": [kernel()]}
+    replies[down] = [Reply(status=500, error="overloaded")]
+    script = Script(replies)
     async with team(script, {"coder": ["coder-a"]}) as (proposer, _, _):
         with pytest.raises(LlmError, match="overloaded"):
             await proposer.propose(context(card), 1)

@@ -21,8 +21,6 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import LlmSettings
@@ -33,7 +31,15 @@ from kernelforge_tui.llm.types import ChatMessage
 from kernelforge_tui.models.llm import Role
 from kernelforge_tui.proposers.base import FailedSibling, Proposal, ProposalContext
 from kernelforge_tui.proposers.prompting import Entry, Listing, fit, load
-from kernelforge_tui.proposers.replies import JSON_TAGS, REPLY_FORMAT, KernelReply, fenced_blocks, parse_kernel
+from kernelforge_tui.proposers.replies import REPLY_FORMAT, KernelReply, parse_kernel
+from kernelforge_tui.proposers.role_replies import (
+    TITLE_CHARS,
+    Strategy,
+    Verdict,
+    parse_strategy,
+    parse_text,
+    parse_verdict,
+)
 from kernelforge_tui.proposers.sections import (
     REASON_CHARS,
     bullets,
@@ -51,16 +57,6 @@ from kernelforge_tui.proposers.sections import (
 
 LOST = (LlmError, Malformed)
 """What loses one candidate, not the expansion: the provider failed, or a role's reply could not be used."""
-TITLE_CHARS = 80
-
-
-@dataclass(frozen=True)
-class Strategy:
-    """The planner's answer: a one-line title (the node's mutation text) and the plan the coder follows."""
-
-    title: str
-    text: str
-    calls: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -77,44 +73,6 @@ class Rejection:
 
     reply: str
     problem: str
-
-
-class Verdict(BaseModel):
-    """The judge's answer, exactly this JSON object."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    score: float = Field(ge=0, le=1, allow_inf_nan=False)
-    critique: str = Field(min_length=1)
-
-
-def parse_text(text: str) -> str:
-    if not text.strip():
-        raise Malformed("the reply is empty")
-    return text.strip()
-
-
-def parse_strategy(text: str) -> Strategy:
-    body = parse_text(text)
-    title = body.splitlines()[0].strip().lstrip("#*- ").removeprefix("Title:").strip().strip("*").strip()
-    if not title:
-        raise Malformed("the first line is not a title; start with a one-line title naming the change")
-    return Strategy(first_line(title, TITLE_CHARS), body)
-
-
-def parse_verdict(text: str) -> Verdict:
-    """The reply as one JSON object, bare or in one ```json block; Malformed saying what is wrong."""
-    blocks = fenced_blocks(text)
-    if len(blocks) > 1 or (blocks and blocks[0][0] not in JSON_TAGS | {""}):
-        raise Malformed('answer with one JSON object only: {"score": <0..1>, "critique": "<one line>"}')
-    body = blocks[0][1] if blocks else text
-    try:
-        verdict = Verdict.model_validate_json(body.strip(), strict=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "the reply"
-        raise Malformed(f"the verdict is not valid: {where}: {first['msg']}") from None
-    return verdict.model_copy(update={"critique": " ".join(verdict.critique.split())})
 
 
 def said(kernel: KernelReply | Rejection) -> str:
@@ -229,7 +187,8 @@ class AgentProposer:
             "round": str(round_),
             "rounds": str(self.settings.agents.debug_rounds),
         }
-        why = Listing([Entry(failed.node_id, reason, reason[:REASON_CHARS])], "", "(no reason recorded)", False)
+        entries = [Entry(failed.node_id, reason, reason[:REASON_CHARS])] if reason else []
+        why = Listing(entries, "", "(no reason recorded)", foldable=False)
         messages = fit(load("debugger"), self.settings.agents.prompt_tokens, fields, {"reason": why})
         calls: list[int] = []
         kernel = await self._write(ctx.card, "debugger", model, messages, failed.node_id, calls)
@@ -265,7 +224,7 @@ class AgentProposer:
             "operator": operator_line(ctx.card),
             "plan": plan_json(ctx.parent.plan),
             "speedup": speedup_text(ctx.parent.speedup),
-            "ptxas": ptxas_text(ctx.parent.ptxas or profile.ptxas),
+            "ptxas": ptxas_text(ctx.parent),
             "report": report,
         }
         messages = fit(load("analyst"), self.settings.agents.prompt_tokens, fields, {})
@@ -284,7 +243,7 @@ class AgentProposer:
             "kernel": kernel_text(parent.source, parent.plan),
             "speedup": speedup_text(parent.speedup),
             "analysis": analysis.text,
-            "ptxas": ptxas_text(parent.ptxas or (parent.profile.ptxas if parent.profile else None)),
+            "ptxas": ptxas_text(parent),
             "planned": bullets(planned, "(nothing yet)"),
             "hints": bullets(ctx.hints, "(none)"),
             "critique": critique,

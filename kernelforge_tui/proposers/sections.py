@@ -12,9 +12,8 @@ from collections.abc import Sequence
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.stress import running
-from kernelforge_tui.models.evaluation import PtxasStats
 from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.proposers.base import FailedSibling, LineageStep
+from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo
 from kernelforge_tui.proposers.prompting import Entry, Listing
 
 REASON_CHARS = 1500
@@ -85,7 +84,9 @@ def profile_text(profile: NodeProfile | None) -> str:
     return "\n".join(profile.hardware.lines())
 
 
-def ptxas_text(stats: PtxasStats | None) -> str:
+def ptxas_text(parent: ParentInfo) -> str:
+    """The parent's resource use: from its build, else from its profile."""
+    stats = parent.ptxas or (parent.profile.ptxas if parent.profile is not None else None)
     if stats is None:
         return "Not known."
     return (
