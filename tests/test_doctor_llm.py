@@ -87,7 +87,7 @@ def test_each_problem_is_named_with_its_fix_and_the_key_is_never_shown(
         provider("gone", "openai", f"http://127.0.0.1:{port}/v1"),
         provider("nokey", "openai", f"{servers['ok'].url}/v1", MISSING_ENV),
         model("m-good", "good", "gpt-test", 'extra = { reasoning_effort = "high", temperature = 0.2 }\n'),
-        model("m-claude", "claude", "claude-test", 'extra = { thinking = { type = "enabled", budget_tokens = 2048 } }\n'),
+        model("m-claude", "claude", "claude-test", 'extra = { thinking = { type = "enabled", budget_tokens = 99 } }\n'),
         model("m-badkey", "badkey", "claude-test"),
         model("m-unknown", "unknown", "no-such-model"),
         model("m-plain", "plain", "gpt-test"),

@@ -280,6 +280,20 @@ def load_reference(path: Path, function: str) -> UserReference:
     )
 
 
+def check_dims(decls: Sequence[TensorDecl], sizes: dict[str, int], option: str) -> None:
+    """Every declared dim a formula over the --sizes that gives a positive length."""
+    for decl in decls:
+        for dim in decl.dims or ():
+            try:
+                value = expr.evaluate(dim, sizes)
+            except expr.ExprError as exc:
+                raise SpecError(
+                    option, None, f"{decl.name}: {exc}", f"use the sizes given with --sizes ({', '.join(sizes)})"
+                ) from None
+            if value <= 0:
+                raise SpecError(option, None, f"{decl.name}: {dim} is {value}", "every dimension must be >= 1")
+
+
 def input_decls(request: CardRequest, ref: UserReference) -> list[TensorDecl]:
     """The card's inputs: as declared, or the reference's tensor parameters (`x` for a card-style one), each shaped
     by every size in order."""
@@ -635,6 +649,8 @@ def _draft(request: CardRequest, dest: Path, work: Path) -> CardDraft:
     except UnicodeDecodeError:
         raise SpecError("--reference", None, f"{request.reference} is not UTF-8 text", "save it as UTF-8") from None
     (work / user_file).write_text(text)
+    check_dims(request.inputs, request.sizes, "--input")
+    check_dims(request.outputs, request.sizes, "--output")
     ref = load_reference(work / user_file, request.function)
     inputs = input_decls(request, ref)
     outputs, as_dict = output_decls(request, ref, inputs)

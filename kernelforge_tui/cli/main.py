@@ -1,6 +1,6 @@
 """kernelforge: search for faster CUDA kernels, proven correct and timed honestly.
 
-Commands: doctor, eval, optimize, runs, tui, open, profile. Exit codes: 0 success, 1 the candidate (or a
+Commands: doctor, new, eval, optimize, runs, tui, open, profile. Exit codes: 0 success, 1 the candidate (or a
 check) failed, 2 bad input (card, plan, file, run), 3 no GPU.
 """
 
@@ -11,8 +11,10 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 
+from kernelforge_tui.cards.spec import DTYPES, FAMILIES
 from kernelforge_tui.cli.doctor import cmd_doctor
 from kernelforge_tui.cli.evaluate import cmd_eval
+from kernelforge_tui.cli.new import cmd_new
 from kernelforge_tui.cli.output import error_kind, fail
 from kernelforge_tui.cli.profile import cmd_profile
 from kernelforge_tui.cli.runs import cmd_open, cmd_optimize, cmd_runs, cmd_tui
@@ -23,8 +25,11 @@ from kernelforge_tui.errors import KernelForgeError
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelforge", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    doctor = sub.add_parser("doctor", help="check Python, nvcc, the GPU and driver, pycuda and ncu")
+    doctor = sub.add_parser(
+        "doctor", help="check Python, nvcc, the GPU and driver, pycuda, ncu, and each configured LLM model"
+    )
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    _new_parser(sub)
     ev = sub.add_parser("eval", help="build, prove correct and time one kernel against a card's baseline")
     ev.add_argument("card", help="card directory (holding card.toml)")
     ev.add_argument("kernel", help="CUDA source of the candidate")
@@ -35,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--budget-iters", type=int, metavar="N", help="stop after N candidates evaluated")
     opt.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
     opt.add_argument("--budget-gpu-seconds", type=float, metavar="S", help="stop after S GPU seconds of evaluation")
+    _llm_budgets(opt)
     opt.add_argument("--resume", metavar="RUN", help="continue a run (its id or directory) after a stop or a crash")
     opt.add_argument("--run-dir", metavar="DIR", help="where the new run's store goes (default: under --root)")
     opt.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
@@ -50,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="simulated GPU seconds per evaluation (with --simulate)",
     )
-    opt.add_argument("--proposer", metavar="NAME", help="'templates' (default) or module:Class")
+    opt.add_argument("--proposer", metavar="NAME", help=PROPOSER_HELP)
     opt.add_argument("--strategy", choices=sorted(STRATEGIES), help="selection strategy (default: mcts)")
     opt.add_argument(
         "--tree",
@@ -61,12 +67,19 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--json", action="store_true", help="no live view; print the run summary as JSON")
     runs = sub.add_parser("runs", help="list runs with their best results")
     runs.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
+    runs.add_argument(
+        "--models",
+        action="store_true",
+        help="compare the LLM models per card across the runs: calls, kernels written, success rate, best, cost",
+    )
     runs.add_argument("--json", action="store_true", help="machine-readable output")
     tui = sub.add_parser("tui", help="search a card under the terminal UI (watch and steer it live)")
     tui.add_argument("card", help="card directory (holding card.toml)")
     tui.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
     tui.add_argument("--budget-iters", type=int, metavar="N", help="stop after N candidates evaluated")
     tui.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
+    _llm_budgets(tui)
+    tui.add_argument("--proposer", metavar="NAME", help=PROPOSER_HELP)
     tui.add_argument(
         "--simulate", action="store_true", help="no GPU: real nvcc builds, INVENTED timings (for trying the tool)"
     )
@@ -83,8 +96,68 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+PROPOSER_HELP = (
+    "where candidates come from: 'templates' (the built-in library, the default, no LLM), 'agents' (the LLM team "
+    "of [llm] in the config), 'hybrid' (templates and agents side by side, the tree deciding), or module:Class"
+)
+
+
+def _llm_budgets(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--budget-money", type=float, metavar="USD", help="stop once the run's LLM calls cost USD dollars"
+    )
+    parser.add_argument(
+        "--budget-tokens", type=int, metavar="N", help="stop once the run's LLM calls used N tokens (in and out)"
+    )
+
+
+def _new_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    new = sub.add_parser(
+        "new",
+        help="make a card from a spec: a description, a Python/NumPy reference and example sizes",
+        description="Make an operator card from a natural-language spec, a Python/NumPy reference and example "
+        "sizes. The reference is copied into the card; shapes are found by running it; input sets are drawn and "
+        "referenced; the baseline kernel is --baseline, or one the configured coder model writes (checked with nvcc).",
+    )
+    new.add_argument("name", help="the card's name (also its directory's, unless -o)")
+    new.add_argument(
+        "--spec", required=True, metavar="TEXT", help="what the operator computes, in words (agents read it)"
+    )
+    new.add_argument(
+        "--reference",
+        required=True,
+        metavar="FILE.py:FUNCTION",
+        help="the reference: FUNCTION(inputs, sizes) -> dict of outputs, or FUNCTION(x, ...) taking the inputs as "
+        "keyword arguments named like the tensors (sizes too, by name) and returning arrays",
+    )
+    new.add_argument("--sizes", required=True, metavar="NAME=N,...", help="example sizes, e.g. rows=4096,cols=32768")
+    new.add_argument("--dtype", required=True, metavar="DTYPE", help=f"tensor dtype: {', '.join(DTYPES)}")
+    new.add_argument("-o", "--out", metavar="DIR", help="the card directory to create (default: ./NAME)")
+    new.add_argument("--family", default="other", metavar="F", help=f"op family (stress sets): {', '.join(FAMILIES)}")
+    new.add_argument(
+        "--input",
+        action="append",
+        metavar="NAME[:DTYPE]=DIMS",
+        help="an input tensor, e.g. x=rows,cols (default: the reference's parameters, each shaped by every size)",
+    )
+    new.add_argument(
+        "--output",
+        action="append",
+        metavar="NAME[:DTYPE][=DIMS]",
+        help="an output's name and shape, e.g. y=rows (default: found by running the reference)",
+    )
+    new.add_argument("--sets", type=int, default=2, metavar="N", help="input sets stored with the card (default 2)")
+    new.add_argument("--flops", default="0", metavar="FORMULA", help="FLOPs as a formula over the sizes (default 0)")
+    new.add_argument(
+        "--baseline", metavar="KERNEL.cu", help="the baseline kernel (default: the coder model writes one)"
+    )
+    new.add_argument("--plan", metavar="PLAN.toml", help="the baseline's launch plan (default: KERNEL.plan.toml)")
+    new.add_argument("--json", action="store_true", help="machine-readable output")
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "doctor": cmd_doctor,
+    "new": cmd_new,
     "eval": cmd_eval,
     "optimize": cmd_optimize,
     "runs": cmd_runs,

@@ -6,11 +6,14 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
@@ -28,8 +31,9 @@ from kernelforge_tui.errors import BadInput
 from kernelforge_tui.models.commands import Stop
 from kernelforge_tui.models.evaluation import speedup_text
 from kernelforge_tui.models.events import EngineEvent
+from kernelforge_tui.models.llm import LlmTotals, ModelRecord, usd
 from kernelforge_tui.models.runs import RunInfo
-from kernelforge_tui.store import list_runs, runs_root
+from kernelforge_tui.store import RunStore, StoreError, list_runs, runs_root
 
 
 def render_run(info: RunInfo, live: RunView | None = None) -> Table:
@@ -67,6 +71,15 @@ def render_run(info: RunInfo, live: RunView | None = None) -> Table:
             f"{budget.gpu_seconds:.1f}" + (f"/{budget.max_gpu_seconds:g}" if budget.max_gpu_seconds else "") + " GPU s",
         ]
         table.add_row("budget", ", ".join(caps))
+        if budget.tokens or budget.max_tokens is not None or budget.max_money_usd is not None:
+            table.add_row(
+                "llm",
+                f"${budget.money_usd:.4f}"
+                + (f"/${budget.max_money_usd:g}" if budget.max_money_usd is not None else "")
+                + f", {budget.tokens}"
+                + (f"/{budget.max_tokens}" if budget.max_tokens is not None else "")
+                + " tokens",
+            )
         table.add_row(
             "rate",
             f"{budget.candidates_per_minute:.1f} candidates/min, GPU busy "
@@ -91,10 +104,37 @@ def _tree_overrides(pairs: list[str]) -> dict[str, str]:
     return overrides
 
 
+BUDGET_OPTIONS = {
+    "max_iterations": "--budget-iters",
+    "max_minutes": "--budget-minutes",
+    "max_gpu_seconds": "--budget-gpu-seconds",
+    "max_money": "--budget-money",
+    "max_tokens": "--budget-tokens",
+}
+
+
+def budget_from(args: argparse.Namespace) -> Budget:
+    """The caps given on the command line; a negative or non-finite one is bad input naming its option."""
+    values = {
+        "max_iterations": args.budget_iters,
+        "max_minutes": args.budget_minutes,
+        "max_gpu_seconds": getattr(args, "budget_gpu_seconds", None),
+        "max_money": args.budget_money,
+        "max_tokens": args.budget_tokens,
+    }
+    for field, value in values.items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadInput(f"{BUDGET_OPTIONS[field]} {value}: give a finite number")
+    try:
+        return Budget(**values)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        option = BUDGET_OPTIONS.get(str(first["loc"][0]), str(first["loc"][0]))
+        raise BadInput(f"{option} {first['input']}: {first['msg'].lower()}: give a cap of 0 or more") from None
+
+
 async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
-    budget = Budget(
-        max_iterations=args.budget_iters, max_minutes=args.budget_minutes, max_gpu_seconds=args.budget_gpu_seconds
-    )
+    budget = budget_from(args)
     options = RunOptions(
         resume=args.resume,
         run_dir=Path(args.run_dir) if args.run_dir else None,
@@ -170,25 +210,52 @@ def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
+def _llm_totals(run_dir: Path) -> LlmTotals | None:
+    """A run's LLM use (None when it made no call, or its store cannot be read now)."""
+    try:
+        with RunStore.open(run_dir, readonly=True) as store:
+            totals = store.llm_totals()
+    except StoreError:
+        return None
+    return totals if totals.calls else None
+
+
 def cmd_runs(args: argparse.Namespace, console: Console) -> int:
     listing = list_runs(Path(args.root) if args.root else None)
     for skipped in listing.skipped:  # on stderr: --json output stays a list of runs
         print(f"note: skipped {skipped.run_dir}: {skipped.reason}", file=sys.stderr)
     infos = listing.runs
+    if args.models:
+        return _models(infos, args, console)
+    llm = {i.run_dir: _llm_totals(i.run_dir) for i in infos}
     if args.json:
-        print(json.dumps([i.model_dump(mode="json") for i in infos], indent=2))
+        rows = []
+        for i in infos:
+            row = i.model_dump(mode="json")
+            totals = llm[i.run_dir]
+            row["llm"] = None if totals is None else {**totals.model_dump(), "cost_usd": totals.cost_usd}
+            rows.append(row)
+        print(json.dumps(rows, indent=2))
         return EXIT_OK
     if not infos:
         console.print(f"no runs under {escape(str(Path(args.root) if args.root else runs_root()))}")
         return EXIT_OK
     table = Table(title="kernelforge runs")
-    for column in ("run", "card", "backend", "state", "best", "ceiling", "nodes", "failed", "started"):
+    with_llm = any(totals is not None for totals in llm.values())
+    columns = ["run", "card", "backend", "state", "best", "ceiling", "nodes", "failed", *(["llm"] * with_llm)]
+    for column in [*columns, "started"]:
         table.add_column(column)
     for i in infos:
         best = f"{i.best_speedup:.3g}x (node {i.best_node_id})" if i.best_speedup is not None else "-"
         ceiling = f"{i.best_ceiling_share:.0%}" if i.best_ceiling_share is not None else "-"
         backend = "[yellow]simulated[/]" if i.backend == SIMULATED else escape(i.gpu_name)
         started = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.started_at))
+        totals = llm[i.run_dir]
+        cost = (
+            []
+            if not with_llm
+            else ["-" if totals is None else f"${totals.cost_usd:.4f} ({totals.calls} call{'s' * (totals.calls != 1)})"]
+        )
         table.add_row(
             escape(i.run_id),
             escape(i.card_name),
@@ -198,20 +265,128 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
             ceiling,
             str(i.node_count),
             str(i.failure_count),
+            *cost,
             started,
         )
     console.print(table)
     return EXIT_OK
 
 
+@dataclass
+class ModelRow:
+    """One provider/model on one card, summed over the runs under the root (simulated runs apart: their speedups
+    are invented)."""
+
+    card: str
+    family: str
+    provider: str
+    model: str
+    simulated: bool
+    runs: int = 0
+    calls: int = 0
+    kernels: int = 0
+    correct: int = 0
+    best_speedup: float | None = None
+    cost_nanousd: int = 0
+
+    def add(self, record: ModelRecord) -> None:
+        self.runs += 1
+        self.calls += record.calls
+        self.kernels += record.kernels
+        self.correct += record.correct
+        self.cost_nanousd += record.cost_nanousd
+        if record.best_speedup is not None:
+            self.best_speedup = max(self.best_speedup or 0.0, record.best_speedup)
+
+    @property
+    def success_rate(self) -> float | None:
+        return self.correct / self.kernels if self.kernels else None
+
+    def as_json(self) -> dict[str, object]:
+        return {
+            "card": self.card,
+            "family": self.family,
+            "provider": self.provider,
+            "model": self.model,
+            "simulated": self.simulated,
+            "runs": self.runs,
+            "calls": self.calls,
+            "kernels": self.kernels,
+            "correct": self.correct,
+            "success_rate": self.success_rate,
+            "best_speedup": self.best_speedup,
+            "cost_usd": usd(self.cost_nanousd),
+        }
+
+
+def model_rows(infos: list[RunInfo]) -> list[ModelRow]:
+    """Per card and per provider/model: what the models' calls did across the runs, best first on each card."""
+    rows: dict[tuple[str, str, str, bool], ModelRow] = {}
+    for info in infos:
+        try:
+            with RunStore.open(info.run_dir, readonly=True) as store:
+                records = store.model_records()
+        except StoreError as exc:
+            print(f"note: skipped {info.run_dir}: {exc}", file=sys.stderr)
+            continue
+        simulated = info.backend == SIMULATED
+        for r in records:
+            key = (r.card, r.provider, r.model, simulated)
+            row = rows.setdefault(key, ModelRow(r.card, r.family, r.provider, r.model, simulated))
+            row.add(r)
+    return sorted(
+        rows.values(),
+        key=lambda r: (r.card, r.simulated, -(r.best_speedup or 0.0), -(r.success_rate or 0.0), r.provider, r.model),
+    )
+
+
+def _models(infos: list[RunInfo], args: argparse.Namespace, console: Console) -> int:
+    rows = model_rows(infos)
+    if args.json:
+        print(json.dumps([r.as_json() for r in rows], indent=2))
+        return EXIT_OK
+    if not rows:
+        where = Path(args.root) if args.root else runs_root()
+        console.print(f"no LLM calls recorded in the runs under {escape(str(where))}")
+        return EXIT_OK
+    for card in sorted({r.card for r in rows}):
+        mine = [r for r in rows if r.card == card]
+        table = Table(title=f"{card} ({mine[0].family}): models compared")
+        for column in ("provider", "model", "runs", "calls", "kernels", "correct", "success", "best", "cost"):
+            table.add_column(column)
+        for r in mine:
+            best = "-" if r.best_speedup is None else f"{r.best_speedup:.3g}x" + (" (simulated)" * r.simulated)
+            table.add_row(
+                escape(r.provider),
+                escape(r.model),
+                str(r.runs),
+                str(r.calls),
+                str(r.kernels),
+                str(r.correct),
+                "-" if r.success_rate is None else f"{r.success_rate:.0%}",
+                best,
+                f"${usd(r.cost_nanousd):.4f}",
+            )
+        console.print(table)
+    return EXIT_OK
+
+
 def cmd_tui(args: argparse.Namespace, console: Console) -> int:
     from kernelforge_tui.tui.launch import run_tui
 
+    budget = budget_from(args)
+    waiting = {"--budget-money": args.budget_money, "--budget-tokens": args.budget_tokens, "--proposer": args.proposer}
+    given = [option for option, value in waiting.items() if value is not None]
+    if given:  # run_tui (tui/launch.py) takes neither a Budget nor a proposer yet
+        raise BadInput(
+            f"kernelforge tui does not take {', '.join(given)} yet: start the search with `kernelforge optimize CARD "
+            f"{' '.join(given)} ...` and watch and steer it with `kernelforge open RUN`"
+        )
     run_dir = run_tui(
         Path(args.card),
         theme=args.theme,
-        budget_iters=args.budget_iters,
-        budget_minutes=args.budget_minutes,
+        budget_iters=budget.max_iterations,
+        budget_minutes=budget.max_minutes,
         simulate=args.simulate,
     )
     if run_dir:
