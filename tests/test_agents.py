@@ -228,7 +228,7 @@ async def test_an_unusable_reply_gets_exactly_one_repair_request_then_becomes_a_
     assert proposal.rejected is not None and "0 ```cuda blocks" in proposal.rejected
     assert proposal.source == second and proposal.plan == context(card).parent.plan
     assert [c.outcome for c in sink.calls if c.role == "coder"] == ["malformed", "malformed"]
-    assert proposal.llm_calls == sink.ids("planner")
+    assert proposal.llm_calls == [*sink.ids("planner"), *sink.ids("coder")]  # the unusable replies' calls too
 
 
 async def test_a_plan_that_fails_validation_is_sent_back_once_and_the_fix_is_used(card: Card) -> None:
@@ -239,7 +239,8 @@ async def test_a_plan_that_fails_validation_is_sent_back_once_and_the_fix_is_use
     _, repair = script.asked("coder")
     assert "the launch plan is not valid: args: Field required" in conversation(repair)[-1][1]
     assert proposal.rejected is None and proposal.plan.args == PLAN["args"] and proposal.source == KERNEL
-    assert proposal.llm_calls == [*sink.ids("planner"), sink.calls[-1].id]
+    assert proposal.llm_calls == [*sink.ids("planner"), *sink.ids("coder")]  # the refused plan's call and the fix
+    assert [c.outcome for c in sink.calls if c.role == "coder"] == ["malformed", "ok"]
 
 
 def test_the_planners_and_the_judges_replies_are_read_strictly() -> None:

@@ -29,7 +29,12 @@ T = TypeVar("T")
 
 
 class Malformed(Exception):
-    """A reply the role cannot use (no code block, a plan that fails validation, no score); the text says why."""
+    """A reply the role cannot use (no code block, a plan that fails validation, no score); the text says why.
+    Raised out of `LlmClient.ask` it carries the call as recorded and the reply, so the caller can link the call
+    to what it becomes (a repair request, or a failed node that keeps the reply)."""
+
+    call: LlmCall | None = None
+    reply: str = ""
 
 
 class CallSink(Protocol):
@@ -148,6 +153,7 @@ class LlmClient:
                 )
             value = parse(reply.text)
         except Malformed as bad:
-            record("malformed", reply, reply.text, str(bad))
+            bad.call = record("malformed", reply, reply.text, str(bad))
+            bad.reply = reply.text
             raise
         return Answer(value, record("ok", reply, reply.text), reply.text)

@@ -322,23 +322,22 @@ class AgentProposer:
         calls: list[int],
     ) -> KernelReply | Rejection:
         """A kernel parsed strictly from `model`'s reply. A reply that cannot be used gets one request to fix it
-        (the reply and what is wrong with it); a second one is a Rejection that keeps it."""
-        replies: list[str] = []
+        (the reply and what is wrong with it); a second one is a Rejection that keeps it. Every call, the unusable
+        ones included, is added to `calls`."""
 
         def parse(text: str) -> KernelReply:
-            replies.append(text)
             return parse_kernel(text, card)
 
         try:
             answer = await self.client.ask(role, model, messages, parse, node_id=node_id)
         except Malformed as bad:
-            seen = len(replies)
-            retry = fix_request(messages, replies[-1] if seen else None, str(bad))
+            calls += [bad.call.id] if bad.call is not None and bad.call.id is not None else []
+            retry = fix_request(messages, bad.reply or None, str(bad))
             try:
                 answer = await self.client.ask(role, model, retry, parse, node_id=node_id)
             except Malformed as again:
-                reply = replies[-1] if len(replies) > seen else f"// the reply was not kept: {again}\n"
-                return Rejection(reply, str(again))
+                calls += [again.call.id] if again.call is not None and again.call.id is not None else []
+                return Rejection(again.reply or f"// the model's reply was empty: {again}\n", str(again))
         calls += ids(answer)
         return answer.value
 
@@ -382,8 +381,8 @@ def kernel_rules() -> dict[str, str]:
 
 
 def fix_request(messages: list[ChatMessage], reply: str | None, problem: str) -> list[ChatMessage]:
-    """The conversation with one more turn asking to fix the reply. A reply cut off at max_tokens never reached
-    the parser: the request then joins the last user message (roles must alternate on the Anthropic API)."""
+    """The conversation with one more turn asking to fix the reply. With no reply to show back (an empty one) the
+    request joins the last user message (roles must alternate on the Anthropic API)."""
     ask = load("reformat").text(problem=problem, reply_format=REPLY_FORMAT)
     if reply is None:
         last = messages[-1]
