@@ -24,13 +24,14 @@ FORMAT: Literal["kernelforge.cast"] = "kernelforge.cast"
 FORMAT_VERSION: Literal[1] = 1
 """Bump when a reader of the old version would misread a new package; readers refuse other versions by name."""
 MANIFEST_NAME = "manifest.json"
-SANITIZER_TOOLS: tuple[str, ...] = ("memcheck", "racecheck", "initcheck")
 DEFAULT_ALIGNMENT = 256
 """Bytes. Every buffer a kernel was proven on started 256-byte aligned (the GPU worker's buffers, torch's
 allocator): a pointer that is not (a view that starts mid-row) was never tried, so the guard refuses it."""
 
-Scalar = Annotated[bool | int | float | str | None, Field(union_mode="left_to_right")]
-"""A scalar argument of an aten call as Python passes it (bool before int: True is not 1 here)."""
+Plain = Annotated[bool | int | float | str | None, Field(union_mode="left_to_right")]
+Scalar = Annotated[bool | int | float | str | list[Plain] | None, Field(union_mode="left_to_right")]
+"""A scalar argument of an aten call as Python passes it (bool before int: True is not 1 here), or a list of them
+(`int[]` arguments); a dtype, device or memory format by its name without the `torch.` prefix."""
 
 
 class CastError(Exception):
@@ -135,10 +136,16 @@ class Latency(Model):
     interval_vs_baseline: tuple[float, float] | None = None
 
 
+CheckName = Literal["correctness", "timing", "memcheck", "racecheck", "initcheck"]
+SanitizerTool = Literal["memcheck", "racecheck", "initcheck"]
+SANITIZER_TOOLS: tuple[SanitizerTool, ...] = ("memcheck", "racecheck", "initcheck")
+Verifier = Literal["export", "verify"]
+
+
 class CheckRecord(Model):
     """One check a kernel passed or failed at the last verification."""
 
-    name: Literal["correctness", "memcheck", "racecheck", "initcheck", "timing"]
+    name: CheckName
     ok: bool
     detail: str
     report: str | None = None
@@ -259,7 +266,7 @@ class Stamp(Model):
 
     machine: Machine
     at: float
-    by: Literal["export", "verify"]
+    by: Verifier
     sanitizer: bool
 
 
@@ -279,8 +286,8 @@ class CastManifest(Model):
     kernels: list[KernelEntry]
     audit: list[AuditEntry]
     stamp: Stamp | None = None
-    """None: unverified (exported with --no-sanitize, or a verification that dropped every kernel): the loader
-    refuses it until `kernelforge verify` passes on a GPU."""
+    """None: unverified (exported with --no-sanitize): the loader refuses it until `kernelforge verify` has run on a
+    GPU."""
     notes: list[str] = Field(default_factory=list)
 
 

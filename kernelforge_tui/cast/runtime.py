@@ -186,6 +186,19 @@ class _Missing:
 MISSING = _Missing()
 
 
+_PLAIN = frozenset({bool, int, float, str, type(None), list})
+
+
+def _plain(value: Any) -> Any:
+    """A non-plain argument as the manifest writes it: a dtype, device, layout or memory format by its name, a tuple
+    as a list; anything else as it is (and then it matches nothing)."""
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if type(value).__module__.startswith("torch"):
+        return str(value).removeprefix("torch.")
+    return value
+
+
 def _argument(args: Sequence[Any], kwargs: dict[str, Any], spec: AtenArg) -> Any:
     if spec.position is not None and spec.position < len(args):
         return args[spec.position]
@@ -212,6 +225,8 @@ class KernelRunner:
             else:
                 self.scalar_args.append(arg)
         self.key = tuple(self.tensor_args[0][1].shape) if self.tensor_args else ()
+        self.positional = 1 + max((a.position for a in guard.args if a.position is not None), default=-1)
+        self.keywords = {a.name for a in guard.args if a.position is None}
         self.outputs = [(tuple(t.shape), _torch_dtype(t.dtype)) for t in guard.outputs]
         inputs = [spec.name for _, spec, _ in self.tensor_args]
         outputs = [t.name for t in guard.outputs]
@@ -254,9 +269,13 @@ class KernelRunner:
             if t.data_ptr() % spec.alignment:
                 return f"{arg.name} not {spec.alignment}-byte aligned (a view that starts mid-buffer)"
             tensors.append(t)
+        if len(args) > self.positional or any(name not in self.keywords for name in kwargs):
+            return "more arguments than the captured call passed"
         for scalar in self.scalar_args:
             value = _argument(args, kwargs, scalar)
-            if value is MISSING or type(value) is not type(scalar.accepts[0]) or value not in scalar.accepts:
+            if type(value) not in _PLAIN:
+                value = _plain(value)
+            if type(value) is not type(scalar.accepts[0]) or value not in scalar.accepts:
                 return f"{scalar.name}={value!r} (kernel: {' or '.join(map(repr, scalar.accepts))})"
         device = tensors[0].device.index or 0
         for t in tensors[1:]:

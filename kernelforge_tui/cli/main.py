@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from kernelforge_tui.cards.spec import DTYPES, FAMILIES
+from kernelforge_tui.cli.cast import CAST_COMMANDS, add_cast_parsers
 from kernelforge_tui.cli.doctor import cmd_doctor
 from kernelforge_tui.cli.evaluate import cmd_eval
 from kernelforge_tui.cli.new import cmd_new
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--again", action="store_true", help="profile a node again even where a profile is saved")
     prof.add_argument("--no-save", action="store_true", help="do not save a node's new profile in the run")
     prof.add_argument("--json", action="store_true", help="machine-readable output")
+    add_cast_parsers(sub)
     return parser
 
 
@@ -164,6 +166,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "tui": cmd_tui,
     "open": cmd_open,
     "profile": cmd_profile,
+    **CAST_COMMANDS,
 }
 
 
