@@ -5,6 +5,10 @@ process). Events are folded into the shared `RunView` a few times a second (fewe
 changed is repainted. What the panes show of the selected node (its evaluation, profile and source) is
 read from SQLite in thread workers and posted back, so the UI loop never waits on the store. Every
 steering key sends a typed engine command through the source, and is disabled while it cannot act.
+
+With LLM agents, a coder's or debugger's reply streams into the diff's place while it is written for the
+selected node (or for any node, following the latest), the header meters the run's cost and tokens, and the
+conversation and models screens read the calls from the store.
 """
 
 from __future__ import annotations
@@ -18,13 +22,14 @@ from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
 from textual.widgets import Footer, Tree
 from textual.worker import get_current_worker
 
-from kernelforge_tui.engine.view import Changes, RunView, Snapshot
+from kernelforge_tui.engine.view import Changes, LiveCall, RunView, Snapshot
 from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
@@ -42,12 +47,13 @@ from kernelforge_tui.models.events import EngineEvent, StateChanged
 from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, bindings
-from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
+from kernelforge_tui.tui.screens import ConversationScreen, EditorScreen, HelpScreen, HintScreen, ModelsScreen
 from kernelforge_tui.tui.screens.editor import edit_externally
-from kernelforge_tui.tui.source import NodeSource, RunSource
+from kernelforge_tui.tui.source import NodeSource, RunSource, llm_reads
 from kernelforge_tui.tui.themes import load_themes, resolve_theme
-from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, RunHeaderBar, SearchTree
+from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, RunHeaderBar, SearchTree, StreamPane
 from kernelforge_tui.tui.widgets.diff import DIFF_BASES, DiffBase
+from kernelforge_tui.tui.widgets.llm_call import ELSEWHERE, WAITING
 from kernelforge_tui.tui.widgets.metrics import NodeDetail
 from kernelforge_tui.tui.widgets.tree import FILTERS
 
@@ -68,12 +74,14 @@ class KernelForgeApp(App[None]):
     #tree { width: 45%; min-width: 32; }
     #detail { width: 1fr; }
     #metrics { height: auto; max-height: 50%; }
-    #diff { height: 1fr; }
+    #diff, #stream { height: 1fr; }
+    #stream, #detail.-streaming #diff { display: none; }
+    #detail.-streaming #stream { display: block; }
     #log { height: 6; }
     KernelForgeApp.-wide #tree { width: 36%; }
     KernelForgeApp.-wide #detail { layout: horizontal; }
     KernelForgeApp.-wide #metrics { width: 46; height: 100%; max-height: 100%; }
-    KernelForgeApp.-wide #diff { width: 1fr; height: 100%; }
+    KernelForgeApp.-wide #diff, KernelForgeApp.-wide #stream { width: 1fr; height: 100%; }
     KernelForgeApp.-wide #log { height: 10; }
     """
     BINDINGS: ClassVar[list[BindingType]] = list(bindings())
@@ -84,6 +92,8 @@ class KernelForgeApp(App[None]):
     """What the selected node is diffed against."""
     note: var[str] = var("", init=False)
     """What the header says in place of the search state (a stop on its way)."""
+    follow_writing: var[bool] = var(False, init=False)
+    """Stream the latest kernel being written, whichever node; otherwise only the selected node's."""
 
     class EngineFinished(Message):
         """The in-process search returned (or failed: `error`)."""
@@ -117,6 +127,7 @@ class KernelForgeApp(App[None]):
             self.register_theme(custom)
         self.theme = resolve_theme(theme or self.settings.theme, self.available_themes)
         self.source = source
+        self.llm = llm_reads(source)
         self.state = RunView()
         self.ssh = over_ssh()
         if self.ssh:
@@ -134,6 +145,7 @@ class KernelForgeApp(App[None]):
             with Vertical(id="detail"):
                 yield MetricsPane(id="metrics", classes="pane")
                 yield DiffPane(id="diff", classes="pane").data_bind(base=KernelForgeApp.diff_base)
+                yield StreamPane(id="stream", classes="pane")
         yield LogPane(id="log", classes="pane")
         yield Footer()
 
@@ -168,7 +180,9 @@ class KernelForgeApp(App[None]):
         log = self.query_one(LogPane)
         log.started_at = self.state.header.started_at
         log.add(list(self.state.logs))
+        self.query_one(StreamPane).waiting_note = WAITING if self.source.in_process else ELSEWHERE
         self._update_header()
+        self._update_stream()
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width >= WIDE, "-wide")
@@ -222,7 +236,56 @@ class KernelForgeApp(App[None]):
                 self._load_detail(selected)
             if changes.best_changed and self.diff_base == "best":
                 self._load_diff(selected)
+        if changes.calls:
+            self._update_stream()
+            self._update_llm_screens(changes)
         return changes
+
+    # -- LLM calls: the stream in the diff's place, the conversation and models screens ---------
+
+    def _streamed_call(self) -> LiveCall | None:
+        """The kernel being written that the diff's place shows: the selected node's, or the latest of any node's
+        when following."""
+        if self.follow_writing:
+            return self.state.writing_call()
+        return self.state.writing_call(self.selected) if self.selected is not None else None
+
+    def _update_stream(self) -> None:
+        """Show the call being written in the diff's place, with what is new of it; back to the diff at its end."""
+        try:
+            stream, diff, detail = self.query_one(StreamPane), self.query_one(DiffPane), self.query_one("#detail")
+        except NoMatches:  # the app is closing and its panes are gone
+            return
+        call = self._streamed_call()
+        if call is None:
+            if stream.key is not None:
+                stream.stop()
+                detail.remove_class("-streaming")
+                if stream.has_focus:
+                    diff.focus()
+            return
+        if stream.key != call.key:
+            stream.follow(call)
+        else:
+            stream.catch_up(call)
+        if not detail.has_class("-streaming"):
+            detail.add_class("-streaming")
+            if diff.has_focus:
+                stream.focus()
+
+    def _update_llm_screens(self, changes: Changes) -> None:
+        """An open conversation follows its node's calls (a new read when one ends); the models screen rereads
+        when calls end."""
+        for screen in self.screen_stack:
+            if isinstance(screen, ConversationScreen):
+                node_id = screen.node_id
+                live = self.state.calls_for(node_id)
+                if any(c.node_id == node_id or c.child_id == node_id for c in changes.ended_calls):
+                    screen.reload(live)
+                elif any(k in self.state.calls and self.state.calls[k].node_id == node_id for k in changes.calls):
+                    screen.show_live(live)
+            elif isinstance(screen, ModelsScreen) and changes.ended_calls:
+                screen.reload()
 
     # -- selection and the panes that follow it -------------------------------------------------
 
@@ -235,6 +298,11 @@ class KernelForgeApp(App[None]):
         if node_id is not None and node_id in self.state.nodes:
             self._load_detail(node_id)
             self._load_diff(node_id)
+        if not self.follow_writing:
+            self._update_stream()
+
+    def watch_follow_writing(self) -> None:
+        self._update_stream()
 
     def watch_diff_base(self) -> None:
         if self.selected is not None:
@@ -252,7 +320,8 @@ class KernelForgeApp(App[None]):
         def read(of: NodeView) -> NodeDetail:
             return NodeDetail(node=of, evaluation=self.source.evaluation(of.id), profile=self.source.profile(of.id))
 
-        detail, parent_detail = read(node), read(parent) if parent is not None else None
+        detail = read(node).model_copy(update={"agents": self.llm.agent_facts(node.id)})
+        parent_detail = read(parent) if parent is not None else None
         if not get_current_worker().is_cancelled:
             self.post_message(self.DetailRead(detail, parent_detail))
 
@@ -298,7 +367,9 @@ class KernelForgeApp(App[None]):
 
     def _update_header(self) -> None:
         state = self.state
-        self.query_one(RunHeaderBar).show(state.header, state.budget, len(state.nodes), state.failures, self.note)
+        self.query_one(RunHeaderBar).show(
+            state.header, state.budget, len(state.nodes), state.failures, self.note, state.spend()
+        )
         self.sub_title = state.header.card_name
 
     # -- steering -------------------------------------------------------------------------------
@@ -443,6 +514,25 @@ class KernelForgeApp(App[None]):
     def action_toggle_diff_layout(self) -> None:
         diff = self.query_one(DiffPane)
         diff.side_by_side = not diff.side_by_side
+
+    def action_conversation(self) -> None:
+        """The selected node's LLM calls (the same key closes them)."""
+        node = self._selected_node()
+        if node is None:
+            return
+        read = partial(self.llm.llm_calls, node.id)
+        live = self.state.calls_for(node.id)
+        keys = self._active_keys()["conversation"]
+        self.push_screen(ConversationScreen(node.id, read, live, self.source.in_process, close_keys=keys))
+
+    def action_models(self) -> None:
+        """The run's providers and models compared (the same key closes them)."""
+        self.push_screen(ModelsScreen(self.llm.model_records, close_keys=self._active_keys()["models"]))
+
+    def action_toggle_follow_writing(self) -> None:
+        self.follow_writing = not self.follow_writing
+        following = "the latest kernel being written, on any node" if self.follow_writing else "the selected node"
+        self.query_one(LogPane).note(f"streaming {following}")
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self._active_keys()))

@@ -97,6 +97,22 @@ ACTIONS: tuple[Action, ...] = (
     Action("diff_base", "d", "cycle_diff_base", "Diff vs", "Diff the selected node against parent, baseline, best"),
     Action("diff_layout", "s", "toggle_diff_layout", "Side by side", "Flip the diff between unified and side by side"),
     Action(
+        "conversation",
+        "c",
+        "conversation",
+        "Conversation",
+        "The selected node's LLM calls: prompts, replies, tokens, cost",
+        on_node=True,
+    ),
+    Action(
+        "follow_writing",
+        "w",
+        "toggle_follow_writing",
+        "Follow writing",
+        "Stream kernels being written for any node, not only the selected",
+    ),
+    Action("models", "M", "models", "Models", "Compare the run's LLM providers and models: success, speedup, cost"),
+    Action(
         "quit", "q", "quit_app", "Quit", "Quit (a search in this process stops cleanly; q again quits now)", show=True
     ),
 )

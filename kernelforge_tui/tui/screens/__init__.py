@@ -1,7 +1,9 @@
-"""Modal screens: help, hint input, kernel editor."""
+"""Modal screens: help, hint input, kernel editor, a node's LLM conversation, the run's models."""
 
+from kernelforge_tui.tui.screens.conversation import ConversationScreen
 from kernelforge_tui.tui.screens.editor import EditorScreen
 from kernelforge_tui.tui.screens.help import HelpScreen
 from kernelforge_tui.tui.screens.hint import HintScreen
+from kernelforge_tui.tui.screens.models import ModelsScreen
 
-__all__ = ["EditorScreen", "HelpScreen", "HintScreen"]
+__all__ = ["ConversationScreen", "EditorScreen", "HelpScreen", "HintScreen", "ModelsScreen"]

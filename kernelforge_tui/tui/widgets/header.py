@@ -1,4 +1,4 @@
-"""The header line: state, best speedup, card, budget, rate, GPU, run."""
+"""The header line: state, best speedup, card, budget (with the LLM cost and token meters), rate, GPU, run."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
-from kernelforge_tui.engine.view import RunHeader
+from kernelforge_tui.engine.view import RunHeader, Spend
 from kernelforge_tui.models.events import BudgetUsed
 
+NEAR_CAP = 0.8
+"""From this share of a cap on, its meter turns to the warning colour."""
 STATE_GLYPH = {"starting": "◌", "running": "▶", "paused": "⏸", "stopping": "■", "finished": "✓"}
 
 
@@ -29,6 +31,7 @@ class RunHeaderBar(Static):
     RunHeaderBar > .run-header--stopped { color: $text-muted; text-style: bold; }
     RunHeaderBar > .run-header--best { color: $success; text-style: bold; }
     RunHeaderBar > .run-header--muted { color: $text-muted; }
+    RunHeaderBar > .run-header--near-cap { color: $warning; }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "run-header--running",
@@ -36,17 +39,37 @@ class RunHeaderBar(Static):
         "run-header--stopped",
         "run-header--best",
         "run-header--muted",
+        "run-header--near-cap",
     }
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"run-header--{name}", partial=True)
 
-    def show(self, header: RunHeader, budget: BudgetUsed | None, nodes: int, failures: int, note: str = "") -> None:
+    def show(
+        self,
+        header: RunHeader,
+        budget: BudgetUsed | None,
+        nodes: int,
+        failures: int,
+        note: str = "",
+        spend: Spend | None = None,
+    ) -> None:
         # One line, full width: its size never changes, so no layout (a layout reflows the whole screen).
-        self.update(self.render_header(header, budget, nodes, failures, note), layout=False)
+        self.update(self.render_header(header, budget, nodes, failures, note, spend), layout=False)
+
+    def _meter(self, text: Text, shown: str, used: float, cap: float | None) -> None:
+        """A meter in the muted colour, in the warning colour from NEAR_CAP of its cap on."""
+        near = cap is not None and cap > 0 and used >= NEAR_CAP * cap
+        text.append(f"  {shown}", self._style("near-cap" if near else "muted"))
 
     def render_header(
-        self, header: RunHeader, budget: BudgetUsed | None, nodes: int, failures: int, note: str = ""
+        self,
+        header: RunHeader,
+        budget: BudgetUsed | None,
+        nodes: int,
+        failures: int,
+        note: str = "",
+        spend: Spend | None = None,
     ) -> Text:
         muted = self._style("muted")
         kind = {"running": "running", "paused": "paused"}.get(header.state, "stopped")
@@ -69,9 +92,13 @@ class RunHeaderBar(Static):
             text.append(f"  {elapsed}", muted)
             if budget.max_gpu_seconds:
                 text.append(f"  gpu {budget.gpu_seconds:.0f}/{budget.max_gpu_seconds:.0f}s", muted)
-            text.append(f"  {budget.candidates_per_minute:.1f}/min", muted)
         elif header.started_at is not None and header.ended_at is not None:
             text.append(f"  {_minutes(header.ended_at - header.started_at)}", muted)
+        if spend is not None and spend.shown:
+            self._meter(text, spend.money_text(), spend.money_usd, spend.max_money_usd)
+            self._meter(text, spend.tokens_text(), spend.tokens, spend.max_tokens)
+        if budget is not None:
+            text.append(f"  {budget.candidates_per_minute:.1f}/min", muted)
         if header.gpu_name:
             text.append(f"  {header.gpu_name}", muted)
         if header.backend and header.backend not in header.gpu_name:

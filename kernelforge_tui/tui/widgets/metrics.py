@@ -1,4 +1,5 @@
-"""The metrics of the selected node: timing, speedup, share of the ceiling, ptxas, ncu; each against its parent."""
+"""The metrics of the selected node: timing, speedup, share of the ceiling, ptxas, ncu, each against its parent; and
+what the agents left on it (the judge's score, the failed node it repairs)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from textual.widgets import Static
 
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.nodes import NodeView
-from kernelforge_tui.tui.source import ProfileRead
+from kernelforge_tui.tui.source import AgentFacts, ProfileRead
 
 BAR_WIDTH = 16
 
@@ -31,6 +32,7 @@ class NodeDetail(BaseModel):
     node: NodeView
     evaluation: Evaluation | None = None
     profile: ProfileRead | None = None
+    agents: AgentFacts | None = None
     baseline_name: str = "the card's baseline"
 
 
@@ -179,6 +181,12 @@ class MetricsPane(VerticalScroll, can_focus=True):
                     ),
                 )
             rows_after.append(Text(hw.summary(), style=label, overflow="fold"))
+        facts = d.agents
+        if facts is not None and facts.repair_of is not None:
+            table.add_row("origin", f"repair of #{facts.repair_of}", "")
+        if facts is not None and facts.judge_score is not None:
+            score = facts.judge_score
+            table.add_row("judge", Text.assemble((bar(score), self._style("bar")), f" {score:.2f}"), "")
         table.add_row("visits", f"{node.visits} · value {node.value:.3f}", "")
         flags = [f for f, on in (("banned", node.banned), ("pinned", node.pinned), ("export", node.export)) if on]
         if flags:

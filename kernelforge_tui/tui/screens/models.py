@@ -1,0 +1,125 @@
+"""`M`: the run's providers and models side by side: calls, kernels written, how many were correct, the best
+speedup among them, and what they cost. Read from the run's store in a thread worker; the app asks for a new read
+when calls end while it is open."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+from textual import events, on, work
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Static
+from textual.worker import get_current_worker
+
+from kernelforge_tui.engine.view import money_text
+from kernelforge_tui.models.llm import ModelRecord, usd
+
+
+class ModelsScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    ModelsScreen { align: center middle; }
+    ModelsScreen > VerticalScroll {
+        width: 110; max-width: 100%; height: auto; max-height: 100%;
+        border: round $primary; background: $surface; padding: 0 1;
+    }
+    ModelsScreen > .models-screen--label { color: $text-muted; }
+    ModelsScreen > .models-screen--best { color: $success; text-style: bold; }
+    """
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"models-screen--label", "models-screen--best"}
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "close", "Close", id="models_close")]
+
+    class RecordsRead(Message):
+        def __init__(self, records: list[ModelRecord]) -> None:
+            super().__init__()
+            self.records = records
+
+    def __init__(self, read: Callable[[], list[ModelRecord]], close_keys: str = "") -> None:
+        super().__init__()
+        self.close_keys = frozenset(close_keys.split(",")) - {""}
+        """The keys that opened the screen (the app's, as remapped) close it too."""
+        self._read_records = read
+        self.records: list[ModelRecord] | None = None
+        """As last read; None before the first read lands."""
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(can_focus=True) as box:
+            box.border_title = "Models in this run"
+            box.border_subtitle = "kernels: coder and debugger replies that reached the tree · esc closes"
+            yield Static("reading the run's calls…", id="models-table")
+
+    def on_mount(self) -> None:
+        self.reload()
+
+    def reload(self) -> None:
+        self._read()
+
+    @work(thread=True, exclusive=True, group="models", exit_on_error=False)
+    def _read(self) -> None:
+        records = self._read_records()
+        if not get_current_worker().is_cancelled:
+            self.post_message(self.RecordsRead(records))
+
+    @on(RecordsRead)
+    def _show(self, message: RecordsRead) -> None:
+        self.records = message.records
+        self.query_one("#models-table", Static).update(self.render_records(message.records))
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"models-screen--{name}", partial=True)
+
+    def render_records(self, records: list[ModelRecord]) -> Table | Text:
+        if not records:
+            return Text("No LLM calls in this run (its proposer is the template library).", style=self._style("label"))
+        label, best_style = self._style("label"), self._style("best")
+        bests = [r.best_speedup for r in records if r.best_speedup is not None]
+        top = max(bests) if bests else None
+        table = Table(box=None, padding=(0, 1), expand=True, header_style=label, show_footer=len(records) > 1)
+        calls, kernels, correct = (sum(getattr(r, f) for r in records) for f in ("calls", "kernels", "correct"))
+        cost = sum(r.cost_nanousd for r in records)
+        table.add_column("provider/model", footer=Text("all", style=label), ratio=1, overflow="fold")
+        table.add_column("calls", footer=str(calls), justify="right")
+        table.add_column("kernels", footer=str(kernels), justify="right")
+        table.add_column("correct", footer=str(correct), justify="right")
+        table.add_column("success", footer=_rate(correct, kernels), justify="right")
+        table.add_column("best", footer=f"{top:.2f}x" if top is not None else "-", justify="right")
+        table.add_column("cost", footer=money_text(usd(cost)), justify="right")
+        table.add_column("per kernel", footer=_per_kernel(cost, kernels), justify="right")
+        for r in records:
+            best = Text(f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-")
+            if r.best_speedup is not None and r.best_speedup == top:
+                best.stylize(best_style)
+            table.add_row(
+                f"{r.provider}/{r.model}",
+                str(r.calls),
+                str(r.kernels),
+                str(r.correct),
+                _rate(r.correct, r.kernels),
+                best,
+                money_text(usd(r.cost_nanousd)),
+                _per_kernel(r.cost_nanousd, r.kernels),
+            )
+        return table
+
+    def on_key(self, event: events.Key) -> None:
+        if event.key in self.close_keys:
+            event.stop()
+            self.dismiss(None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+def _rate(correct: int, kernels: int) -> str:
+    return f"{correct / kernels:.0%}" if kernels else "-"
+
+
+def _per_kernel(cost_nanousd: int, kernels: int) -> str:
+    return money_text(usd(cost_nanousd) / kernels) if kernels else "-"
