@@ -81,6 +81,12 @@ def reply_text(source: str, plan: dict[str, object] = PLAN, prose: str = "One th
     return f"{prose}\n```cuda\n{source}```\n```json\n{json.dumps(plan)}\n```\n"
 
 
+@pytest.fixture(autouse=True)
+def wide(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Messages hold paths: a wide terminal keeps each on one line."""
+    monkeypatch.setenv("COLUMNS", "1000")
+
+
 @pytest.fixture
 def work(tmp_path: Path) -> Path:
     (tmp_path / "ref.py").write_text(REFERENCE)
@@ -363,3 +369,35 @@ def test_a_provider_that_refuses_the_key_ends_new_with_nothing_written(
     code, out = new(capsys, work)
     assert code == 1 and "the key was refused" in out
     assert nothing_left(work)
+
+
+def test_declared_inputs_and_outputs_are_checked_against_what_the_reference_does(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    declared = ("--input", "x:float32=rows,cols", "--output", "y:float32=rows,cols")
+    (work / "f32.cu").write_text(KERNEL.replace("__nv_bfloat16", "float").replace("__bfloat162float", ""))
+    (work / "f32.plan.toml").write_text(PLAN_TOML)
+    code, out = new(capsys, work, "--baseline", str(work / "f32.cu"), *declared, function="softmax_card")
+    assert code == 0, out
+    spec = load_card(work / "cards" / "softmax_new").spec
+    assert [(t.name, t.dtype) for t in [*spec.inputs, *spec.outputs]] == [("x", "float32"), ("y", "float32")]
+    assert spec.reference.function == "ref.py:softmax_card"  # it returns the dict the card wants
+
+    wrong = ("--output", "y=cols,rows")
+    code, out = new(capsys, work, "--baseline", str(work / "softmax.cu"), *wrong, "--json", name="wrong")
+    assert code == 2 and "returned 'y' shaped (40, 56), and --output y says (56, 40)" in json.loads(out)["message"]
+
+
+def test_sizes_may_be_formulas_and_large_cards_draw_their_sets_from_seeds(
+    work: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["new", "big", "--spec", SPEC, "--reference", f"{work / 'ref.py'}:softmax", "--dtype", "bfloat16"]
+    args += ["--sizes", "rows=2**12,cols=2**13", "-o", str(work / "cards" / "big")]
+    args += ["--baseline", str(work / "softmax.cu"), "--json"]
+    code = main(args)
+    reply = json.loads(capsys.readouterr().out)
+    assert code == 0, reply
+    assert reply["stored_sets"] == [] and reply["seeded_sets"] == ["seed_1", "seed_2", "seed_3"]  # 128 MiB a set
+    card = load_card(work / "cards" / "big")
+    assert dict(card.spec.sizes) == {"rows": 4096, "cols": 8192}
+    assert not list(card.root.glob("*.npz"))
