@@ -151,3 +151,17 @@ def test_a_model_with_max_completion_tokens_is_probed_with_one_of_those(
     [sent] = servers["ok"].requests
     assert sent.body["max_completion_tokens"] == 1 and "max_tokens" not in sent.body
     assert "authorization" not in sent.headers  # no key configured: none sent (a local server)
+
+
+def test_a_base_url_that_is_no_url_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    write_config(
+        provider("noscheme", "openai", "localhost:8000/v1"),
+        provider("broken", "openai", "http://[::1"),
+        model("a", "noscheme", "m"),
+        model("b", "broken", "m"),
+    )
+    code, out = doctor(capsys, "--json")
+    checks = {c["name"]: c for c in json.loads(out)}
+    assert code == 1
+    assert checks["llm a"]["problem"] == "unreachable" and "http://" in checks["llm a"]["detail"]
+    assert checks["llm b"]["problem"] == "unreachable" and "base_url" in checks["llm b"]["fix"]

@@ -164,6 +164,9 @@ async def probe_model(llm: LlmSettings, model: ModelSettings, http: httpx.AsyncC
     name = f"llm {model.name}"
     try:
         reply = await Provider(settings, http).chat(probe_request(model))
+    except httpx.InvalidURL as exc:
+        fix = "correct base_url, e.g. https://api.openai.com/v1 or http://localhost:8000/v1"
+        return Check(name=name, ok=False, detail=f"{where}: not a URL ({exc})", fix=fix, problem="unreachable")
     except LlmError as err:
         problem, detail = _diagnosis(err, model)
         return Check(name=name, ok=False, detail=f"{where}: {detail}", fix=err.fix, problem=problem)
@@ -191,7 +194,8 @@ def _diagnosis(err: LlmError, model: ModelSettings) -> tuple[str, str]:
         return "unknown_model", f"unknown model {model.model!r} (or a wrong base_url): {err.problem}"
     if err.kind in ("idle", "timeout"):
         return "timeout", f"timeout: {err.problem}"
-    if err.kind == "dropped" and any(isinstance(c, (httpx.ConnectError, httpx.ConnectTimeout)) for c in causes):
+    unreachable = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol)
+    if err.kind == "dropped" and any(isinstance(c, unreachable) for c in causes):
         return "unreachable", f"unreachable: {err.problem}"
     if err.kind == "protocol" and not any(isinstance(c, WireError) for c in causes):
         return "no_streaming", f"no streaming: {err.problem}"
