@@ -8,12 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cli.main import main
+from kernelforge_tui.cli.runs import render_run
 from kernelforge_tui.engine.settings import RunSettings
+from kernelforge_tui.engine.view import RunView
 from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
+from kernelforge_tui.models.events import BudgetUsed
 from kernelforge_tui.models.llm import LlmCall, Role
 from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
 from kernelforge_tui.store import RunStore
@@ -188,3 +192,18 @@ def test_tui_says_which_options_it_does_not_take_yet(capsys: pytest.CaptureFixtu
     code = main(["tui", str(SOFTMAX), "--simulate", "--proposer", "agents", "--budget-tokens", "1000"])
     out = capsys.readouterr().out
     assert code == 2 and "--budget-tokens, --proposer" in out and "kernelforge open RUN" in out
+
+
+def test_the_live_view_shows_llm_spend_against_its_caps(tmp_path: Path) -> None:
+    with new_run(tmp_path / "runs", "live", SOFTMAX) as store:
+        info = store.run_info()
+    view = RunView()
+    used = BudgetUsed(iterations=3, elapsed_s=30.0, gpu_seconds=1.0, tokens=5400, max_tokens=100000, money_usd=0.0123)
+    view.apply([used.model_copy(update={"max_money_usd": 0.5})])
+    console = Console(width=200, record=True)
+    console.print(render_run(info, view))
+    assert "$0.0123/$0.5, 5400/100000 tokens" in console.export_text()
+    view.apply([BudgetUsed(iterations=3, elapsed_s=30.0, gpu_seconds=1.0)])  # templates only: no LLM line
+    console = Console(width=200, record=True)
+    console.print(render_run(info, view))
+    assert "tokens" not in console.export_text()
