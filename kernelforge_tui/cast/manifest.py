@@ -16,7 +16,7 @@ import json
 import os
 import zipfile
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,10 +28,11 @@ DEFAULT_ALIGNMENT = 256
 """Bytes. Every buffer a kernel was proven on started 256-byte aligned (the GPU worker's buffers, torch's
 allocator): a pointer that is not (a view that starts mid-row) was never tried, so the guard refuses it."""
 
-Plain = Annotated[bool | int | float | str | None, Field(union_mode="left_to_right")]
-Scalar = Annotated[bool | int | float | str | list[Plain] | None, Field(union_mode="left_to_right")]
-"""A scalar argument of an aten call as Python passes it (bool before int: True is not 1 here), or a list of them
-(`int[]` arguments); a dtype, device or memory format by its name without the `torch.` prefix."""
+Plain = bool | int | float | str | None
+Scalar = bool | int | float | str | list[Plain] | None
+"""A scalar argument of an aten call as Python passes it, or a list of them (`int[]` arguments); a dtype, device or
+memory format by its name without the `torch.` prefix. pydantic's smart unions keep JSON's types: 1 stays an int,
+true a bool, 1.0 a float (the guard compares types too: True is not 1 there)."""
 
 
 class CastError(Exception):

@@ -210,10 +210,20 @@ def _argument(args: Sequence[Any], kwargs: dict[str, Any], spec: AtenArg) -> Any
 class KernelRunner:
     """One accepted kernel: its guard, compiled for fast checks, its functions per device, and its counters."""
 
-    def __init__(self, package: Package, entry: KernelEntry, binding: str | None = None) -> None:
+    def __init__(
+        self,
+        package: Package,
+        entry: KernelEntry,
+        binding: str | None = None,
+        *,
+        device_type: str = "cuda",
+        driver: drivers.Driver | None = None,
+    ) -> None:
         self.entry = entry
         self.package = package
         self._binding = binding
+        self._driver = driver
+        self.device_type = device_type
         guard = entry.guard
         by_name = {t.name: t for t in guard.inputs}
         self.tensor_args: list[tuple[AtenArg, TensorGuard, torch.dtype]] = []
@@ -262,8 +272,8 @@ class KernelRunner:
                 return f"shape {arg.name}{list(t.shape)} (kernel: {list(spec.shape)})"
             if t.dtype is not dtype:
                 return f"dtype {arg.name} {str(t.dtype).removeprefix('torch.')} (kernel: {spec.dtype})"
-            if t.device.type != "cuda":
-                return f"{arg.name} on {t.device.type}, not a CUDA device"
+            if t.device.type != self.device_type:
+                return f"{arg.name} on {t.device.type}, not a {self.device_type.upper()} device"
             if t.stride() != spec.strides:
                 return f"strides {arg.name}{list(t.stride())} (kernel: contiguous {list(spec.strides)})"
             if t.data_ptr() % spec.alignment:
@@ -275,7 +285,7 @@ class KernelRunner:
             value = _argument(args, kwargs, scalar)
             if type(value) not in _PLAIN:
                 value = _plain(value)
-            if type(value) is not type(scalar.accepts[0]) or value not in scalar.accepts:
+            if not any(type(value) is type(a) and value == a for a in scalar.accepts):
                 return f"{scalar.name}={value!r} (kernel: {' or '.join(map(repr, scalar.accepts))})"
         device = tensors[0].device.index or 0
         for t in tensors[1:]:
@@ -283,8 +293,11 @@ class KernelRunner:
                 return "tensors on different devices"
         capability = self.capabilities.get(device)
         if capability is None:
-            major, minor = torch.cuda.get_device_capability(device)
-            capability = self.capabilities[device] = (major, minor)
+            if self.device_type == "cuda":
+                major, minor = torch.cuda.get_device_capability(device)
+                capability = self.capabilities[device] = (major, minor)
+            else:  # a stand-in device (tests): no architecture to compare
+                capability = self.capabilities[device] = self.entry.guard.capability
         if capability != self.entry.guard.capability:
             have, need = capability, self.entry.guard.capability
             return f"device {device} is sm_{have[0]}{have[1]}, the kernel is for sm_{need[0]}{need[1]}"
@@ -293,12 +306,17 @@ class KernelRunner:
         return tensors
 
     # -- the launch --------------------------------------------------------------------------------------------
+    def driver(self) -> drivers.Driver:
+        if self._driver is None:
+            self._driver = drivers.driver(self._binding)
+        return self._driver
+
     def _function(self, device: int) -> Any:
         with self._load_lock:
             if device not in self.functions:
                 entry = self.entry
                 image = self.package.kernel_file(entry, entry.files.cubin)
-                self.functions[device] = drivers.driver(self._binding).load(
+                self.functions[device] = self.driver().load(
                     device, image, entry.launch.entry, entry.launch.shared_bytes, entry.launch.args
                 )
             return self.functions[device]
@@ -313,10 +331,11 @@ class KernelRunner:
         if function is None:
             function = self._function(index)
         outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
-        stream = torch.cuda.current_stream(device).cuda_stream
+        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
         pointers = [(outs[i] if is_out else tensors[i]).data_ptr() for is_out, i in self.order]
         launch = self.entry.launch
-        drivers.driver(self._binding).launch(function, launch.grid, launch.block, launch.shared_bytes, stream, pointers)
+        assert self._driver is not None  # set by _function
+        self._driver.launch(function, launch.grid, launch.block, launch.shared_bytes, stream, pointers)
         return outs[0] if self.single else tuple(outs)
 
     def stats(self) -> KernelStats:
@@ -399,7 +418,8 @@ class _Override:
                 return self.fallback(keyset, args, kwargs)
             runner.hits += 1
             every = self.cast.shadow_every
-            if every and runner.hits % every == 0 and not torch.cuda.is_current_stream_capturing():
+            capturing = runner.device_type == "cuda" and torch.cuda.is_current_stream_capturing()
+            if every and runner.hits % every == 0 and not capturing:
                 return self.shadow(runner, keyset, args, kwargs, result)
             return result
         if len(runners) == 1:
@@ -466,6 +486,8 @@ class Cast:
         shadow_every: int = 0,
         dispatch_key: str = "CUDA",
         binding: str | None = None,
+        device_type: str = "cuda",
+        driver: drivers.Driver | None = None,
     ) -> None:
         self.path = path
         self.package = package
@@ -474,7 +496,10 @@ class Cast:
         self.dispatch_key = dispatch_key
         self.runners: list[KernelRunner] = []
         if package is not None:
-            self.runners = [KernelRunner(package, entry, binding) for entry in package.manifest.kernels]
+            self.runners = [
+                KernelRunner(package, entry, binding, device_type=device_type, driver=driver)
+                for entry in package.manifest.kernels
+            ]
         self._library: Any = None
         self._overrides: list[_Override] = []
 
@@ -571,14 +596,17 @@ def load(
     machine: Machine | None = None,
     dispatch_key: str = "CUDA",
     binding: str | None = None,
+    device_type: str = "cuda",
+    driver: drivers.Driver | None = None,
 ) -> Cast:
     """Open a package for use in a `with` block. Refuses (CastError) an unverified package and one verified on a
     machine that differs from this one; returns an inactive Cast (every call eager, the report says why) when
     KERNELFORGE_CAST=off or there is no CUDA device.
 
-    `machine`: what to compare the stamp against (default: this machine, probed through torch). `dispatch_key`:
-    where the kernels are registered (CUDA; tests use CPU to exercise the guards without a GPU). `binding`:
-    "cuda-bindings" or "pycuda" (default: the first installed).
+    `machine`: what to compare the stamp against (default: this machine, probed through torch). `binding`:
+    "cuda-bindings" or "pycuda" (default: the first installed). For tests on a CPU-only build: `dispatch_key`
+    (where the kernels are registered, CUDA), `device_type` (what the guard admits, cuda) and `driver` (a stand-in
+    for the CUDA binding) exercise the guards, the dispatch and the counters without a GPU.
     """
     path = Path(path)
     switch = os.environ.get(ENV_SWITCH, "").strip().lower()
@@ -616,7 +644,16 @@ def load(
         )
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(stamp.at))
     note = f"verified on {stamp.machine.describe()} by {stamp.by} at {when}"
-    return Cast(path, package, note=note, shadow_every=every, dispatch_key=dispatch_key, binding=binding)
+    return Cast(
+        path,
+        package,
+        note=note,
+        shadow_every=every,
+        dispatch_key=dispatch_key,
+        binding=binding,
+        device_type=device_type,
+        driver=driver,
+    )
 
 
 def run_with(path: Path | str, body: Callable[[], Any], **options: Any) -> tuple[Any, Cast]:

@@ -1,0 +1,200 @@
+"""The .cast runtime on a CPU-only torch: which packages it refuses, that CPU tensors and uncovered calls fall back
+(and the counters say why), that the guard admits exactly the proven call, that the env var turns it off, and
+shadow mode. The hit path runs through a stand-in driver (a host softmax) with the kernels registered for the CPU
+dispatch key; the real launch is tested on the GPU (test_cast_gpu.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernelforge_tui.cast import load  # noqa: E402
+from kernelforge_tui.cast.manifest import CastError  # noqa: E402
+
+from .fixtures.cast.cast_support import MACHINE, HostSoftmax, softmax_entry, write_cast  # noqa: E402
+
+HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
+
+
+def _package(tmp_path: Path) -> Path:
+    # 64-byte alignment: what torch's CPU allocator gives (CUDA's gives 512, and the packages say 256).
+    return write_cast(tmp_path / "model.cast", [softmax_entry(alignment=64)], machine=HERE)
+
+
+def _eager(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    return torch.softmax(x, dim)
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"capability": (8, 0)}, "GPU architecture sm_90 there, sm_80 here"),
+        ({"driver_version": "535.1"}, "driver major 570 there, 535 here"),
+        ({"cuda_version": "12.4"}, "CUDA 12.8 there, 12.4 here"),
+        ({"torch_version": "2.1.0"}, f"torch {torch.__version__} there, 2.1.0 here"),
+    ],
+)
+def test_a_package_from_another_machine_is_refused_with_what_differs(
+    tmp_path: Path, change: dict[str, object], says: str
+) -> None:
+    path = _package(tmp_path)
+    with pytest.raises(CastError) as caught:
+        load(path, machine=HERE.model_copy(update=change))
+    message = str(caught.value)
+    assert says in message
+    assert f"kernelforge verify {path}" in message and "NVIDIA H200" in message
+
+
+def test_an_unverified_package_is_refused(tmp_path: Path) -> None:
+    path = write_cast(tmp_path / "m.cast", [softmax_entry()], machine=None)
+    with pytest.raises(CastError, match=r"is not verified.*kernelforge verify"):
+        load(path, machine=HERE)
+
+
+def test_cpu_tensors_fall_back_and_the_counters_say_so(tmp_path: Path) -> None:
+    # Registered for CPU calls, guarding as in production (CUDA tensors only): every CPU call falls back.
+    x = torch.randn(4, 8)
+    with load(_package(tmp_path), machine=HERE, dispatch_key="CPU", driver=HostSoftmax()) as cast:
+        y = torch.softmax(x, -1)
+        torch.softmax(torch.randn(3, 8), -1)
+    assert torch.equal(y, _eager(x))
+    stats = cast.stats()
+    (kernel,) = stats.kernels
+    assert kernel.hits == 0 and kernel.fallbacks == {"self on cpu, not a CUDA device": 1}
+    assert stats.overloads[0].uncovered == {"shape [3, 8] float32": 1}
+    assert stats.hits == 0 and stats.fallbacks == 2
+    report = cast.report()
+    assert "0 hits, 1 fallbacks" in report and "1 x self on cpu, not a CUDA device" in report
+    assert "1 calls no kernel covers" in report
+
+
+def test_by_default_cpu_calls_never_reach_the_kernels(tmp_path: Path) -> None:
+    # The production registration (CUDA key): a CPU call goes straight to the original operator.
+    x = torch.randn(4, 8)
+    with load(_package(tmp_path), machine=HERE, driver=HostSoftmax()) as cast:
+        assert cast.active
+        y = torch.softmax(x, -1)
+    assert torch.equal(y, _eager(x))
+    assert cast.stats().hits == 0 and cast.stats().fallbacks == 0
+
+
+def test_the_guard_admits_exactly_the_proven_call(tmp_path: Path) -> None:
+    driver = HostSoftmax()
+    cast = load(_package(tmp_path), machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver)
+    x = torch.randn(4, 8)
+    misaligned = torch.randn(4 * 8 + 1)[1:].view(4, 8)  # contiguous, 4 bytes past a 64-byte boundary
+    with cast:
+        hit = torch.softmax(x, -1)
+        also = torch.softmax(x, 1)  # the same axis, written as 1
+        results = {
+            "dtype": torch.softmax(x.double(), -1),
+            "strides": torch.softmax(torch.randn(8, 4).t(), -1),
+            "aligned": torch.softmax(misaligned, -1),
+            "dim": torch.softmax(x, 0),
+            "keyword": torch.ops.aten._softmax.default(x, -1, half_to_float=False),
+        }
+    assert torch.allclose(hit, _eager(x)) and torch.allclose(also, _eager(x))
+    assert torch.allclose(results["dim"], _eager(x, 0)) and torch.allclose(results["aligned"], _eager(misaligned))
+    (kernel,) = cast.stats().kernels
+    assert torch.allclose(results["keyword"], _eager(x))
+    assert kernel.hits == 3
+    assert kernel.fallbacks == {
+        "dtype self float64 (kernel: float32)": 1,
+        "strides self[1, 4] (kernel: contiguous [8, 1])": 1,
+        "self not 64-byte aligned (a view that starts mid-buffer)": 1,
+        "dim=0 (kernel: -1 or 1)": 1,
+    }
+    # The launch: the cubin loaded once, the plan's grid and block, the input then a fresh output of torch's.
+    assert [entry for _, _, entry in driver.loaded] == ["softmax_rows"]
+    grid, block, stream, pointers = driver.launches[0]
+    assert grid == (4, 1, 1) and block == (32, 1, 1) and stream == 0
+    assert pointers[0] == x.data_ptr() and pointers[1] not in (x.data_ptr(), 0)
+
+
+def test_leaving_the_block_restores_the_operator(tmp_path: Path) -> None:
+    driver = HostSoftmax(wrong=True)
+    x = torch.randn(4, 8)
+    with load(_package(tmp_path), machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver):
+        inside = torch.softmax(x, -1)
+    after = torch.softmax(x, -1)
+    assert torch.equal(inside, torch.zeros(4, 8))  # the stand-in kernel ran
+    assert torch.equal(after, _eager(x)) and len(driver.launches) == 1
+
+
+def test_kernelforge_cast_off_turns_it_all_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELFORGE_CAST", "off")
+    driver = HostSoftmax(wrong=True)
+    x = torch.randn(4, 8)
+    (tmp_path / "model.cast").write_text("not even read")
+    with load(tmp_path / "model.cast", dispatch_key="CPU", device_type="cpu", driver=driver) as cast:
+        y = torch.softmax(x, -1)
+    assert torch.equal(y, _eager(x)) and driver.launches == []
+    assert not cast.active and "KERNELFORGE_CAST=off" in cast.report()
+
+
+def test_shadow_mode_disables_a_kernel_that_disagrees(tmp_path: Path) -> None:
+    x = torch.randn(4, 8)
+    cast = load(
+        _package(tmp_path),
+        machine=HERE,
+        dispatch_key="CPU",
+        device_type="cpu",
+        driver=HostSoftmax(wrong=True),
+        shadow_every=2,
+    )
+    with cast, pytest.warns(RuntimeWarning, match="disagreed with eager PyTorch in shadow mode"):
+        first = torch.softmax(x, -1)  # hit 1: not shadowed, wrong
+        second = torch.softmax(x, -1)  # hit 2: shadowed, caught: eager's answer comes back
+        third = torch.softmax(x, -1)  # disabled: eager
+    assert torch.equal(first, torch.zeros(4, 8))
+    assert torch.equal(second, _eager(x)) and torch.equal(third, _eager(x))
+    (kernel,) = cast.stats().kernels
+    assert kernel.hits == 2 and kernel.shadow_checks == 1 and kernel.disabled.startswith("at hit 2: output y:")
+    assert kernel.fallbacks == {"disabled: disagreed with eager in shadow mode": 1}
+
+
+def test_shadow_mode_keeps_a_kernel_that_agrees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KERNELFORGE_CAST_SHADOW", "1")
+    x = torch.randn(4, 8)
+    with load(_package(tmp_path), machine=HERE, dispatch_key="CPU", device_type="cpu", driver=HostSoftmax()) as cast:
+        ys = [torch.softmax(x, -1) for _ in range(3)]
+    assert all(torch.allclose(y, _eager(x)) for y in ys)
+    (kernel,) = cast.stats().kernels
+    assert kernel.hits == 3 and kernel.shadow_checks == 3 and not kernel.disabled
+
+
+def test_two_packages_over_one_operator_are_refused(tmp_path: Path) -> None:
+    first = load(_package(tmp_path), machine=HERE, dispatch_key="CPU", driver=HostSoftmax())
+    second_path = write_cast(tmp_path / "other.cast", [softmax_entry()], machine=HERE)
+    second = load(second_path, machine=HERE, dispatch_key="CPU", driver=HostSoftmax())
+    with first, pytest.raises(CastError, match=r"already overrides aten::_softmax\.default"):
+        second.activate()
+    with second:  # free again once the first left
+        assert second.active
+
+
+def test_a_wrapped_number_falls_back_with_its_promotion_intact(tmp_path: Path) -> None:
+    # aten::add.Tensor receives `x + 1.5` with 1.5 as a Python number; the original needs a tensor back.
+    from kernelforge_tui.cast.manifest import AtenArg, Guard, TensorGuard
+
+    entry, files = softmax_entry()
+    guard = Guard(
+        overload="aten::add.Tensor",
+        args=[
+            AtenArg(name="self", position=0, tensor="x"),
+            AtenArg(name="other", position=1, tensor="w"),
+            AtenArg(name="alpha", position=None, accepts=[1], default=1, has_default=True),
+        ],
+        inputs=[entry.guard.inputs[0], TensorGuard(name="w", shape=(4, 8), dtype="float32", strides=(8, 1))],
+        outputs=entry.guard.outputs,
+        capability=(9, 0),
+    )
+    path = write_cast(tmp_path / "add.cast", [(entry.model_copy(update={"guard": guard}), files)], machine=HERE)
+    ints = torch.ones(3, dtype=torch.int32)
+    with load(path, machine=HERE, dispatch_key="CPU", driver=HostSoftmax()) as cast:
+        assert (ints + 1.5).dtype == torch.float32 and (ints + 2).dtype == torch.int32
+        assert torch.equal(torch.ones(2, dtype=torch.bfloat16) + 1.5, torch.full((2,), 2.5, dtype=torch.bfloat16))
+    assert sum(cast.stats().overloads[0].uncovered.values()) == 3
