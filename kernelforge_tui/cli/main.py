@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from kernelforge_tui.cards.spec import DTYPES, FAMILIES
+from kernelforge_tui.cli.capture import add_capture_parser, cmd_capture
 from kernelforge_tui.cli.cast import CAST_COMMANDS, add_cast_parsers
 from kernelforge_tui.cli.doctor import cmd_doctor
 from kernelforge_tui.cli.evaluate import cmd_eval
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
     _new_parser(sub)
+    add_capture_parser(sub)
     ev = sub.add_parser("eval", help="build, prove correct and time one kernel against a card's baseline")
     ev.add_argument("card", help="card directory (holding card.toml)")
     ev.add_argument("kernel", help="CUDA source of the candidate")
@@ -66,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="tree search constant, e.g. --tree exploration=0.7 (see README)",
     )
     opt.add_argument("--json", action="store_true", help="no live view; print the run summary as JSON")
+    opt.add_argument("--top", type=int, metavar="N", help="with a capture directory: search its N best variants only")
     runs = sub.add_parser("runs", help="list runs with their best results")
     runs.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
     runs.add_argument(
@@ -160,6 +163,7 @@ def _new_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "doctor": cmd_doctor,
     "new": cmd_new,
+    "capture": cmd_capture,
     "eval": cmd_eval,
     "optimize": cmd_optimize,
     "runs": cmd_runs,

@@ -19,6 +19,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from kernelforge_tui.capture.manifest import is_capture_dir
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK, fail
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.backend import SIMULATED
@@ -198,6 +199,10 @@ async def _drive(search: Search, console: Console, quiet: bool) -> RunInfo:
 
 def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
     """A baseline that fails ends the command through BaselineFailed (exit code 1), like any typed error."""
+    if args.card and not args.resume and is_capture_dir(Path(args.card)):  # a capture: one search per variant
+        from kernelforge_tui.cli.capture import cmd_optimize_capture
+
+        return cmd_optimize_capture(args, console)
     try:
         info = asyncio.run(_optimize(args, console))
     except asyncio.CancelledError:  # a second Ctrl-C: the run is left as it was, resumable

@@ -1,0 +1,169 @@
+"""Writing a captured variant's card: card.toml, baseline.cu, reference.py and the stored sets, checked on write.
+
+Why the check: a stored set holds the eager outputs the model really produced, and the reference re-runs the op
+for fresh and stress sets; a kernel is held to both, so both must agree. The card is written with a float64
+reference first; when that disagrees with the eager outputs beyond the card's tolerance, with the captured dtypes;
+when neither agrees the variant gets no card, and the reason says by how much they differ.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from kernelforge_tui.capture import reference
+from kernelforge_tui.capture.families import CardPlan
+from kernelforge_tui.capture.manifest import Step
+from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
+from kernelforge_tui.cards.model import (
+    BaselineSpec,
+    Cost,
+    Distribution,
+    InputSet,
+    OperatorCard,
+    OutputSpec,
+    Reference,
+    StressSpec,
+    TensorSpec,
+)
+from kernelforge_tui.cards.store import Arrays, Card, load_card, save_card
+from kernelforge_tui.errors import KernelForgeError
+
+MAX_STORED_SET_BYTES = 64 << 20
+"""A sampled call whose card tensors take more than this is not stored; the card draws seeded sets instead."""
+STRESS_SEED = 1000
+SEEDED_SETS = 1
+"""Seeded sets (drawn from the fitted distributions, referenced by the torch reference) beside the stored ones."""
+PRECISIONS = ("float64", "captured")
+
+
+def fit(arrays: list[np.ndarray], dtype: str) -> tuple[Distribution, str]:
+    """A distribution like the captured values of one input, and a note when it departs from them: non-negative
+    values (variances, post-ReLU activations, weights around 1) are drawn uniformly between their extremes, others
+    from a normal of their mean and spread; a constant tensor is drawn within 25% of its value (a card whose weight is
+    constant in every set cannot tell a kernel that ignores it)."""
+    values = np.concatenate([a.astype(np.float64).ravel() for a in arrays]) if arrays else np.zeros(1)
+    finite = values[np.isfinite(values)]
+    if finite.size == 0:
+        return Distribution(), "no finite captured values: drawn from normal(0, 1)"
+    lo, hi = float(finite.min()), float(finite.max())
+    if dtype not in FLOATING:
+        return Distribution(kind="randint", low=lo, high=hi + 1), ""
+    if hi == lo:
+        spread = max(abs(lo) * 0.25, 1e-3)
+        note = (
+            f"constant {lo:g} in the capture: drawn from {lo - spread:g}..{lo + spread:g} so a kernel ignoring it fails"
+        )
+        if lo >= 0:
+            return Distribution(kind="uniform", low=max(0.0, lo - spread), high=lo + spread), note
+        return Distribution(kind="uniform", low=lo - spread, high=lo + spread), note
+    if lo >= 0:
+        return Distribution(kind="uniform", low=lo, high=hi), ""
+    return Distribution(kind="normal", mean=float(finite.mean()), std=float(finite.std())), ""
+
+
+@dataclass(frozen=True)
+class Written:
+    card: Card
+    precision: str
+    stored: int
+    notes: list[str]
+
+
+class CardRefused(KernelForgeError):
+    """The card could not be made consistent (its reference disagrees with the eager outputs)."""
+
+
+def _mismatch(card: Card, sets: dict[str, tuple[Arrays, Arrays]]) -> str | None:
+    """Where the card's reference disagrees with the stored eager outputs, in words; None when it agrees."""
+    for set_name, (inputs, outputs) in sets.items():
+        ref = card.reference(inputs)
+        for spec in card.spec.outputs:
+            ok = spec.effective_tolerance().accepts(outputs[spec.name], ref[spec.name])
+            if not ok.all():
+                diff = np.abs(outputs[spec.name].astype(np.float64) - ref[spec.name].astype(np.float64))
+                worst = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
+                return (
+                    f"set {set_name}: {spec.name}: {int((~ok).sum())} of {ok.size} elements outside the tolerance "
+                    f"(largest difference {worst:.3g})"
+                )
+    return None
+
+
+def write_card(
+    root: Path,
+    name: str,
+    plan: CardPlan,
+    steps: list[Step],
+    samples: list[Arrays],
+    description: str,
+    check: Callable[[Card], None] | None = None,
+) -> Written:
+    """Write the card directory `root` (replacing it) and check its reference against the stored eager outputs;
+    CardRefused when no precision of the reference agrees (the directory is removed then)."""
+    notes: list[str] = []
+    inputs: list[TensorSpec] = []
+    for t in plan.tensors:
+        if t.role != "input":
+            continue
+        distribution, note = fit([s[t.name] for s in samples if t.name in s], t.meta.dtype)
+        inputs.append(TensorSpec(name=t.name, dtype=t.meta.dtype, shape=t.dims, distribution=distribution))
+        if note:
+            notes.append(f"{t.name}: {note}")
+    outputs = [
+        OutputSpec(name=t.name, dtype=t.meta.dtype, shape=t.dims, tolerance=plan.tolerance)
+        for t in plan.tensors
+        if t.role == "output"
+    ]
+    stored: dict[str, tuple[Arrays, Arrays]] = {}
+    for k, sample in enumerate(samples):
+        total = sum(a.nbytes for a in sample.values())
+        if total > MAX_STORED_SET_BYTES or len(sample) != len(plan.tensors):
+            continue
+        ins = {t.name: sample[t.name] for t in inputs}
+        outs = {t.name: sample[t.name].astype(NUMPY[t.dtype], copy=False) for t in outputs}
+        stored[f"captured_{k}"] = (ins, outs)
+    if len(stored) < len(samples):
+        notes.append(
+            f"{len(samples) - len(stored)} sampled call(s) over {MAX_STORED_SET_BYTES >> 20} MiB not stored: seeded "
+            "sets drawn from the captured statistics stand in"
+        )
+    sets = [InputSet(name=set_name, file=f"{set_name}.npz") for set_name in stored]
+    sets += [InputSet(name=f"seed_{k + 1}", seed=k + 1) for k in range(SEEDED_SETS + (0 if stored else 1))]
+    spec = OperatorCard(
+        name=name,
+        family=plan.family,
+        description=description + ("\n" + "\n".join(notes) if notes else ""),
+        sizes=plan.sizes,
+        inputs=inputs,
+        outputs=outputs,
+        cost=Cost(flops=plan.flops, bytes=plan.bytes_formula()),
+        input_sets=sets,
+        reference=Reference(kind="numpy", function="reference.py:reference"),
+        baseline=BaselineSpec(source="baseline.cu", plan=plan.plan),
+        stress=StressSpec(seed=STRESS_SEED),
+    )
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    (root / "baseline.cu").write_text(plan.source)
+    bindings = plan.bindings()
+    problem = "no stored set to check against"
+    for precision in PRECISIONS:
+        (root / "reference.py").write_text(reference.source(name, steps, bindings, precision))
+        card = save_card(spec, root, stored)
+        try:
+            problem = _mismatch(card, stored) or ""
+        except Exception as exc:  # the reference cannot run in this precision (an op without a float64 kernel)
+            problem = f"the reference raised {type(exc).__name__}: {exc}"
+            continue
+        if not problem:
+            if check is not None:
+                check(card)
+            return Written(load_card(root), precision, len(stored), notes)
+    shutil.rmtree(root, ignore_errors=True)
+    raise CardRefused(f"the torch reference does not reproduce the eager outputs: {problem}")

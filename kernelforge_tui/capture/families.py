@@ -1,0 +1,556 @@
+"""Which captured variants become cards, as which family, and why the others do not.
+
+A variant becomes a card when one kernel with the card's row-major tensors can stand in for its call(s): every
+tensor it reads and every output the model uses is contiguous, of one floating dtype a baseline exists for, and
+the family's layout fits (softmax over the last axis, rms/layer norm over the last axis with a weight, group norm
+over NCHW, pooling of NCHW planes to 1x1, elementwise maps of operands of one shape, batch norm with running
+statistics). Tensor and size names follow the template library's conventions (x/w/b -> y, rows/cols, n/c/h/w/groups,
+gate/up), so its proposer can serve the card. Everything else is listed with the reason, in words a user can act on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from kernelforge_tui.capture import baselines
+from kernelforge_tui.capture.calls import Group
+from kernelforge_tui.capture.manifest import ArgSpec, Binding, Step, TensorMeta
+from kernelforge_tui.cards.dtypes import NUMPY
+from kernelforge_tui.cards.model import LaunchPlan, OpFamily, Tolerance
+
+TEMPLATE_EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5, "group_norm": 1e-5}
+"""The eps the template library's kernels are written with (proposers/templates/rows.py EPS, group_norm.py): a card
+with another eps gets correct baselines, but template kernels would fail it, so the offline search skips it."""
+FINFO_EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
+"""torch.finfo(dtype).eps: what rms_norm uses when it is given eps=None."""
+
+ELEMENTWISE_FLOPS = {"add": 1, "sub": 1, "mul": 1, "relu": 1, "silu": 4, "silu_mul": 5, "gelu": 8, "gelu_tanh": 10}
+MATMUL_OPS = ("aten.mm.", "aten.addmm.", "aten.bmm.", "aten.baddbmm.", "aten.matmul.", "aten.linear.")
+CONV_OPS = ("aten.convolution.", "aten.cudnn_convolution", "aten._convolution.", "aten.conv")
+ALLOCATIONS = ("aten.empty.", "aten.empty_strided.", "aten.empty_like.", "aten.lift_fresh.")
+RESHAPES = ("aten._unsafe_view.", "aten._reshape_alias.")
+
+
+@dataclass(frozen=True)
+class PlannedTensor:
+    """A card tensor: where it lives in the captured call(s) and its shape over the card's sizes."""
+
+    name: str
+    role: Literal["input", "output"]
+    step: int
+    path: str
+    meta: TensorMeta
+    dims: list[str | int]
+
+
+@dataclass(frozen=True)
+class CardPlan:
+    """How a variant becomes a card (the data comes later, from the sampled calls)."""
+
+    family: OpFamily
+    op: str
+    """Short name for the card's name (and, for elementwise cards, the operation the template reads from it)."""
+    dtype: str
+    sizes: dict[str, int]
+    tensors: list[PlannedTensor]
+    flops: str
+    source: str
+    plan: LaunchPlan
+    what: str
+    """What the card computes, in words."""
+    tolerance: Tolerance | None = None
+    template_problem: str | None = None
+    """Why the template library cannot serve this card even though it has the family (None: it can, if the
+    proposer's own check agrees)."""
+    notes: list[str] = field(default_factory=list)
+
+    def bindings(self) -> list[Binding]:
+        return [
+            Binding(
+                tensor=t.name,
+                role=t.role,
+                step=t.step,
+                path=t.path,
+                op_shape=list(t.meta.shape),
+                card_shape=_eval_dims(t.dims, self.sizes),
+            )
+            for t in self.tensors
+        ]
+
+    def bytes_formula(self) -> str:
+        return " + ".join(f"{NUMPY[t.meta.dtype].itemsize} * {_product(t.dims)}" for t in self.tensors)
+
+    def bytes_per_call(self) -> int:
+        total = 0
+        for t in self.tensors:
+            total += NUMPY[t.meta.dtype].itemsize * t.meta.numel
+        return total
+
+
+@dataclass(frozen=True)
+class NoCard:
+    status: Literal["unsupported", "no-kernel"]
+    reason: str
+
+
+def _eval_dims(dims: list[str | int], sizes: dict[str, int]) -> list[int]:
+    return [d if isinstance(d, int) else sizes[d] for d in dims]
+
+
+def _product(dims: list[str | int]) -> str:
+    return " * ".join(str(d) for d in dims) or "1"
+
+
+def _short(dtype: str) -> str:
+    return {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(dtype, dtype)
+
+
+def _arg(step: Step, path: str) -> ArgSpec | None:
+    for a in step.args:
+        if a.path == path:
+            return a
+    return None
+
+
+def _value(step: Step, path: str, kwarg: str | None = None) -> object:
+    """A scalar argument by position, else by keyword; None when absent."""
+    found = _arg(step, path) or (_arg(step, f"kwargs.{kwarg}") if kwarg else None)
+    return None if found is None else found.value
+
+
+class Refuse(Exception):
+    """A variant that cannot become a card, with the reason."""
+
+
+def _tensor(step: Step, path: str, what: str) -> TensorMeta:
+    found = _arg(step, path)
+    if found is None or found.kind == "none":
+        raise Refuse(f"no {what} (it is None): the card family needs one")
+    if found.tensor is None:
+        raise Refuse(f"{what} is a {found.kind} ({found.value!r}), not a tensor")
+    return found.tensor
+
+
+def _output(step: Step, index: int) -> TensorMeta:
+    if index >= len(step.outputs) or step.outputs[index] is None:
+        raise Refuse(f"output {index} is not a tensor")
+    meta = step.outputs[index]
+    assert meta is not None
+    return meta
+
+
+def _checked(tensors: list[PlannedTensor]) -> str:
+    """The one dtype of the card's tensors, after the layout rules every card shares."""
+    for t in tensors:
+        if not t.meta.shape:
+            raise Refuse(f"{t.name} is a 0-dim tensor: cards hold arrays")
+        if not t.meta.contiguous:
+            raise Refuse(
+                f"non-contiguous {t.name}: shape {t.meta.shape}, strides {t.meta.stride}; a card's tensors are "
+                "row-major contiguous"
+            )
+        if t.meta.numel == 0:
+            raise Refuse(f"{t.name} is empty (shape {t.meta.shape})")
+    dtypes = sorted({t.meta.dtype for t in tensors})
+    if len(dtypes) != 1:
+        raise Refuse(f"mixed dtypes: {dtypes}; a captured card's tensors share one dtype")
+    if dtypes[0] not in baselines.DTYPES:
+        raise Refuse(f"dtype {dtypes[0]}: cards are made for {', '.join(baselines.DTYPES)}")
+    devices = {t.meta.device for t in tensors}
+    if len(devices) != 1:
+        raise Refuse(f"tensors on several devices {sorted(devices)}")
+    return dtypes[0]
+
+
+def _dims(shape: list[int], prefix: str = "d") -> tuple[dict[str, int], list[str | int]]:
+    sizes = {f"{prefix}{k}": n for k, n in enumerate(shape)}
+    return sizes, list(sizes)
+
+
+def _row_sizes(x: TensorMeta) -> dict[str, int]:
+    cols = x.shape[-1]
+    return {"rows": x.numel // cols, "cols": cols}
+
+
+# ---- elementwise ---------------------------------------------------------------------------------------------------
+
+UNARY = {"aten.silu.default": "silu", "aten.relu.default": "relu", "aten.gelu.default": "gelu"}
+BINARY = {"aten.add.Tensor": "add", "aten.sub.Tensor": "sub", "aten.mul.Tensor": "mul"}
+
+
+def _elementwise(op: str, inputs: list[tuple[str, int, str, TensorMeta]], out: tuple[int, TensorMeta]) -> CardPlan:
+    """An elementwise card: inputs (name, step, path, meta) and the output (step, meta), all of one shape."""
+    step_out, meta_out = out
+    for name, _, _, meta in inputs:
+        if meta.shape != meta_out.shape:
+            shapes = [m.shape for _, _, _, m in inputs]
+            raise Refuse(
+                f"broadcast operands: shapes {shapes} make {meta_out.shape} ({name} differs); the elementwise family "
+                "takes operands of the output's shape"
+            )
+    sizes, dims = _dims(meta_out.shape)
+    tensors = [PlannedTensor(n, "input", s, p, m, dims) for n, s, p, m in inputs]
+    tensors.append(PlannedTensor("y", "output", step_out, "out[0]", meta_out, dims))
+    dtype = _checked(tensors)
+    count = _product(dims)
+    source, plan = baselines.elementwise(op, dtype, [n for n, _, _, _ in inputs], "y", count)
+    return CardPlan(
+        family="elementwise",
+        op=op,
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops=f"{ELEMENTWISE_FLOPS[op]} * {count}",
+        source=source,
+        plan=plan,
+        what=f"y = {op}({', '.join(n for n, _, _, _ in inputs)}) element by element",
+    )
+
+
+def _unary(step: Step) -> CardPlan:
+    op = UNARY[step.op]
+    if op == "gelu" and _value(step, "args[1]", "approximate") == "tanh":
+        op = "gelu_tanh"
+    return _elementwise(op, [("x", 0, "args[0]", _tensor(step, "args[0]", "input"))], (0, _output(step, 0)))
+
+
+def _binary(step: Step) -> CardPlan:
+    op = BINARY[step.op]
+    other = _arg(step, "args[1]")
+    if other is not None and other.kind == "scalar":
+        raise Refuse(f"a scalar operand: {other.value!r}; the elementwise family takes two tensors of one shape")
+    alpha = _value(step, "args[2]", "alpha")
+    if alpha not in (None, 1):
+        raise Refuse(f"alpha = {alpha!r}: the elementwise family adds with alpha 1")
+    a = _tensor(step, "args[0]", "first operand")
+    b = _tensor(step, "args[1]", "second operand")
+    return _elementwise(op, [("a", 0, "args[0]", a), ("b", 0, "args[1]", b)], (0, _output(step, 0)))
+
+
+def _silu_mul(steps: list[Step]) -> CardPlan:
+    silu, mul = steps
+    up = next(a for a in mul.args if a.kind == "tensor" and a.source != (0, 0))
+    assert up.tensor is not None
+    return _elementwise(
+        "silu_mul",
+        [("gate", 0, "args[0]", _tensor(silu, "args[0]", "gate")), ("up", 1, up.path, up.tensor)],
+        (1, _output(mul, 0)),
+    )
+
+
+# ---- rows: softmax, rms_norm, layer_norm ---------------------------------------------------------------------------
+
+
+def _softmax(step: Step) -> CardPlan:
+    x = _tensor(step, "args[0]", "input")
+    dim = _value(step, "args[1]")
+    if dim not in (-1, len(x.shape) - 1):
+        raise Refuse(f"softmax over dim {dim} of a {len(x.shape)}-dim tensor: the family reduces the last axis")
+    if _value(step, "args[2]"):
+        raise Refuse("half_to_float (a half input with an fp32 output): a captured card keeps one dtype")
+    sizes = _row_sizes(x)
+    tensors = [
+        PlannedTensor("x", "input", 0, "args[0]", x, ["rows", "cols"]),
+        PlannedTensor("y", "output", 0, "out[0]", _output(step, 0), ["rows", "cols"]),
+    ]
+    dtype = _checked(tensors)
+    source, plan = baselines.softmax(dtype)
+    rtol = 1e-5 if dtype == "float32" else (1.6e-2 if dtype == "bfloat16" else 1e-3)
+    atol = 1e-2 * rtol / sizes["cols"] if dtype == "float32" else 1e-8
+    return CardPlan(
+        family="softmax",
+        op="softmax",
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops="5 * rows * cols",
+        source=source,
+        plan=plan,
+        what=f"y = softmax(x) over the last axis of x{x.shape}, seen by the card as [rows, cols]",
+        tolerance=Tolerance(rtol=rtol, atol=atol),
+        notes=["atol is about 1% of rtol / cols (fp32) or 1e-8 (16-bit): outputs are about 1/cols"],
+    )
+
+
+def _rows_plan(
+    family: OpFamily,
+    x: tuple[int, str, TensorMeta],
+    weights: list[tuple[str, int, str, TensorMeta]],
+    y: tuple[int, TensorMeta],
+    eps: float,
+) -> CardPlan:
+    step_x, path_x, meta_x = x
+    cols = meta_x.shape[-1]
+    for name, _, _, meta in weights:
+        if meta.shape != [cols]:
+            raise Refuse(f"{name} has shape {meta.shape}: the family takes a weight of the last axis ({cols})")
+    tensors = [PlannedTensor("x", "input", step_x, path_x, meta_x, ["rows", "cols"])]
+    tensors += [PlannedTensor(n, "input", s, p, m, ["cols"]) for n, s, p, m in weights]
+    tensors.append(PlannedTensor("y", "output", y[0], "out[0]", y[1], ["rows", "cols"]))
+    dtype = _checked(tensors)
+    if family == "rms_norm":
+        source, plan = baselines.rms_norm(dtype, eps)
+        what, flops, tolerance = "y = x * rsqrt(mean(x^2) + eps) * w over the last axis", "4 * rows * cols", None
+    else:
+        source, plan = baselines.layer_norm(dtype, eps)
+        what, flops = "y = (x - mean) * rsqrt(var + eps) * w + b over the last axis", "8 * rows * cols"
+        tolerance = Tolerance(rtol=1e-5, atol=1e-5) if dtype == "float32" else Tolerance(rtol=1.6e-2, atol=1e-3)
+    expected = TEMPLATE_EPS[family]
+    problem = None
+    if abs(eps - expected) > 1e-3 * expected:
+        problem = f"eps {eps:g}: the template library's {family} kernels are written with eps {expected:g}"
+    return CardPlan(
+        family=family,
+        op=family,
+        dtype=dtype,
+        sizes=_row_sizes(meta_x),
+        tensors=tensors,
+        flops=flops,
+        source=source,
+        plan=plan,
+        what=f"{what}, eps {eps:g}; x{meta_x.shape} seen by the card as [rows, cols]",
+        tolerance=tolerance,
+        template_problem=problem,
+    )
+
+
+def _eps(value: object, dtype: str) -> float:
+    if value is None:
+        return FINFO_EPS.get(dtype, 2.0**-23)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise Refuse(f"eps {value!r} is not a number")
+    return float(value)
+
+
+def _fused_rms_norm(step: Step) -> CardPlan:
+    x = _tensor(step, "args[0]", "input")
+    shape = _value(step, "args[1]")
+    if shape != [x.shape[-1]]:
+        raise Refuse(f"normalized_shape {shape}: the family normalises the last axis only")
+    w = _tensor(step, "args[2]", "weight")
+    eps = _eps(_value(step, "args[3]", "eps"), x.dtype)
+    return _rows_plan("rms_norm", (0, "args[0]", x), [("w", 0, "args[2]", w)], (0, _output(step, 0)), eps)
+
+
+def _rms_pattern(steps: list[Step]) -> CardPlan:
+    x = _tensor(steps[0], "args[0]", "input")
+    add = next(s for s in steps if s.op.startswith(("aten.add.", "aten.add_.")))
+    eps = _eps(_value(add, "args[1]"), x.dtype)
+    weighted_at = max(k for k, s in enumerate(steps) if s.op == "aten.mul.Tensor")
+    weighted = steps[weighted_at]
+    w = next(a for a in weighted.args if a.kind == "tensor" and a.source is None)
+    assert w.tensor is not None
+    last = len(steps) - 1
+    return _rows_plan(
+        "rms_norm", (0, "args[0]", x), [("w", weighted_at, w.path, w.tensor)], (last, _output(steps[last], 0)), eps
+    )
+
+
+def _layer_norm(step: Step) -> CardPlan:
+    x = _tensor(step, "args[0]", "input")
+    shape = _value(step, "args[1]")
+    if shape != [x.shape[-1]]:
+        raise Refuse(f"normalized_shape {shape}: the family normalises the last axis only")
+    w = _tensor(step, "args[2]", "weight")
+    b = _tensor(step, "args[3]", "bias")
+    eps = _eps(_value(step, "args[4]", "eps"), x.dtype)
+    plan = _rows_plan(
+        "layer_norm", (0, "args[0]", x), [("w", 0, "args[2]", w), ("b", 0, "args[3]", b)], (0, _output(step, 0)), eps
+    )
+    return _with_note(plan, "the op's mean and rstd outputs (for backward) are not part of the card")
+
+
+def _with_note(plan: CardPlan, note: str) -> CardPlan:
+    return CardPlan(**{**plan.__dict__, "notes": [*plan.notes, note]})
+
+
+# ---- group norm, batch norm, pooling -------------------------------------------------------------------------------
+
+
+def _group_norm(step: Step) -> CardPlan:
+    x = _tensor(step, "args[0]", "input")
+    gamma = _tensor(step, "args[1]", "weight")
+    beta = _tensor(step, "args[2]", "bias")
+    n, c, hw, groups = (_value(step, f"args[{k}]") for k in (3, 4, 5, 6))
+    eps = _eps(_value(step, "args[7]"), x.dtype)
+    if not all(isinstance(v, int) for v in (n, c, hw, groups)):
+        raise Refuse(f"N, C, HxW, group = {n}, {c}, {hw}, {groups}: not integers")
+    assert isinstance(c, int) and isinstance(hw, int) and isinstance(n, int) and isinstance(groups, int)
+    h, w = (x.shape[2], x.shape[3]) if len(x.shape) == 4 else (hw, 1)
+    sizes = {"n": n, "c": c, "h": h, "w": w, "groups": groups}
+    tensors = [
+        PlannedTensor("x", "input", 0, "args[0]", x, ["n", "c", "h", "w"]),
+        PlannedTensor("gamma", "input", 0, "args[1]", gamma, ["c"]),
+        PlannedTensor("beta", "input", 0, "args[2]", beta, ["c"]),
+        PlannedTensor("y", "output", 0, "out[0]", _output(step, 0), ["n", "c", "h", "w"]),
+    ]
+    dtype = _checked(tensors)
+    source, plan = baselines.group_norm(dtype, eps)
+    problem = None
+    if abs(eps - TEMPLATE_EPS["group_norm"]) > 1e-8:
+        problem = f"eps {eps:g}: the template library's group_norm kernels are written with eps 1e-05"
+    return CardPlan(
+        family="group_norm",
+        op="group_norm",
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops="8 * n * c * h * w",
+        source=source,
+        plan=plan,
+        what=f"y = group_norm(x, {groups} groups) * gamma + beta over x{x.shape} (NCHW), eps {eps:g}",
+        tolerance=Tolerance(rtol=1e-5, atol=1e-5) if dtype == "float32" else Tolerance(rtol=1.6e-2, atol=1e-3),
+        template_problem=problem,
+        notes=["the op's mean and rstd outputs (for backward) are not part of the card"],
+    )
+
+
+BATCH_NORM = {
+    # overload -> (position of training or None, position of eps)
+    "aten.native_batch_norm.default": (5, 7),
+    "aten._native_batch_norm_legit_no_training.default": (None, 6),
+    "aten.cudnn_batch_norm.default": (5, 7),
+    "aten.miopen_batch_norm.default": (5, 7),
+}
+
+
+def _batch_norm(step: Step) -> CardPlan:
+    training_at, eps_at = BATCH_NORM[step.op]
+    if training_at is not None and _value(step, f"args[{training_at}]") is not False:
+        raise Refuse("batch norm in training mode (batch statistics): call model.eval() for inference")
+    x = _tensor(step, "args[0]", "input")
+    if len(x.shape) < 2:
+        raise Refuse(f"input of shape {x.shape}: batch norm over [N, C, ...]")
+    names = [("w", "args[1]", "weight"), ("b", "args[2]", "bias"), ("mean", "args[3]", "running_mean")]
+    names.append(("var", "args[4]", "running_var"))
+    hw = x.numel // (x.shape[0] * x.shape[1])
+    sizes = {"n": x.shape[0], "c": x.shape[1], "hw": hw}
+    tensors = [PlannedTensor("x", "input", 0, "args[0]", x, ["n", "c", "hw"])]
+    tensors += [PlannedTensor(name, "input", 0, path, _tensor(step, path, what), ["c"]) for name, path, what in names]
+    tensors.append(PlannedTensor("y", "output", 0, "out[0]", _output(step, 0), ["n", "c", "hw"]))
+    dtype = _checked(tensors)
+    eps = _eps(_value(step, f"args[{eps_at}]"), dtype)
+    source, plan = baselines.batch_norm(dtype, eps)
+    return CardPlan(
+        family="other",
+        op="batch_norm",
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops="4 * n * c * hw",
+        source=source,
+        plan=plan,
+        what=f"y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c] (batch norm, eval) over x{x.shape}, eps {eps:g}",
+        tolerance=Tolerance(rtol=1e-5, atol=1e-5) if dtype == "float32" else Tolerance(rtol=1.6e-2, atol=1e-3),
+        template_problem="the template library has no batch norm family (an LLM proposer can serve the card)",
+        notes=["family 'other': no stress sets are written for it yet"],
+    )
+
+
+def _pool(x: TensorMeta, y: TensorMeta, path: str) -> CardPlan:
+    if len(x.shape) != 4:
+        raise Refuse(f"input of shape {x.shape}: pooling cards take NCHW")
+    n, c, h, w = x.shape
+    if y.numel != n * c:
+        raise Refuse(f"output {y.shape}: pooling cards pool each plane to 1x1")
+    sizes = {"n": n, "c": c, "h": h, "w": w}
+    y_dims: list[str | int] = ["n", "c", *([1] * (len(y.shape) - 2))]
+    tensors = [
+        PlannedTensor("x", "input", 0, path, x, ["n", "c", "h", "w"]),
+        PlannedTensor("y", "output", 0, "out[0]", y, y_dims),
+    ]
+    dtype = _checked(tensors)
+    source, plan = baselines.pooling(dtype)
+    return CardPlan(
+        family="pooling",
+        op="avg_pool",
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops="n * c * h * w",
+        source=source,
+        plan=plan,
+        what=f"y = mean of each h x w plane of x{x.shape} (adaptive average pooling to 1x1)",
+    )
+
+
+def _mean(step: Step) -> CardPlan:
+    x = _tensor(step, "args[0]", "input")
+    dims = _value(step, "args[1]")
+    if _value(step, "kwargs.dtype") is not None:
+        raise Refuse("a mean with a dtype argument: the card keeps the input's dtype")
+    ndim = len(x.shape)
+    normal = sorted(d % ndim for d in dims) if isinstance(dims, list) and all(isinstance(d, int) for d in dims) else []
+    if ndim != 4 or normal != [2, 3]:
+        raise Refuse(f"a mean over dims {dims} of a {ndim}-dim tensor: only NCHW planes (dims 2, 3) make pooling cards")
+    return _pool(x, _output(step, 0), "args[0]")
+
+
+def _adaptive_pool(step: Step) -> CardPlan:
+    if _value(step, "args[1]") != [1, 1]:
+        raise Refuse(f"output size {_value(step, 'args[1]')}: pooling cards pool to 1x1")
+    return _pool(_tensor(step, "args[0]", "input"), _output(step, 0), "args[0]")
+
+
+OPS: dict[str, Callable[[Step], CardPlan]] = {
+    **dict.fromkeys(UNARY, _unary),
+    **dict.fromkeys(BINARY, _binary),
+    "aten._softmax.default": _softmax,
+    "aten._fused_rms_norm.default": _fused_rms_norm,
+    "aten.rms_norm.default": _fused_rms_norm,
+    "aten.native_layer_norm.default": _layer_norm,
+    "aten.native_group_norm.default": _group_norm,
+    **dict.fromkeys(BATCH_NORM, _batch_norm),
+    "aten.mean.dim": _mean,
+    "aten._adaptive_avg_pool2d.default": _adaptive_pool,
+}
+PATTERNS: dict[str, Callable[[list[Step]], CardPlan]] = {"rms_norm": _rms_pattern, "silu_mul": _silu_mul}
+
+
+def plan(group: Group) -> CardPlan | NoCard:
+    """The card a variant becomes, or why it becomes none."""
+    try:
+        if group.kind == "pattern":
+            return PATTERNS[group.op](group.steps)
+        step = group.steps[0]
+        if step.view:
+            return NoCard("no-kernel", "a view (aliases its input): no kernel runs")
+        if step.op.startswith(ALLOCATIONS):
+            return NoCard("no-kernel", "an allocation: no kernel runs")
+        if step.op.startswith(RESHAPES):
+            return NoCard("no-kernel", "a reshape of a tensor nothing else holds (no copy): no kernel runs")
+        if step.inplace:
+            return NoCard(
+                "unsupported",
+                f"in-place ({step.op} writes its input): a card's kernel writes a separate output; an out-of-place "
+                "call in the model (relu(x) rather than relu_(x), inplace=False) can become a card",
+            )
+        handler = OPS.get(step.op)
+        if handler is None:
+            return NoCard("unsupported", _why_not(step.op))
+        return handler(step)
+    except Refuse as exc:
+        return NoCard("unsupported", str(exc))
+
+
+def _why_not(op: str) -> str:
+    if op.startswith(MATMUL_OPS):
+        return "a matrix product (cuBLAS): there is no matmul card family yet"
+    if op.startswith(CONV_OPS):
+        return "a convolution (cuDNN): there is no convolution card family yet"
+    if op.startswith(("aten._to_copy.", "aten.clone.", "aten.copy_.", "aten.cat.", "aten.contiguous")):
+        return "a copy, cast or concatenation: no card family (it moves data the next kernel could read in place)"
+    return f"no card family for {op}"
+
+
+def card_name(plan: CardPlan, taken: set[str]) -> str:
+    """`softmax_bf16_2x4x16x16`-style, unique among `taken` (the elementwise template reads the op from it)."""
+    main = plan.tensors[0].meta.shape
+    base = f"{plan.op}_{_short(plan.dtype)}_{'x'.join(str(d) for d in main)}"
+    name, k = base, 2
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name

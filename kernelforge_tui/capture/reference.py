@@ -1,0 +1,179 @@
+"""The reference a captured card carries: `reference.py`, which re-runs the captured aten call(s) with torch.
+
+Why torch and not NumPy: the reference must be the operator the model runs (its eps, its dtype rules, how it
+treats NaN and inf), and the surest way is to call that very overload again, with the captured scalar arguments,
+on the card's inputs reshaped to the captured shapes. It computes in float64 on the CPU where the op allows
+(floating inputs and dtype arguments raised to float64, `half_to_float` off), like the built-in NumPy references,
+and in the captured dtypes otherwise; `kernelforge capture` checks either against the eager outputs it stored and
+keeps the first that agrees. The file is self-contained (the graph is data inside it; it imports only NumPy and
+torch), so the card stays a directory a person can read, and needs torch wherever the card's fresh and stress sets
+are referenced: a machine without torch gets an error saying how to install it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from kernelforge_tui.capture.manifest import ArgSpec, Binding, Step
+
+Encoded = dict[str, object] | None
+SOFTMAX_LIKE = ("aten._softmax.default", "aten._log_softmax.default")
+
+
+class NotReplayable(ValueError):
+    """A captured call the reference cannot re-run (a tensor that is neither a card input nor an earlier result)."""
+
+
+def _encode(arg: ArgSpec, inputs: dict[tuple[int, str], str], step: int, op: str) -> Encoded:
+    if arg.kind == "none":
+        return None
+    if arg.kind == "tensor":
+        if arg.source is not None:
+            return {"step": arg.source[0], "out": arg.source[1]}
+        name = inputs.get((step, arg.path))
+        if name is None:
+            raise NotReplayable(f"step {step} ({op}) {arg.path}: a tensor that is not a card input")
+        return {"input": name}
+    if arg.kind == "scalar":
+        encoded: dict[str, object] = {"value": arg.value}
+        if op in SOFTMAX_LIKE and arg.path == "args[2]":
+            encoded["value64"] = False  # half_to_float: off once every tensor is float64
+        return encoded
+    if arg.kind == "float":
+        return {"float": arg.value}
+    if arg.kind in ("dtype", "device", "layout", "memory_format"):
+        return {arg.kind: arg.value}
+    raise NotReplayable(f"step {step} ({op}) {arg.path}: a {arg.kind} argument ({arg.value!r}) cannot be re-run")
+
+
+def graph(steps: list[Step], bindings: list[Binding]) -> dict[str, object]:
+    """The replay graph: each step's overload and arguments, the card inputs bound into them, the outputs read."""
+    inputs = {(b.step, b.path): b.tensor for b in bindings if b.role == "input"}
+    encoded_steps = []
+    for k, step in enumerate(steps):
+        args: list[Encoded] = []
+        kwargs: dict[str, Encoded] = {}
+        lists: dict[str, list[Encoded]] = {}
+        for arg in step.args:
+            if arg.kind == "list":
+                lists[arg.path] = []
+                continue
+            parent = arg.path.rsplit("[", 1)[0] if arg.path.count("[") == 2 else None
+            value = _encode(arg, inputs, k, step.op)
+            if parent is not None and parent in lists:
+                lists[parent].append(value)
+            elif arg.path.startswith("kwargs."):
+                kwargs[arg.path.removeprefix("kwargs.")] = value
+            else:
+                args.append(value)
+        for path, items in lists.items():
+            position = int(path.removeprefix("args[").rstrip("]"))
+            args.insert(position, {"list": items})
+        encoded_steps.append({"op": step.op, "args": args, "kwargs": kwargs})
+    return {
+        "steps": encoded_steps,
+        "inputs": {b.tensor: b.op_shape for b in bindings if b.role == "input"},
+        "outputs": {
+            b.tensor: [b.step, int(b.path.removeprefix("out[").rstrip("]"))] for b in bindings if b.role == "output"
+        },
+    }
+
+
+TEMPLATE = '''"""Reference of card {name}, written by `kernelforge capture` (capture the model again to change it).
+
+Re-runs the captured aten call(s) with torch on the CPU, on the card's inputs reshaped to the captured shapes:
+{calls}
+Precision: {precision} ("float64": floating tensors and dtype arguments raised to float64, as the built-in NumPy
+references compute; "captured": the captured dtypes). Needs torch (pip install 'kernelforge-tui[torch]').
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+PRECISION = "{precision}"
+GRAPH = json.loads(
+    r"""
+{graph}
+"""
+)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise RuntimeError(
+            "this card was captured from PyTorch and its reference re-runs the captured aten call with torch: "
+            "install it (pip install 'kernelforge-tui[torch]')"
+        ) from None
+    return torch
+
+
+def _tensor(torch, array, shape):
+    array = np.ascontiguousarray(array)
+    if array.dtype.name == "bfloat16":
+        wide = torch.from_numpy(array.astype(np.float64 if PRECISION == "float64" else np.float32))
+        tensor = wide if PRECISION == "float64" else wide.to(torch.bfloat16)
+    elif array.dtype.kind == "f" and PRECISION == "float64":
+        tensor = torch.from_numpy(array.astype(np.float64))
+    else:
+        tensor = torch.from_numpy(array)
+    return tensor.reshape(shape)
+
+
+def _value(torch, spec, inputs, results):
+    if spec is None:
+        return None
+    if "input" in spec:
+        return inputs[spec["input"]]
+    if "step" in spec:
+        return results[spec["step"]][spec["out"]]
+    if "value" in spec:
+        return spec["value64"] if PRECISION == "float64" and "value64" in spec else spec["value"]
+    if "float" in spec:
+        return float(spec["float"])
+    if "dtype" in spec:
+        dtype = getattr(torch, spec["dtype"])
+        return torch.float64 if PRECISION == "float64" and dtype.is_floating_point else dtype
+    if "device" in spec:
+        return torch.device("cpu")
+    if "layout" in spec:
+        return getattr(torch, spec["layout"])
+    if "memory_format" in spec:
+        return getattr(torch, spec["memory_format"])
+    if "list" in spec:
+        return [_value(torch, item, inputs, results) for item in spec["list"]]
+    raise ValueError(f"unknown argument {{spec!r}}")
+
+
+def _op(torch, name):
+    namespace, op, overload = name.split(".")
+    return getattr(getattr(getattr(torch.ops, namespace), op), overload)
+
+
+def reference(inputs, sizes):
+    torch = _torch()
+    tensors = {{name: _tensor(torch, inputs[name], shape) for name, shape in GRAPH["inputs"].items()}}
+    results = []
+    with torch.no_grad():
+        for step in GRAPH["steps"]:
+            args = [_value(torch, a, tensors, results) for a in step["args"]]
+            kwargs = {{k: _value(torch, v, tensors, results) for k, v in step["kwargs"].items()}}
+            out = _op(torch, step["op"])(*args, **kwargs)
+            results.append(list(out) if isinstance(out, (tuple, list)) else [out])
+    outputs = {{}}
+    for name, (step, index) in GRAPH["outputs"].items():
+        out = results[step][index]
+        outputs[name] = (out.double() if out.is_floating_point() else out).contiguous().numpy()
+    return outputs
+'''
+
+
+def source(name: str, steps: list[Step], bindings: list[Binding], precision: str) -> str:
+    """The text of the card's reference.py."""
+    calls = "".join(f"  {k}. {step.op}\n" for k, step in enumerate(steps))
+    text = json.dumps(graph(steps, bindings), indent=1)
+    return TEMPLATE.format(name=name, calls=calls, precision=precision, graph=text)

@@ -1,0 +1,337 @@
+"""`kernelforge optimize CAPTURE_DIR`: one search per variant, in order of expected saving, within one budget.
+
+Why one budget split by expected saving: the user has one sum of time (or candidates, GPU seconds, money) to spend
+on the model, and a variant that could save 10% of the model deserves ten times what one that could save 1% does.
+Each variant's search gets the share of what is left that its expected saving is of the expected savings left, so
+what an early search does not use (its proposer ran out of candidates) goes to the later ones.
+
+The projection: a searched variant's eager time per call (measured at capture) becomes the best candidate's
+measured latency when that is faster (min of the two), times its calls per forward pass; the projected end-to-end
+saving is what all searched variants save over the model's total operator time. On a GPU the latency is measured the
+worker's way (L2 flushed before every launch), which is pessimistic against a model where inputs may sit in L2.
+A simulated search (`--simulate`) invents its timings, so its projection applies the invented speedup over the
+card's baseline to the eager time and is labelled simulated everywhere; a capture made on the CPU has CPU times,
+which no GPU latency can be set against, so a GPU search of it projects nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelforge_tui.capture.manifest import CaptureManifest, Variant, card_dir, load_capture
+from kernelforge_tui.cards import load_card
+from kernelforge_tui.config import Settings
+from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run
+from kernelforge_tui.errors import BadInput
+from kernelforge_tui.models.events import BestImproved
+
+REPORT = "optimize.json"
+"""The report's file in the capture directory (the latest `kernelforge optimize` of it)."""
+MIN_MINUTES = 0.05
+"""No variant's search gets less than 3 s of a minutes budget (a search must at least build and time its seeds)."""
+
+
+class CaptureOptimizeOptions(BaseModel):
+    """What `kernelforge optimize CAPTURE_DIR` was given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budget: Budget = Field(default_factory=Budget)
+    """The total for all the variants' searches."""
+    top: int | None = Field(default=None, ge=1)
+    """Search at most this many variants (the largest expected savings)."""
+    variants: list[str] = Field(default_factory=list)
+    """Search only these variant ids (in ranked order)."""
+    proposer: str | None = None
+    strategy: str | None = None
+    tree: dict[str, str] = Field(default_factory=dict)
+    simulate: bool = False
+    simulate_seconds: float = 0.01
+    root: Path | None = None
+    """Where the runs go (default: CAPTURE_DIR/runs)."""
+    max_gpus: int | None = Field(default=None, ge=1)
+
+
+class VariantResult(BaseModel):
+    """One variant's search and what it projects."""
+
+    variant: str
+    title: str
+    card: str
+    expected_saving: float
+    budget: Budget
+    run_dir: Path | None = None
+    state: Literal["pending", "running", "finished", "failed", "not-run"] = "pending"
+    reason: str = ""
+    candidates: int = 0
+    """Candidates the search evaluated (its baseline not counted)."""
+    gpu_seconds: float = 0.0
+    money_usd: float = 0.0
+    """LLM spend of the search (0 with the template proposer)."""
+    tokens: int = 0
+    best_node: int | None = None
+    best_speedup: float | None = None
+    """Over the card's baseline."""
+    best_latency_us: float | None = None
+    eager_us_per_call: float
+    calls: int
+    projected_us_per_call: float | None = None
+    """What the variant would take per call with the best kernel (never more than eager)."""
+    saving_us: float = 0.0
+    """Per forward pass."""
+
+
+class Skipped(BaseModel):
+    variant: str
+    title: str
+    reason: str
+
+
+class CaptureOptimizeReport(BaseModel):
+    """`optimize.json`: the searches of one `kernelforge optimize CAPTURE_DIR`, as they go and at the end."""
+
+    format_version: Literal[1] = 1
+    capture_dir: Path
+    simulated: bool
+    comparable: bool
+    """Whether the projection means anything: False for a GPU search of a CPU capture."""
+    note: str
+    total_time_us: float
+    started_at: float = Field(default_factory=time.time)
+    ended_at: float | None = None
+    results: list[VariantResult]
+    skipped: list[Skipped]
+
+    @property
+    def saving_us(self) -> float:
+        return sum(r.saving_us for r in self.results)
+
+    @property
+    def projected_saving(self) -> float:
+        """The share of the model's eager operator time the best kernels so far would save."""
+        return self.saving_us / self.total_time_us if self.total_time_us > 0 else 0.0
+
+
+Progress = Callable[[CaptureOptimizeReport], None]
+
+
+def plan_variants(
+    manifest: CaptureManifest, root: Path, options: CaptureOptimizeOptions
+) -> tuple[list[Variant], list[Skipped]]:
+    """The variants to search, best expected saving first, and those left out with the reason."""
+    chosen: list[Variant] = []
+    skipped: list[Skipped] = []
+    wanted = set(options.variants)
+    unknown = wanted - {v.id for v in manifest.variants}
+    if unknown:
+        raise BadInput(f"no variant {sorted(unknown)[0]} in {root} (see kernelforge capture --show {root})")
+    templates = (options.proposer or DEFAULT_PROPOSER) == DEFAULT_PROPOSER
+    for variant in sorted(manifest.variants, key=lambda v: v.rank):
+        if wanted and variant.id not in wanted:
+            continue
+        if variant.status != "card":
+            continue
+        if templates and not variant.template:
+            skipped.append(Skipped(variant=variant.id, title=variant.title, reason=variant.template_note))
+            continue
+        if not wanted and variant.expected_saving <= 0:
+            skipped.append(Skipped(variant=variant.id, title=variant.title, reason="nothing to save (k = 1)"))
+            continue
+        if options.top is not None and len(chosen) >= options.top:
+            skipped.append(Skipped(variant=variant.id, title=variant.title, reason=f"beyond --top {options.top}"))
+            continue
+        if not (root / str(variant.card)).is_dir():
+            skipped.append(Skipped(variant=variant.id, title=variant.title, reason=f"card {variant.card} is missing"))
+            continue
+        chosen.append(variant)
+    return chosen, skipped
+
+
+def split_budget(total: Budget, used: Budget, weight: float, weights_left: float) -> Budget | None:
+    """This variant's share of what is left of `total` after `used`: weight / weights_left of each cap; None when a
+    cap is spent (nothing is left to search with)."""
+    share = weight / weights_left if weights_left > 0 else 1.0
+    caps = (
+        (total.max_iterations, used.max_iterations),
+        (total.max_minutes, used.max_minutes),
+        (total.max_gpu_seconds, used.max_gpu_seconds),
+        (total.max_money, used.max_money),
+        (total.max_tokens, used.max_tokens),
+    )
+    if any(cap is not None and cap - (spent or 0) <= 0 for cap, spent in caps):
+        return None
+
+    def left(cap: float | None, spent: float | None) -> float | None:
+        return None if cap is None else max(0.0, cap - (spent or 0.0)) * share
+
+    iterations = left(total.max_iterations, used.max_iterations)
+    minutes = left(total.max_minutes, used.max_minutes)
+    tokens = left(total.max_tokens, used.max_tokens)
+    return Budget(
+        max_iterations=None if iterations is None else max(1, round(iterations)),
+        max_minutes=None if minutes is None else max(MIN_MINUTES, minutes),
+        max_gpu_seconds=left(total.max_gpu_seconds, used.max_gpu_seconds),
+        max_money=left(total.max_money, used.max_money),
+        max_tokens=None if tokens is None else max(1, round(tokens)),
+    )
+
+
+def _project(result: VariantResult, simulated: bool) -> None:
+    eager = result.eager_us_per_call
+    invented = eager / result.best_speedup if result.best_speedup else None
+    best = invented if simulated else result.best_latency_us
+    if best is None:
+        return
+    result.projected_us_per_call = min(eager, best)
+    result.saving_us = (eager - result.projected_us_per_call) * result.calls
+
+
+def _write(report: CaptureOptimizeReport, root: Path) -> None:
+    (root / REPORT).write_text(json.dumps(report.model_dump(mode="json"), indent=1) + "\n")
+
+
+async def optimize_capture(
+    capture_dir: Path, settings: Settings, options: CaptureOptimizeOptions, progress: Progress | None = None
+) -> CaptureOptimizeReport:
+    """Search the capture's variants one after another (best expected saving first) within `options.budget`,
+    calling `progress` with the report whenever it changes (a search starts, a new best, a search ends), and writing
+    it to CAPTURE_DIR/optimize.json. A variant whose search fails (its baseline does not build, say) is recorded as
+    failed with the reason and the next one runs."""
+    manifest = load_capture(capture_dir)
+    chosen, skipped = plan_variants(manifest, capture_dir, options)
+    if not chosen:
+        reasons = "; ".join(f"{s.variant}: {s.reason}" for s in skipped) or "no variant has a card"
+        raise BadInput(f"{capture_dir}: no variant to search ({reasons})")
+    gpu_capture = manifest.device.startswith("cuda")
+    comparable = options.simulate or gpu_capture
+    if options.simulate:
+        note = "SIMULATED: the speedups are invented; the projection applies them to the captured eager times"
+    elif gpu_capture:
+        note = (
+            f"eager times captured on {manifest.device_name} ({manifest.timing}); kernel latencies measured with the "
+            "L2 flushed before each launch"
+        )
+    else:
+        note = "captured on the CPU: its times cannot be set against GPU latencies; capture on the GPU to project"
+    report = CaptureOptimizeReport(
+        capture_dir=capture_dir,
+        simulated=options.simulate,
+        comparable=comparable,
+        note=note,
+        total_time_us=manifest.total_time_us,
+        results=[
+            VariantResult(
+                variant=v.id,
+                title=v.title,
+                card=str(v.card),
+                expected_saving=v.expected_saving,
+                budget=Budget(),
+                eager_us_per_call=v.time_per_call_us,
+                calls=v.calls,
+            )
+            for v in chosen
+        ],
+        skipped=skipped,
+    )
+    say = progress or (lambda _: None)
+    root = options.root or capture_dir / "runs"
+    used = Budget(max_iterations=0, max_minutes=0.0, max_gpu_seconds=0.0, max_money=0.0, max_tokens=0)
+    started = time.monotonic()
+    weights = [max(v.expected_saving, 1e-9) for v in chosen]
+    for k, (variant, result) in enumerate(zip(chosen, report.results, strict=True)):
+        budget = split_budget(options.budget, used, weights[k], sum(weights[k:]))
+        if budget is None:
+            result.state, result.reason = "not-run", "the budget was spent on the variants before it"
+            continue
+        result.budget = budget
+        result.state = "running"
+        _write(report, capture_dir)
+        say(report)
+        try:
+            info = await _search(capture_dir, variant, settings, options, budget, root, result, report, say)
+        except asyncio.CancelledError:
+            result.state, result.reason = "failed", "interrupted"
+            _write(report, capture_dir)
+            raise
+        except Exception as exc:  # one variant's failure (a baseline that does not build) must not end the others
+            result.state, result.reason = "failed", f"{type(exc).__name__}: {exc}"
+        else:
+            result.state, result.reason = "finished", info
+        used = Budget(
+            max_iterations=(used.max_iterations or 0) + result.candidates,
+            max_minutes=(time.monotonic() - started) / 60,
+            max_gpu_seconds=(used.max_gpu_seconds or 0.0) + result.gpu_seconds,
+            max_money=(used.max_money or 0.0) + result.money_usd,
+            max_tokens=(used.max_tokens or 0) + result.tokens,
+        )
+        _project(result, options.simulate)
+        _write(report, capture_dir)
+        say(report)
+    report.ended_at = time.time()
+    _write(report, capture_dir)
+    say(report)
+    return report
+
+
+async def _search(
+    capture_dir: Path,
+    variant: Variant,
+    settings: Settings,
+    options: CaptureOptimizeOptions,
+    budget: Budget,
+    root: Path,
+    result: VariantResult,
+    report: CaptureOptimizeReport,
+    say: Progress,
+) -> str:
+    card = card_dir(capture_dir, variant)
+    load_card(card)  # a broken card fails here, named, before a run directory is made
+    run_options = RunOptions(
+        root=root,
+        budget=budget,
+        tree=options.tree,
+        proposer=options.proposer,
+        strategy=options.strategy,
+        simulate=options.simulate,
+        simulate_seconds=options.simulate_seconds,
+        max_gpus=options.max_gpus,
+    )
+    search = prepare_run(card, settings, run_options)
+    result.run_dir = search.store.run_dir
+    queue = search.subscribe()
+
+    async def follow() -> None:
+        while True:
+            event = await queue.get()
+            if isinstance(event, BestImproved):
+                result.best_node = event.node_id
+                result.best_speedup = event.speedup
+                result.best_latency_us = event.latency_us
+                _project(result, options.simulate)
+                say(report)
+
+    follower = asyncio.create_task(follow())
+    try:
+        info = await search.run()
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+        totals = search.store.llm_totals()
+        result.money_usd, result.tokens = totals.cost_usd, totals.tokens
+        search.store.close()
+    result.best_node = info.best_node_id
+    result.best_speedup = info.best_speedup
+    result.best_latency_us = info.best_latency_us
+    result.candidates = max(0, info.node_count - 1)
+    result.gpu_seconds = info.gpu_seconds
+    return info.reason
