@@ -184,6 +184,8 @@ def _judge(
     dropped: dict[str, str],
     progress: Progress,
 ) -> KernelEntry | None:
+    """Correctness (from the probe), then the sanitizer, then the timing: an unsafe kernel is reported as unsafe
+    even when it is also slow."""
     records: list[CheckRecord] = []
     if not check.ok:
         dropped[entry.id] = check.reason
@@ -196,6 +198,15 @@ def _judge(
             + ", ".join(s.name for s in check.sets),
         )
     )
+    for tool in SANITIZER_TOOLS:
+        progress(f"{entry.id}: compute-sanitizer --tool {tool}")
+        outcome = run_tool(sanitizer, tool, staged, entry.id)
+        report = f"reports/{entry.id}/{tool}.txt"
+        files[report] = outcome.report.encode()
+        records.append(CheckRecord(name=tool, ok=outcome.ok, detail=outcome.summary, report=report))
+        if not outcome.ok:
+            dropped[entry.id] = f"compute-sanitizer {tool}: {outcome.summary} (report: {report})"
+            return None
     if check.timed and check.interval is not None and check.speedup is not None:
         low, high = check.interval
         detail = (
@@ -206,15 +217,6 @@ def _judge(
             dropped[entry.id] = f"not faster than eager PyTorch beyond the noise here: {detail}"
             return None
         records.append(CheckRecord(name="timing", ok=True, detail=detail))
-    for tool in SANITIZER_TOOLS:
-        progress(f"{entry.id}: compute-sanitizer --tool {tool}")
-        outcome = run_tool(sanitizer, tool, staged, entry.id)
-        report = f"reports/{entry.id}/{tool}.txt"
-        files[report] = outcome.report.encode()
-        records.append(CheckRecord(name=tool, ok=outcome.ok, detail=outcome.summary, report=report))
-        if not outcome.ok:
-            dropped[entry.id] = f"compute-sanitizer {tool}: {outcome.summary} (report: {report})"
-            return None
     latency = entry.latency.model_copy(
         update={
             "kernel_us": check.kernel_us,
