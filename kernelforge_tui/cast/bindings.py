@@ -162,11 +162,14 @@ def from_variant(variant: object, spec: OperatorCard) -> CallBinding | str:
             )
             inputs.append(guard)
             args.append(AtenArg(name=name, position=position, tensor=binding.tensor))
-        elif arg.kind in ("scalar", "none"):
+        elif arg.kind in ("scalar", "none", "dtype", "device", "layout", "memory_format"):
+            # dtype, device, layout, memory format: by torch's name, as the runtime compares them
             value = _scalar(arg.value)
             if value is None and arg.kind != "none":
                 return f"argument {arg.path} = {arg.value!r} is not plain data the guard can compare"
             args.append(AtenArg(name=name, position=position, accepts=[value]))
+        elif arg.kind == "float" and arg.value in ("inf", "-inf"):
+            args.append(AtenArg(name=name, position=position, accepts=[float(str(arg.value))]))
         else:
             return f"argument {arg.path} ({arg.value!r}) is not plain data the guard can compare"
     outputs: list[TensorGuard] = []

@@ -130,6 +130,7 @@ def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any
     namespace, name, which = split_overload(entry.guard.overload)
     op = getattr(getattr(getattr(torch.ops, namespace), name), which)
     schema = {i: str(a.type) for i, a in enumerate(op._schema.arguments)}
+    named = {a.name: str(a.type) for a in op._schema.arguments}
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for arg in entry.guard.args:
@@ -137,7 +138,7 @@ def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any
             value: Any = tensors[arg.tensor]
         else:
             value = arg.accepts[0]
-            kind = schema.get(arg.position, "") if arg.position is not None else ""
+            kind = schema.get(arg.position, "") if arg.position is not None else named.get(arg.name, "")
             if isinstance(value, str) and ("ScalarType" in kind or "Layout" in kind or "MemoryFormat" in kind):
                 value = getattr(torch, value)
             elif isinstance(value, str) and "Device" in kind:
