@@ -26,6 +26,10 @@ class RunCallSink:
         self.meter = meter
         self.wake = wake
 
+    def refused(self) -> str | None:
+        """A budget the run's calls count against is spent: the next call would overspend it."""
+        return self.meter.exhausted()
+
     def started(self, key: str, role: Role, provider: str, model: str, node_id: int | None) -> None:
         self.bus.emit(LlmCallStarted(call_key=key, role=role, provider=provider, model=model, node_id=node_id))
 

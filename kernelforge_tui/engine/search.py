@@ -103,6 +103,8 @@ class Search:
         """Expansions in progress (an LLM proposer writes for seconds), by node; cancelled on a pause or a stop."""
         self._reserved = 0
         """Children the expansions in progress may still add: counted against the iteration budget."""
+        self._pooled = False
+        """The team's pool has written first kernels for the root (its calls are in the store)."""
         self._llm_failures = 0
         """LLM expansions in a row that failed on the provider: a provider that keeps failing stops the search."""
         self.forced: deque[int] = deque()
@@ -274,13 +276,18 @@ class Search:
             if self.tree.may_expand(candidate):
                 target, forced = candidate, True
                 break
+        root = self.tree.root_id
+        if target is None and root is not None and self._first_expansion(root) and self.tree.may_expand(root):
+            target = root  # the team's pool of first kernels, as soon as the baseline is measured
         if target is None:
             if len(self.pipeline.flying) >= self.pipeline.max_in_flight:
                 return False
             target = self.strategy.select()
             if target is None:
                 return False
-        n = self.strategy.expansion_size(target, forced)
+        # An LLM team's first expansion of the root is its pool of first kernels: a whole batch, whatever the
+        # widening allows (the root may already hold many template seeds).
+        n = self.strategy.expansion_size(target, forced or self._first_expansion(target))
         if self.settings.budget.max_iterations is not None:
             left = self.settings.budget.max_iterations - self.meter.usage.iterations
             n = min(n, left - len(self.pipeline.flying) - self._reserved)
@@ -291,6 +298,13 @@ class Search:
         self.expansions[target] = task
         task.add_done_callback(partial(self._expanded, target, n))
         return True
+
+    def _first_expansion(self, node_id: int) -> bool:
+        """The root, and no model has worked on it yet (with an LLM team)."""
+        if self.llm is None or node_id != self.tree.root_id or self._pooled:
+            return False
+        self._pooled = bool(self.store.llm_calls(node_id))
+        return not self._pooled
 
     def _expanded(self, node_id: int, n: int, task: asyncio.Task[None]) -> None:
         """An expansion ended (done, failed or cancelled, even before it started): the node may be selected again,
@@ -307,6 +321,8 @@ class Search:
             proposals = await self.proposer.propose(self._context(node_id), n)
             offered = list(proposals[:n])
         except LlmError as exc:
+            if exc.kind == "budget":
+                return  # the driver stops the search for the budget
             self._llm_failures += 1
             self.bus.log(f"the LLM failed while expanding node {node_id}: {exc}", "warning", node_id)
             if self._llm_failures >= MAX_LLM_FAILURES:
@@ -381,7 +397,7 @@ class Search:
             hints=self.tree.hints_for(node_id),
             best_speedup=self.champion.speedup,
             lineage=lineage,
-            first_expansion=node_id == self.tree.root_id and not self.store.llm_calls(node_id),
+            first_expansion=self._first_expansion(node_id),
         )
 
     def _record(self, node_id: int, evaluation: Evaluation) -> None:

@@ -40,6 +40,10 @@ class Malformed(Exception):
 class CallSink(Protocol):
     """Where calls go: the engine records them in the run's store and shows them; `NullSink` keeps nothing."""
 
+    def refused(self) -> str | None:
+        """Why no call may go out now (a money or token budget is spent), or None."""
+        ...
+
     def started(self, key: str, role: Role, provider: str, model: str, node_id: int | None) -> None: ...
 
     def text(self, key: str, text: str, retry: bool) -> None: ...
@@ -51,6 +55,9 @@ class CallSink(Protocol):
 
 class NullSink:
     """Records nothing (doctor's probes, `kernelforge new`)."""
+
+    def refused(self) -> str | None:
+        return None
 
     def started(self, key: str, role: Role, provider: str, model: str, node_id: int | None) -> None:
         return None
@@ -103,12 +110,18 @@ class LlmClient:
     ) -> Answer[T]:
         """Ask `model_name` (a config name) in the given role. LlmError when the provider fails, Malformed when
         `parse` rejects the reply (or the reply was cut at max_tokens), CancelledError when cancelled: each is
-        recorded first, with the tokens and cost the provider reported where it reported them."""
+        recorded first, with the tokens and cost the provider reported where it reported them. A call the sink
+        refuses (a budget is spent) never goes out: LlmError of kind "budget"."""
         model = self.settings.model(model_name)
         provider = self.providers[model.provider]
         request = ChatRequest(
             model=model.model, messages=tuple(messages), max_tokens=max_tokens or model.max_tokens, extra=model.extra
         )
+        refused = self.sink.refused()
+        if refused is not None:
+            raise LlmError(
+                provider.settings.name, "budget", refused, "raise the budget, or resume the run with a larger one"
+            )
         prompt = json.dumps([m.model_dump() for m in messages], ensure_ascii=False)
         key = uuid.uuid4().hex
         self.sink.started(key, role, provider.settings.name, model.model, node_id)

@@ -12,7 +12,17 @@ from typing import Literal
 from kernelforge_tui.errors import KernelForgeError
 
 LlmErrorKind = Literal[
-    "no_key", "auth", "not_found", "bad_request", "rate_limited", "server", "dropped", "idle", "timeout", "protocol"
+    "no_key",
+    "auth",
+    "not_found",
+    "bad_request",
+    "rate_limited",
+    "server",
+    "dropped",
+    "idle",
+    "timeout",
+    "protocol",
+    "budget",
 ]
 RETRYABLE: frozenset[LlmErrorKind] = frozenset({"rate_limited", "server", "dropped", "idle"})
 

@@ -99,6 +99,9 @@ class RecordingSink:
     def __init__(self) -> None:
         self.calls: list[LlmCall] = []
 
+    def refused(self) -> str | None:
+        return None
+
     def started(self, key: str, role: Role, provider: str, model: str, node_id: int | None) -> None:
         return None
 
