@@ -199,6 +199,24 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _accept_set(accepts: Sequence[Any]) -> frozenset[tuple[type, Any]] | None:
+    """(type, value) pairs for a set lookup; None when a value is unhashable (a list): then compared one by one."""
+    try:
+        return frozenset((type(a), a) for a in accepts)
+    except TypeError:
+        return None
+
+
+def _accepted(value: Any, accepted: frozenset[tuple[type, Any]] | None, accepts: Sequence[Any] = ()) -> bool:
+    """Whether the value, of the same type, is one of the accepted (True is not 1 here)."""
+    try:
+        if accepted is not None:
+            return (type(value), value) in accepted
+    except TypeError:  # an unhashable value (a list) cannot be in a set of hashable ones
+        return False
+    return any(type(value) is type(a) and value == a for a in accepts)
+
+
 def _argument(args: Sequence[Any], kwargs: dict[str, Any], spec: AtenArg) -> Any:
     if spec.position is not None and spec.position < len(args):
         return args[spec.position]
@@ -227,13 +245,14 @@ class KernelRunner:
         guard = entry.guard
         by_name = {t.name: t for t in guard.inputs}
         self.tensor_args: list[tuple[AtenArg, TensorGuard, torch.dtype]] = []
-        self.scalar_args: list[AtenArg] = []
+        self.scalar_args: list[tuple[AtenArg, frozenset[tuple[type, Any]] | None]] = []
         for arg in guard.args:
             if arg.tensor is not None:
                 spec = by_name[arg.tensor]
                 self.tensor_args.append((arg, spec, _torch_dtype(spec.dtype)))
             else:
-                self.scalar_args.append(arg)
+                self.scalar_args.append((arg, _accept_set(arg.accepts)))
+        self.on_cuda = device_type == "cuda"
         self.key = tuple(self.tensor_args[0][1].shape) if self.tensor_args else ()
         self.positional = 1 + max((a.position for a in guard.args if a.position is not None), default=-1)
         self.keywords = {a.name for a in guard.args if a.position is None}
@@ -272,7 +291,7 @@ class KernelRunner:
                 return f"shape {arg.name}{list(t.shape)} (kernel: {list(spec.shape)})"
             if t.dtype is not dtype:
                 return f"dtype {arg.name} {str(t.dtype).removeprefix('torch.')} (kernel: {spec.dtype})"
-            if t.device.type != self.device_type:
+            if t.is_cuda is not self.on_cuda:
                 return f"{arg.name} on {t.device.type}, not a {self.device_type.upper()} device"
             if t.stride() != spec.strides:
                 return f"strides {arg.name}{list(t.stride())} (kernel: contiguous {list(spec.strides)})"
@@ -281,15 +300,15 @@ class KernelRunner:
             tensors.append(t)
         if len(args) > self.positional or any(name not in self.keywords for name in kwargs):
             return "more arguments than the captured call passed"
-        for scalar in self.scalar_args:
+        for scalar, accepted in self.scalar_args:
             value = _argument(args, kwargs, scalar)
             if type(value) not in _PLAIN:
                 value = _plain(value)
-            if not any(type(value) is type(a) and value == a for a in scalar.accepts):
+            if not _accepted(value, accepted, scalar.accepts):
                 return f"{scalar.name}={value!r} (kernel: {' or '.join(map(repr, scalar.accepts))})"
-        device = tensors[0].device.index or 0
+        device = max(tensors[0].get_device(), 0)
         for t in tensors[1:]:
-            if (t.device.index or 0) != device:
+            if max(t.get_device(), 0) != device:
                 return "tensors on different devices"
         capability = self.capabilities.get(device)
         if capability is None:
@@ -389,6 +408,8 @@ class _Override:
             self.by_key.setdefault(runner.key, []).append(runner)
         self.first_tensor = runners[0].tensor_args[0][0]
         self.uncovered: Counter[str] = Counter()
+        self.reasons: dict[Any, str] = {}
+        """Uncovered calls' reasons by (shape, dtype): formatting one costs more than the rest of a refusal."""
         op = getattr(getattr(getattr(torch.ops, namespace), name), which)
         self.tensor_positions = [
             i for i, a in enumerate(op._schema.arguments) if not a.kwarg_only and str(a.type) == "Tensor"
@@ -400,10 +421,16 @@ class _Override:
         first = _argument(args, kwargs, self.first_tensor)
         runners = self.by_key.get(tuple(first.shape)) if isinstance(first, torch.Tensor) else None
         if runners is None:
-            if isinstance(first, torch.Tensor):
-                _count(self.uncovered, f"shape {list(first.shape)} {str(first.dtype).removeprefix('torch.')}")
-            else:
-                _count(self.uncovered, f"{self.first_tensor.name} is not a tensor")
+            key = (first.shape, first.dtype) if isinstance(first, torch.Tensor) else None
+            reason = self.reasons.get(key)
+            if reason is None:
+                if isinstance(first, torch.Tensor):
+                    reason = f"shape {list(first.shape)} {str(first.dtype).removeprefix('torch.')}"
+                else:
+                    reason = f"{self.first_tensor.name} is not a tensor"
+                if len(self.reasons) < 4 * MAX_REASONS:
+                    self.reasons[key] = reason
+            _count(self.uncovered, reason)
             return self.fallback(keyset, args, kwargs)
         reason = ""
         for runner in runners:
