@@ -40,12 +40,13 @@ class UserCodeError(BadInput):
         self.stage = stage
         self.model_file = model_file
         self.exc_type = type(exc).__name__
-        self.frames = user_frames(exc.__traceback__, model_file)
-        where = f"{self.frames[-1].filename}:{self.frames[-1].lineno}" if self.frames else str(model_file)
+        self.frames, mine = user_frames(exc.__traceback__, model_file)
+        last = self.frames[mine - 1] if mine else None
+        where = f"{last.filename}:{last.lineno}" if last is not None else str(model_file)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         lines = [f"{where}: {stage} failed: {detail}"]
         if self.frames:
-            lines.append("Traceback (the model's frames only):")
+            lines.append("Traceback (the model's frames, and where the error was raised):")
             lines += [line.rstrip("\n") for line in traceback.format_list(self.frames)]
         self.where = where
         self.detail = detail
@@ -64,9 +65,10 @@ def _is_user(filename: str, user_dir: Path) -> bool:
     return path.is_relative_to(user_dir)
 
 
-def user_frames(tb: TracebackType | None, model_file: Path) -> list[traceback.FrameSummary]:
-    """The frames of the model's own files (its directory, outside this package and installed libraries), and after
-    the last of them the frame it called into, when that is where the error was raised (e.g. inside torch)."""
+def user_frames(tb: TracebackType | None, model_file: Path) -> tuple[list[traceback.FrameSummary], int]:
+    """The frames of the model's own files (its directory, outside this package and installed libraries), then the
+    deepest frame outside this package below the last of them when the error was raised deeper (inside torch, say:
+    it names what failed, e.g. nn.Linear's forward); no frame of kernelforge's own. With the count of user frames."""
     frames = traceback.extract_tb(tb)
     user_dir = model_file.resolve().parent
     kept: list[traceback.FrameSummary] = []
@@ -75,9 +77,12 @@ def user_frames(tb: TracebackType | None, model_file: Path) -> list[traceback.Fr
         if _is_user(frame.filename, user_dir):
             kept.append(frame)
             last_user = k
-    if 0 <= last_user < len(frames) - 1:
-        kept.append(frames[-1])
-    return kept
+    count = len(kept)
+    for frame in reversed(frames[last_user + 1 :]):
+        if not Path(frame.filename).resolve().is_relative_to(PACKAGE_DIR):
+            kept.append(frame)
+            break
+    return kept, count
 
 
 @dataclass(frozen=True)

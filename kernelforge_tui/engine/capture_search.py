@@ -31,7 +31,7 @@ from kernelforge_tui.cards import load_card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run
-from kernelforge_tui.errors import BadInput
+from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.models.events import BestImproved
 
 REPORT = "optimize.json"
@@ -258,7 +258,7 @@ async def optimize_capture(
         say(report)
         try:
             info = await _search(capture_dir, variant, settings, options, budget, root, result, report, say)
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, NoGpu):  # nothing else can run either
             result.state, result.reason = "failed", "interrupted"
             _write(report, capture_dir)
             raise

@@ -1,0 +1,224 @@
+"""`kernelforge capture` of the example models on the CPU (torch installed): the variants, the cards, their stored sets
+against eager PyTorch, the torch references, the ranking and the unsupported list.
+
+Each model is captured once per module (small sizes, one timed pass); every check reads the capture directory back
+from disk, as the search and the exporter do.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelforge_tui.capture import load_capture
+from kernelforge_tui.capture.manifest import CaptureManifest, Variant
+from kernelforge_tui.capture.ranking import saving
+from kernelforge_tui.cards import load_card
+from kernelforge_tui.cards.store import Card, draw_inputs
+
+if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
+    import torch
+else:
+    torch = pytest.importorskip("torch", reason="capture needs torch (CI installs it: .ci/run)")
+import torch.nn.functional as F
+
+from kernelforge_tui.capture.run import CaptureRequest, capture_model
+from kernelforge_tui.cli.capture import template_problem
+
+ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "examples" / "models"
+
+
+def capture(name: str, out: Path) -> CaptureManifest:
+    request = CaptureRequest(MODELS / f"{name}.py", out, device="cpu", repeats=1, samples=2)
+    capture_model(request, template_check=template_problem)
+    return load_capture(out)
+
+
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory: pytest.TempPathFactory) -> tuple[CaptureManifest, Path]:
+    out = tmp_path_factory.mktemp("decoder") / "decoder.capture"
+    return capture("decoder_block", out), out
+
+
+@pytest.fixture(scope="module")
+def diffusion(tmp_path_factory: pytest.TempPathFactory) -> tuple[CaptureManifest, Path]:
+    out = tmp_path_factory.mktemp("diffusion") / "diffusion.capture"
+    return capture("diffusion_block", out), out
+
+
+@pytest.fixture(scope="module")
+def resnet(tmp_path_factory: pytest.TempPathFactory) -> tuple[CaptureManifest, Path]:
+    out = tmp_path_factory.mktemp("resnet") / "resnet.capture"
+    return capture("resnet_block", out), out
+
+
+def carded(manifest: CaptureManifest) -> dict[str, Variant]:
+    return {str(v.card): v for v in manifest.variants if v.status == "card"}
+
+
+def as_torch(array: np.ndarray, shape: list[int]) -> torch.Tensor:
+    """A card array as the model saw it (bf16 exactly through fp32)."""
+    if array.dtype.name == "bfloat16":
+        return torch.from_numpy(array.astype(np.float32)).to(torch.bfloat16).reshape(shape)
+    return torch.from_numpy(np.ascontiguousarray(array)).reshape(shape)
+
+
+def shapes(variant: Variant) -> dict[str, list[int]]:
+    return {b.tensor: b.op_shape for b in variant.bindings}
+
+
+EAGER: dict[str, Callable[[dict[str, torch.Tensor], Variant], torch.Tensor]] = {
+    "softmax": lambda t, v: torch.softmax(t["x"], dim=-1),
+    "rms_norm": lambda t, v: F.rms_norm(t["x"], (t["x"].shape[-1],), t["w"], 1e-6),
+    "silu_mul": lambda t, v: F.silu(t["gate"]) * t["up"],
+    "add": lambda t, v: t["a"] + t["b"],
+    "silu": lambda t, v: F.silu(t["x"]),
+    "relu": lambda t, v: F.relu(t["x"]),
+    "group_norm": lambda t, v: F.group_norm(t["x"], 32, t["gamma"], t["beta"], 1e-5),
+    "batch_norm": lambda t, v: F.batch_norm(t["x"], t["mean"], t["var"], t["w"], t["b"], False, 0.1, 1e-5),
+    "avg_pool": lambda t, v: F.adaptive_avg_pool2d(t["x"], 1),
+}
+"""How the example models compute each card's op in eager PyTorch (the stored outputs must be exactly these)."""
+
+
+def check_card(root: Path, variant: Variant) -> Card:
+    """The card loads, its stored sets are eager PyTorch's outputs bit for bit, and its torch reference agrees with
+    them and with eager PyTorch on fresh inputs within the card's tolerance."""
+    card = load_card(root / str(variant.card))
+    op = card.spec.name.split("_bf16_")[0]
+    stored = [s for s in card.spec.input_sets if s.file is not None]
+    assert stored, f"{card.spec.name} stores no captured set"
+    out = card.spec.outputs[0]
+    for which in stored:
+        inputs, outputs = card.input_set(which)
+        tensors = {name: as_torch(array, shapes(variant)[name]) for name, array in inputs.items()}
+        with torch.no_grad():
+            eager = EAGER[op](tensors, variant).to(torch.float32).reshape(out.dims(card.spec.sizes)).numpy()
+        np.testing.assert_array_equal(outputs[out.name].astype(np.float32), eager, err_msg=f"{card.spec.name} {which}")
+        reference = card.reference(inputs)[out.name]
+        assert out.effective_tolerance().accepts(outputs[out.name], reference).all(), card.spec.name
+    fresh = draw_inputs(card.spec, 12345)
+    tensors = {name: as_torch(array, shapes(variant)[name]) for name, array in fresh.items()}
+    with torch.no_grad():
+        eager = EAGER[op](tensors, variant).to(torch.float32).reshape(out.dims(card.spec.sizes)).numpy()
+    assert out.effective_tolerance().accepts(eager, card.reference(fresh)[out.name]).all(), card.spec.name
+    return card
+
+
+def test_decoder_block_variants_and_cards(decoder: tuple[CaptureManifest, Path]) -> None:
+    manifest, root = decoder
+    cards = carded(manifest)
+    assert set(cards) == {
+        "rms_norm_bf16_2x16x64",
+        "softmax_bf16_2x4x16x16",
+        "silu_mul_bf16_2x16x96",
+        "add_bf16_2x16x64",
+    }
+    rms = cards["rms_norm_bf16_2x16x64"]
+    assert rms.kind == "pattern" and rms.op == "rms_norm" and rms.calls == 2  # both norms, decomposed on the CPU
+    assert [s.op for s in rms.steps][:3] == ["aten._to_copy.default", "aten.pow.Tensor_Scalar", "aten.mean.dim"]
+    assert rms.family == "rms_norm" and rms.template and not rms.replaceable
+    assert cards["silu_mul_bf16_2x16x96"].kind == "pattern" and cards["silu_mul_bf16_2x16x96"].calls == 1
+    softmax = cards["softmax_bf16_2x4x16x16"]
+    assert softmax.steps[0].op == "aten._softmax.default" and softmax.replaceable and softmax.template
+    assert cards["add_bf16_2x16x64"].calls == 2  # the two residual adds: one shape, one variant
+    assert load_card(root / "softmax_bf16_2x4x16x16").spec.sizes == {"rows": 128, "cols": 16}
+    for variant in cards.values():
+        check_card(root, variant)
+
+
+def test_diffusion_block_variants_and_cards(diffusion: tuple[CaptureManifest, Path]) -> None:
+    manifest, root = diffusion
+    cards = carded(manifest)
+    assert set(cards) == {"group_norm_bf16_2x64x8x8", "silu_bf16_2x64x8x8", "silu_bf16_2x32", "add_bf16_2x64x8x8"}
+    group_norm = cards["group_norm_bf16_2x64x8x8"]
+    assert group_norm.calls == 2 and group_norm.family == "group_norm" and group_norm.template
+    card = check_card(root, group_norm)
+    assert card.spec.sizes == {"n": 2, "c": 64, "h": 8, "w": 8, "groups": 32}
+    for variant in cards.values():
+        check_card(root, variant)
+
+
+def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -> None:
+    manifest, root = resnet
+    cards = carded(manifest)
+    assert set(cards) == {
+        "batch_norm_bf16_2x32x7x7",
+        "relu_bf16_2x32x7x7",
+        "add_bf16_2x32x7x7",
+        "avg_pool_bf16_2x32x7x7",
+    }
+    batch_norm = cards["batch_norm_bf16_2x32x7x7"]
+    assert (
+        batch_norm.family == "other" and not batch_norm.template and "no batch norm family" in batch_norm.template_note
+    )
+    assert cards["avg_pool_bf16_2x32x7x7"].family == "pooling" and cards["avg_pool_bf16_2x32x7x7"].template
+    assert cards["relu_bf16_2x32x7x7"].calls == 2
+    for variant in cards.values():
+        check_card(root, variant)
+
+
+def test_the_reference_is_the_captured_op_not_a_copy_of_the_sets(decoder: tuple[CaptureManifest, Path]) -> None:
+    """A reference that returned the stored outputs would pass the stored sets: on other inputs it must follow them."""
+    _, root = decoder
+    card = load_card(root / "softmax_bf16_2x4x16x16")
+    x = draw_inputs(card.spec, 7)["x"]
+    y = card.reference({"x": x})["y"].astype(np.float32)
+    np.testing.assert_allclose(y.sum(axis=-1), 1.0, rtol=0.02)
+    shifted = card.reference({"x": (x.astype(np.float32) + 3.0).astype(x.dtype)})["y"].astype(np.float32)
+    np.testing.assert_allclose(shifted, y, rtol=0.05, atol=1e-3)  # softmax is shift-invariant
+
+
+def test_variants_are_ranked_by_expected_saving(decoder: tuple[CaptureManifest, Path]) -> None:
+    manifest, _ = decoder
+    assert [v.rank for v in manifest.variants] == list(range(1, len(manifest.variants) + 1))
+    savings = [v.expected_saving for v in manifest.variants]
+    assert savings == sorted(savings, reverse=True)
+    for v in manifest.variants:
+        if v.status == "card":
+            assert v.expected_speedup >= 1.0 and v.expected_saving == pytest.approx(saving(v.share, v.expected_speedup))
+            assert v.estimate.startswith("prior")  # a CPU capture: no GPU ceiling to estimate against
+        else:
+            assert v.expected_speedup == 1.0 and v.expected_saving == 0.0
+    assert sum(v.share for v in manifest.variants) == pytest.approx(1.0)
+    assert sum(v.time_us for v in manifest.variants) == pytest.approx(manifest.total_time_us)
+    assert manifest.timing == "cpu-wall" and "CPU time" in manifest.timing_note
+
+
+def test_unsupported_variants_say_why(
+    decoder: tuple[CaptureManifest, Path], diffusion: tuple[CaptureManifest, Path]
+) -> None:
+    reasons = {v.title.split(" ")[0]: v.reason for v in decoder[0].variants if v.status == "unsupported"}
+    assert reasons["aten.mm.default"].startswith("a matrix product")
+    assert reasons["aten.cat.default"].startswith("a copy, cast or concatenation")
+    assert reasons["aten.neg.default"] == "no card family for aten.neg.default"
+    broadcast = [v for v in decoder[0].variants if v.reason.startswith("broadcast operands")]
+    assert broadcast and all(v.steps[0].op in ("aten.mul.Tensor", "aten.add.Tensor") for v in broadcast)
+    rotary = [v for v in decoder[0].variants if v.reason.startswith("non-contiguous")]
+    assert rotary and "strides" in rotary[0].reason
+    views = {v.steps[0].op for v in decoder[0].variants if v.status == "no-kernel"}
+    assert {"aten.view.default", "aten.transpose.int", "aten._unsafe_view.default"} <= views
+    conv = [v for v in diffusion[0].variants if v.steps[0].op == "aten.convolution.default"]
+    assert conv and conv[0].reason.startswith("a convolution")
+
+
+def test_the_manifest_describes_every_call(decoder: tuple[CaptureManifest, Path]) -> None:
+    manifest, root = decoder
+    assert len(manifest.trace) == manifest.calls
+    per_variant = {v.id: v.calls * len(v.steps) for v in manifest.variants}
+    assert {vid: manifest.trace.count(vid) for vid in per_variant} == per_variant
+    softmax = next(v for v in manifest.variants if v.card == "softmax_bf16_2x4x16x16")
+    [arg, dim, half] = softmax.steps[0].args
+    assert arg.tensor is not None and arg.tensor.shape == [2, 4, 16, 16] and arg.tensor.stride == [1024, 256, 16, 1]
+    assert arg.tensor.dtype == "bfloat16" and arg.tensor.contiguous and arg.tensor.device == "cpu"
+    assert arg.tensor.alignment >= 2 and (dim.value, half.value) == (-1, False)
+    for variant in manifest.variants:
+        for b in variant.bindings:
+            assert np.prod(b.op_shape) == np.prod(b.card_shape)
+    assert manifest.model_file.endswith("decoder_block.py") and manifest.entry == "build"
+    assert load_capture(root / "capture.json") == manifest

@@ -1,0 +1,117 @@
+"""`kernelforge optimize CAPTURE_DIR`: one simulated search per variant (real nvcc builds of the captured cards'
+baselines and template candidates, no GPU), in order of expected saving, within one budget split by it."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from kernelforge_tui.capture.manifest import CaptureManifest, load_capture
+from kernelforge_tui.cli.main import main
+from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.capture_search import REPORT, CaptureOptimizeOptions, plan_variants, split_budget
+from kernelforge_tui.errors import BadInput
+from kernelforge_tui.store import RunStore
+
+if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
+    import torch  # noqa: F401
+else:
+    pytest.importorskip("torch", reason="capture needs torch (CI installs it: .ci/run)")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> tuple[CaptureManifest, Path]:
+    from kernelforge_tui.capture.run import CaptureRequest, capture_model
+    from kernelforge_tui.cli.capture import template_problem
+
+    out = tmp_path_factory.mktemp("resnet") / "resnet.capture"
+    request = CaptureRequest(ROOT / "examples" / "models" / "resnet_block.py", out, device="cpu", repeats=1)
+    capture_model(request, template_check=template_problem)
+    return load_capture(out), out
+
+
+def test_optimize_a_capture_directory_simulated(
+    captured: tuple[CaptureManifest, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest, root = captured
+    code = main(["optimize", str(root), "--simulate", "--budget-iters", "7", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    report = json.loads(out)
+    assert report == json.loads((root / REPORT).read_text()) | {"projected_saving": report["projected_saving"]}
+    searched = [r["variant"] for r in report["results"]]
+    ranked = [v.id for v in manifest.variants if v.status == "card" and v.template]
+    assert searched == ranked  # every templated card, best expected saving first
+    skipped = {s["variant"]: s["reason"] for s in report["skipped"]}
+    batch_norm = next(v for v in manifest.variants if v.card and v.card.startswith("batch_norm"))
+    assert "no batch norm family" in skipped[batch_norm.id]  # no template for it: the offline search skips it
+    budgets = [r["budget"]["max_iterations"] for r in report["results"] if r["state"] != "not-run"]
+    assert budgets[0] >= budgets[-1] and sum(r["candidates"] for r in report["results"]) <= 7
+    first = report["results"][0]
+    assert first["state"] == "finished" and first["best_speedup"] > 0 and Path(first["run_dir"]).parent == root / "runs"
+    with RunStore.open(Path(first["run_dir"]), readonly=True) as store:
+        assert store.card_dir().resolve() == (root / first["card"]).resolve()
+        assert store.run_info().backend == "simulated"
+    assert report["simulated"] and report["comparable"] and "SIMULATED" in report["note"]
+    saving = sum(r["saving_us"] for r in report["results"])
+    assert report["projected_saving"] == pytest.approx(saving / manifest.total_time_us)
+    for r in report["results"]:
+        if r["best_speedup"]:
+            assert r["projected_us_per_call"] == pytest.approx(
+                min(r["eager_us_per_call"], r["eager_us_per_call"] / r["best_speedup"])
+            )
+
+
+def test_optimize_live_lines_and_table(
+    captured: tuple[CaptureManifest, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "220")
+    _, root = captured
+    code = main(
+        ["optimize", str(root), "--simulate", "--budget-iters", "2", "--top", "1", "--root", str(root / "other")]
+    )
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert ": searching" in out and "SIMULATED projected end-to-end saving" in out and "beyond --top 1" in out
+    assert list((root / "other").iterdir())  # the runs went where --root said
+
+
+def test_without_a_gpu_or_simulate_it_stops_at_once(
+    captured: tuple[CaptureManifest, Path], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, root = captured
+    monkeypatch.setenv("PATH", "/nonexistent")  # no nvidia-smi
+    code = main(["optimize", str(root), "--budget-iters", "2", "--root", str(root / "gpu"), "--json"])
+    out = capsys.readouterr().out
+    assert code == 3 and json.loads(out)["error"] == "no-gpu"
+    report = json.loads((root / REPORT).read_text())
+    assert [r["state"] for r in report["results"]][:2] == ["failed", "pending"]  # the first stopped, none ran after
+    assert not report["comparable"] and "captured on the CPU" in report["note"]
+
+
+def test_another_proposer_may_serve_cards_the_templates_cannot(captured: tuple[CaptureManifest, Path]) -> None:
+    manifest, root = captured
+    chosen, _ = plan_variants(manifest, root, CaptureOptimizeOptions(proposer="module:Class"))
+    assert any(v.card and v.card.startswith("batch_norm") for v in chosen)
+    pool = next(v.id for v in manifest.variants if v.card and v.card.startswith("avg_pool"))
+    norm = next(v.id for v in manifest.variants if v.card and v.card.startswith("batch_norm"))
+    chosen, skipped = plan_variants(manifest, root, CaptureOptimizeOptions(variants=[pool, norm]))
+    assert [v.id for v in chosen] == [pool] and [s.variant for s in skipped] == [norm]
+    with pytest.raises(BadInput, match="no variant v99"):
+        plan_variants(manifest, root, CaptureOptimizeOptions(variants=["v99"]))
+
+
+def test_split_budget_by_expected_saving() -> None:
+    total = Budget(max_iterations=100, max_minutes=10.0)
+    nothing = Budget(max_iterations=0, max_minutes=0.0)
+    first = split_budget(total, nothing, 3.0, 4.0)
+    assert first is not None and first.max_iterations == 75 and first.max_minutes == pytest.approx(7.5)
+    second = split_budget(total, Budget(max_iterations=40, max_minutes=2.0), 1.0, 1.0)
+    assert second is not None and second.max_iterations == 60 and second.max_minutes == pytest.approx(8.0)
+    assert split_budget(total, Budget(max_iterations=100, max_minutes=2.0), 1.0, 1.0) is None
+    assert split_budget(Budget(), nothing, 1.0, 2.0) == Budget()
