@@ -1,0 +1,68 @@
+"""`kernelforge run` and `verify` on a machine without a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kernelforge_tui.cli.main import main
+from kernelforge_tui.gpu.detect import detect_gpus
+
+from .fixtures.cast.cast_support import softmax_entry, write_cast
+
+SCRIPT = """
+import sys
+from pathlib import Path
+Path(sys.argv[1]).write_text(" ".join(sys.argv[2:]) + f" {__name__}")
+raise SystemExit(int(sys.argv[2]))
+"""
+
+
+def _script(tmp_path: Path) -> Path:
+    script = tmp_path / "script.py"
+    script.write_text(SCRIPT)
+    return script
+
+
+def test_run_gives_the_script_its_argv_and_exit_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pytest.importorskip("torch")
+    package = write_cast(tmp_path / "m.cast", [softmax_entry()])
+    monkeypatch.setenv("KERNELFORGE_CAST", "off")
+    code = main(["run", str(package), str(_script(tmp_path)), str(tmp_path / "out.txt"), "7", "--flag"])
+    assert code == 7
+    assert (tmp_path / "out.txt").read_text() == "7 --flag __main__"
+    assert "turned off by KERNELFORGE_CAST=off" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(bool(detect_gpus()), reason="this machine has a GPU")
+def test_run_without_a_cuda_device_runs_eagerly_and_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    torch = pytest.importorskip("torch")
+    if torch.cuda.is_available():
+        pytest.skip("torch sees a CUDA device")
+    package = write_cast(tmp_path / "m.cast", [softmax_entry()])
+    with pytest.warns(RuntimeWarning, match="no CUDA device here"):
+        code = main(["run", str(package), str(_script(tmp_path)), str(tmp_path / "out.txt"), "0"])
+    assert code == 0 and (tmp_path / "out.txt").read_text() == "0 __main__"
+    assert "no CUDA device: every call runs eagerly" in capsys.readouterr().err
+
+
+def test_run_refuses_an_unverified_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    package = write_cast(tmp_path / "m.cast", [softmax_entry()], machine=None)
+    code = main(["run", str(package), str(_script(tmp_path)), str(tmp_path / "out.txt"), "0"])
+    assert code == 2 and not (tmp_path / "out.txt").exists()
+    assert "is not verified" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.skipif(bool(detect_gpus()), reason="this machine has a GPU")
+def test_verify_without_a_gpu_says_what_is_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    package = write_cast(tmp_path / "m.cast", [softmax_entry()], machine=None)
+    before = package.read_bytes()
+    code = main(["verify", str(package), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 3 and out["error"] == "no-gpu" and "no NVIDIA GPU" in out["message"]
+    assert package.read_bytes() == before
