@@ -79,8 +79,10 @@ class _Params:
 
 
 class _Function:
-    def __init__(self, handle: Any, context: Any, params: _Params) -> None:
+    def __init__(self, handle: Any, module: Any, context: Any, params: _Params) -> None:
         self.handle = handle
+        self.module = module
+        """Kept so the module lives as long as its function."""
         self.context = context
         self.params = params
 
@@ -127,7 +129,7 @@ class CudaBindings:
                     raise CastError(f"cannot allow {shared_bytes} bytes of shared memory for {entry}: {error!r}")
         finally:
             self.cu.cuCtxPopCurrent()
-        return _Function(handle, context, _Params(args))
+        return _Function(handle, module, context, _Params(args))
 
     def launch(
         self,
@@ -221,8 +223,10 @@ def _version(distribution: str) -> str:
         return "?"
 
 
-_DRIVER: Driver | None = None
+_DRIVERS: dict[str, Driver] = {}
+"""The bindings created so far, by name ("cuda-bindings", "pycuda"): each initialised once per process."""
 _LOCK = threading.Lock()
+ORDER = ("cuda-bindings", "pycuda")
 
 BINDING_HELP = (
     "no CUDA driver binding: install NVIDIA's cuda-bindings (pip install cuda-bindings, the one the runtime prefers) "
@@ -231,16 +235,14 @@ BINDING_HELP = (
 
 
 def driver(prefer: str | None = None) -> Driver:
-    """The binding, created once: cuda-bindings where installed, else pycuda. `prefer` ("cuda-bindings" or
-    "pycuda") picks one; CastError when none can be imported."""
-    global _DRIVER
+    """The binding `prefer` names ("cuda-bindings" or "pycuda"), else the first of them that imports (cuda-bindings
+    first); each created once. CastError when none can be imported."""
     with _LOCK:
-        if _DRIVER is not None and (prefer is None or _DRIVER.name.startswith(prefer)):
-            return _DRIVER
+        order = [prefer] if prefer is not None else list(ORDER)
+        for name in order:
+            if name in _DRIVERS:
+                return _DRIVERS[name]
         problems: list[str] = []
-        order = ["cuda-bindings", "pycuda"]
-        if prefer is not None:
-            order = [prefer]
         for name in order:
             try:
                 if name == "cuda-bindings":
@@ -248,10 +250,14 @@ def driver(prefer: str | None = None) -> Driver:
                         module = importlib.import_module("cuda.bindings.driver")
                     except ImportError:
                         module = importlib.import_module("cuda.cuda")
-                    _DRIVER = CudaBindings(module, _version("cuda-bindings"))
+                    made: Driver = CudaBindings(module, _version("cuda-bindings"))
+                elif name == "pycuda":
+                    made = PyCuda(importlib.import_module("pycuda.driver"), _version("pycuda"))
                 else:
-                    _DRIVER = PyCuda(importlib.import_module("pycuda.driver"), _version("pycuda"))
-                return _DRIVER
+                    raise CastError(f"unknown CUDA binding {name!r}: use one of {', '.join(ORDER)}")
             except ImportError as exc:
                 problems.append(f"{name}: {exc}")
+                continue
+            _DRIVERS[name] = made
+            return made
         raise CastError(f"{BINDING_HELP} ({'; '.join(problems)})")
