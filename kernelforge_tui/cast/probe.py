@@ -155,14 +155,17 @@ def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any
 # -- check -------------------------------------------------------------------------------------------------------
 
 
-def check_kernel(package: Package, runner: KernelRunner, timing: bool, fresh: Sequence[int]) -> KernelCheck:
+def check_kernel(
+    package: Package, runner: KernelRunner, timing: bool, fresh: Sequence[int], device: torch.device | None = None
+) -> KernelCheck:
+    """Agreement with eager on every set (and the timing); `device`: the current CUDA device unless given."""
     import torch
 
     from kernelforge_tui.cast.runtime import disagreement
 
     entry = runner.entry
     spec = card_of(package, entry)
-    device = torch.device("cuda", torch.cuda.current_device())
+    device = device or torch.device("cuda", torch.cuda.current_device())
     result = KernelCheck(kernel=entry.id, ok=True)
     first: tuple[Any, list[Any], dict[str, Any], list[torch.Tensor]] | None = None
     for name, arrays in input_sets(package, entry, spec, fresh):
@@ -174,7 +177,8 @@ def check_kernel(package: Package, runner: KernelRunner, timing: bool, fresh: Se
             return result
         eager = op(*args, **kwargs)
         ours = runner.launch(admitted)
-        torch.cuda.synchronize()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         refs: list[torch.Tensor] = [eager] if runner.single else list(eager)
         outs: list[torch.Tensor] = list(ours) if isinstance(ours, tuple) else [ours]
         problems = [
