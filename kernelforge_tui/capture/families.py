@@ -10,6 +10,7 @@ gate/up), so its proposer can serve the card. Everything else is listed with the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -331,7 +332,12 @@ def _fused_rms_norm(step: Step) -> CardPlan:
         raise Refuse(f"normalized_shape {shape}: the family normalises the last axis only")
     w = _tensor(step, "args[2]", "weight")
     eps = _eps(_value(step, "args[3]", "eps"), x.dtype)
-    return _rows_plan("rms_norm", (0, "args[0]", x), [("w", 0, "args[2]", w)], (0, _output(step, 0)), eps)
+    plan = _rows_plan("rms_norm", (0, "args[0]", x), [("w", 0, "args[2]", w)], (0, _output(step, 0)), eps)
+    return (
+        _with_note(plan, "the op's rstd output (for backward) is not part of the card")
+        if len(step.outputs) > 1
+        else plan
+    )
 
 
 def _rms_pattern(steps: list[Step]) -> CardPlan:
@@ -363,7 +369,7 @@ def _layer_norm(step: Step) -> CardPlan:
 
 
 def _with_note(plan: CardPlan, note: str) -> CardPlan:
-    return CardPlan(**{**plan.__dict__, "notes": [*plan.notes, note]})
+    return dataclasses.replace(plan, notes=[*plan.notes, note])
 
 
 # ---- group norm, batch norm, pooling -------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ import numpy as np
 import kernelforge_tui
 from kernelforge_tui.capture import families, patterns, ranking
 from kernelforge_tui.capture.calls import Call, Group, group_calls
-from kernelforge_tui.capture.cards import CardRefused, write_card
+from kernelforge_tui.capture.cards import MAX_STORED_SET_BYTES, CardRefused, write_card
 from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, save_capture
 from kernelforge_tui.cards.dtypes import NUMPY
@@ -66,6 +66,8 @@ class CaptureRequest:
     samples: int = 2
     repeats: int = 5
     force: bool = False
+    max_set_bytes: int = MAX_STORED_SET_BYTES
+    """A sampled call whose card tensors take more is not stored (the card draws seeded sets instead)."""
 
 
 def default_out(model_file: Path) -> Path:
@@ -217,7 +219,7 @@ def _variants(
         )
         sampled = [samples[(g, k)] for k in group.sampled(request.samples) if (g, k) in samples]
         try:
-            written = write_card(work / name, name, plan, group.steps, sampled, description)
+            written = write_card(work / name, name, plan, group.steps, sampled, description, request.max_set_bytes)
         except CardRefused as exc:
             variants.append(Variant(**base, status="unsupported", reason=str(exc)))
             continue

@@ -60,6 +60,13 @@ def add_capture_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     cap.add_argument("--device", choices=["cuda", "cpu"], help="where the model runs (default: cuda if torch sees one)")
     cap.add_argument("--samples", type=int, default=2, metavar="N", help="calls stored per card as input sets (2)")
     cap.add_argument("--repeats", type=int, default=5, metavar="N", help="forward passes timed (5)")
+    cap.add_argument(
+        "--max-set-mib",
+        type=float,
+        default=64,
+        metavar="MIB",
+        help="store a sampled call as a card's input set only up to this size (64); larger cards draw seeded sets",
+    )
     cap.add_argument("--force", action="store_true", help="replace the output directory if it exists")
     cap.add_argument("--show", metavar="DIR", help="print a capture directory's ranked table and exit")
     cap.add_argument("--json", action="store_true", help="machine-readable output (the manifest)")
@@ -116,6 +123,7 @@ def cmd_capture(args: argparse.Namespace, console: Console) -> int:
         samples=args.samples,
         repeats=args.repeats,
         force=args.force,
+        max_set_bytes=int(args.max_set_mib * 2**20),
     )
     quiet = args.json
 
