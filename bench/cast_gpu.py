@@ -21,6 +21,7 @@ and writes cast_report.json and cast_report.md to OUT.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import statistics
@@ -71,7 +72,7 @@ class OpWorkload(Workload):
         self.entry = entry
         self.name = f"{entry.guard.describe()}"
         spec = card_of(package, entry)
-        self.sets = [arrays for _, arrays in input_sets(package, entry, spec, range(9001, 9005))][:8]
+        self.sets = [arrays for _, arrays in itertools.islice(input_sets(package, entry, spec, range(9001, 9005)), 8)]
         self.redraw(0)
 
     def redraw(self, i: int) -> None:

@@ -22,6 +22,8 @@ from pydantic import BaseModel
 from kernelforge_tui.cast.manifest import SanitizerTool
 from kernelforge_tui.gpu.build import find_nvcc
 
+TIMEOUT_ENV = "KERNELFORGE_SANITIZER_TIMEOUT"
+"""Seconds one tool may take over one launch (default 900): racecheck instruments every shared-memory access."""
 ERROR_EXIT = 86
 """--error-exitcode: what the tool exits with when it found an error (any other non-zero: the program failed)."""
 REPORT_CHARS = 20_000
@@ -61,7 +63,11 @@ def command(sanitizer: str, tool: str, package: Path, kernel: str, python: str =
     return [*argv, python, "-m", "kernelforge_tui.cast.probe", "launch", str(package), kernel]
 
 
-def run_tool(sanitizer: str, tool: SanitizerTool, package: Path, kernel: str, timeout_s: float = 600.0) -> ToolResult:
+def run_tool(
+    sanitizer: str, tool: SanitizerTool, package: Path, kernel: str, timeout_s: float | None = None
+) -> ToolResult:
+    if timeout_s is None:
+        timeout_s = float(os.environ.get(TIMEOUT_ENV, "900"))
     env = {**os.environ, "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
     started = time.perf_counter()
     try:
@@ -79,7 +85,7 @@ def run_tool(sanitizer: str, tool: SanitizerTool, package: Path, kernel: str, ti
         return ToolResult(
             tool=tool,
             ok=False,
-            summary=f"{tool} ran longer than {timeout_s:g} s",
+            summary=f"{tool} ran longer than {timeout_s:g} s (raise {TIMEOUT_ENV} to wait longer)",
             report=text[-REPORT_CHARS:],
             seconds=time.perf_counter() - started,
         )

@@ -203,7 +203,8 @@ def _judge(
         outcome = run_tool(sanitizer, tool, staged, entry.id)
         report = f"reports/{entry.id}/{tool}.txt"
         files[report] = outcome.report.encode()
-        records.append(CheckRecord(name=tool, ok=outcome.ok, detail=outcome.summary, report=report))
+        detail = f"{outcome.summary} ({outcome.seconds:.0f} s)"
+        records.append(CheckRecord(name=tool, ok=outcome.ok, detail=detail, report=report))
         if not outcome.ok:
             dropped[entry.id] = f"compute-sanitizer {tool}: {outcome.summary} (report: {report})"
             return None
