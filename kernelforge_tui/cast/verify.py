@@ -88,6 +88,8 @@ def run_probe(package: Path, kernels: list[str], progress: Progress) -> tuple[di
                 found = ProbeResult.model_validate_json(out.read_text())
             except (OSError, ValidationError):
                 found = ProbeResult(machine=None)
+            if found.machine is None:  # it never got as far as describing the machine: nothing ran
+                raise CheckFailed(f"the GPU check did not start (exit {returncode}): {stderr.strip()[-800:]}")
             machine = machine or found.machine
             for check in found.kernels:
                 results[check.kernel] = check
