@@ -49,6 +49,7 @@ def collect_capture(capture_dir: Path, runs: Sequence[Path] = ()) -> Collected:
             collected.audit.append(AuditEntry(**common, decision="fallback", reason=reason))
             continue
         card_dir = capture_dir / variant.card
+        common["card"] = variant.card
         try:
             binding = from_variant(variant, load_card(card_dir).spec)
         except CardError as exc:
@@ -76,7 +77,7 @@ def collect_capture(capture_dir: Path, runs: Sequence[Path] = ()) -> Collected:
         for found in best.found:
             found.variant = str(common["variant"])
         for entry in best.audit:
-            collected.audit.append(entry.model_copy(update={"variant": common["variant"]}))
+            collected.audit.append(entry.model_copy(update={"variant": common["variant"], "card": variant.card}))
         collected.found += best.found
         collected.notes += best.notes
     return collected

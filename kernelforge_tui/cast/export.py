@@ -163,15 +163,23 @@ def collect_run(run_dir: Path, binding_for: Callable[[OperatorCard], CallBinding
         evaluation = store.evaluation(node.id) if node is not None else None
     variant = card.spec.name
     if isinstance(binding, str):
-        collected.audit.append(AuditEntry(variant=variant, decision="fallback", reason=binding, run=info.run_id))
+        collected.audit.append(
+            AuditEntry(variant=variant, decision="fallback", reason=binding, card=card.spec.name, run=info.run_id)
+        )
         return collected
-    common = {"variant": variant, "overload": binding.overload, "call": binding.call, "run": info.run_id}
+    common = {
+        "variant": variant,
+        "overload": binding.overload,
+        "call": binding.call,
+        "card": card.spec.name,
+        "run": info.run_id,
+    }
     if node is None:
         collected.audit.append(AuditEntry(**common, decision="fallback", reason=why))
         return collected
     refused = refusal(node, evaluation)
     if info.backend != "gpu":
-        refused = f"the run's timings were simulated ({info.backend}): nothing was proven on a GPU"
+        refused = f"the run was not measured on a GPU (backend {info.backend!r}: invented timings), so proves nothing"
     if refused:
         collected.audit.append(AuditEntry(**common, decision="fallback", reason=refused, node=node.id))
         return collected
@@ -378,6 +386,7 @@ def export(
                     call=found.binding.call,
                     decision="fallback",
                     reason=f"could not be built for {target_arch}: {exc}",
+                    card=found.card.spec.name,
                     run=found.run_id,
                     node=found.node.id,
                 )
@@ -392,6 +401,7 @@ def export(
                 call=found.binding.call,
                 decision="kernel",
                 reason="proven in the search; " + ("checks below" if sanitize else "NOT verified (--no-sanitize)"),
+                card=found.card.spec.name,
                 kernel=entry.id,
                 run=found.run_id,
                 node=found.node.id,

@@ -210,6 +210,8 @@ class AuditEntry(Model):
     """Its shapes and dtypes in words."""
     decision: Literal["kernel", "fallback"]
     reason: str
+    card: str | None = None
+    """The variant's card (its directory in a capture, its name for a run); None for a variant without one."""
     kernel: str | None = None
     run: str | None = None
     node: int | None = None

@@ -89,11 +89,18 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool) -
     table = Table(title=f"{path}: {len(manifest.kernels)} kernel(s)")
     for column in ("variant", "decision", "kernel / why"):
         table.add_column(column)
-    for entry in manifest.audit:
+    shown = [a for a in manifest.audit if a.card is not None or a.decision == "kernel"]
+    for entry in shown:
         colour = "green" if entry.decision == "kernel" else "yellow"
         what = entry.kernel or ""
         table.add_row(escape(entry.variant), f"[{colour}]{entry.decision}[/]", escape(f"{what} {entry.reason}".strip()))
     console.print(table)
+    hidden = len(manifest.audit) - len(shown)
+    if hidden:
+        console.print(
+            f"[dim]{hidden} more variant(s) without a card (views, matrix products, copies, ...) run the "
+            "original operators: --json lists them with why[/]"
+        )
     for kernel in manifest.kernels:
         lat = kernel.latency
         eager = (
