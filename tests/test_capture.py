@@ -11,11 +11,14 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
-from kernelforge_tui.capture import load_capture
-from kernelforge_tui.capture.manifest import CaptureManifest, Variant
+from kernelforge_tui.capture import families, load_capture
+from kernelforge_tui.capture.calls import Call, group_calls, link
+from kernelforge_tui.capture.cards import Written, write_card
+from kernelforge_tui.capture.manifest import ArgSpec, CaptureManifest, TensorMeta, Variant
 from kernelforge_tui.capture.ranking import saving
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card, draw_inputs
@@ -222,3 +225,62 @@ def test_the_manifest_describes_every_call(decoder: tuple[CaptureManifest, Path]
             assert np.prod(b.op_shape) == np.prod(b.card_shape)
     assert manifest.model_file.endswith("decoder_block.py") and manifest.entry == "build"
     assert load_capture(root / "capture.json") == manifest
+
+
+def _meta(t: torch.Tensor, device: str = "cuda:0") -> TensorMeta:
+    return TensorMeta(
+        shape=list(t.shape), stride=list(t.stride()), dtype=str(t.dtype)[6:], device=device, contiguous=True
+    )
+
+
+def _written(
+    tmp_path: Path, op: str, args: list[ArgSpec], outputs: list[torch.Tensor], sample: dict[str, np.ndarray]
+) -> tuple[families.CardPlan, Written]:
+    calls = [Call(0, op, args, [_meta(o) for o in outputs])]
+    link(calls)
+    [group], _ = group_calls(calls, [])
+    plan = families.plan(group)
+    assert isinstance(plan, families.CardPlan), plan
+    return plan, write_card(tmp_path / plan.op, plan.op, plan, group.steps, [sample], "test")
+
+
+def test_gpu_only_overloads_become_cards_whose_reference_runs_on_the_cpu(tmp_path: Path) -> None:
+    """What a CUDA capture records (F.rms_norm as one aten._fused_rms_norm call; batch norm in eval as cuDNN's),
+    carded and referenced on a machine without a GPU."""
+    torch.manual_seed(0)
+    x = torch.randn(6, 40).to(torch.bfloat16)
+    w = torch.empty(40).uniform_(0.5, 1.5).to(torch.bfloat16)
+    y = F.rms_norm(x, (40,), w, 1e-6)
+    rstd = torch.ones(6, 1)
+    args = [
+        ArgSpec(path="args[0]", kind="tensor", tensor=_meta(x), source=(-1, 0)),
+        ArgSpec(path="args[1]", kind="scalar", value=[40]),
+        ArgSpec(path="args[2]", kind="tensor", tensor=_meta(w), source=(-2, 0)),
+        ArgSpec(path="args[3]", kind="scalar", value=1e-6),
+    ]
+    sample = {k: v.float().numpy().astype(ml_dtypes.bfloat16) for k, v in {"x": x, "w": w, "y": y}.items()}
+    plan, written = _written(tmp_path, "aten._fused_rms_norm.default", args, [y, rstd], sample)
+    assert plan.family == "rms_norm" and "rstd output" in " ".join(plan.notes)
+    assert written.precision == "float64" and written.stored == 1
+    card = written.card
+    inputs = draw_inputs(card.spec, 3)
+    eager = F.rms_norm(as_torch(inputs["x"], [6, 40]), (40,), as_torch(inputs["w"], [40]), 1e-6).float().numpy()
+    assert card.spec.outputs[0].effective_tolerance().accepts(eager, card.reference(inputs)["y"]).all()
+
+    xb = torch.randn(2, 4, 3, 3).to(torch.bfloat16)
+    params = [torch.empty(4).uniform_(0.5, 1.5).to(torch.bfloat16) for _ in range(4)]
+    yb = F.batch_norm(xb, params[2], params[3], params[0], params[1], False, 0.1, 1e-5)
+    args = [ArgSpec(path="args[0]", kind="tensor", tensor=_meta(xb), source=(-1, 0))]
+    args += [
+        ArgSpec(path=f"args[{k + 1}]", kind="tensor", tensor=_meta(p), source=(-2 - k, 0)) for k, p in enumerate(params)
+    ]
+    args += [
+        ArgSpec(path="args[5]", kind="scalar", value=False),
+        ArgSpec(path="args[6]", kind="scalar", value=0.1),
+        ArgSpec(path="args[7]", kind="scalar", value=1e-5),
+    ]
+    named = {"x": xb.reshape(2, 4, 9), "w": params[0], "b": params[1], "mean": params[2], "var": params[3]}
+    sample = {k: v.float().numpy().astype(ml_dtypes.bfloat16) for k, v in {**named, "y": yb.reshape(2, 4, 9)}.items()}
+    plan, written = _written(tmp_path, "aten.cudnn_batch_norm.default", args, [yb, yb, yb, yb], sample)
+    assert plan.op == "batch_norm" and "1e-05f" in plan.source
+    assert "re-run as aten.native_batch_norm.default" in (written.card.root / "reference.py").read_text()

@@ -18,6 +18,12 @@ from kernelforge_tui.capture.manifest import ArgSpec, Binding, Step
 
 Encoded = dict[str, object] | None
 SOFTMAX_LIKE = ("aten._softmax.default", "aten._log_softmax.default")
+REPLAY_AS = {
+    "aten.cudnn_batch_norm.default": "aten.native_batch_norm.default",
+    "aten.miopen_batch_norm.default": "aten.native_batch_norm.default",
+}
+"""Overloads with only a GPU kernel, re-run on the CPU as the overload that takes the same arguments in the same
+order and computes the same first result (cuDNN's batch norm returns one more output, its reserve space)."""
 
 
 class NotReplayable(ValueError):
@@ -69,7 +75,7 @@ def graph(steps: list[Step], bindings: list[Binding]) -> dict[str, object]:
         for path, items in lists.items():
             position = int(path.removeprefix("args[").rstrip("]"))
             args.insert(position, {"list": items})
-        encoded_steps.append({"op": step.op, "args": args, "kwargs": kwargs})
+        encoded_steps.append({"op": REPLAY_AS.get(step.op, step.op), "args": args, "kwargs": kwargs})
     return {
         "steps": encoded_steps,
         "inputs": {b.tensor: b.op_shape for b in bindings if b.role == "input"},
@@ -174,6 +180,9 @@ def reference(inputs, sizes):
 
 def source(name: str, steps: list[Step], bindings: list[Binding], precision: str) -> str:
     """The text of the card's reference.py."""
-    calls = "".join(f"  {k}. {step.op}\n" for k, step in enumerate(steps))
+    calls = "".join(
+        f"  {k}. {step.op}" + (f" (re-run as {REPLAY_AS[step.op]})" if step.op in REPLAY_AS else "") + "\n"
+        for k, step in enumerate(steps)
+    )
     text = json.dumps(graph(steps, bindings), indent=1)
     return TEMPLATE.format(name=name, calls=calls, precision=precision, graph=text)
