@@ -115,3 +115,11 @@ def test_split_budget_by_expected_saving() -> None:
     assert second is not None and second.max_iterations == 60 and second.max_minutes == pytest.approx(8.0)
     assert split_budget(total, Budget(max_iterations=100, max_minutes=2.0), 1.0, 1.0) is None
     assert split_budget(Budget(), nothing, 1.0, 2.0) == Budget()
+
+
+def test_one_run_dir_for_many_runs_is_refused(
+    captured: tuple[CaptureManifest, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    _, root = captured
+    code = main(["optimize", str(root), "--simulate", "--run-dir", str(root / "one"), "--json"])
+    assert code == 2 and "use --root" in json.loads(capsys.readouterr().out)["message"]

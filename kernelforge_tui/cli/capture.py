@@ -211,6 +211,9 @@ def render_capture(manifest: CaptureManifest, root: Path, console: Console) -> N
 def options_from(args: argparse.Namespace) -> CaptureOptimizeOptions:
     from kernelforge_tui.cli.runs import _tree_overrides, budget_from
 
+    if getattr(args, "run_dir", None):
+        raise BadInput("--run-dir names one run; a capture directory gets one run per variant: use --root DIR")
+
     return CaptureOptimizeOptions(
         budget=budget_from(args),
         top=getattr(args, "top", None),
