@@ -96,7 +96,9 @@ class DecoderBlock(nn.Module):
         return h + self.mlp(self.mlp_norm(h))
 
 
-def build(device: str = "cpu", size: str | None = None, dtype: str = "bfloat16") -> tuple[nn.Module, tuple[torch.Tensor]]:
+def build(
+    device: str = "cpu", size: str | None = None, dtype: str = "bfloat16"
+) -> tuple[nn.Module, tuple[torch.Tensor]]:
     """The block and one input batch: `size` "full" on CUDA, "small" on the CPU unless given."""
     dim, heads, hidden, batch, seq = SIZES[size or ("full" if device.startswith("cuda") else "small")]
     torch.manual_seed(0)

@@ -49,7 +49,9 @@ class BasicBlock(nn.Module):
         return F.adaptive_avg_pool2d(h, 1)
 
 
-def build(device: str = "cpu", size: str | None = None, dtype: str = "bfloat16") -> tuple[nn.Module, tuple[torch.Tensor]]:
+def build(
+    device: str = "cpu", size: str | None = None, dtype: str = "bfloat16"
+) -> tuple[nn.Module, tuple[torch.Tensor]]:
     """The block (eval mode) and one input batch: "full" on CUDA, "small" on the CPU unless given."""
     batch, channels, hw = SIZES[size or ("full" if device.startswith("cuda") else "small")]
     torch.manual_seed(0)
