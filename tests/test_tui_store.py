@@ -1,10 +1,11 @@
 """The TUI over real runs written by the engine: a recorded run opened from its store, a run followed
 live while another process writes it (and steered through the store, until it ends or dies), and an
-in-process search."""
+in-process search; and an agent team's calls on a real store, in each of the three."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -16,13 +17,23 @@ from typing import Any
 
 import pytest
 
+from kernelforge_tui.cards import load_card
+from kernelforge_tui.engine.events import EventBus
+from kernelforge_tui.engine.settings import RunSettings
+from kernelforge_tui.models.commands import Stop
+from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
+from kernelforge_tui.models.events import LlmCallEnded, LlmCallStarted, LlmText, NodeAdded
+from kernelforge_tui.models.llm import LlmCall
+from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
+from kernelforge_tui.tui.screens import ConversationScreen, ModelsScreen
 from kernelforge_tui.tui.source import LiveSearchSource, StoreSource
-from kernelforge_tui.tui.widgets import DiffPane, SearchTree
+from kernelforge_tui.tui.widgets import DiffPane, SearchTree, StreamPane
 
 from .conftest import EXAMPLES, ROOT
+from .fakes.synthetic import PLAN
 from .fakes.tui import screen_text, settle
 
 CARD = EXAMPLES / "cards" / "softmax_f32_small"
@@ -219,3 +230,212 @@ async def test_a_followed_run_whose_process_dies_turns_finished(tmp_path: Path) 
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+# -- LLM agents over a real store ------------------------------------------------------------------------------
+
+PROMPT = json.dumps(
+    [
+        {"role": "system", "content": "You write fast CUDA kernels. Reply with one ```cuda block."},
+        {"role": "user", "content": "Kernel #1 is memory-bandwidth-bound: use float4 loads."},
+    ]
+)
+
+
+def agent_call(node_id: int, role: str = "coder", **fields: Any) -> LlmCall:
+    values: dict[str, Any] = {
+        "node_id": node_id,
+        "role": role,
+        "provider": "openai",
+        "model": "gpt-4.1",
+        "prompt": PROMPT,
+        "prompt_sha256": "a" * 64,
+        "reply": "```cuda\n__global__ void softmax_rows_v4() {}\n```",
+        "reply_sha256": "b" * 64,
+        "input_tokens": 1500,
+        "output_tokens": 500,
+        "cost_nanousd": 4_200_000,
+        "latency_s": 2.5,
+        "first_token_s": 0.4,
+    }
+    return LlmCall.model_validate(values | fields)
+
+
+class AgentWriter:
+    """What the engine does with an agent team, on a real store: calls recorded and their events emitted through
+    the run's event bus (the text streamed to in-process subscribers only), the kernels they wrote added as nodes
+    linked to their calls."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.store = RunStore.create(run_dir, load_card(CARD), "simulated", "simulated (no GPU)", RunSettings())
+        self.bus = EventBus(self.store)
+        self.store.set_state("running")
+        self.root = self.store.add_node(None, "// baseline\n", PLAN, "baseline", "templates")
+        self.measure(self.root.id, 1.0)
+
+    def measure(self, node_id: int, speedup: float) -> None:
+        timing = Timing(median_us=100 / speedup, p10_us=99 / speedup, p90_us=101 / speedup, cv=0.01, reps=5)
+        evaluation = Evaluation(ok=True, result=EvalResult(ok=True, speedup=speedup, candidate=timing))
+        outcome = NodeOutcome(status=NodeStatus.TIMED, latency_us=100 / speedup, speedup=speedup, best=speedup > 1)
+        self.store.finish_node(node_id, evaluation, outcome, {})
+        self.bus.changed(node_id)
+
+    def start(self, key: str, node_id: int, role: str = "coder") -> None:
+        self.bus.emit(LlmCallStarted(call_key=key, role=role, provider="openai", model="gpt-4.1", node_id=node_id))  # type: ignore[arg-type]
+
+    def end(self, key: str, call: LlmCall) -> LlmCall:
+        recorded = self.store.record_llm_call(call)
+        self.bus.emit(LlmCallEnded(call_key=key, call=recorded, totals=self.store.llm_totals()))
+        return recorded
+
+    def child(self, parent: int, calls: list[LlmCall], **fields: Any) -> int:
+        ids = [c.id for c in calls if c.id is not None]
+        node = self.store.add_node(parent, "// float4\n", PLAN, "float4 loads", "agents", llm_calls=ids, **fields)
+        self.bus.emit(NodeAdded(node=node))
+        return node.id
+
+
+async def wait_for(pilot: Any, done: Any, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not done():
+        assert time.monotonic() < deadline, what
+        await pilot.pause(0.1)
+
+
+async def reads_done(app: KernelForgeApp, pilot: Any) -> None:
+    """The app's reads from its source landed (`settle` waits for every worker when there is none but the
+    engine's, which an in-process search keeps running)."""
+    await pilot.pause()
+    reads = [w for w in app.workers if w.group != "engine"]
+    if reads:
+        await app.workers.wait_for_complete(reads)
+    await pilot.pause()
+
+
+async def conversation_text(app: KernelForgeApp, pilot: Any) -> str:
+    await pilot.press("c")
+    await reads_done(app, pilot)
+    assert isinstance(app.screen, ConversationScreen)
+    await reads_done(app, pilot)  # the screen's read, then the draw it starts
+    await reads_done(app, pilot)
+    text = screen_text(app)
+    await pilot.press("escape")
+    await pilot.pause()
+    return text
+
+
+async def test_a_finished_agent_run_shows_its_calls_models_and_meters(tmp_path: Path) -> None:
+    writer = AgentWriter(tmp_path / "agents")
+    root = writer.root.id
+    planned = writer.end("p", agent_call(root, "planner", reply="Use float4 loads.", prompt=None))
+    wrote = writer.end("c", agent_call(root))
+    child = writer.child(root, [wrote], judge_score=0.75)
+    writer.measure(child, 1.4)
+    writer.end("j", agent_call(root, "judge", outcome="malformed", error="no score in the reply", child_id=None))
+    writer.store.set_state("finished", "iteration budget", ended=True)
+    writer.store.close()
+
+    source = StoreSource.open(tmp_path / "agents")
+    app = KernelForgeApp(source, TuiSettings())
+    async with app.run_test(size=(200, 50)) as pilot:
+        await settle(app, pilot)
+        assert app.selected == child  # the best node
+        text = screen_text(app)
+        assert "$0.0126  6k tok" in text  # three calls, from the store
+        assert "judge" in text and " 0.75" in text
+        assert "coder openai/gpt-4.1: 1,500 in + 500 out tokens, $0.0042, 2.5 s, ok" in text  # replayed from the log
+        assert "judge openai/gpt-4.1: 1,500 in + 500 out tokens, $0.0042, 2.5 s, malformed: no score" in text
+        text = await conversation_text(app, pilot)
+        assert f"Conversation · #{child}" in text and f"worked on #{root} · wrote #{child}" in text
+        assert "Kernel #1 is memory-bandwidth-bound: use float4 loads." in text and "softmax_rows_v4" in text
+        assert "planner" not in text  # it worked on the root and wrote nothing
+        app.query_one(SearchTree).select_id(root)
+        await settle(app, pilot)
+        text = await conversation_text(app, pilot)
+        assert "3 calls" in text and f"not kept · sha256 {'a' * 64}" in text and "Use float4 loads." in text
+        assert planned.id is not None
+        await pilot.press("M")
+        await settle(app, pilot)
+        assert isinstance(app.screen, ModelsScreen)
+        await app.screen.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.screen.records is not None
+        (record,) = app.screen.records
+        assert (record.calls, record.kernels, record.correct, record.best_speedup) == (3, 1, 1, 1.4)
+        assert "openai/gpt-4.1" in screen_text(app) and "100%" in screen_text(app)
+
+
+async def test_a_followed_agent_run_shows_a_call_in_flight_and_its_end(tmp_path: Path) -> None:
+    """From another process no text streams (it is not stored): the call shows as being written, and its reply
+    in the conversation once it ends."""
+    writer = AgentWriter(tmp_path / "followed")
+    root = writer.root.id
+    writer.start("c1", root)  # in flight before the view opens: the replay finds it
+    try:
+        source = StoreSource.open(tmp_path / "followed")
+        assert source.can_steer
+        app = KernelForgeApp(source, TuiSettings(refresh_hz=20))
+        async with app.run_test(size=(160, 48)) as pilot:
+            await settle(app, pilot)
+            assert app.selected == root
+            stream = app.query_one(StreamPane)
+            assert stream.display and stream.key == "c1"
+            assert "coder openai/gpt-4.1 writing for #1" in screen_text(app)
+            assert "written by a search in another process" in screen_text(app)
+            wrote = writer.end("c1", agent_call(root))
+            writer.child(root, [wrote])
+            await wait_for(pilot, lambda: stream.key is None, "the call's end did not arrive")
+            await settle(app, pilot)
+            assert app.query_one(DiffPane).display
+            text = screen_text(app)
+            assert "#1 coder openai/gpt-4.1: 1,500 in + 500 out tokens" in text and "$0.0042  2k tok" in text
+            text = await conversation_text(app, pilot)
+            assert "worked on #1 · wrote #2" in text and "softmax_rows_v4" in text
+            await pilot.press("q")
+    finally:
+        writer.store.close()
+
+
+class AgentSearch:
+    """A search in this process that the test drives: its events go through the run's bus (stored, then queued),
+    and it runs until it is told to stop."""
+
+    def __init__(self, writer: AgentWriter) -> None:
+        self.writer = writer
+        self.stopped = asyncio.Event()
+
+    def subscribe(self) -> asyncio.Queue[Any]:
+        return self.writer.bus.subscribe()
+
+    async def send(self, cmd: Any) -> None:
+        if isinstance(cmd, Stop):
+            self.stopped.set()
+
+    async def run(self) -> None:
+        await self.stopped.wait()
+
+
+async def test_an_in_process_agent_run_streams_the_coder_into_the_diff(tmp_path: Path) -> None:
+    writer = AgentWriter(tmp_path / "live")
+    root = writer.root.id
+    search = AgentSearch(writer)
+    app = KernelForgeApp(LiveSearchSource(search, writer.store), TuiSettings(refresh_hz=20))
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await reads_done(app, pilot)
+            stream = app.query_one(StreamPane)
+            writer.start("c1", root)
+            for piece in ("```cuda\n", "__global__ void ", "softmax_rows_v4() {}"):
+                writer.bus.emit(LlmText(call_key="c1", text=piece))
+            await wait_for(pilot, lambda: stream.display and len(stream.lines) == 2, "the text did not stream")
+            assert list(stream.lines) == ["```cuda", "__global__ void softmax_rows_v4() {}"]
+            assert writer.store.events_since(0, 1000)[-1][1].kind == "llm_started"  # the text is not stored
+            wrote = writer.end("c1", agent_call(root))
+            writer.child(root, [wrote])
+            await wait_for(pilot, lambda: not stream.display, "the diff did not come back")
+            text = await conversation_text(app, pilot)
+            assert "worked on #1 · wrote #2" in text and "Kernel #1 is memory-bandwidth-bound" in text
+            await pilot.press("q")
+            await wait_for(pilot, lambda: not app.is_running, "the app did not stop the search and quit")
+    finally:
+        writer.store.close()
