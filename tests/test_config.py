@@ -103,3 +103,58 @@ def test_the_tui_table_is_checked_the_same_way(config: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_tui_settings()
     assert str(info.value).startswith(f"{config}: tui.refresh_hz: Input should be greater than 0")
+
+
+LLM_TOML = """
+[[llm.providers]]
+name = "anthropic"
+protocol = "anthropic"
+base_url = "https://api.anthropic.com/"
+api_key_env = "ANTHROPIC_API_KEY"
+
+[[llm.models]]
+name = "sonnet"
+provider = "anthropic"
+model = "claude-sonnet-4-5"
+extra = { thinking = { type = "enabled", budget_tokens = 2048 } }
+
+[[llm.models]]
+name = "local"
+provider = "anthropic"
+model = "my-finetune"
+
+[llm.roles]
+planner = "sonnet"
+
+[llm.pricing]
+"my-finetune" = { input = 0.125, output = 0.5 }
+"""
+
+
+def test_llm_settings_read_from_the_file_and_the_environment(config: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config.write_text(LLM_TOML)
+    monkeypatch.setenv("KERNELFORGE_LLM__AGENTS__DEBUG_ROUNDS", "5")
+    llm = load_settings().llm
+    assert llm.configured and llm.providers[0].base_url == "https://api.anthropic.com"  # no trailing slash
+    assert llm.roles.coder == ["sonnet"]  # no coder named: the first model writes
+    assert llm.model("sonnet").extra["thinking"]["budget_tokens"] == 2048 and llm.agents.debug_rounds == 5
+    sonnet, local = llm.models
+    assert llm.price(sonnet) is not None and llm.price(sonnet).output == 15.0  # the default table
+    assert llm.price(local) is not None and llm.price(local).input == 0.125  # the user's table
+    recorded = load_settings().model_dump_json()
+    assert "api_key_env" in recorded and "sk-" not in recorded  # a run records the variable's name, never a key
+
+
+@pytest.mark.parametrize(
+    ("extra", "words"),
+    [
+        ('\n[llm.roles]\njudge = "nobody"\n', "llm.roles.judge: no model 'nobody'"),
+        ('\n[[llm.models]]\nname = "x"\nprovider = "openai"\nmodel = "m"\n', "no provider 'openai'"),
+        ('\n[[llm.models]]\nname = "sonnet"\nprovider = "anthropic"\nmodel = "m"\n', "names used twice: ['sonnet']"),
+        ("\n[llm.agents]\npool_size = 0\n", "llm.agents.pool_size"),
+    ],
+)
+def test_a_broken_llm_setting_is_refused_with_the_fix(config: Path, extra: str, words: str) -> None:
+    config.write_text(LLM_TOML.replace('\n[llm.roles]\nplanner = "sonnet"\n', "") + extra)
+    with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+        load_settings()

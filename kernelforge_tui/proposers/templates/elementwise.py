@@ -33,7 +33,7 @@ OPS: dict[str, tuple[int, str]] = {
     "gelu_tanh": (1, "0.5f * a0 * (1.0f + tanhf(0.7978845608f * (a0 + 0.044715f * a0 * a0 * a0)))"),
     "gelu": (1, "0.5f * a0 * (1.0f + erff(a0 * 0.7071067812f))"),
     "silu": (1, "a0 / (1.0f + expf(-a0))"),
-    "relu": (1, "fmaxf(a0, 0.0f)"),
+    "relu": (1, "(a0 > 0.0f || a0 != a0) ? a0 : 0.0f"),  # NaN stays NaN, as torch.relu keeps it
 }
 """Operation name -> (arity, fp32 expression over a0, a1). Longer names first: they are matched as substrings."""
 
