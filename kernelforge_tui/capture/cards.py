@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from kernelforge_tui.capture import reference
-from kernelforge_tui.capture.families import CardPlan
+from kernelforge_tui.capture.families import CardPlan, RoundedStatistics
 from kernelforge_tui.capture.manifest import Step
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.model import (
@@ -28,6 +28,7 @@ from kernelforge_tui.cards.model import (
     Reference,
     StressSpec,
     TensorSpec,
+    Tolerance,
 )
 from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, load_card, save_card
 from kernelforge_tui.errors import KernelForgeError
@@ -38,6 +39,7 @@ STRESS_SEED = 1000
 SEEDED_SETS = 1
 """Seeded sets (drawn from the fitted distributions, referenced by the torch reference) beside the stored ones."""
 PRECISIONS = ("float64", "captured")
+PRECISION_WORDS = {"float64": "float64", "captured": "the captured dtypes"}
 
 
 def fit(arrays: list[np.ndarray], dtype: str) -> tuple[Distribution, str]:
@@ -77,20 +79,82 @@ class CardRefused(KernelForgeError):
     """The card could not be made consistent (its reference disagrees with the eager outputs)."""
 
 
+def disagreement(eager: np.ndarray, reference: np.ndarray, tolerance: Tolerance) -> str | None:
+    """Where `reference` disagrees with the eager outputs beyond `tolerance`, with the numbers: how many elements,
+    the worst one (farthest beyond what it is allowed: its index, eager's and the reference's values, the difference
+    and the allowance) and the largest difference; None when they agree."""
+    ok = tolerance.accepts(eager, reference)
+    if ok.all():
+        return None
+    o = eager.astype(np.float64)
+    e = reference.astype(np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(o - e)
+        allowed = tolerance.atol + tolerance.rtol * np.abs(e)
+        beyond = np.where(ok, -np.inf, np.nan_to_num(diff - allowed, nan=np.inf, posinf=np.inf))
+    worst = np.unravel_index(int(np.argmax(beyond)), ok.shape)
+    finite = np.isfinite(diff)
+    largest = f"; largest difference {float(diff[finite].max()):.3g}" if finite.any() else ""
+    return (
+        f"{int((~ok).sum())} of {ok.size} elements outside |eager - reference| <= {tolerance.atol:.3g} + "
+        f"{tolerance.rtol:.3g} * |reference|; worst at {[int(k) for k in worst]}: eager {float(o[worst]):.6g}, "
+        f"reference {float(e[worst]):.6g}, difference {float(diff[worst]):.3g}, allowed {float(allowed[worst]):.3g}"
+        f"{largest}"
+    )
+
+
 def _mismatch(card: Card, sets: dict[str, tuple[Arrays, Arrays]]) -> str | None:
     """Where the card's reference disagrees with the stored eager outputs, in words; None when it agrees."""
     for set_name, (inputs, outputs) in sets.items():
         ref = card.reference(inputs)
         for spec in card.spec.outputs:
-            ok = spec.effective_tolerance().accepts(outputs[spec.name], ref[spec.name])
-            if not ok.all():
-                diff = np.abs(outputs[spec.name].astype(np.float64) - ref[spec.name].astype(np.float64))
-                worst = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
-                return (
-                    f"set {set_name}: {spec.name}: {int((~ok).sum())} of {ok.size} elements outside the tolerance "
-                    f"(largest difference {worst:.3g})"
-                )
+            problem = disagreement(outputs[spec.name], ref[spec.name], spec.effective_tolerance())
+            if problem is not None:
+                return f"set {set_name}: {spec.name}: {problem}"
     return None
+
+
+def _extent(distribution: Distribution) -> float:
+    """The largest magnitude a seeded set is likely to draw from `distribution` (4 spreads for a normal)."""
+    if distribution.kind == "normal":
+        return abs(distribution.mean) + 4 * distribution.std
+    return max(abs(distribution.low), abs(distribution.high))
+
+
+def statistics_tolerance(
+    base: Tolerance, rounded: RoundedStatistics, samples: list[Arrays], inputs: dict[str, Distribution]
+) -> tuple[Tolerance, str]:
+    """The card's tolerance for an op whose eager kernel rounds its per-group statistics (`RoundedStatistics`: CUDA's
+    group norm in bf16/fp16), and the note that says why: base.atol plus unit * (max |beta| + (1 + unit) *
+    max |gamma| * max |mean| / std over the groups), on the captured values and on what the seeded sets draw (the
+    fitted distributions), so that eager's outputs on either agree with the exact math."""
+    ratio = 0.0
+    for sample in samples:
+        if "x" in sample:  # [n, c, h, w]: a (sample, group) is a contiguous span
+            x = sample["x"].astype(np.float64)
+            groups = x.reshape(x.shape[0] * rounded.groups, -1)
+            spread = np.sqrt(groups.var(axis=1) + rounded.eps)
+            ratio = max(ratio, float(np.max(np.abs(groups.mean(axis=1)) / spread)))
+    dist = inputs["x"]  # a seeded group's mean strays from the distribution's by up to 4 spreads / sqrt(span)
+    noise = 4 / rounded.span**0.5
+    if dist.kind == "normal" and dist.std > 0:
+        ratio = max(ratio, abs(dist.mean) / dist.std + noise)
+    elif dist.kind == "uniform" and dist.high > dist.low:
+        ratio = max(ratio, abs(dist.low + dist.high) / 2 / ((dist.high - dist.low) / 12**0.5) + noise)
+
+    def largest(name: str) -> float:
+        captured = [float(np.max(np.abs(s[name].astype(np.float64)))) for s in samples if name in s]
+        return max([_extent(inputs[name]), *captured])
+
+    beta, gamma = largest("beta"), largest("gamma")
+    extra = rounded.unit * (beta + (1 + rounded.unit) * gamma * ratio)
+    tolerance = Tolerance(rtol=base.rtol, atol=base.atol + extra)
+    note = (
+        f"atol {tolerance.atol:.3g} = {base.atol:g} + {rounded.unit:g} * (max |beta| {beta:.3g} + max |gamma| "
+        f"{gamma:.3g} * max |mean| / std {ratio:.3g}): eager on CUDA rounds each group's mean and rstd to the "
+        "tensors' dtype before normalising, which moves y by up to that where beta cancels the normalised term"
+    )
+    return tolerance, note
 
 
 def write_card(
@@ -113,8 +177,13 @@ def write_card(
         inputs.append(TensorSpec(name=t.name, dtype=t.meta.dtype, shape=t.dims, distribution=distribution))
         if note:
             notes.append(f"{t.name}: {note}")
+    tolerance = plan.tolerance
+    if plan.rounded_statistics is not None and tolerance is not None:
+        distributions = {t.name: t.distribution for t in inputs}
+        tolerance, note = statistics_tolerance(tolerance, plan.rounded_statistics, samples, distributions)
+        notes.append(note)
     outputs = [
-        OutputSpec(name=t.name, dtype=t.meta.dtype, shape=t.dims, tolerance=plan.tolerance)
+        OutputSpec(name=t.name, dtype=t.meta.dtype, shape=t.dims, tolerance=tolerance)
         for t in plan.tensors
         if t.role == "output"
     ]
@@ -151,18 +220,18 @@ def write_card(
     root.mkdir(parents=True)
     (root / "baseline.cu").write_text(plan.source)
     bindings = plan.bindings()
-    problem = "no stored set to check against"
+    problems: list[str] = []
     for precision in PRECISIONS:
         (root / "reference.py").write_text(reference.source(name, steps, bindings, precision))
         card = save_card(spec, root, stored)
         try:
-            problem = _mismatch(card, stored) or ""
+            problem = _mismatch(card, stored)
             if not stored:  # nothing to compare with: at least the reference must run, in this precision
                 card.reference(draw_inputs(spec, 1))
         except Exception as exc:  # the reference cannot run in this precision (an op without a float64 kernel)
             problem = f"the reference raised {type(exc).__name__}: {exc}"
-            continue
-        if not problem:
+        if problem is None:
             return Written(load_card(root), precision, len(stored), notes)
+        problems.append(f"in {PRECISION_WORDS[precision]}: {problem}")
     shutil.rmtree(root, ignore_errors=True)
-    raise CardRefused(f"the torch reference does not reproduce the eager outputs: {problem}")
+    raise CardRefused(f"the torch reference does not reproduce the eager outputs ({'; '.join(problems)})")

@@ -27,6 +27,9 @@ with another eps gets correct baselines, but template kernels would fail it, so 
 FINFO_EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
 """torch.finfo(dtype).eps: what rms_norm uses when it is given eps=None."""
 
+UNIT_ROUNDOFF = {"bfloat16": 2.0**-8, "float16": 2.0**-11}
+"""The largest relative error of rounding to a 16-bit dtype (half its ulp relative to the value)."""
+
 ELEMENTWISE_FLOPS = {"add": 1, "sub": 1, "mul": 1, "relu": 1, "silu": 4, "silu_mul": 5, "gelu": 8, "gelu_tanh": 10}
 MATMUL_OPS = ("aten.mm.", "aten.addmm.", "aten.bmm.", "aten.baddbmm.", "aten.matmul.", "aten.linear.")
 CONV_OPS = ("aten.convolution.", "aten.cudnn_convolution", "aten._convolution.", "aten.conv")
@@ -44,6 +47,26 @@ class PlannedTensor:
     path: str
     meta: TensorMeta
     dims: list[str | int]
+
+
+@dataclass(frozen=True)
+class RoundedStatistics:
+    """An eager kernel that rounds its per-group statistics to the tensors' dtype before it normalises with them.
+
+    CUDA's group norm does (aten/src/ATen/native/cuda/group_norm_kernel.cu): its mean and rstd outputs have x's
+    dtype, `RowwiseMomentsCUDAKernel` stores them there, and y = a * x + b is then computed in fp32 from a = rstd *
+    gamma and b = beta - a * mean read back from those bf16 (fp16) values. With mean and rstd each off by a relative
+    `unit` at most, eager's y departs from the exact math by up to unit * |y - beta| + unit * (1 + unit) * |gamma| *
+    |mean| * rstd, before y itself is rounded: relative to y wherever beta does not cancel the normalised term (rtol
+    covers it), absolute where it does (y near 0 while |beta| is not). The card's atol must cover the absolute part,
+    or the eager outputs the card stores (and that a GPU check compares against) disagree with the op's exact math.
+    The CPU kernel keeps its statistics in fp32; a card is made for the GPU either way."""
+
+    unit: float
+    groups: int
+    span: int
+    """Elements per (sample, group)."""
+    eps: float
 
 
 @dataclass(frozen=True)
@@ -66,6 +89,9 @@ class CardPlan:
     """Why the template library cannot serve this card even though it has the family (None: it can, if the
     proposer's own check agrees)."""
     notes: list[str] = field(default_factory=list)
+    rounded_statistics: RoundedStatistics | None = None
+    """Set when eager rounds statistics to a 16-bit dtype: the card's atol is widened by what that costs on the
+    captured data (`cards.statistics_tolerance`)."""
 
     def bindings(self) -> list[Binding]:
         return [
@@ -333,10 +359,13 @@ def _fused_rms_norm(step: Step) -> CardPlan:
     w = _tensor(step, "args[2]", "weight")
     eps = _eps(_value(step, "args[3]", "eps"), x.dtype)
     plan = _rows_plan("rms_norm", (0, "args[0]", x), [("w", 0, "args[2]", w)], (0, _output(step, 0)), eps)
-    return (
-        _with_note(plan, "the op's rstd output (for backward) is not part of the card")
-        if len(step.outputs) > 1
-        else plan
+    if len(step.outputs) < 2:
+        return plan
+    rstd = step.outputs[1]
+    return _with_note(  # carrying it would leave the template library's rms_norm kernels (x, w -> y) unable to serve
+        plan,
+        f"the op's rstd output{'' if rstd is None else ' ' + str(rstd.shape)} (for backward) is not part of the card: "
+        "its kernels write y only, so a .cast package leaves this call (which must return both) to eager PyTorch",
     )
 
 
@@ -410,6 +439,11 @@ def _group_norm(step: Step) -> CardPlan:
         tolerance=Tolerance(rtol=1e-5, atol=1e-5) if dtype == "float32" else Tolerance(rtol=1.6e-2, atol=1e-3),
         template_problem=problem,
         notes=["the op's mean and rstd outputs (for backward) are not part of the card"],
+        rounded_statistics=(
+            RoundedStatistics(UNIT_ROUNDOFF[dtype], groups, c // groups * h * w, eps)
+            if dtype in UNIT_ROUNDOFF
+            else None
+        ),
     )
 
 
