@@ -63,6 +63,7 @@ def variant_rows(manifest: CaptureManifest, limit: int = 12) -> list[dict[str, A
                 "card": v.card,
                 "template": v.template,
                 "why": v.reason if v.status != "card" else v.template_note,
+                "card_note": v.reason if v.status == "card" else "",
                 "estimate": v.estimate,
             }
         )
@@ -118,6 +119,7 @@ def report_summary(report: CaptureOptimizeReport, seconds: float) -> dict[str, A
                 "eager_us_per_call": round(r.eager_us_per_call, 3),
                 "projected_us_per_call": r.projected_us_per_call,
                 "calls": r.calls,
+                "wall_seconds": round(r.wall_seconds, 1),
                 "saving_us": round(r.saving_us, 3),
                 "run_dir": str(r.run_dir) if r.run_dir else None,
             }
@@ -231,8 +233,14 @@ def main() -> int:
             continue
         entry["optimize"] = report_summary(report, time.monotonic() - begin)
         save()
-        console.print(render_report(report))
-        console.print(f"[bold]{name}: projected end-to-end saving {report.projected_saving:.2%} ({report.note})[/]")
+        if report.results:
+            console.print(render_report(report))
+        for skipped in report.skipped:
+            console.print(f"skipped {skipped.variant} {skipped.title}: {skipped.reason}")
+        if report.comparable:
+            console.print(f"[bold]{name}: projected end-to-end saving {report.projected_saving:.2%} ({report.note})[/]")
+        else:
+            console.print(f"[bold]{name}: projected saving: none ({report.note})[/]")
     summary["ended"] = time.strftime("%Y-%m-%d %H:%M:%S")
     save()
     console.print(f"summary: {summary_path}")

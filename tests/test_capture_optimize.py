@@ -3,17 +3,23 @@ baselines and template candidates, no GPU), in order of expected saving, within 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kernelforge_tui.capture.manifest import CaptureManifest, load_capture
+from kernelforge_tui.capture.manifest import CaptureManifest, load_capture, save_capture
 from kernelforge_tui.cli.main import main
+from kernelforge_tui.config import Settings
+from kernelforge_tui.engine import capture_search
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.capture_search import REPORT, CaptureOptimizeOptions, plan_variants, split_budget
 from kernelforge_tui.errors import BadInput
+from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store import RunStore
 
 if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
@@ -123,3 +129,104 @@ def test_one_run_dir_for_many_runs_is_refused(
     _, root = captured
     code = main(["optimize", str(root), "--simulate", "--run-dir", str(root / "one"), "--json"])
     assert code == 2 and "use --root" in json.loads(capsys.readouterr().out)["message"]
+
+
+def _nothing_to_save(manifest: CaptureManifest, root: Path, dest: Path) -> Path:
+    """A copy of the capture whose carded variants all run at the copy ceiling already (k = 1, as the H200 measured
+    the diffusion block's SiLUs and add)."""
+    shutil.copytree(root, dest, ignore=shutil.ignore_patterns("runs", "other", "gpu", REPORT))
+    variants = [
+        v.model_copy(
+            update={
+                "expected_speedup": 1.0,
+                "expected_saving": 0.0,
+                "estimate": f"measured: {v.time_per_call_us:.3g} us per call against more to move its bytes",
+            }
+        )
+        if v.status == "card"
+        else v
+        for v in manifest.variants
+    ]
+    save_capture(manifest.model_copy(update={"variants": variants}), dest)
+    return dest
+
+
+def test_nothing_worth_searching_is_a_report_not_a_failure(
+    captured: tuple[CaptureManifest, Path], capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """On the H200 the diffusion block's carded variants all had k = 1 and `optimize` failed ("no variant to
+    search"): it now exits 0, its report says nothing is worth searching and why, and runs nothing."""
+    manifest, root = captured
+    copy = _nothing_to_save(manifest, root, tmp_path / "flat.capture")
+    code = main(["optimize", str(copy), "--simulate", "--budget-iters", "4", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    report = json.loads(out)
+    assert report["results"] == [] and report["projected_saving"] == 0 and not report["comparable"]
+    assert report["note"].startswith("nothing worth searching: every carded variant (")
+    assert "; the time is in variants without a card: " in report["note"] and "(a convolution" in report["note"]
+    carded = {v.id for v in manifest.variants if v.status == "card"}
+    skipped = {s["variant"]: s["reason"] for s in report["skipped"]}
+    assert set(skipped) == carded  # batch norm too: no proposer can win time that is not there
+    assert all(r.startswith("nothing to save (k = 1); measured: ") for r in skipped.values())
+    assert json.loads((copy / REPORT).read_text())["note"] == report["note"] and not (copy / "runs").exists()
+
+    code = main(["optimize", str(copy), "--simulate", "--budget-iters", "4"])
+    out = capsys.readouterr().out
+    assert code == 0 and "projected saving: none (nothing worth searching" in " ".join(out.split())
+    assert "nothing to save (k = 1)" in out
+
+
+def test_a_search_that_overruns_its_share_leaves_the_next_ones_their_time(
+    captured: tuple[CaptureManifest, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On the H200 the decoder's softmax search was given 0.86 of 1 minute and took 66 s of wall time (starting and
+    closing its backend count against the minutes, not against its own cap), so the silu_mul search never ran. The
+    minutes are now shared after keeping the later searches' start-up and shortest search aside, and each search's
+    cap leaves room for its own start-up (measured after the first search)."""
+    _, root = captured
+    clock = [0.0]
+    budgets: list[float] = []
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return clock[0]
+
+        @staticmethod
+        def time() -> float:
+            return 1e9 + clock[0]
+
+    async def search(*args: Any) -> RunInfo:
+        budget, result = args[4], args[6]
+        budgets.append(budget.max_minutes)
+        clock[0] += budget.max_minutes * 60 + 14.0  # its whole cap, and 14 s of start-up and closing
+        result.candidates = 3
+        return RunInfo(
+            run_id="r",
+            run_dir=root,
+            card_name=result.card,
+            family="x",
+            gpu_name="H200",
+            backend="gpu",
+            state="finished",
+            reason="time budget reached",
+            started_at=0.0,
+            active_seconds=budget.max_minutes * 60,
+        )
+
+    monkeypatch.setattr(capture_search, "time", Clock)
+    monkeypatch.setattr(capture_search, "_search", search)
+    options = CaptureOptimizeOptions(budget=Budget(max_minutes=2.0), simulate=True, root=root / "unused")
+    report = asyncio.run(capture_search.optimize_capture(root, Settings(), options))
+    assert [r.state for r in report.results] == ["finished"] * len(report.results) and len(report.results) == 3
+    assert all(b >= capture_search.MIN_MINUTES for b in budgets)
+    assert clock[0] <= 2.0 * 60 + 1.0  # the whole optimise within its minutes
+    assert [r.wall_seconds for r in report.results] == pytest.approx([b * 60 + 14.0 for b in budgets])
+
+
+def test_split_budget_keeps_a_reserve_for_the_later_searches() -> None:
+    total = Budget(max_minutes=1.0, max_iterations=100)
+    first = split_budget(total, Budget(max_minutes=0.0, max_iterations=0), 0.861, 1.0, reserve_minutes=0.3)
+    assert first is not None and first.max_minutes == pytest.approx(0.7 * 0.861)
+    assert first.max_iterations == 86  # the reserve is minutes only

@@ -3,7 +3,12 @@
 Why one budget split by expected saving: the user has one sum of time (or candidates, GPU seconds, money) to spend
 on the model, and a variant that could save 10% of the model deserves ten times what one that could save 1% does.
 Each variant's search gets the share of what is left that its expected saving is of the expected savings left, so
-what an early search does not use (its proposer ran out of candidates) goes to the later ones.
+what an early search does not use (its proposer ran out of candidates) goes to the later ones. Minutes are wall time,
+and a search takes some beyond what its own cap counts (starting and closing its evaluation backend): the later
+searches' start-up and shortest search are kept aside before the minutes are shared, and each search's cap leaves
+room for its own start-up, so that an early search cannot spend a later one's time (on the H200 the decoder's softmax
+search, given 52 of 60 s, took 66 and the next never ran). A capture whose carded variants have nothing to save
+(k = 1) is not a failure: the report says nothing is worth searching, and why.
 
 The projection: a searched variant's eager time per call (measured at capture) becomes the best candidate's
 measured latency when that is faster (min of the two), times its calls per forward pass; the projected end-to-end
@@ -33,11 +38,16 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run
 from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.models.events import BestImproved
+from kernelforge_tui.models.runs import RunInfo
 
 REPORT = "optimize.json"
 """The report's file in the capture directory (the latest `kernelforge optimize` of it)."""
 MIN_MINUTES = 0.05
 """No variant's search gets less than 3 s of a minutes budget (a search must at least build and time its seeds)."""
+SEARCH_OVERHEAD_MINUTES = 0.25
+"""Wall time a search takes beyond what its own time cap counts (starting and closing the evaluation backend, building
+the baseline), until one has been measured: the H200's first capture optimise took 66 s for a search given 52."""
+NOTHING_TO_SAVE = "nothing to save (k = 1)"
 
 
 class CaptureOptimizeOptions(BaseModel):
@@ -84,6 +94,8 @@ class VariantResult(BaseModel):
     best_latency_us: float | None = None
     eager_us_per_call: float
     calls: int
+    wall_seconds: float = 0.0
+    """The whole search, start-up and closing included (what the minutes budget is spent on)."""
     projected_us_per_call: float | None = None
     """What the variant would take per call with the best kernel (never more than eager)."""
     saving_us: float = 0.0
@@ -103,7 +115,8 @@ class CaptureOptimizeReport(BaseModel):
     capture_dir: Path
     simulated: bool
     comparable: bool
-    """Whether the projection means anything: False for a GPU search of a CPU capture."""
+    """Whether the projection means anything: False for a GPU search of a CPU capture, and when nothing was worth
+    searching (the note says why)."""
     note: str
     total_time_us: float
     started_at: float = Field(default_factory=time.time)
@@ -140,11 +153,12 @@ def plan_variants(
             continue
         if variant.status != "card":
             continue
+        if not wanted and variant.expected_saving <= 0:  # whatever the proposer: there is no time to win
+            why = f"; {variant.estimate}" if variant.estimate else ""
+            skipped.append(Skipped(variant=variant.id, title=variant.title, reason=f"{NOTHING_TO_SAVE}{why}"))
+            continue
         if templates and not variant.template:
             skipped.append(Skipped(variant=variant.id, title=variant.title, reason=variant.template_note))
-            continue
-        if not wanted and variant.expected_saving <= 0:
-            skipped.append(Skipped(variant=variant.id, title=variant.title, reason="nothing to save (k = 1)"))
             continue
         if options.top is not None and len(chosen) >= options.top:
             skipped.append(Skipped(variant=variant.id, title=variant.title, reason=f"beyond --top {options.top}"))
@@ -156,9 +170,12 @@ def plan_variants(
     return chosen, skipped
 
 
-def split_budget(total: Budget, used: Budget, weight: float, weights_left: float) -> Budget | None:
+def split_budget(
+    total: Budget, used: Budget, weight: float, weights_left: float, reserve_minutes: float = 0.0
+) -> Budget | None:
     """This variant's share of what is left of `total` after `used`: weight / weights_left of each cap; None when a
-    cap is spent (nothing is left to search with)."""
+    cap is spent (nothing is left to search with). `reserve_minutes` is kept out of the minutes left before they are
+    shared (what the searches after this one will need whatever their share: their start-up and shortest search)."""
     share = weight / weights_left if weights_left > 0 else 1.0
     caps = (
         (total.max_iterations, used.max_iterations),
@@ -174,7 +191,7 @@ def split_budget(total: Budget, used: Budget, weight: float, weights_left: float
         return None if cap is None else max(0.0, cap - (spent or 0.0)) * share
 
     iterations = left(total.max_iterations, used.max_iterations)
-    minutes = left(total.max_minutes, used.max_minutes)
+    minutes = left(total.max_minutes, (used.max_minutes or 0.0) + reserve_minutes)
     tokens = left(total.max_tokens, used.max_tokens)
     return Budget(
         max_iterations=None if iterations is None else max(1, round(iterations)),
@@ -195,6 +212,25 @@ def _project(result: VariantResult, simulated: bool) -> None:
     result.saving_us = (eager - result.projected_us_per_call) * result.calls
 
 
+def nothing_worth_searching(manifest: CaptureManifest) -> str:
+    """Why a capture leaves nothing to search, in words: its carded variants already run as fast as a kernel could
+    make them (or it has none), and where the model's time goes instead."""
+    carded = [v for v in manifest.variants if v.status == "card"]
+    if carded:
+        why = (
+            f"nothing worth searching: every carded variant ({', '.join(v.id for v in carded)}) already runs about "
+            "as fast as a kernel could make it (k = 1: eager near the copy ceiling or the launch floor)"
+        )
+    else:
+        why = "nothing worth searching: no variant has a card"
+    elsewhere = sorted((v for v in manifest.variants if v.status == "unsupported"), key=lambda v: -v.share)[:3]
+    if elsewhere:
+        why += "; the time is in variants without a card: " + ", ".join(
+            f"{v.id} {v.title} {v.share:.1%} ({v.reason.split(':')[0]})" for v in elsewhere
+        )
+    return why
+
+
 def _write(report: CaptureOptimizeReport, root: Path) -> None:
     (root / REPORT).write_text(json.dumps(report.model_dump(mode="json"), indent=1) + "\n")
 
@@ -208,9 +244,23 @@ async def optimize_capture(
     failed with the reason and the next one runs."""
     manifest = load_capture(capture_dir)
     chosen, skipped = plan_variants(manifest, capture_dir, options)
-    if not chosen:
-        reasons = "; ".join(f"{s.variant}: {s.reason}" for s in skipped) or "no variant has a card"
+    if not chosen and (options.variants or any(not s.reason.startswith(NOTHING_TO_SAVE) for s in skipped)):
+        reasons = "; ".join(f"{s.variant}: {s.reason}" for s in skipped)
         raise BadInput(f"{capture_dir}: no variant to search ({reasons})")
+    if not chosen:  # a fact about the model, not a failure: say so in the report
+        report = CaptureOptimizeReport(
+            capture_dir=capture_dir,
+            simulated=options.simulate,
+            comparable=False,
+            note=nothing_worth_searching(manifest),
+            total_time_us=manifest.total_time_us,
+            results=[],
+            skipped=skipped,
+            ended_at=time.time(),
+        )
+        _write(report, capture_dir)
+        (progress or (lambda _: None))(report)
+        return report
     gpu_capture = manifest.device.startswith("cuda")
     comparable = options.simulate or gpu_capture
     if options.simulate:
@@ -247,12 +297,18 @@ async def optimize_capture(
     used = Budget(max_iterations=0, max_minutes=0.0, max_gpu_seconds=0.0, max_money=0.0, max_tokens=0)
     started = time.monotonic()
     weights = [max(v.expected_saving, 1e-9) for v in chosen]
+    overheads: list[float] = []  # measured: each finished search's wall minutes beyond its own time cap's count
     for k, (variant, result) in enumerate(zip(chosen, report.results, strict=True)):
-        budget = split_budget(options.budget, used, weights[k], sum(weights[k:]))
+        overhead = max(overheads) if overheads else SEARCH_OVERHEAD_MINUTES
+        later = len(chosen) - k - 1
+        budget = split_budget(options.budget, used, weights[k], sum(weights[k:]), later * (overhead + MIN_MINUTES))
         if budget is None:
             result.state, result.reason = "not-run", "the budget was spent on the variants before it"
             continue
+        if budget.max_minutes is not None:  # the minutes pay for this search's own start-up too
+            budget = budget.model_copy(update={"max_minutes": max(MIN_MINUTES, budget.max_minutes - overhead)})
         result.budget = budget
+        began = time.monotonic()
         result.state = "running"
         _write(report, capture_dir)
         say(report)
@@ -265,7 +321,9 @@ async def optimize_capture(
         except Exception as exc:  # one variant's failure (a baseline that does not build) must not end the others
             result.state, result.reason = "failed", f"{type(exc).__name__}: {exc}"
         else:
-            result.state, result.reason = "finished", info
+            result.state, result.reason = "finished", info.reason
+            overheads.append(max(0.0, time.monotonic() - began - info.active_seconds) / 60)
+        result.wall_seconds = time.monotonic() - began
         used = Budget(
             max_iterations=(used.max_iterations or 0) + result.candidates,
             max_minutes=(time.monotonic() - started) / 60,
@@ -292,7 +350,7 @@ async def _search(
     result: VariantResult,
     report: CaptureOptimizeReport,
     say: Progress,
-) -> str:
+) -> RunInfo:
     card = card_dir(capture_dir, variant)
     load_card(card)  # a broken card fails here, named, before a run directory is made
     run_options = RunOptions(
@@ -334,4 +392,4 @@ async def _search(
     result.best_latency_us = info.best_latency_us
     result.candidates = max(0, info.node_count - 1)
     result.gpu_seconds = info.gpu_seconds
-    return info.reason
+    return info
