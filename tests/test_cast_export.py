@@ -64,6 +64,19 @@ def test_export_writes_a_package_from_a_run(tmp_path: Path) -> None:
 
 
 @needs_nvcc
+def test_stored_sets_too_large_to_carry_are_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kernelforge_tui.cast import export as exporting
+
+    monkeypatch.setattr(exporting, "MAX_SET_BYTES", 1024)
+    manifest = export(_run(tmp_path), tmp_path / "model.cast", sanitize=False, arch="sm_90")
+    (kernel,) = manifest.kernels
+    assert kernel.files.sets == []
+    (note,) = [n for n in manifest.notes if "stored set" in n]
+    assert note.startswith("softmax_bf16_small: its 2 stored set(s) take ")
+    assert note.endswith("more than the 0 MiB a package carries: checked on fresh draws and stress sets only")
+
+
+@needs_nvcc
 def test_a_kernel_within_the_noise_of_the_baseline_falls_back_with_why(tmp_path: Path) -> None:
     run_dir = _run(tmp_path, candidate_us=100.0, baseline_us=100.5)
     manifest = export(run_dir, tmp_path / "model.cast", sanitize=False)

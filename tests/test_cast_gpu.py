@@ -6,7 +6,9 @@ in CI). Needs torch with CUDA, cuda-bindings (or pycuda), nvcc and compute-sanit
 - pycuda as the binding: default stream only, another stream falls back with the reason;
 - the sanitizer gate: memcheck rejects the out-of-bounds cheat, racecheck a kernel with a shared-memory race, and
   an honest kernel passes all three tools;
-- export of the recorded H200 softmax run with every check, and verify re-stamping a package for this machine.
+- export of the recorded H200 softmax run with every check, and verify re-stamping a package for this machine;
+- a captured softmax over the last axis of a 4-D tensor (the decoder block's, small) whose card sees [rows, cols]:
+  the guard takes the call's shapes, the checks and the sanitizer's launch build the call in them.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ SMALL = EXAMPLES / "cards" / "softmax_bf16_small"
 BLOCK_ROW = SMALL / "candidates" / "block_row_bf16.cu"
 CHEATS = EXAMPLES / "kernels" / "cheats" / "softmax_bf16_small"
 RACY = Path(__file__).resolve().parent / "fixtures" / "cast" / "racy_softmax.cu"
+DECODER = EXAMPLES / "models" / "decoder_block.py"
 TOL = {"rtol": 0.016, "atol": 1e-8}
 
 
@@ -159,7 +162,7 @@ def test_the_sanitizer_gate(tmp_path: Path) -> None:
     assert not race.ok and "hazard" in race.report.lower(), race.report[-2000:]
     for tool in SANITIZER_TOOLS:
         verdict = run_tool(sanitizer, tool, good, kernel[good])
-        assert verdict.ok, (tool, verdict.summary, verdict.report[-2000:])
+        assert verdict.ok, (tool, verdict.summary, verdict.report[:1500], verdict.report[-800:])
 
 
 @pytest.mark.skipif(find_sanitizer() is None, reason="compute-sanitizer not found")
@@ -192,6 +195,29 @@ def test_export_of_the_recorded_h200_run_passes_every_check(tmp_path: Path) -> N
         y = torch.softmax(x, -1)
     _close(y, torch.softmax(x, -1))
     assert cast.stats().hits == 1
+
+
+def test_a_captured_4d_softmax_is_checked_through_its_card_view(tmp_path: Path) -> None:
+    from kernelforge_tui.capture.manifest import load_capture
+    from kernelforge_tui.cards import load_card
+
+    capture = tmp_path / "decoder"
+    argv = ["capture", str(DECODER), "--device", "cuda", "--kwarg", "size=small", "--repeats", "2", "-o", str(capture)]
+    assert main(argv) == 0
+    (variant,) = [v for v in load_capture(capture).variants if v.op == "aten._softmax.default" and v.card]
+    assert variant.card is not None
+    card_dir = capture / variant.card
+    card = load_card(card_dir)
+    assert card.spec.baseline is not None
+    make_run(capture / "runs" / "softmax", card_dir, card.baseline_source(), card.spec.baseline.plan, 10.0, 100.0)
+    manifest = export(capture, tmp_path / "decoder.cast")
+    (audit,) = [a for a in manifest.audit if a.variant.startswith(variant.id)]
+    if audit.decision == "fallback":  # the plain baseline on [2, 4, 16, 16] need not beat eager; nothing else fails
+        assert audit.reason.startswith("left out: not faster than eager PyTorch beyond the noise"), audit.reason
+        return
+    (kernel,) = manifest.kernels
+    assert kernel.guard.inputs[0].shape == (2, 4, 16, 16) and kernel.guard.inputs[0].card_shape == (128, 16)
+    assert all(c.ok for c in kernel.checks) and len(kernel.checks) == 5, kernel.checks
 
 
 def test_verify_restamps_a_package_for_this_machine(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from kernelforge_tui.cards import load_card  # noqa: E402
-from kernelforge_tui.cast.manifest import KernelFiles, Tolerance, read_package, sha256  # noqa: E402
+from kernelforge_tui.cast.manifest import KernelFiles, Tolerance, read_package, sha256, write_package  # noqa: E402
 from kernelforge_tui.cast.probe import FRESH_SEEDS, check_kernel  # noqa: E402
 from kernelforge_tui.cast.runtime import KernelRunner  # noqa: E402
 
@@ -70,3 +70,24 @@ def test_a_wrong_kernel_is_caught_on_the_first_set(tmp_path: Path) -> None:
     result = check_kernel(package, runner, timing=False, fresh=FRESH_SEEDS, device=torch.device("cpu"))
     assert not result.ok
     assert result.reason.startswith("set captured_0: disagrees with eager PyTorch: y: 21063 of 21063 elements")
+
+
+def test_the_call_is_rebuilt_with_the_captured_strides_of_size_one_dims(tmp_path: Path) -> None:
+    # A call captured as [21, 1, 1003] with strides [1003, 1, 1] (contiguous: the stride of a size-1 dim is free,
+    # and torch's own view would give 1003 there), its card [21, 1003]: the check builds the call the guard admits.
+    path, driver = _package(tmp_path)
+    package = read_package(path)
+    entry = package.manifest.kernels[0]
+    view = {"shape": (21, 1, 1003), "strides": (1003, 1, 1), "card_shape": (21, 1003)}
+    x, y = entry.guard.inputs[0], entry.guard.outputs[0]
+    out = y.model_copy(update={**view, "strides": (1003, 1003, 1)})
+    guard = entry.guard.model_copy(update={"inputs": [x.model_copy(update=view)], "outputs": [out]})
+    files = {n: d for n, d in package.members.items() if n != "manifest.json"}
+    write_package(
+        path, package.manifest.model_copy(update={"kernels": [entry.model_copy(update={"guard": guard})]}), files
+    )
+    package = read_package(path)
+    runner = KernelRunner(package, package.manifest.kernels[0], device_type="cpu", driver=driver)
+    result = check_kernel(package, runner, timing=False, fresh=FRESH_SEEDS, device=torch.device("cpu"))
+    assert result.ok, result.reason
+    assert len(driver.launches) == len(result.sets) > 5

@@ -5,6 +5,7 @@ dispatch key; the real launch is tested on the GPU (test_cast_gpu.py)."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -198,3 +199,48 @@ def test_a_wrapped_number_falls_back_with_its_promotion_intact(tmp_path: Path) -
         assert (ints + 1.5).dtype == torch.float32 and (ints + 2).dtype == torch.int32
         assert torch.equal(torch.ones(2, dtype=torch.bfloat16) + 1.5, torch.full((2,), 2.5, dtype=torch.bfloat16))
     assert sum(cast.stats().overloads[0].uncovered.values()) == 3
+
+
+@pytest.mark.parametrize(
+    ("change", "says"),
+    [
+        ({"strides": (1, 4)}, "x has strides [1, 4] for shape [4, 8], not row-major"),
+        ({"card_shape": (4, 4)}, "x's card shape [4, 4] does not hold the call's [4, 8]"),
+    ],
+)
+def test_a_guard_the_kernel_cannot_read_in_place_is_refused(
+    tmp_path: Path, change: dict[str, object], says: str
+) -> None:
+    # The launch hands the kernel the call's own pointer as the card's row-major view: only a row-major tensor of
+    # the card's element count can be read that way.
+    entry, files = softmax_entry()
+    x = entry.guard.inputs[0].model_copy(update=change)
+    entry = entry.model_copy(update={"guard": entry.guard.model_copy(update={"inputs": [x]})})
+    path = write_cast(tmp_path / "m.cast", [(entry, files)], machine=HERE)
+    with pytest.raises(CastError, match=rf"kernel k0-softmax: {re.escape(says)}: export it again"):
+        load(path, machine=HERE, dispatch_key="CPU", driver=HostSoftmax())
+
+
+def test_a_call_of_another_shape_reaches_the_kernel_as_its_cards_view(tmp_path: Path) -> None:
+    # A softmax over the last axis of [2, 2, 8] is the card's [4, 8]: the guard takes [2, 2, 8], the kernel gets the
+    # same pointer and reads [rows, cols] = [4, 8], the output comes back in the call's shape.
+    from kernelforge_tui.cast.bindings import contiguous_strides
+
+    entry, files = softmax_entry(alignment=64)
+    x, y = entry.guard.inputs[0], entry.guard.outputs[0]
+    view = {"shape": (2, 2, 8), "strides": contiguous_strides((2, 2, 8)), "card_shape": (4, 8)}
+    guard = entry.guard.model_copy(
+        update={"inputs": [x.model_copy(update=view)], "outputs": [y.model_copy(update=view)]}
+    )
+    path = write_cast(tmp_path / "m.cast", [(entry.model_copy(update={"guard": guard}), files)], machine=HERE)
+    driver = HostSoftmax()
+    x3 = torch.randn(2, 2, 8)
+    with load(path, machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver) as cast:
+        y3 = torch.softmax(x3, -1)
+        flat = torch.softmax(x3.view(4, 8), -1)  # the card's shape is not the call the guard was made for
+    assert y3.shape == (2, 2, 8) and torch.allclose(y3, _eager(x3))
+    assert torch.equal(flat, _eager(x3.view(4, 8)))
+    (kernel,) = cast.stats().kernels
+    assert kernel.hits == 1 and kernel.call == "aten::_softmax.default(x[2x2x8] float32 as [4x8])"
+    assert cast.stats().overloads[0].uncovered == {"shape [4, 8] float32": 1}
+    assert driver.launches[0][3][0] == x3.data_ptr()

@@ -12,10 +12,11 @@ Two sources:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.cast.manifest import DEFAULT_ALIGNMENT, AtenArg, Scalar, TensorGuard
+from kernelforge_tui.cast.manifest import DEFAULT_ALIGNMENT, AtenArg, Scalar, TensorGuard, describe_call
 
 _ARG_PATH = re.compile(r"^(?:args\[(\d+)\]|kwargs\.([A-Za-z_][A-Za-z0-9_]*))$")
 _PLAIN = (bool, int, float, str, type(None))
@@ -63,8 +64,31 @@ def _card_tensor(spec: OperatorCard, name: str, alignment: int = DEFAULT_ALIGNME
 
 
 def describe(overload: str, inputs: list[TensorGuard]) -> str:
-    shapes = ", ".join(f"{t.name}[{'x'.join(map(str, t.shape))}] {t.dtype}" for t in inputs)
-    return f"{overload}({shapes})"
+    return describe_call(overload, inputs)
+
+
+def _numel(shape: Sequence[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def card_view(spec: OperatorCard, name: str, op_shape: Sequence[int], binding: object) -> tuple[int, ...] | str:
+    """The card's shape of tensor `name`, checked against the capture's binding (`capture.manifest.Binding`) and the
+    call's shape: the same elements in the same row-major order, so the kernel may read the call's contiguous tensor
+    as it is. Why not, in words, when they disagree."""
+    from kernelforge_tui.capture.manifest import Binding
+
+    assert isinstance(binding, Binding)
+    card_shape = spec.tensor(name).dims(spec.sizes)
+    if list(op_shape) != binding.op_shape:
+        return f"the capture binds {name} to shape {binding.op_shape}, the call had {list(op_shape)}"
+    if list(card_shape) != binding.card_shape:
+        return f"the card's {name} is {list(card_shape)}, the capture bound it as {binding.card_shape}"
+    if _numel(card_shape) != _numel(op_shape):
+        return f"the card's {name} {list(card_shape)} does not hold the call's {list(op_shape)} element for element"
+    return tuple(card_shape)
 
 
 # -- hand-written cards ------------------------------------------------------------------------------------------
@@ -153,12 +177,16 @@ def from_variant(variant: object, spec: OperatorCard) -> CallBinding | str:
             dtype = spec.tensor(binding.tensor).dtype
             if dtype != meta.dtype:
                 return f"the card's {binding.tensor} is {dtype}, the call passed {meta.dtype}"
+            view = card_view(spec, binding.tensor, meta.shape, binding)
+            if isinstance(view, str):
+                return view
             guard = TensorGuard(
                 name=binding.tensor,
                 shape=tuple(meta.shape),
                 dtype=meta.dtype,
                 strides=tuple(meta.stride),
                 alignment=alignment,
+                card_shape=view if view != tuple(meta.shape) else None,
             )
             inputs.append(guard)
             args.append(AtenArg(name=name, position=position, tensor=binding.tensor))
@@ -180,12 +208,23 @@ def from_variant(variant: object, spec: OperatorCard) -> CallBinding | str:
         binding = by_output.get(f"out[{index}]")
         if binding is None:
             return f"{step.op} also returns out[{index}] {meta.shape}, which the card does not compute"
+        if not meta.contiguous:
+            return (
+                f"{step.op} returned out[{index}] with strides {meta.stride}; the runtime returns its outputs "
+                "row-major contiguous"
+            )
+        if spec.tensor(binding.tensor).dtype != meta.dtype:
+            return f"the card's {binding.tensor} is {spec.tensor(binding.tensor).dtype}, the call returned {meta.dtype}"
+        view = card_view(spec, binding.tensor, meta.shape, binding)
+        if isinstance(view, str):
+            return view
         outputs.append(
             TensorGuard(
                 name=binding.tensor,
                 shape=tuple(meta.shape),
                 dtype=meta.dtype,
                 strides=contiguous_strides(tuple(meta.shape)),
+                card_shape=view if view != tuple(meta.shape) else None,
             )
         )
     if not inputs or not outputs:

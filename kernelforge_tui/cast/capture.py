@@ -44,6 +44,7 @@ def collect_capture(capture_dir: Path, runs: Sequence[Path] = ()) -> Collected:
     collected = Collected()
     for variant in capture.variants:
         common = {"variant": f"{variant.id} {variant.title}", "overload": _overload(variant)}
+        collected.order.append(str(common["variant"]))
         if variant.status != "card" or variant.card is None:
             reason = variant.reason or f"no card ({variant.status})"
             collected.audit.append(AuditEntry(**common, decision="fallback", reason=reason))

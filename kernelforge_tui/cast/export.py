@@ -90,6 +90,8 @@ class Collected:
     found: list[Found] = field(default_factory=list)
     audit: list[AuditEntry] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)
+    """The variants in the order the audit lists them (a capture's ranking); empty: as they come."""
 
 
 # -- reading runs ------------------------------------------------------------------------------------------------
@@ -247,6 +249,29 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:60]
 
 
+def stored_sets(found: Found) -> list[tuple[str, Path]]:
+    """(name, file) of the card's stored input sets, where they can be carried (the card directory unchanged)."""
+    if found.sets_note:
+        return []
+    return [
+        (s.name, found.card.file(s.file, f"input_sets.{s.name}.file"))
+        for s in found.card.spec.input_sets
+        if s.file is not None
+    ]
+
+
+def sets_left_behind(found: Found) -> str:
+    """Why the stored sets stay out of the package (too large), or ''."""
+    stored = stored_sets(found)
+    size = sum(p.stat().st_size for _, p in stored)
+    if not stored or size <= MAX_SET_BYTES:
+        return ""
+    return (
+        f"its {len(stored)} stored set(s) take {size / 2**20:.0f} MiB, more than the {MAX_SET_BYTES >> 20} MiB a "
+        "package carries: checked on fresh draws and stress sets only"
+    )
+
+
 def make_entry(
     found: Found, index: int, cubin: bytes, ptx: bytes, arch: str, nvcc: str
 ) -> tuple[KernelEntry, dict[str, bytes]]:
@@ -269,14 +294,12 @@ def make_entry(
         f"{base}/card.json": found.card_json.encode(),
     }
     sets: list[str] = []
-    stored = [s for s in spec.input_sets if s.file is not None]
-    if stored and not found.sets_note:
-        paths = [found.card.file(s.file, f"input_sets.{s.name}.file") for s in stored if s.file is not None]
-        if sum(p.stat().st_size for p in paths) <= MAX_SET_BYTES:
-            for which, path in zip(stored, paths, strict=True):
-                name = f"{base}/sets/{which.name}.npz"
-                files[name] = path.read_bytes()
-                sets.append(name)
+    stored = stored_sets(found)
+    if stored and sum(p.stat().st_size for _, p in stored) <= MAX_SET_BYTES:
+        for which, path in stored:
+            name = f"{base}/sets/{which}.npz"
+            files[name] = path.read_bytes()
+            sets.append(name)
     result = found.evaluation.result if found.evaluation is not None else None
     latency = Latency()
     if result is not None and result.candidate is not None and result.baseline is not None:
@@ -394,6 +417,9 @@ def export(
             continue
         kernels.append(entry)
         files.update(entry_files)
+        left = sets_left_behind(found)
+        if left:
+            collected.notes.append(f"{found.variant}: {left}")
         audit.append(
             AuditEntry(
                 variant=found.variant,
@@ -407,6 +433,9 @@ def export(
                 node=found.node.id,
             )
         )
+    if collected.order:  # the capture's order (its ranking), kernels in their places
+        place = {variant: i for i, variant in enumerate(collected.order)}
+        audit.sort(key=lambda a: place.get(a.variant, len(place)))
     notes = list(collected.notes)
     if not sanitize:
         notes.append(

@@ -57,6 +57,16 @@ class TensorGuard(Model):
     """In elements; the cards are row-major, so these are the contiguous strides."""
     alignment: int = DEFAULT_ALIGNMENT
     """The data pointer must be a multiple of this many bytes."""
+    card_shape: tuple[int, ...] | None = None
+    """The card's shape for the same elements in the same (row-major) order, where it differs from the call's: the
+    kernel reads and writes the tensor as this (a softmax over the last axis of [2, 16, 1024, 1024] is a
+    [32768, 1024] card). None: the card's shape is `shape`. The guard and the aten call take `shape`; the card's
+    stored and drawn sets are in `kernel_shape`."""
+
+    @property
+    def kernel_shape(self) -> tuple[int, ...]:
+        """The shape the kernel sees: the card's."""
+        return self.shape if self.card_shape is None else self.card_shape
 
 
 class AtenArg(Model):
@@ -89,8 +99,18 @@ class Guard(Model):
     """The device's compute capability, (9, 0) for sm_90: the cubin is for exactly this architecture."""
 
     def describe(self) -> str:
-        shapes = ", ".join(f"{t.name}[{'x'.join(map(str, t.shape))}] {t.dtype}" for t in self.inputs)
-        return f"{self.overload}({shapes})"
+        return describe_call(self.overload, self.inputs)
+
+
+def describe_call(overload: str, inputs: list[TensorGuard]) -> str:
+    """`aten::_softmax.default(x[2x16x1024x1024] bfloat16 as [32768x1024])`: the call's shapes, and the card's
+    where they differ."""
+
+    def one(t: TensorGuard) -> str:
+        view = f" as [{'x'.join(map(str, t.card_shape))}]" if t.card_shape not in (None, t.shape) else ""
+        return f"{t.name}[{'x'.join(map(str, t.shape))}] {t.dtype}{view}"
+
+    return f"{overload}({', '.join(one(t) for t in inputs)})"
 
 
 class LaunchArg(Model):

@@ -108,17 +108,45 @@ def to_torch(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(array))
 
 
+def as_call(array: np.ndarray, guard: TensorGuard) -> torch.Tensor:
+    """A card set's array (in the card's shape) as the aten call's tensor: the same elements, row-major, viewed in
+    the call's shape with the call's strides (which may differ from torch's own only on dims of size 1), no copy.
+    CastError when the array is not the card's shape the guard names."""
+    if tuple(array.shape) != guard.kernel_shape:
+        raise CastError(
+            f"input {guard.name}: the card's set holds {list(array.shape)}, the package's kernel reads "
+            f"{list(guard.kernel_shape)}: export it again"
+        )
+    return to_torch(array).view(guard.shape).as_strided(guard.shape, guard.strides)
+
+
 def placed(host: torch.Tensor, guard: TensorGuard, device: torch.device, exact: bool = False) -> torch.Tensor:
-    """`host` on the device at exactly the guard's alignment: the weakest the guard admits, so that is what is
-    proven. `exact`: the tensor ends where its allocation ends (memcheck sees a write past the end)."""
+    """`host` (in the call's shape) on the device at exactly the guard's alignment: the weakest the guard admits, so
+    that is what is proven. `exact`: the tensor ends where its allocation ends (memcheck sees a read or write past
+    the end); otherwise 512 bytes of slack follow it."""
     import torch
 
+    if tuple(host.shape) != guard.shape:
+        raise CastError(f"input {guard.name}: {list(host.shape)} is not the call's shape {list(guard.shape)}")
     nbytes = host.numel() * host.element_size()
     offset = guard.alignment % 256  # 256 and more: torch's own (512-byte) alignment is admitted as it is
-    buffer = torch.empty(offset + nbytes if exact else offset + nbytes + 512, dtype=torch.uint8, device=device)
-    view = buffer[offset : offset + nbytes].view(host.dtype).view(host.shape)
+    size = offset + nbytes + (0 if exact else 512)
+    buffer = torch.empty(size, dtype=torch.uint8, device=device)
+    start = offset
+    if buffer.data_ptr() % 256:  # a host allocator (64 bytes); CUDA's start at 256 or more, so `exact` holds there
+        buffer = torch.empty(size + 256, dtype=torch.uint8, device=device)
+        start = -buffer.data_ptr() % 256 + offset
+    view = buffer[start : start + nbytes].view(host.dtype).as_strided(guard.shape, guard.strides)
     view.copy_(host)
     return view
+
+
+def call_inputs(
+    entry: KernelEntry, arrays: Arrays, device: torch.device, exact: bool = False
+) -> dict[str, torch.Tensor]:
+    """The call's input tensors from one of the card's sets: in the call's shapes, each placed at the guard's
+    alignment (`placed`)."""
+    return {g.name: placed(as_call(arrays[g.name], g), g, device, exact) for g in entry.guard.inputs}
 
 
 def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any, list[Any], dict[str, Any]]:
@@ -169,7 +197,7 @@ def check_kernel(
     result = KernelCheck(kernel=entry.id, ok=True)
     first: tuple[Any, list[Any], dict[str, Any], list[torch.Tensor]] | None = None
     for name, arrays in input_sets(package, entry, spec, fresh):
-        tensors = {g.name: placed(to_torch(arrays[g.name]), g, device) for g in entry.guard.inputs}
+        tensors = call_inputs(entry, arrays, device)
         op, args, kwargs = aten_call(entry, tensors)
         admitted = runner.check(args, kwargs)
         if isinstance(admitted, str):
@@ -260,6 +288,8 @@ def check(path: Path, out: Path, kernels: Sequence[str], timing: bool, fresh: Se
             found = check_kernel(package, KernelRunner(package, entry), timing, fresh)
         except torch.cuda.OutOfMemoryError as exc:
             found = KernelCheck(kernel=entry.id, ok=False, reason=f"out of GPU memory: {exc}")
+        except CastError as exc:  # the package contradicts itself (its sets against its guard): this kernel only
+            found = KernelCheck(kernel=entry.id, ok=False, reason=str(exc))
         except RuntimeError as exc:  # a CUDA error: the context is gone, so stop here
             result.kernels.append(KernelCheck(kernel=entry.id, ok=False, reason=f"CUDA error while it ran: {exc}"))
             out.write_text(result.model_dump_json())
@@ -267,6 +297,30 @@ def check(path: Path, out: Path, kernels: Sequence[str], timing: bool, fresh: Se
         result.kernels.append(found)
         out.write_text(result.model_dump_json())
     return EXIT_DONE
+
+
+def sanitizer_call(package: Package, runner: KernelRunner, device: torch.device) -> list[torch.Tensor] | str:
+    """The inputs of the one launch compute-sanitizer watches, as the guard admitted them, or why it refused: the
+    card's first set in the call's shapes, each input its own allocation, at exactly the guard's alignment and
+    ending where its allocation ends."""
+    entry = runner.entry
+    spec = card_of(package, entry)
+    _, arrays = next(input_sets(package, entry, spec, FRESH_SEEDS[:1]))
+    _, args, kwargs = aten_call(entry, call_inputs(entry, arrays, device, exact=True))
+    return runner.check(args, kwargs)
+
+
+def _where(tensors: Sequence[torch.Tensor], names: Sequence[str]) -> str:
+    """Each tensor's address range and its allocation's, to read a memcheck report's addresses against."""
+    parts = []
+    for name, t in zip(names, tensors, strict=True):
+        start, nbytes = t.data_ptr(), t.numel() * t.element_size()
+        storage = t.untyped_storage()
+        parts.append(
+            f"{name} {list(t.shape)} at {start:#x}-{start + nbytes:#x} ({nbytes} bytes; allocation "
+            f"{storage.data_ptr():#x}-{storage.data_ptr() + storage.nbytes():#x})"
+        )
+    return "; ".join(parts)
 
 
 def launch(path: Path, kernel: str) -> int:
@@ -282,22 +336,25 @@ def launch(path: Path, kernel: str) -> int:
         return EXIT_USAGE
     entry = entries[0]
     runner = KernelRunner(package, entry)
-    spec = card_of(package, entry)
-    _, arrays = next(input_sets(package, entry, spec, FRESH_SEEDS[:1]))
     device = torch.device("cuda", torch.cuda.current_device())
-    tensors = {g.name: placed(to_torch(arrays[g.name]), g, device, exact=True) for g in entry.guard.inputs}
-    _, args, kwargs = aten_call(entry, tensors)
-    admitted = runner.check(args, kwargs)
+    admitted = sanitizer_call(package, runner, device)
     if isinstance(admitted, str):
         print(f"probe: the guard refuses the call: {admitted}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        runner.launch(admitted)
+        outs = runner.launch(admitted)
         torch.cuda.synchronize()
     except RuntimeError as exc:
         print(f"probe: the kernel faulted: {exc}", file=sys.stderr)
         return EXIT_FAULT
-    print(f"probe: launched {entry.launch.entry} once", file=sys.stderr)
+    results = [outs] if isinstance(outs, torch.Tensor) else list(outs)
+    names = [g.name for g in entry.guard.inputs] + [g.name for g in entry.guard.outputs]
+    plan = entry.launch
+    print(
+        f"probe: launched {plan.entry} once (grid {plan.grid}, block {plan.block}, "
+        f"{plan.shared_bytes} bytes of dynamic shared memory): {_where([*admitted, *results], names)}",
+        file=sys.stderr,
+    )
     return EXIT_DONE
 
 

@@ -225,6 +225,30 @@ def _argument(args: Sequence[Any], kwargs: dict[str, Any], spec: AtenArg) -> Any
     return spec.default if spec.has_default else MISSING
 
 
+def _numel(shape: Sequence[int]) -> int:
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count
+
+
+def view_problem(tensor: TensorGuard) -> str:
+    """'' when the kernel may take the call's tensor as it is: its strides row-major (dims of size 1 aside, as torch
+    decides contiguity) and its card shape the same number of elements. Then the card's view of it (a contiguous
+    reshape) starts at the same address and lays the elements out in the same order, so the launch passes the
+    tensor's own pointer and no copy is made. Else why not."""
+    if len(tensor.strides) != len(tensor.shape):
+        return f"{tensor.name} has {len(tensor.strides)} strides for {len(tensor.shape)} dims"
+    step = 1
+    for dim, stride in zip(reversed(tensor.shape), reversed(tensor.strides), strict=True):
+        if dim != 1 and stride != step:
+            return f"{tensor.name} has strides {list(tensor.strides)} for shape {list(tensor.shape)}, not row-major"
+        step *= dim
+    if _numel(tensor.kernel_shape) != _numel(tensor.shape):
+        return f"{tensor.name}'s card shape {list(tensor.kernel_shape)} does not hold the call's {list(tensor.shape)}"
+    return ""
+
+
 class KernelRunner:
     """One accepted kernel: its guard, compiled for fast checks, its functions per device, and its counters."""
 
@@ -243,6 +267,10 @@ class KernelRunner:
         self._driver = driver
         self.device_type = device_type
         guard = entry.guard
+        for tensor in [*guard.inputs, *guard.outputs]:
+            problem = view_problem(tensor)
+            if problem:
+                raise CastError(f"{package.path}: kernel {entry.id}: {problem}: export it again")
         by_name = {t.name: t for t in guard.inputs}
         self.tensor_args: list[tuple[AtenArg, TensorGuard, torch.dtype]] = []
         self.scalar_args: list[tuple[AtenArg, frozenset[tuple[type, Any]] | None]] = []
@@ -341,7 +369,9 @@ class KernelRunner:
             return self.functions[device]
 
     def launch(self, tensors: list[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """Run the kernel on admitted inputs: outputs from torch's allocator, launched on torch's current stream."""
+        """Run the kernel on admitted inputs: outputs from torch's allocator in the call's shapes, launched on torch's
+        current stream. The kernel gets each tensor as its card's row-major view, which for the admitted (row-major)
+        tensors is their own data pointer (`view_problem`): nothing is reshaped or copied on the hot path."""
         import torch
 
         device = tensors[0].device

@@ -191,7 +191,9 @@ def _judge(
     records: list[CheckRecord] = []
     if not check.ok:
         dropped[entry.id] = check.reason
+        progress(f"{entry.id}: left out: {check.reason}")
         return None
+    progress(f"{entry.id}: agrees with eager PyTorch on {len(check.sets)} input sets")
     records.append(
         CheckRecord(
             name="correctness",
@@ -206,6 +208,7 @@ def _judge(
         report = f"reports/{entry.id}/{tool}.txt"
         files[report] = outcome.report.encode()
         detail = f"{outcome.summary} ({outcome.seconds:.0f} s)"
+        progress(f"{entry.id}: {tool}: {'passed' if outcome.ok else 'FAILED'}: {detail}")
         records.append(CheckRecord(name=tool, ok=outcome.ok, detail=detail, report=report))
         if not outcome.ok:
             dropped[entry.id] = f"compute-sanitizer {tool}: {outcome.summary} (report: {report})"
@@ -216,6 +219,7 @@ def _judge(
             f"{check.speedup:.3f}x eager ({check.kernel_us:.2f} us vs {check.eager_us:.2f} us, "
             f"95% interval {low:.3f}-{high:.3f}, {check.reps} interleaved reps, L2 flushed)"
         )
+        progress(f"{entry.id}: timing: {detail}")
         if not check.faster:
             dropped[entry.id] = f"not faster than eager PyTorch beyond the noise here: {detail}"
             return None
