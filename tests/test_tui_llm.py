@@ -191,19 +191,21 @@ async def test_a_coder_writing_for_the_selected_node_streams_into_the_diff() -> 
         selected = app.selected
         assert selected is not None and not streaming(app)
         source.start("k1", selected)
-        source.text("k1", "```cuda\n__global__ void ", "softmax_rows(")
         await pump(app, pilot)
         stream = app.query_one(StreamPane)
         assert streaming(app) and stream.key == "k1"
         text = screen_text(app)
-        assert f"coder openai/gpt-4.1 writing for #{selected}" in text
-        assert "__global__ void softmax_rows(" in text and "37 chars" in text
+        assert f"coder openai/gpt-4.1 writing for #{selected}" in text and stream.waiting_note in text
+        source.text("k1", "```cuda\n__global__ void ", "softmax_rows(")
+        await pump(app, pilot)
+        text = screen_text(app)
+        assert "__global__ void softmax_rows(" in text and stream.waiting_note not in text
         source.text("k1", "const float* x) {\n", "  float4 v;")
         await pump(app, pilot)
-        assert list(stream.lines) == ["```cuda", "__global__ void softmax_rows(const float* x) {", "  float4 v;"]
+        assert stream.lines == ["```cuda", "__global__ void softmax_rows(const float* x) {", "  float4 v;"]
         source.text("k1", "```cuda\n// take two", retry=True)  # the attempt failed: its text goes
         await pump(app, pilot)
-        assert list(stream.lines) == ["```cuda", "// take two"] and "attempt 2" in screen_text(app)
+        assert stream.lines == ["```cuda", "// take two"] and "attempt 2" in screen_text(app)
         source.end("k1", call("coder", selected))
         await pump(app, pilot)
         assert not streaming(app) and stream.key is None
@@ -245,7 +247,7 @@ async def test_following_switches_to_the_next_kernel_being_written() -> None:
         source.end("k2", call("debugger", 5, outcome="cancelled"))
         await pump(app, pilot)
         assert app.query_one(StreamPane).key == "k1"  # back to the one still being written
-        assert list(app.query_one(StreamPane).lines) == ["first"]
+        assert app.query_one(StreamPane).lines == ["first"]
 
 
 # -- log, metrics ------------------------------------------------------------------------------------
@@ -439,6 +441,23 @@ def test_conversation_screen_snapshot(snap_compare: Any, size: tuple[int, int]) 
         await open_conversation(app, pilot)
 
     assert snap_compare(snapshot_app(), terminal_size=size, run_before=conversation)
+
+
+def test_conversation_with_a_call_in_flight_snapshot(snap_compare: Any) -> None:
+    """A reply in flight shows its last lines in a fixed height, below the node's ended calls."""
+
+    async def in_flight(pilot: Pilot[None]) -> None:
+        app: Any = pilot.app
+        await settle(app, pilot)
+        source: AgentSource = app.source
+        source.start("d1", app.selected, role="debugger")
+        source.text("d1", "".join(f"  line {i} of the fix;\n" for i in range(1, 25)), "  // still writ")
+        await pump(app, pilot)
+        await open_conversation(app, pilot)
+        await pilot.press("end")
+        await pilot.pause()
+
+    assert snap_compare(snapshot_app(), terminal_size=(100, 30), run_before=in_flight)
 
 
 def test_models_screen_snapshot(snap_compare: Any) -> None:

@@ -381,7 +381,7 @@ async def test_a_followed_agent_run_shows_a_call_in_flight_and_its_end(tmp_path:
             stream = app.query_one(StreamPane)
             assert stream.display and stream.key == "c1"
             assert "coder openai/gpt-4.1 writing for #1" in screen_text(app)
-            assert "written by a search in another process" in screen_text(app)
+            assert "from another process: the text comes at its end" in screen_text(app)
             wrote = writer.end("c1", agent_call(root))
             writer.child(root, [wrote])
             await wait_for(pilot, lambda: stream.key is None, "the call's end did not arrive")

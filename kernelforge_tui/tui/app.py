@@ -53,8 +53,8 @@ from kernelforge_tui.tui.source import NodeSource, RunSource, llm_reads
 from kernelforge_tui.tui.themes import load_themes, resolve_theme
 from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, RunHeaderBar, SearchTree, StreamPane
 from kernelforge_tui.tui.widgets.diff import DIFF_BASES, DiffBase
-from kernelforge_tui.tui.widgets.llm_call import ELSEWHERE, WAITING
 from kernelforge_tui.tui.widgets.metrics import NodeDetail
+from kernelforge_tui.tui.widgets.stream import WAITING_ELSEWHERE, WAITING_HERE
 from kernelforge_tui.tui.widgets.tree import FILTERS
 
 WIDE = 150
@@ -180,7 +180,7 @@ class KernelForgeApp(App[None]):
         log = self.query_one(LogPane)
         log.started_at = self.state.header.started_at
         log.add(list(self.state.logs))
-        self.query_one(StreamPane).waiting_note = WAITING if self.source.in_process else ELSEWHERE
+        self.query_one(StreamPane).waiting_note = WAITING_HERE if self.source.in_process else WAITING_ELSEWHERE
         self._update_header()
         self._update_stream()
 

@@ -3,6 +3,9 @@
 The ended calls are read from the run's store (in a thread worker: a live run in this process, a run followed from
 another process and a finished run alike); the calls in flight come from the app's view of the run, their reply
 growing as it streams. The app asks for a new read when a call about this node ends.
+
+The screen is opaque: a translucent one shows the main screen through it, and that background is drawn again
+whenever a pane beneath changes (with a search running, several times a second).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from kernelforge_tui.tui.widgets.llm_call import CallView
 
 class ConversationScreen(ModalScreen[None]):
     DEFAULT_CSS = """
-    ConversationScreen { align: center middle; }
+    ConversationScreen { align: center middle; background: $surface; }
     ConversationScreen > Vertical { width: 100%; height: 100%; border: round $primary; background: $surface; }
     ConversationScreen #calls { height: 1fr; background: $surface; scrollbar-size-vertical: 1; }
     ConversationScreen #conversation-note { color: $text-muted; padding: 0 1; }
@@ -94,8 +97,9 @@ class ConversationScreen(ModalScreen[None]):
 
     def _redraw(self) -> None:
         """Rebuild the list of calls (one draw at a time: a newer one replaces one under way)."""
-        self.run_worker(self._rebuild(), group="conversation-draw", exclusive=True)
+        self._rebuild()
 
+    @work(exclusive=True, group="conversation-draw")
     async def _rebuild(self) -> None:
         box = self.query_one("#calls", VerticalScroll)
         ended = self.calls or []

@@ -1,7 +1,9 @@
 """One LLM call, readable: who asked which model what, what it cost, and the messages and reply, wrapped.
 
-A call in flight shows its reply so far; a call whose texts were not kept (the user keeps only their hashes) shows
-the hashes in their place.
+A call in flight shows the last lines of its reply so far, in a fixed height: redrawn a few times a second while it
+streams, it never changes the layout (a new layout repaints the whole screen) and costs the same however long the
+reply grows (the diff's place streams it whole). A call whose texts were not kept (the user keeps only their
+hashes) shows the hashes in their place.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from textual.widget import Widget
 from kernelforge_tui.engine.view import LiveCall, money_text
 from kernelforge_tui.models.llm import LlmCall
 
+LIVE_LINES = 16
+"""The lines of a reply in flight that the conversation shows: its tail."""
 WAITING = "waiting for the first token"
 ELSEWHERE = "written by a search in another process: the reply shows when the call ends"
 
@@ -82,13 +86,10 @@ class CallView(Widget):
         self._failed = isinstance(call, LlmCall) and call.outcome in ("error", "malformed")
         self.set_class(self._failed, "-failed")
 
-    def show(self, call: LlmCall | LiveCall) -> None:
-        """Show `call` instead (the same call, grown or ended)."""
+    def show(self, call: LiveCall) -> None:
+        """Redraw the call in flight, grown (its height does not change: no layout)."""
         self.call = call
-        self._failed = isinstance(call, LlmCall) and call.outcome in ("error", "malformed")
-        self.set_class(isinstance(call, LiveCall), "-live")
-        self.set_class(self._failed, "-failed")
-        self.refresh(layout=True)
+        self.refresh()
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"call-view--{name}", partial=True)
@@ -114,11 +115,16 @@ class CallView(Widget):
         rows: list[RenderableType] = [head]
         if isinstance(call, LiveCall):
             rows.append(Text("the prompt and the figures show when the call ends", style=label))
-            rows.append(self._rule("reply so far"))
-            if call.pieces:
-                rows.append(self._body(call.text))
-            else:
-                rows.append(Text(WAITING if self.streamed else ELSEWHERE, style=self._style("missing")))
+            lines = call.text.split("\n") if call.pieces else []
+            earlier = max(0, len(lines) - LIVE_LINES)
+            rows.append(self._rule(f"reply so far (last {LIVE_LINES} lines)" if earlier else "reply so far"))
+            if not lines:
+                lines = ["", WAITING if self.streamed else ELSEWHERE]
+            tail = [Text(line, no_wrap=True, overflow="ellipsis") for line in lines[earlier:]]
+            tail += [Text("")] * (LIVE_LINES - len(tail))
+            if not call.pieces:
+                tail[1].stylize(self._style("missing"))
+            rows.extend(tail)
             return Group(*rows)
         first = f" · first token {call.first_token_s:.2f} s" if call.first_token_s is not None else ""
         attempts = f" · {call.attempts} attempts" if call.attempts != 1 else " · 1 attempt"
