@@ -209,7 +209,8 @@ class Changes:
 
 def describe(event: EngineEvent, previous_status: NodeStatus | None) -> LogLine | None:
     """The log line an event deserves beyond the engine's own log lines: what a proposer tried, each
-    failure with its error (a compiler error keeps its offending line), new bests and state changes."""
+    failure with its error (a compiler error keeps its offending line), new bests, state changes, and each
+    ended LLM call (a failed or malformed one at warning level)."""
     if isinstance(event, NodeAdded | NodeChanged):
         node = event.node
         if isinstance(event, NodeAdded) and node.mutation:
