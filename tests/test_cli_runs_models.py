@@ -188,10 +188,10 @@ def test_a_negative_budget_is_bad_input_naming_its_option(
     assert not (tmp_path / "runs").exists()
 
 
-def test_tui_says_which_options_it_does_not_take_yet(capsys: pytest.CaptureFixture[str]) -> None:
+def test_tui_hands_the_proposer_to_the_search_as_optimize_does(capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["tui", str(SOFTMAX), "--simulate", "--proposer", "agents", "--budget-tokens", "1000"])
     out = capsys.readouterr().out
-    assert code == 2 and "--budget-tokens, --proposer" in out and "kernelforge open RUN" in out
+    assert code == 2 and "--proposer agents needs an LLM" in out and "[[llm.providers]]" in out
 
 
 def test_the_live_view_shows_llm_spend_against_its_caps(tmp_path: Path) -> None:

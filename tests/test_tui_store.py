@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from kernelforge_tui.cards import load_card
+from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.models.commands import Stop
@@ -122,7 +123,8 @@ async def test_follow_and_steer_a_run_written_by_another_process(tmp_path: Path)
 async def test_in_process_search_under_the_tui() -> None:
     from kernelforge_tui.tui.launch import new_search
 
-    search = new_search(CARD, budget_iters=5, budget_minutes=None, simulate=True)
+    search = new_search(CARD, Budget(max_iterations=5, max_tokens=10**6), simulate=True)
+    assert search.settings.budget.max_tokens == 10**6  # the TUI's search takes every budget optimize takes
     source = LiveSearchSource(search, search.store)
     app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
     async with app.run_test(size=(120, 40)) as pilot:
@@ -142,7 +144,7 @@ async def test_in_process_search_under_the_tui() -> None:
 async def test_quit_mid_search_stops_it_resumably() -> None:
     from kernelforge_tui.tui.launch import new_search
 
-    search = new_search(CARD, budget_iters=500, budget_minutes=None, simulate=True)
+    search = new_search(CARD, Budget(max_iterations=500), simulate=True)
     source = LiveSearchSource(search, search.store)
     app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
     async with app.run_test(size=(120, 40)) as pilot:

@@ -379,20 +379,8 @@ def _models(infos: list[RunInfo], args: argparse.Namespace, console: Console) ->
 def cmd_tui(args: argparse.Namespace, console: Console) -> int:
     from kernelforge_tui.tui.launch import run_tui
 
-    budget = budget_from(args)
-    waiting = {"--budget-money": args.budget_money, "--budget-tokens": args.budget_tokens, "--proposer": args.proposer}
-    given = [option for option, value in waiting.items() if value is not None]
-    if given:  # run_tui (tui/launch.py) takes neither a Budget nor a proposer yet
-        raise BadInput(
-            f"kernelforge tui does not take {', '.join(given)} yet: start the search with `kernelforge optimize CARD "
-            f"{' '.join(given)} ...` and watch and steer it with `kernelforge open RUN`"
-        )
     run_dir = run_tui(
-        Path(args.card),
-        theme=args.theme,
-        budget_iters=budget.max_iterations,
-        budget_minutes=budget.max_minutes,
-        simulate=args.simulate,
+        Path(args.card), budget_from(args), theme=args.theme, proposer=args.proposer, simulate=args.simulate
     )
     if run_dir:
         console.print(f"run stored in {escape(run_dir)}: `kernelforge open` it, or resume it with `optimize --resume`")

@@ -9,26 +9,26 @@ from kernelforge_tui.tui import apply_ssh_defaults
 from kernelforge_tui.tui.config import load_tui_settings
 
 if TYPE_CHECKING:
+    from kernelforge_tui.engine.budget import Budget
     from kernelforge_tui.engine.search import Search
 
 
-def new_search(card_dir: Path, budget_iters: int | None, budget_minutes: float | None, simulate: bool) -> Search:
-    """A search on a new run of the card with the template proposer, set up as `optimize` sets one up (whoever
-    runs it closes its store)."""
+def new_search(card_dir: Path, budget: Budget, *, proposer: str | None = None, simulate: bool = False) -> Search:
+    """A search on a new run of the card, set up as `optimize` sets one up: the same proposers (an LLM team's
+    calls included) and budgets (whoever runs it closes its store)."""
     from kernelforge_tui.config import load_settings
-    from kernelforge_tui.engine.budget import Budget
     from kernelforge_tui.engine.setup import RunOptions, prepare_run
 
-    budget = Budget(max_iterations=budget_iters, max_minutes=budget_minutes)
-    return prepare_run(card_dir, load_settings(), RunOptions(budget=budget, simulate=simulate))
+    options = RunOptions(budget=budget, proposer=proposer, simulate=simulate)
+    return prepare_run(card_dir, load_settings(), options)
 
 
 def run_tui(
     card_dir: Path,
+    budget: Budget,
     *,
     theme: str | None = None,
-    budget_iters: int | None = None,
-    budget_minutes: float | None = None,
+    proposer: str | None = None,
     simulate: bool = False,
 ) -> str:
     """Search a card under the TUI; the run directory (resumable with `optimize --resume`)."""
@@ -37,7 +37,7 @@ def run_tui(
     from kernelforge_tui.tui.source import LiveSearchSource
 
     settings = load_tui_settings(theme=theme)
-    search = new_search(card_dir, budget_iters, budget_minutes, simulate)
+    search = new_search(card_dir, budget, proposer=proposer, simulate=simulate)
     app = KernelForgeApp(LiveSearchSource(search, search.store), settings)
     try:
         app.run()
