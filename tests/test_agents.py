@@ -383,8 +383,9 @@ async def test_cancelling_an_expansion_cancels_the_call(card: Card) -> None:
 async def test_the_top_k_coders_each_write_a_first_kernel_at_once_and_one_failing_does_not_sink_the_others(
     card: Card,
 ) -> None:
-    first = streamed(kernel("One block per row, the row in registers."), delay_s=0.05)
-    script = Script({"first@m-coder-b": [Reply(status=500, error="model down")], "first": [first]})
+    first = streamed(kernel("One block per row, the row in registers."), delay_s=0.2)
+    down = Reply(status=500, error="model down", delay_s=0.6)
+    script = Script({"first@m-coder-b": [down], "first": [first]})
     roles = {"coder": ["coder-a", "coder-b", "coder-c"]}
     async with team(script, roles, {"pool_size": 2}, coder_order=["coder-c", "coder-b", "coder-a"]) as (
         proposer,
@@ -394,7 +395,10 @@ async def test_the_top_k_coders_each_write_a_first_kernel_at_once_and_one_failin
         assert proposer.seeds(card) == []
         proposals = await proposer.propose(context(card, first_expansion=True), 4)
     assert sorted(s.body["model"] for s in script.asked("first")) == ["m-coder-b", "m-coder-c"]
-    assert server.max_active == 2
+    # asked at once, not one after the other: each call started before the other one ended
+    written, failed = (next(c for c in sink.calls if c.model == m) for m in ("m-coder-c", "m-coder-b"))
+    assert written.latency_s > 0.5 and failed.latency_s > 0.5 and failed.outcome == "error"
+    assert written.at - written.latency_s < failed.at and failed.at - failed.latency_s < written.at
     (proposal,) = proposals
     assert proposal.proposer == "agents:coder-c"
     assert proposal.mutation == "first kernel by coder-c: One block per row, the row in registers."

@@ -36,6 +36,8 @@ class Reply:
     first chunk, wait until the client closes the connection."""
     stall_s: float = 0.0
     chunk_delay_s: float = 0.0
+    delay_s: float = 0.0
+    """Wait this long before answering at all (an error that takes time, a slow first byte)."""
     content_type: str = "text/event-stream"
 
 
@@ -161,6 +163,7 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                 server._done()
 
         def _answer(self, reply: Reply) -> None:
+            time.sleep(reply.delay_s)
             if reply.status != 200:
                 payload = json.dumps({"type": "error", "error": {"type": "scripted", "message": reply.error}}).encode()
                 self.send_response(reply.status)
