@@ -390,7 +390,7 @@ async def test_the_top_k_coders_each_write_a_first_kernel_at_once_and_one_failin
     async with team(script, roles, {"pool_size": 2}, coder_order=["coder-c", "coder-b", "coder-a"]) as (
         proposer,
         sink,
-        server,
+        _,
     ):
         assert proposer.seeds(card) == []
         proposals = await proposer.propose(context(card, first_expansion=True), 4)
