@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import json
+import struct
+import zlib
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
 import pytest
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import load_plan
+from kernelforge_tui.cli.chart import CEILING, HEIGHT, LEFT, RIGHT, SPEEDUP, WIDTH
+from kernelforge_tui.cli.main import main
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.engine.takeaway import progress, write_kernel
 from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck, Timing
@@ -125,3 +132,73 @@ def test_progress_is_the_best_so_far_over_candidates(tmp_path: Path) -> None:
         (2, 6.0, 0.81),
         (3, 6.0, 0.81),  # a failure is a candidate spent, and changes no best
     ]
+
+
+# ---- kernelforge show ----------------------------------------------------------------------------------------
+
+
+def read_png(path: Path) -> npt.NDArray[np.uint8]:
+    """An 8-bit RGB PNG with filter 0 on every row (what cli.chart writes), checked chunk by chunk."""
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    at, chunks = 8, {}
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        assert struct.unpack(">I", data[at + 8 + length : at + 12 + length])[0] == zlib.crc32(kind + body)
+        chunks[kind] = body
+        at += 12 + length
+    width, height, depth, color, *_ = struct.unpack(">IIBBBBB", chunks[b"IHDR"])
+    assert (depth, color) == (8, 2) and b"IEND" in chunks
+    rows = np.frombuffer(zlib.decompress(chunks[b"IDAT"]), dtype=np.uint8).reshape(height, 1 + width * 3)
+    assert not rows[:, 0].any()
+    return rows[:, 1:].reshape(height, width, 3)
+
+
+def test_show_writes_the_best_kernel_and_a_chart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make_run(tmp_path).close()
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", str(tmp_path / "runs" / "run-a")]) == 0
+    out = capsys.readouterr().out
+    assert "# vector_add_f32: node 2 (the run's best)" in out and "6.00x (95%: 5.82-6.12)" in out
+    written = tmp_path / "run-a-node-2"  # the default directory: RUN-node-N here
+    assert sorted(p.name for p in written.iterdir()) == ["kernel.cu", "plan.toml", "progress.png", "summary.md"]
+    image = read_png(written / "progress.png")
+    assert image.shape == (HEIGHT, WIDTH, 3)
+    blue = np.all(image == SPEEDUP, axis=2)
+    orange = np.all(image == CEILING, axis=2)
+    assert orange.any()
+    left, right = np.nonzero(blue[:, LEFT + 20])[0], np.nonzero(blue[:, WIDTH - RIGHT - 20])[0]
+    assert left.min() > right.min() + 100  # 1x after the first candidate, 6x after the second: the line rises
+
+
+def test_show_a_node_as_json_into_a_directory(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    make_run(tmp_path).close()
+    assert main(["show", str(tmp_path / "runs" / "run-a"), "3", "-o", str(tmp_path / "k"), "--json"]) == 0
+    reply = json.loads(capsys.readouterr().out)
+    assert reply["node_id"] == 3 and reply["status"] == "failed" and reply["checks"] == []
+    assert reply["files"][0] == str(tmp_path / "k" / "kernel.cu")
+    assert (tmp_path / "k" / "kernel.cu").read_text() == "// broken\n"
+
+
+@pytest.mark.parametrize(
+    ("node", "words"),
+    [("abc", "node 'abc' is not a node id: give a number"), ("99", "no node 99 in run run-a")],
+)
+def test_show_names_a_bad_node(tmp_path: Path, capsys: pytest.CaptureFixture[str], node: str, words: str) -> None:
+    make_run(tmp_path).close()
+    assert main(["show", str(tmp_path / "runs" / "run-a"), node, "-o", str(tmp_path / "k"), "--json"]) == 2
+    assert words in json.loads(capsys.readouterr().out)["message"]
+    assert not (tmp_path / "k").exists()
+
+
+def test_show_of_a_recorded_example_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run recorded on the H200 by an older kernelforge (no speedup interval): the spread stands in for it."""
+    run = EXAMPLES / "runs" / "rms_norm_bf16_profiled"
+    assert main(["show", str(run), "-o", str(tmp_path / "k")]) == 0
+    out = capsys.readouterr().out
+    assert "19.34x over the card's baseline (no interval recorded; kernel time spread p10-p90" in out
+    assert "memory-bandwidth-bound at 76% of peak" in out and "dram_bytes" in out
+    assert load_plan(tmp_path / "k" / "plan.toml").entry == "kf_rms_norm"

@@ -1,6 +1,6 @@
 """kernelforge: search for faster CUDA kernels, proven correct and timed honestly.
 
-Commands: doctor, new, eval, optimize, runs, tui, open, profile. Exit codes: 0 success, 1 the candidate (or a
+Commands: doctor, new, eval, optimize, runs, show, tui, open, profile. Exit codes: 0 success, 1 the candidate (or a
 check) failed, 2 bad input (card, plan, file, run), 3 no GPU.
 """
 
@@ -20,6 +20,7 @@ from kernelforge_tui.cli.new import cmd_new
 from kernelforge_tui.cli.output import error_kind, fail
 from kernelforge_tui.cli.profile import cmd_profile
 from kernelforge_tui.cli.runs import cmd_open, cmd_optimize, cmd_runs, cmd_tui
+from kernelforge_tui.cli.show import add_show_parser, cmd_show
 from kernelforge_tui.engine.strategies import STRATEGIES
 from kernelforge_tui.errors import KernelForgeError
 
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     prof.add_argument("--again", action="store_true", help="profile a node again even where a profile is saved")
     prof.add_argument("--no-save", action="store_true", help="do not save a node's new profile in the run")
     prof.add_argument("--json", action="store_true", help="machine-readable output")
+    add_show_parser(sub)
     add_cast_parsers(sub)
     return parser
 
@@ -170,6 +172,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "tui": cmd_tui,
     "open": cmd_open,
     "profile": cmd_profile,
+    "show": cmd_show,
     **CAST_COMMANDS,
 }
 
