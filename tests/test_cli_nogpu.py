@@ -19,7 +19,9 @@ NO_DRIVER = "#!/bin/sh\necho 'NVIDIA-SMI has failed because it could not communi
 
 @pytest.fixture
 def no_gpu_path(tmp_path: Path) -> str:
-    """A PATH with nvcc and an nvidia-smi that finds no driver, as in a container without a GPU."""
+    """A PATH with nvcc and an nvidia-smi that finds no driver (first, so it hides a real one), as in a container
+    without a GPU. nvcc's own directory is on it: the compiler sandbox sees the toolkit and the system, not a link to
+    nvcc under /tmp, and eval builds before it asks for a GPU."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     smi = bin_dir / "nvidia-smi"
@@ -27,8 +29,7 @@ def no_gpu_path(tmp_path: Path) -> str:
     smi.chmod(0o755)
     nvcc = shutil.which("nvcc")
     assert nvcc is not None, "CI has nvcc"
-    (bin_dir / "nvcc").symlink_to(nvcc)
-    return f"{bin_dir}{os.pathsep}{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin"
+    return os.pathsep.join([str(bin_dir), str(Path(nvcc).parent), str(Path(sys.executable).parent), "/usr/bin", "/bin"])
 
 
 def kernelforge(*args: str, path: str) -> subprocess.CompletedProcess[str]:
@@ -47,7 +48,10 @@ def test_doctor_names_the_missing_gpu_and_the_fix(no_gpu_path: str) -> None:
     sandbox = checks["compiler sandbox"]
     assert "MiB address space" in sandbox["detail"]  # the limits nvcc runs under, in every mode
     assert sandbox["ok"] or "bubblewrap" in sandbox["fix"]
-    assert done.returncode == 0  # python and nvcc are there: cards and builds work
+    assert done.returncode == 3  # python and nvcc are there, so cards and builds work; but kernels cannot run
+    shown = kernelforge("doctor", path=no_gpu_path)
+    assert shown.returncode == 3
+    assert "kernels build here but cannot run (missing: gpu" in shown.stdout
 
 
 def test_eval_says_clearly_that_no_gpu_is_present(no_gpu_path: str) -> None:
@@ -60,6 +64,35 @@ def test_eval_says_clearly_that_no_gpu_is_present(no_gpu_path: str) -> None:
     reply = json.loads(as_json.stdout)
     assert reply["ok"] is False and reply["error"] == "no-gpu" and "no NVIDIA GPU found" in reply["message"]
     assert as_json.returncode == 3
+
+
+@pytest.mark.parametrize(
+    ("source", "plan_block", "words"),
+    [
+        ("int i = threadIdx.x c[i] = a[i] + b[i];", 256, ["compile error", "line 1"]),  # a syntax error
+        ("c[threadIdx.x] = a[threadIdx.x] + b[threadIdx.x];", 2048, ["exceeds the limit of 1024 threads"]),
+        ("void* p = malloc(4);", 256, ["source check", "'malloc' is not allowed"]),
+    ],
+)
+def test_eval_checks_the_source_the_build_and_the_plan_before_asking_for_a_gpu(
+    no_gpu_path: str, tmp_path: Path, source: str, plan_block: int, words: list[str]
+) -> None:
+    kernel = tmp_path / "k.cu"
+    kernel.write_text(
+        f'extern "C" __global__ void vadd(const float* a, const float* b, float* c, int n) {{ {source} }}\n'
+    )
+    plan = f'entry = "vadd"\ngrid = ["cdiv(n, {plan_block})"]\nblock = [{plan_block}]\nargs = ["a", "b", "c", "n"]\n'
+    (tmp_path / "k.plan.toml").write_text(plan)
+    done = kernelforge("eval", str(CARD), str(kernel), "--json", path=no_gpu_path)
+    assert done.returncode == 1, done.stdout + done.stderr  # the candidate failed, on any machine
+    reply = json.loads(done.stdout)
+    assert reply["ok"] is False and all(word in reply["reason"] for word in words), reply["reason"]
+    assert "no NVIDIA GPU" not in done.stdout
+
+
+def test_eval_of_a_kernel_that_builds_says_so_beside_the_missing_gpu(no_gpu_path: str) -> None:
+    done = kernelforge("eval", str(CARD), str(KERNEL), path=no_gpu_path)
+    one_line_error(done, 3, "no NVIDIA GPU found", "vec4_grid_stride.cu built and its launch plan fits the card")
 
 
 def test_eval_names_a_broken_card(no_gpu_path: str, tmp_path: Path) -> None:

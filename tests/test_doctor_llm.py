@@ -12,12 +12,23 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.cli import doctor as doctor_module
 from kernelforge_tui.cli.main import main
+from kernelforge_tui.gpu.detect import GpuInfo
 from tests.fakes.llm_server import LlmServer, Reply
 
 SECRET = "sk-doctor-0123456789abcdef-SECRET"
 KEY_ENV = "KF_DOCTOR_TEST_KEY"
 MISSING_ENV = "KF_DOCTOR_TEST_NOT_SET"
+
+
+@pytest.fixture(autouse=True)
+def a_gpu_machine(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are about the LLM probes: the machine has a GPU and pycuda, so doctor's exit code is theirs
+    (without them doctor exits 3 on any machine: tests/test_doctor.py)."""
+    gpu = GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-0", capability="9.0", driver="570.124.06", memory_mib=143771)
+    monkeypatch.setattr(doctor_module, "detect_gpus", lambda: [gpu])
+    monkeypatch.setattr(doctor_module, "pycuda_problem", lambda: None)
 
 
 @pytest.fixture

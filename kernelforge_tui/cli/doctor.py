@@ -1,6 +1,11 @@
 """`kernelforge doctor`: what this machine has for each stage (Python, nvcc, the sandbox, GPU, pycuda, ncu, torch),
 and whether each configured LLM model answers: a one-token streamed request to its provider, and what is wrong when
-it does not (unreachable, no key, bad key, unknown model, no streaming, timeout). The key itself is never shown."""
+it does not (unreachable, no key, bad key, unknown model, no streaming, timeout). The key itself is never shown.
+
+Its exit code says whether the main job, building, proving and timing kernels, can run here: 1 when nothing can be
+built (Python, the config, nvcc) or a configured model does not answer, 3 when kernels build but cannot run (no GPU,
+no pycuda), 0 otherwise; what only narrows the work (no ncu: no profiles; no torch: no captures) is a line with its fix.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ import json
 import platform
 import shutil
 import sys
+from pathlib import Path
 
 import httpx
 from pydantic import BaseModel
@@ -19,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+import kernelforge_tui
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.config import (
     ConfigError,
@@ -30,6 +37,7 @@ from kernelforge_tui.config import (
     config_file,
     load_settings,
 )
+from kernelforge_tui.errors import NoGpu
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem
 from kernelforge_tui.gpu.sandbox import sandbox_status
@@ -101,7 +109,7 @@ def doctor_checks() -> list[Check]:
         "pycuda",
         problem is None,
         _version("pycuda") if problem is None else "not installed",
-        "pip install 'kernelforge-tui[gpu]'",
+        install_fix("gpu") + " (builds against the CUDA toolkit)",
     )
     ncu = shutil.which("ncu")
     add("ncu", ncu is not None, ncu or "not found", "install Nsight Compute (in the CUDA toolkit) for profiling")
@@ -110,11 +118,62 @@ def doctor_checks() -> list[Check]:
         "torch",
         torch,
         _version("torch") if torch else "not installed",
-        "pip install 'kernelforge-tui[torch]' to capture PyTorch models",
+        install_fix("torch") + " to capture PyTorch models",
     )
     if settings is not None:
         checks += llm_checks(settings.llm)
     return checks
+
+
+def checkout() -> Path | None:
+    """The source checkout kernelforge runs from (an editable install), or None for an installed package."""
+    root = Path(kernelforge_tui.__file__).resolve().parent.parent
+    try:
+        project = (root / "pyproject.toml").read_text()
+    except OSError:
+        return None
+    return root if 'name = "kernelforge-tui"' in project else None
+
+
+def _short(path: Path, root: Path | None) -> str:
+    """A path relative to the checkout (`.venv/bin/python`, `.`) when the working directory is the checkout, as in the
+    README's commands; else absolute (pip reads a bare relative `name[gpu]` as a package name)."""
+    if root is None or Path.cwd().resolve() != root or not path.is_relative_to(root):
+        return str(path)
+    relative = path.relative_to(root)
+    return "." if relative == Path() else str(relative)
+
+
+def install_fix(extra: str) -> str:
+    """The command that installs an extra into the Python running kernelforge: from the checkout (`pip install -e
+    '.[gpu]'`) when it runs from one, else the package from the index."""
+    root = checkout()
+    pip = f"{_short(Path(sys.executable), root)} -m pip install"
+    if root is not None:
+        return f"{pip} -e '{_short(root, root)}[{extra}]'"
+    return f"{pip} 'kernelforge-tui[{extra}]'"
+
+
+ESSENTIAL = frozenset({"python", "config", "nvcc"})
+"""Without these nothing can be built: cards, builds and the simulated search stop too."""
+TO_RUN = frozenset({"gpu", "pycuda"})
+"""Without these kernels build but cannot be proven or timed: the main job cannot run here."""
+
+
+def verdict(checks: list[Check]) -> tuple[int, str]:
+    """The exit code and the one line under the table: can the main job run on this machine?"""
+    missing = {c.name for c in checks if not c.ok}
+    if missing & ESSENTIAL:
+        return EXIT_FAILED, f"nothing can be built here: fix {', '.join(sorted(missing & ESSENTIAL))} first"
+    if any(name.startswith("llm ") for name in missing):
+        return EXIT_FAILED, "a configured LLM model does not answer: fix it, or search with --proposer templates"
+    if missing & TO_RUN:
+        return NoGpu.exit_code, (
+            f"kernels build here but cannot run (missing: {', '.join(sorted(missing & TO_RUN))}): eval and optimize "
+            "need a GPU and pycuda; cards, builds, `optimize --simulate` and `open` on recorded runs work"
+        )
+    narrowed = " (without ncu the search runs unprofiled)" if "ncu" in missing else ""
+    return EXIT_OK, f"ready: kernels can be built, proven correct and timed here{narrowed}"
 
 
 def llm_checks(llm: LlmSettings) -> list[Check]:
@@ -221,6 +280,7 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
             status = "[green]ok[/]" if c.ok else f"[red]{escape(c.problem.replace('_', ' ') or 'missing')}[/]"
             table.add_row(c.name, status, escape(c.detail), escape(c.fix))
         console.print(table)
-    essential = {"python", "config", "nvcc"}
-    failed = [c for c in checks if not c.ok and (c.name in essential or c.name.startswith("llm "))]
-    return EXIT_FAILED if failed else EXIT_OK
+    code, line = verdict(checks)
+    if not args.json:
+        console.print(f"[{'green' if code == EXIT_OK else 'red'} bold]{escape(line)}[/]")
+    return code

@@ -18,8 +18,8 @@ from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.errors import BadInput, not_utf8
-from kernelforge_tui.gpu.detect import require_gpu
-from kernelforge_tui.gpu.evaluate import Evaluator
+from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, require_gpu
+from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
 from kernelforge_tui.models.evaluation import Evaluation, speedup_text
 
 
@@ -34,11 +34,23 @@ def kernel_source(path: Path) -> str:
 
 
 async def _evaluate(card: Card, kernel: Path, plan_path: Path | None) -> Evaluation:
+    """The plan check, the source check and the build run first, with or without a GPU: a kernel that fails them
+    fails here (exit 1) on any machine; only one that passes them asks for the GPU."""
     settings = load_settings()
     plan = plan_for_kernel(kernel, plan_path)
     source = kernel_source(kernel)
-    gpu = require_gpu()[0]
-    evaluator = Evaluator(card, make_builder(settings, gpu.arch), settings, gpu)
+    gpus = detect_gpus()
+    builder = make_builder(settings, gpus[0].arch if gpus else None)
+    prepared = await build_candidate(card, builder, source, plan)
+    if isinstance(prepared, Evaluation):
+        return prepared
+    try:
+        gpu = require_gpu()[0]
+    except NoGpuError as exc:
+        raise NoGpuError(
+            f"{exc} ({kernel.name} built and its launch plan fits the card; running it needs the GPU)"
+        ) from None
+    evaluator = Evaluator(card, builder, settings, gpu)
     try:
         await evaluator.start()
         return await evaluator.evaluate(source, plan)

@@ -7,6 +7,8 @@ check) failed, 2 bad input (card, plan, file, run), 3 no GPU.
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import sys
 from collections.abc import Callable, Sequence
 
 from rich.console import Console
@@ -17,7 +19,7 @@ from kernelforge_tui.cli.cast import CAST_COMMANDS, add_cast_parsers
 from kernelforge_tui.cli.doctor import cmd_doctor
 from kernelforge_tui.cli.evaluate import cmd_eval
 from kernelforge_tui.cli.new import cmd_new
-from kernelforge_tui.cli.output import error_kind, fail
+from kernelforge_tui.cli.output import error_kind, fail, make_console, reader_gone, stdout_reader_gone
 from kernelforge_tui.cli.profile import cmd_profile
 from kernelforge_tui.cli.runs import cmd_open, cmd_optimize, cmd_runs, cmd_tui
 from kernelforge_tui.cli.show import add_show_parser, cmd_show
@@ -27,6 +29,7 @@ from kernelforge_tui.errors import KernelForgeError
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kernelforge", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"kernelforge {version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor = sub.add_parser(
         "doctor", help="check Python, nvcc, the GPU and driver, pycuda, ncu, and each configured LLM model"
@@ -181,8 +184,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Errors raised on purpose (`KernelForgeError`) become one line (or a JSON object with
     --json) and the exit code of their type; anything else is a bug and keeps its traceback."""
     args = build_parser().parse_args(argv)
-    console = Console(stderr=False)
+    console = make_console()
     try:
-        return COMMANDS[args.command](args, console)
-    except KernelForgeError as exc:
-        return fail(console, getattr(args, "json", False), error_kind(exc), str(exc), exc.exit_code)
+        try:
+            code = COMMANDS[args.command](args, console)
+        except KernelForgeError as exc:
+            code = fail(console, getattr(args, "json", False), error_kind(exc), str(exc), exc.exit_code)
+        sys.stdout.flush()  # a closed pipe shows here, not in Python's flush at exit
+    except BrokenPipeError:
+        if not stdout_reader_gone():
+            raise
+        return reader_gone()  # `... | head` read what it wanted: no traceback
+    return code
+
+
+def version() -> str:
+    """The installed distribution's version (a checkout installed with -e says its own)."""
+    try:
+        return importlib.metadata.version("kernelforge-tui")
+    except importlib.metadata.PackageNotFoundError:
+        from kernelforge_tui import __version__
+
+        return __version__

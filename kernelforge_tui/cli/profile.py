@@ -18,10 +18,11 @@ from kernelforge_tui.cli.output import EXIT_OK
 from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.engine.setup import recorded_run
+from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
 from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.store import RunStore
+from kernelforge_tui.store import RunStore, StoreError, resolve_run
 
 
 async def _profile_kernel(card_path: Path, kernel: Path, plan_path: Path | None) -> NodeProfile:
@@ -94,9 +95,24 @@ def render_profile(profiled: NodeProfile, console: Console) -> None:
         console.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
+def _is_run(target: str) -> bool:
+    try:
+        resolve_run(target)
+    except StoreError:
+        return False
+    return True
+
+
 def cmd_profile(args: argparse.Namespace, console: Console) -> int:
     if args.what.isdigit():
         profiled = _profile_node(args.target, int(args.what), args.again, not args.no_save)
+    elif _is_run(args.target):  # a run's node, named by something that is not a node id
+        best = recorded_run(args.target).info.best_node_id
+        example = f" (the run's best is node {best})" if best is not None else ""
+        raise BadInput(
+            f"node {args.what!r} is not a node id: give a number{example}; a kernel file is profiled against a card "
+            "directory, not a run"
+        )
     else:
         plan = Path(args.plan) if args.plan else None
         profiled = asyncio.run(_profile_kernel(Path(args.target), Path(args.what), plan))

@@ -134,6 +134,14 @@ def budget_from(args: argparse.Namespace) -> Budget:
         raise BadInput(f"{option} {first['input']}: {first['msg'].lower()}: give a cap of 0 or more") from None
 
 
+def simulate_seconds_from(args: argparse.Namespace) -> float:
+    """`--simulate-seconds`: finite and 0 or more (a negative one would count GPU time backwards)."""
+    seconds: float = args.simulate_seconds
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise BadInput(f"--simulate-seconds {seconds}: give 0 or more simulated GPU seconds per evaluation")
+    return seconds
+
+
 async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
     budget = budget_from(args)
     options = RunOptions(
@@ -145,7 +153,7 @@ async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
         proposer=args.proposer,
         strategy=args.strategy,
         simulate=args.simulate,
-        simulate_seconds=args.simulate_seconds,
+        simulate_seconds=simulate_seconds_from(args),
     )
     search = prepare_run(Path(args.card) if args.card else None, load_settings(), options)
     try:

@@ -1,0 +1,97 @@
+"""The command line's rough edges, as a user in a shell meets them: output piped into `head`, a node id that is not
+one, a bad budget, `--version`, tables read through a pipe. Each runs the real `kernelforge` in a process, with
+standard output a pipe and no COLUMNS set, as in a script."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from kernelforge_tui.cli.main import version
+
+from .conftest import EXAMPLES
+
+RUNS = EXAMPLES / "runs"
+CARD = EXAMPLES / "cards" / "vector_add_f32"
+
+
+def piped(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    return subprocess.run(
+        [sys.executable, "-m", "kernelforge_tui.cli", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
+    assert "Traceback" not in done.stdout + done.stderr, done.stdout + done.stderr
+    assert done.returncode == code, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 1, done.stdout  # one line even through a pipe, where the console had wrapped it at 80
+    assert all(word in lines[0] for word in words), lines[0]
+    return lines[0]
+
+
+def test_output_cut_by_head_ends_quietly() -> None:
+    """`kernelforge profile RUN NODE --json | head`: the reader goes away while the JSON (a saved ncu profile, ~150 kB,
+    more than a pipe holds) is still being written."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "kernelforge_tui.cli", "profile", str(RUNS / "rms_norm_bf16_profiled"), "82", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(10).startswith(b"{")
+    process.stdout.close()  # what head does after its lines
+    stderr = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141, stderr  # 128 + SIGPIPE, as a shell reports a tool cut by head
+    assert stderr == ""  # no BrokenPipeError traceback, no "Exception ignored" at exit
+
+
+def test_broken_pipe_elsewhere_is_still_a_bug(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A BrokenPipeError that is not about standard output (a worker's pipe) keeps its traceback."""
+    from kernelforge_tui.cli import main as main_module
+
+    def broken(*_: object) -> int:
+        raise BrokenPipeError("a worker's stdin")
+
+    monkeypatch.setitem(main_module.COMMANDS, "runs", broken)
+    with pytest.raises(BrokenPipeError):
+        main_module.main(["runs"])
+
+
+def test_profile_names_a_node_that_is_not_a_number() -> None:
+    line = one_line(piped("profile", str(RUNS / "softmax_bf16"), "abc"), 2, "node 'abc' is not a node id")
+    assert "the run's best is node 54" in line and "card.toml" not in line
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "words"),
+    [
+        ("--budget-iters", "-5", ["--budget-iters -5", "0 or more"]),
+        ("--budget-minutes", "nan", ["--budget-minutes nan", "finite"]),
+        ("--budget-money", "-1", ["--budget-money -1", "0 or more"]),
+        ("--budget-tokens", "-3", ["--budget-tokens -3", "0 or more"]),
+        ("--simulate-seconds", "-1", ["--simulate-seconds -1", "0 or more"]),
+    ],
+)
+def test_a_bad_cap_is_one_line_naming_its_option(option: str, value: str, words: list[str]) -> None:
+    line = one_line(piped("optimize", str(CARD), "--simulate", option, value), 2, *words)
+    assert "pydantic" not in line and "http" not in line and "input_value" not in line
+
+
+def test_version() -> None:
+    done = piped("--version")
+    assert done.returncode == 0 and done.stdout == f"kernelforge {version()}\n"
+    assert version()[0].isdigit()
+
+
+def test_runs_piped_keeps_every_column_whole() -> None:
+    done = piped("runs", "--root", str(RUNS))
+    assert done.returncode == 0, done.stderr
+    assert "…" not in done.stdout
+    for words in ("rms_norm_bf16_profiled", "rms_norm_bf16_16384x4096", "softmax_bf16_4096x32768", "NVIDIA H200"):
+        assert words in done.stdout
+    assert "19.3x (node 82)" in done.stdout and "2026-11-30" in done.stdout
