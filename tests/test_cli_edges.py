@@ -95,3 +95,30 @@ def test_runs_piped_keeps_every_column_whole() -> None:
     for words in ("rms_norm_bf16_profiled", "rms_norm_bf16_16384x4096", "softmax_bf16_4096x32768", "NVIDIA H200"):
         assert words in done.stdout
     assert "19.3x (node 82)" in done.stdout and "2026-11-30" in done.stdout
+
+
+# ---- the README says what the commands and the cards are ------------------------------------------------------
+
+README = (EXAMPLES.parent / "README.md").read_text()
+
+
+def test_the_readme_command_table_lists_every_command() -> None:
+    from kernelforge_tui.cli.main import COMMANDS
+
+    table = [line for line in README.splitlines() if line.startswith("| `kernelforge ")]
+    for command in COMMANDS:
+        assert any(f"`kernelforge {command} " in row or f"/ `kernelforge {command} " in row for row in table), command
+    assert any("`kernelforge --version`" in row for row in table)
+
+
+def test_the_readme_example_card_names_the_card_files() -> None:
+    card = EXAMPLES / "cards" / "softmax_bf16_small"
+    example = README[README.index("examples/cards/softmax_bf16_small/\n") :]
+    example = example[: example.index("[stress]")]
+    for name in ("card.toml", "baseline.cu", "candidates/"):
+        assert name in example
+    files = [
+        word.strip('"') for line in example.splitlines() if line.startswith("file = ") for word in line.split()[2:3]
+    ]
+    assert files and all((card / name).is_file() for name in files), files
+    assert "captured_*.npz" in example and any(card.glob("captured_*.npz"))

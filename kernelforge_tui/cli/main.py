@@ -1,7 +1,8 @@
 """kernelforge: search for faster CUDA kernels, proven correct and timed honestly.
 
-Commands: doctor, new, eval, optimize, runs, show, tui, open, profile. Exit codes: 0 success, 1 the candidate (or a
-check) failed, 2 bad input (card, plan, file, run), 3 no GPU.
+Commands: doctor, new, capture, eval, optimize, runs, show, tui, open, profile, export, verify, run. Exit codes: 0
+success, 1 the candidate (or a check) failed, 2 bad input (card, plan, file, run), 3 no GPU, 141 the reader of the
+output went away (`| head`).
 """
 
 from __future__ import annotations
