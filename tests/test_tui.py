@@ -50,7 +50,7 @@ async def test_opens_on_the_best_node_with_its_metrics_and_diff() -> None:
         assert best is not None and app.selected == best.id
         text = screen_text(app)
         assert f"best {best.speedup:.2f}x #{best.id}" in text
-        assert "speedup" in text and "ceiling" in text and "regs" in text
+        assert "speedup" in text and "ceiling" in text and "registers" in text
         assert f"+++ #{best.id}" in text  # unified diff against the parent
         assert "compile failed" in text  # the log, with the offending line below
         assert "m = fmaxf(m, in4.x);" in text
@@ -62,7 +62,6 @@ STEERING = [
     ("n", ProfileNode, "profiling #"),
     ("b", BanSubtree, "⊘"),
     ("t", PinSubtree, "⇡"),
-    ("m", MarkExport, "★"),
     ("S", Stop, "stopping"),
 ]
 
@@ -201,7 +200,7 @@ def test_the_external_editor_returns_the_edited_kernel(monkeypatch: pytest.Monke
     monkeypatch.setenv("EDITOR", """sh -c 'echo "// tuned" >> "$1"' sh""")
     assert edit_externally(terminal, 3, "kernel\n") == "kernel\n// tuned\n"  # type: ignore[arg-type]
     monkeypatch.setenv("EDITOR", "true")
-    assert edit_externally(terminal, 3, "kernel\n") is None  # type: ignore[arg-type]  # unchanged: nothing to send
+    assert edit_externally(terminal, 3, "kernel\n") == "kernel\n"  # type: ignore[arg-type]  # unchanged: the app says so
     monkeypatch.setenv("EDITOR", "no-such-editor-here")
     assert edit_externally(terminal, 3, "kernel\n") is None  # type: ignore[arg-type]
     assert terminal.notes and terminal.notes[0].startswith("Could not run no-such-editor-here")

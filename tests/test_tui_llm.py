@@ -279,7 +279,7 @@ async def test_the_metrics_show_the_judges_score_and_the_repair_link() -> None:
         assert app.selected == source.best_id
         text = screen_text(app)
         assert "judge" in text and " 0.82" in text
-        assert f"origin  repair of #{source.facts[source.best_id].repair_of}" in text
+        assert f"repair of #{source.facts[source.best_id].repair_of}" in text
         await pilot.press("up")
         await settle(app, pilot)
         assert " 0.82" not in screen_text(app)  # another node: no judge, no repair

@@ -16,20 +16,24 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from functools import partial
+from pathlib import Path
 from typing import ClassVar
 
 from textual import events, on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Container, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.reactive import var
 from textual.screen import Screen
+from textual.widget import Widget
 from textual.widgets import Footer, Tree
 from textual.worker import get_current_worker
 
+from kernelforge_tui.engine.takeaway import KERNEL_FILE, PLAN_FILE, SUMMARY_FILE
 from kernelforge_tui.engine.view import Changes, LiveCall, RunView, Snapshot
+from kernelforge_tui.errors import BadInput
 from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
@@ -44,11 +48,19 @@ from kernelforge_tui.models.commands import (
     Stop,
 )
 from kernelforge_tui.models.events import EngineEvent, StateChanged
-from kernelforge_tui.models.nodes import NodeView
+from kernelforge_tui.models.nodes import MEASURED, NodeStatus, NodeView
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, bindings
-from kernelforge_tui.tui.screens import ConversationScreen, EditorScreen, HelpScreen, HintScreen, ModelsScreen
-from kernelforge_tui.tui.screens.editor import edit_externally
+from kernelforge_tui.tui.screens import (
+    ChartScreen,
+    ConversationScreen,
+    EditorScreen,
+    ExportScreen,
+    HelpScreen,
+    HintScreen,
+    ModelsScreen,
+)
+from kernelforge_tui.tui.screens.editor import edit_externally, keep_edit, unchanged
 from kernelforge_tui.tui.source import NodeSource, RunSource, llm_reads
 from kernelforge_tui.tui.themes import load_themes, resolve_theme
 from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, RunHeaderBar, SearchTree, StreamPane
@@ -58,7 +70,9 @@ from kernelforge_tui.tui.widgets.stream import WAITING_ELSEWHERE, WAITING_HERE
 from kernelforge_tui.tui.widgets.tree import FILTERS
 
 WIDE = 150
-"""From this many columns on, metrics and diff sit side by side."""
+"""From this many columns on, the metrics go under the tree and the code takes the wider right column."""
+SHORT = 30
+"""Below this many rows, the code takes a larger share of the height from the metrics."""
 
 
 def over_ssh() -> bool:
@@ -68,22 +82,29 @@ def over_ssh() -> bool:
 class KernelForgeApp(App[None]):
     TITLE = "Kernel Forge"
     CSS = """
-    #main { height: 1fr; }
-    .pane { border: round $primary 30%; border-title-color: $text-muted; background: $surface; }
-    .pane:focus, .pane:focus-within { border: round $primary; border-title-color: $text; }
-    #tree { width: 45%; min-width: 32; }
-    #detail { width: 1fr; }
-    #metrics { height: auto; max-height: 50%; }
+    #header { dock: top; }
+    #main { height: 1fr; layout: grid; grid-size: 2 2; grid-columns: 40% 1fr; grid-rows: 3fr 2fr; }
+    .pane {
+        border: round $primary 30%; border-title-color: $text-muted; border-subtitle-color: $text-muted;
+        background: $surface;
+    }
+    .pane:focus, .pane:focus-within { border: round $primary; border-title-color: $text; border-subtitle-color: $text; }
+    #tree { row-span: 2; min-width: 32; height: 100%; }
+    #detail { height: 100%; }
+    #metrics { height: 100%; }
     #diff, #stream { height: 1fr; }
     #stream, #detail.-streaming #diff { display: none; }
     #detail.-streaming #stream { display: block; }
     #log { height: 6; }
-    KernelForgeApp.-wide #tree { width: 36%; }
-    KernelForgeApp.-wide #detail { layout: horizontal; }
-    KernelForgeApp.-wide #metrics { width: 46; height: 100%; max-height: 100%; }
-    KernelForgeApp.-wide #diff, KernelForgeApp.-wide #stream { width: 1fr; height: 100%; }
+    KernelForgeApp.-short #main { grid-rows: 2fr 1fr; }
+    KernelForgeApp.-wide #main { grid-columns: 38% 1fr; grid-rows: 1fr 1fr; }
+    KernelForgeApp.-wide #tree { row-span: 1; }
+    KernelForgeApp.-wide #detail { row-span: 2; }
     KernelForgeApp.-wide #log { height: 10; }
+    .pane.-maximized { width: 100% !important; height: 1fr !important; max-height: 100% !important; }
+    #detail.-maximized { width: 100% !important; height: 1fr !important; }
     """
+    ALLOW_IN_MAXIMIZED_VIEW: ClassVar[str] = "Footer, RunHeaderBar"
     BINDINGS: ClassVar[list[BindingType]] = list(bindings())
 
     selected: var[int | None] = var[int | None](None, init=False)
@@ -110,6 +131,15 @@ class KernelForgeApp(App[None]):
             self.detail = detail
             self.parent = parent
 
+    class KernelWritten(Message):
+        """The export key's files written (`out_dir`), or why not (`error`)."""
+
+        def __init__(self, node_id: int, out_dir: Path | None, error: str) -> None:
+            super().__init__()
+            self.node_id = node_id
+            self.out_dir = out_dir
+            self.error = error
+
     class DiffRead(Message):
         """A node's source and the source it is diffed against, read from the store off the UI thread."""
 
@@ -133,19 +163,21 @@ class KernelForgeApp(App[None]):
         if self.ssh:
             self.animation_level = "none"
         self.quitting = False
-        self._enabled: tuple[bool, bool] | None = None
-        """(steerable, a node selected) as the footer last showed it; None until the first focus shows it."""
+        self._enabled: tuple[bool, str | None] | None = None
+        """(steerable, the selected node's status) as the footer last showed it; None until the first focus."""
 
     # -- layout ---------------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield RunHeaderBar(id="header")
-        with Horizontal(id="main"):
+        # A grid: narrow, the tree on the left, the code over the metrics on the right; wide (WIDE columns on),
+        # the tree over the metrics on the left and the code the whole height of the wider right column.
+        with Container(id="main"):
             yield SearchTree(self.state, id="tree", classes="pane")
             with Vertical(id="detail"):
-                yield MetricsPane(id="metrics", classes="pane")
                 yield DiffPane(id="diff", classes="pane").data_bind(base=KernelForgeApp.diff_base)
                 yield StreamPane(id="stream", classes="pane")
+            yield MetricsPane(id="metrics", classes="pane")
         yield LogPane(id="log", classes="pane")
         yield Footer()
 
@@ -161,7 +193,7 @@ class KernelForgeApp(App[None]):
             await self.workers.wait_for_complete()  # the first screen shows the start node whole
         else:
             self.query_one(DiffPane).show_message("waiting for the first candidate")
-        self._enabled = (self.steerable, self.selected is not None)
+        self._enabled = self._enabled_state()
         tree.focus()  # a focus change redraws the footer's keys, as check_action answers now
         hz = self.settings.ssh_refresh_hz if self.ssh else self.settings.refresh_hz
         self.set_interval(1 / hz, self.pump, name="pump")
@@ -186,6 +218,7 @@ class KernelForgeApp(App[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width >= WIDE, "-wide")
+        self.set_class(event.size.height < SHORT, "-short")
 
     # -- engine ---------------------------------------------------------------------------------
 
@@ -232,6 +265,8 @@ class KernelForgeApp(App[None]):
                 self.selected = changes.added[0]
         elif selected in self.state.nodes:
             touched = set(changes.changed)
+            if selected in touched:
+                self._refresh_enabled()  # measured or failed now: the node keys follow
             if selected in touched or self.state.nodes[selected].parent_id in touched:
                 self._load_detail(selected)
             if changes.best_changed and self.diff_base == "best":
@@ -239,6 +274,8 @@ class KernelForgeApp(App[None]):
         if changes.calls:
             self._update_stream()
             self._update_llm_screens(changes)
+        if (changes.added or changes.changed) and isinstance(self.screen, ChartScreen):
+            self.screen.show(self.state)
         return changes
 
     # -- LLM calls: the stream in the diff's place, the conversation and models screens ---------
@@ -320,7 +357,9 @@ class KernelForgeApp(App[None]):
         def read(of: NodeView) -> NodeDetail:
             return NodeDetail(node=of, evaluation=self.source.evaluation(of.id), profile=self.source.profile(of.id))
 
-        detail = read(node).model_copy(update={"agents": self.llm.agent_facts(node.id)})
+        detail = read(node).model_copy(
+            update={"agents": self.llm.agent_facts(node.id), "reward": self.source.reward(node.id)}
+        )
         parent_detail = read(parent) if parent is not None else None
         if not get_current_worker().is_cancelled:
             self.post_message(self.DetailRead(detail, parent_detail))
@@ -379,19 +418,37 @@ class KernelForgeApp(App[None]):
         """Whether a search hears commands now: a live source and a run not finished."""
         return self.source.can_steer and self.state.live
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Steering keys are disabled (shown dimmed, deaf) on a run that cannot be steered, and keys that act
-        on a node while none is selected."""
+    def why_disabled(self, action: str) -> str | None:
+        """Why a key cannot act now (None: it can): what `check_action` and the command palette say."""
         spec = BY_ACTION.get(action)
-        if spec is not None and (
-            (spec.steering and not self.steerable) or (spec.on_node and self._selected_node() is None)
-        ):
+        if spec is None:
             return None
-        return True
+        if spec.steering and not self.steerable:
+            if not self.source.can_steer:
+                return "the run is opened read-only or has ended"
+            return "the run has finished"
+        node = self._selected_node()
+        if spec.on_node and node is None:
+            return "no node is selected"
+        if node is not None and spec.measured and node.status not in MEASURED:
+            return f"#{node.id} is {node.status}, not measured"
+        if node is not None and spec.takes_children and node.status == NodeStatus.FAILED:
+            return f"#{node.id} failed: it gets no children"
+        return None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Keys that cannot act are disabled (shown dimmed, deaf): steering keys on a run that cannot be steered,
+        node keys while none is selected or on a node they cannot act on (expanding or profiling an unmeasured
+        node, hints for a failed one)."""
+        return None if self.why_disabled(action) is not None else True
+
+    def _enabled_state(self) -> tuple[bool, str | None]:
+        node = self._selected_node()
+        return self.steerable, node.status if node is not None else None
 
     def _refresh_enabled(self) -> None:
-        """Redraw the bindings when what `check_action` answers has changed (not on every selection)."""
-        enabled = (self.steerable, self._selected_node() is not None)
+        """Redraw the bindings when what `check_action` answers may have changed (not on every selection)."""
+        enabled = self._enabled_state()
         if self._enabled is not None and enabled != self._enabled:
             self._enabled = enabled
             self.refresh_bindings()
@@ -457,7 +514,7 @@ class KernelForgeApp(App[None]):
             if text is not None:
                 await self._submit_child(node, text, source)
 
-        self.push_screen(EditorScreen(node.id, source[0]), done)
+        self.push_screen(EditorScreen(node.id, source[0], partial(self.why_disabled, "edit")), done)
 
     async def action_edit_external(self) -> None:
         editable = await self._editable()
@@ -465,7 +522,15 @@ class KernelForgeApp(App[None]):
             return
         node, source = editable
         text = edit_externally(self, node.id, source[0])
-        if text is not None:
+        if text is None:
+            return
+        why = self.why_disabled("edit_external")
+        if unchanged(text, source[0]):
+            self.notify(f"No change from #{node.id}: nothing submitted.", severity="warning")
+        elif why is not None:
+            kept = keep_edit(node.id, text)
+            self.notify(f"Not submitted: {why}. Your edit is kept in {kept}.", severity="error")
+        else:
             await self._submit_child(node, text, source)
 
     async def action_ban(self) -> None:
@@ -480,11 +545,45 @@ class KernelForgeApp(App[None]):
             word = "pin" if pinned else "unpin"
             await self.send_command(PinSubtree(node_id=node.id, pinned=pinned), f"{word} subtree #{node.id}")
 
-    async def action_mark_export(self) -> None:
-        if node := self._selected_node():
-            export = not node.export
-            word = "mark" if export else "unmark"
-            await self.send_command(MarkExport(node_id=node.id, export=export), f"{word} #{node.id} for export")
+    def action_export_kernel(self) -> None:
+        """Ask where (a folder under `kernels/` beside the run, editable), then write the selected node's kernel.cu,
+        plan.toml and summary.md there off the UI thread; the log and a toast say where they went."""
+        node = self._selected_node()
+        if node is None:
+            return
+
+        def done(out_dir: Path | None) -> None:
+            if out_dir is not None:
+                self._write_kernel(node.id, out_dir)
+
+        self.push_screen(ExportScreen(node.id, self.source.kernel_dir(node.id)), done)
+
+    @work(thread=True, group="export", exit_on_error=False)
+    def _write_kernel(self, node_id: int, out_dir: Path) -> None:
+        try:
+            written = self.source.write_kernel(node_id, out_dir)
+        except (BadInput, LookupError) as exc:  # a folder that cannot be written; a node the store does not hold
+            self.post_message(self.KernelWritten(node_id, None, str(exc)))
+        else:
+            self.post_message(self.KernelWritten(node_id, written, ""))
+
+    @on(KernelWritten)
+    async def _kernel_written(self, message: KernelWritten) -> None:
+        if message.out_dir is None:
+            self.query_one(LogPane).note(f"export of #{message.node_id} failed: {message.error}")
+            self.notify(message.error, title=f"#{message.node_id} not exported", severity="error")
+            return
+        where = message.out_dir.resolve()
+        self.query_one(LogPane).note(
+            f"#{message.node_id} exported to {where} ({KERNEL_FILE}, {PLAN_FILE}, {SUMMARY_FILE})"
+        )
+        self.notify(str(where), title=f"#{message.node_id} exported")
+        node = self.state.nodes.get(message.node_id)
+        if self.steerable and node is not None and not node.export:
+            # Marked too, so `kernelforge export` packages the kernel the user took (and the tree shows ★).
+            await self.send_command(
+                MarkExport(node_id=message.node_id, export=True), f"#{message.node_id} marked for export"
+            )
 
     async def action_stop(self) -> None:
         await self.send_command(Stop(), "stop sent: in-flight candidates finish, the run stays resumable")
@@ -515,6 +614,30 @@ class KernelForgeApp(App[None]):
         diff = self.query_one(DiffPane)
         diff.side_by_side = not diff.side_by_side
 
+    def action_toggle_diff_folds(self) -> None:
+        diff = self.query_one(DiffPane)
+        diff.folded = not diff.folded
+
+    def _focused_pane(self) -> Widget:
+        """The pane the focus is in; the code (the diff, or the kernel being written in its place) when none."""
+        focused = self.screen.focused
+        while focused is not None and not focused.has_class("pane"):
+            focused = focused.parent if isinstance(focused.parent, Widget) else None
+        if focused is not None:
+            return focused
+        streaming = self.query_one("#detail").has_class("-streaming")
+        return self.query_one(StreamPane) if streaming else self.query_one(DiffPane)
+
+    def action_toggle_maximize(self) -> None:
+        """The focused pane fills the screen below the header (the footer stays); again, or esc, restores it."""
+        screen = self.screen
+        if screen.maximized is not None:
+            screen.minimize()
+            return
+        pane = self._focused_pane()
+        screen.maximize(pane, container=False)
+        pane.focus()
+
     def action_conversation(self) -> None:
         """The selected node's LLM calls (the same key closes them)."""
         node = self._selected_node()
@@ -524,6 +647,10 @@ class KernelForgeApp(App[None]):
         live = self.state.calls_for(node.id)
         keys = self._active_keys()["conversation"]
         self.push_screen(ConversationScreen(node.id, read, live, self.source.in_process, close_keys=keys))
+
+    def action_chart(self) -> None:
+        """The fastest speedup and best ceiling share so far over the candidates (the same key closes it)."""
+        self.push_screen(ChartScreen(self.state, close_keys=self._active_keys()["chart"]))
 
     def action_models(self) -> None:
         """The run's providers and models compared (the same key closes them)."""
@@ -559,4 +686,6 @@ class KernelForgeApp(App[None]):
         for action in ACTIONS:
             key = keys.get(action.id, action.key).replace("question_mark", "?")
             run = partial(self.run_action, action.action)
-            yield SystemCommand(action.help, f"key {key} · binding id {action.id}", run)
+            why = self.why_disabled(action.action)
+            note = f" · not now: {why}" if why else ""
+            yield SystemCommand(action.help, f"key {key} · binding id {action.id}{note}", run)

@@ -25,6 +25,10 @@ class Action:
     """Sends a command to the engine: disabled while no search can hear it (a finished run)."""
     on_node: bool = False
     """Acts on the selected node: disabled while none is selected."""
+    measured: bool = False
+    """Acts only on a measured node (verified, timed or profiled): disabled on a failed or unfinished one."""
+    takes_children: bool = False
+    """Asks for children of the node: disabled on a failed node, which never gets any."""
 
 
 ACTIONS: tuple[Action, ...] = (
@@ -39,6 +43,7 @@ ACTIONS: tuple[Action, ...] = (
         show=True,
         steering=True,
         on_node=True,
+        measured=True,
     ),
     Action(
         "hint",
@@ -49,6 +54,7 @@ ACTIONS: tuple[Action, ...] = (
         show=True,
         steering=True,
         on_node=True,
+        takes_children=True,
     ),
     Action(
         "edit",
@@ -77,16 +83,16 @@ ACTIONS: tuple[Action, ...] = (
         "Profile the selected node with Nsight Compute (saved on the node)",
         steering=True,
         on_node=True,
+        measured=True,
     ),
     Action("ban", "b", "ban", "Ban", "Ban (or unban) the selected subtree from selection", steering=True, on_node=True),
     Action("pin", "t", "pin", "Pin", "Pin (or unpin) selection to the selected subtree", steering=True, on_node=True),
     Action(
         "export",
         "m",
-        "mark_export",
-        "Mark export",
-        "Mark (or unmark) the selected node for export",
-        steering=True,
+        "export_kernel",
+        "Export",
+        "Write the selected node's kernel.cu, plan.toml and summary.md to kernels/ beside the run",
         on_node=True,
     ),
     Action("stop", "S", "stop", "Stop", "Stop the search (it stays resumable)", steering=True),
@@ -96,6 +102,22 @@ ACTIONS: tuple[Action, ...] = (
     ),
     Action("diff_base", "d", "cycle_diff_base", "Diff vs", "Diff the selected node against parent, baseline, best"),
     Action("diff_layout", "s", "toggle_diff_layout", "Side by side", "Flip the diff between unified and side by side"),
+    Action(
+        "diff_folds",
+        "o",
+        "toggle_diff_folds",
+        "Unfold",
+        "Show the whole file in the diff, or only the changed hunks with the rest folded",
+    ),
+    Action(
+        "maximize",
+        "z",
+        "toggle_maximize",
+        "Zoom",
+        "Maximise the focused pane to the whole screen, or restore it (esc restores too)",
+        show=True,
+    ),
+    Action("chart", "v", "chart", "Chart", "Chart the best speedup and share of the ceiling over the candidates"),
     Action(
         "conversation",
         "c",

@@ -19,12 +19,15 @@ from typing import Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel
 
 from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.engine.takeaway import write_kernel
 from kernelforge_tui.engine.view import RunHeader, RunView, Snapshot
+from kernelforge_tui.errors import BadInput
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import EngineEvent, StateChanged
 from kernelforge_tui.models.llm import LlmCall, ModelRecord
 from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.models.runs import UnreadableRow
 from kernelforge_tui.store import RunStore, UnknownNode, UnreadableRecord
 
@@ -34,6 +37,8 @@ NodeSource = tuple[str, LaunchPlan]
 REPLAY_PAGE = 2000
 LIVENESS_S = 2.0
 """How often an idle followed run is checked for a writer that died without saying so."""
+KERNELS_DIR = "kernels"
+"""The folder beside a run's directory where the TUI's export key writes kernels (one folder a node)."""
 
 
 class ProfileRead(BaseModel):
@@ -91,6 +96,20 @@ class RunSource(Protocol):
 
     def profile(self, node_id: int) -> ProfileRead | None:
         """The node's saved ncu profile (blocking: call it from a thread)."""
+        ...
+
+    def reward(self, node_id: int) -> Reward | None:
+        """The node's reward with every term (blocking: call it from a thread); None before it was measured."""
+        ...
+
+    def kernel_dir(self, node_id: int) -> Path:
+        """Where the export key offers to write the node's kernel: `kernels/RUN-node-N` beside the run's directory
+        (no I/O)."""
+        ...
+
+    def write_kernel(self, node_id: int, out_dir: Path) -> Path:
+        """Write the node's kernel.cu, plan.toml and summary.md into `out_dir` (`engine.takeaway.write_kernel`;
+        blocking: call it from a thread). BadInput when the directory cannot be written."""
         ...
 
 
@@ -172,6 +191,25 @@ class _StoreReads:
 
     def profile(self, node_id: int) -> ProfileRead | None:
         return self._use(lambda store: read_profile(store, node_id))
+
+    def reward(self, node_id: int) -> Reward | None:
+        def read(store: RunStore) -> Reward | None:
+            try:
+                return store.node_record(node_id).reward
+            except UnknownNode:
+                return None
+
+        return self._use(read)
+
+    def kernel_dir(self, node_id: int) -> Path:
+        run_dir = self.store.run_dir
+        return run_dir.parent / KERNELS_DIR / f"{run_dir.name}-node-{node_id}"
+
+    def write_kernel(self, node_id: int, out_dir: Path) -> Path:
+        written = self._use(lambda store: write_kernel(store, node_id, out_dir))
+        if written is None:
+            raise BadInput("the run is closed: nothing was written")
+        return written
 
     def llm_calls(self, node_id: int) -> list[LlmCall]:
         return self._use(lambda store: store.llm_calls(node_id)) or []

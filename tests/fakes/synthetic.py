@@ -8,12 +8,17 @@ Each blocking read records the thread it ran on, so a test can check the app kee
 
 from __future__ import annotations
 
+import math
 import random
+import tempfile
 import threading
 from collections import deque
+from pathlib import Path
 
 from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.engine.takeaway import KERNEL_FILE, PLAN_FILE, SUMMARY_FILE, plan_toml
 from kernelforge_tui.engine.view import RunHeader, Snapshot
+from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu import hardware
 from kernelforge_tui.gpu.ncu_csv import section_of
 from kernelforge_tui.models.commands import (
@@ -42,6 +47,7 @@ from kernelforge_tui.models.events import (
 )
 from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.models.profiles import Metric, NodeProfile, ProfileReport, Unit
+from kernelforge_tui.models.rewards import Reward, RewardTerm
 from kernelforge_tui.tui.source import NodeSource, ProfileRead
 
 T0 = 1_700_000_000.0
@@ -84,8 +90,18 @@ class SyntheticSource:
 
     in_process = False
 
-    def __init__(self, nodes: int = 40, seed: int = 7, steerable: bool = True, state: SearchState = "running") -> None:
+    def __init__(
+        self,
+        nodes: int = 40,
+        seed: int = 7,
+        steerable: bool = True,
+        state: SearchState = "running",
+        run_dir: Path | None = None,
+    ) -> None:
         self.rng = random.Random(seed)
+        self.run_dir = run_dir or Path(tempfile.gettempdir()) / "kernelforge-synthetic" / "r-2311-softmax"
+        """Where the run would live: exported kernels go into `kernels/` beside it."""
+        self.written: list[Path] = []
         self.nodes: dict[int, NodeView] = {}
         self.params: dict[int, tuple[int, int, bool]] = {}
         self.children: dict[int, list[int]] = {}
@@ -346,6 +362,50 @@ class SyntheticSource:
             baseline=Timing(median_us=BASELINE_US, p10_us=409.8, p90_us=415.1, cv=0.009, reps=120),
         )
         return Evaluation(ok=True, build=build, result=result, ceiling_share=node.ceiling_share)
+
+    def reward(self, node_id: int) -> Reward | None:
+        """Terms as the engine's reward names them: the speedup's, and for a profiled node the DRAM bytes'."""
+        self._reading()
+        node = self.nodes.get(node_id)
+        if node is None or node.status == "proposed":
+            return None
+        if node.status == "failed":
+            term = RewardTerm(name="failure", value=-1.0, explanation=f"{node.failure}: {node.reason}")
+            return Reward(total=-1.0, terms=[term], explanation=f"failed ({node.failure})")
+        speedup = node.speedup or 1.0
+        terms = [
+            RewardTerm(
+                name="speedup",
+                value=math.log(speedup),
+                explanation=f"{speedup:.2f}x over the baseline: 1 x ln({speedup:.3f})",
+            )
+        ]
+        words = [f"{speedup:.2f}x over the baseline"]
+        parent = self.nodes.get(node.parent_id) if node.parent_id is not None else None
+        if parent is not None and parent.speedup:
+            words = [f"{speedup / parent.speedup:.2f}x the parent's speed"]
+        if node.status == "profiled":
+            terms.append(RewardTerm(name="dram_bytes", value=0.12, explanation="DRAM bytes -11% (56.6 -> 50.3 MB)"))
+            words.append(f"memory-bound at {100 * (node.ceiling_share or 0):.0f}% of peak")
+        head = ", ".join(words[:-1])
+        explanation = f"{head}: {words[-1]}" if head else words[-1]
+        return Reward(total=sum(t.value for t in terms), terms=terms, explanation=explanation)
+
+    def kernel_dir(self, node_id: int) -> Path:
+        return self.run_dir.parent / "kernels" / f"{self.run_dir.name}-node-{node_id}"
+
+    def write_kernel(self, node_id: int, out_dir: Path) -> Path:
+        """The three files `engine.takeaway.write_kernel` writes (the summary short: there is no store)."""
+        self._reading()
+        try:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / KERNEL_FILE).write_text(self.sources[node_id])
+            (out_dir / PLAN_FILE).write_text(plan_toml(PLAN))
+            (out_dir / SUMMARY_FILE).write_text(f"# {self.header.card_name}: node {node_id}\n")
+        except OSError as exc:
+            raise BadInput(f"cannot write the kernel into {out_dir} ({exc.strerror}): pick another directory") from None
+        self.written.append(out_dir)
+        return out_dir
 
     def profile(self, node_id: int) -> ProfileRead | None:
         self._reading()

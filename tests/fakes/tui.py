@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+from dataclasses import dataclass
 
 from textual.pilot import Pilot
 
@@ -22,3 +23,40 @@ async def settle(app: KernelForgeApp, pilot: Pilot[None]) -> None:
     await pilot.pause()
     await app.workers.wait_for_complete([w for w in app.workers if w.group != "engine"])
     await pilot.pause()
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A run of characters as the terminal draws it: its text, colour, background and row (from the SVG)."""
+
+    text: str
+    fg: str
+    bg: str
+    row: int
+
+
+SVG_DEFAULT_BACKGROUND = "#292929"
+"""The background Rich's SVG export draws where a cell has none of its own (the terminal's default)."""
+
+
+def drawn(svg: str) -> list[Drawn]:
+    """Every non-blank run of text in an SVG screenshot with the colours it is drawn in.
+
+    Rich writes a run's background as a `rect` at the run's own x and line (only where it has one) and its text
+    as a `text` whose class names its fill, in the same order; a run without a `rect` is on the default."""
+    fills = dict(re.findall(r"\.terminal-\d+-(r\d+) \{ fill: (#[0-9a-f]{6})", svg))
+    line = float(re.search(r"line-height: ([\d.]+)px", svg)[1])  # type: ignore[index]
+    backgrounds = {
+        (round(float(x), 1), round((float(y) - 1.5) / line)): fill
+        for fill, x, y in re.findall(r'<rect fill="(#[0-9a-f]{6})" x="([\d.]+)" y="([\d.]+)"[^>]*crispEdges', svg)
+    }
+    out = []
+    for cls, x, y, text in re.findall(
+        r'<text class="terminal-\d+-(r\d+)" x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)<', svg
+    ):
+        row = int(float(y) // line)
+        plain = html.unescape(text).replace("\xa0", " ")
+        if plain.strip():
+            bg = backgrounds.get((round(float(x), 1), row), SVG_DEFAULT_BACKGROUND)
+            out.append(Drawn(plain, fills[cls], bg, row))
+    return out

@@ -6,6 +6,7 @@ import os
 import shlex
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -30,10 +31,12 @@ class EditorScreen(ModalScreen[str | None]):
         Binding("escape", "cancel", "Cancel", id="editor_cancel"),
     ]
 
-    def __init__(self, node_id: int, source: str) -> None:
+    def __init__(self, node_id: int, source: str, why_not: Callable[[], str | None] | None = None) -> None:
         super().__init__()
         self.node_id = node_id
         self.source = source
+        self.why_not = why_not
+        """Why a submission cannot reach the search now (the run ended while the editor was open), or None."""
 
     def compose(self) -> ComposeResult:
         area = TextArea.code_editor(self.source, id="editor-area", soft_wrap=False)
@@ -49,16 +52,38 @@ class EditorScreen(ModalScreen[str | None]):
         self.query_one(TextArea).focus()
 
     def action_submit(self) -> None:
+        """Submit the edit; an unchanged kernel, or a run that can no longer take it, is said and the editor stays
+        open with the text in it."""
         text = self.query_one(TextArea).text
-        self.dismiss(None if text.strip() == self.source.strip() else text)
+        if unchanged(text, self.source):
+            self.notify(f"No change from #{self.node_id}: nothing to submit (esc closes).", severity="warning")
+            return
+        why = self.why_not() if self.why_not is not None else None
+        if why is not None:
+            self.notify(f"Not submitted: {why}. Your text is still here (esc closes).", severity="error")
+            return
+        self.dismiss(text)
 
     def action_cancel(self) -> None:
         self.dismiss(None)
 
 
+def unchanged(text: str, source: str) -> bool:
+    """An edit that changed nothing but whitespace at either end."""
+    return text.strip() == source.strip()
+
+
+def keep_edit(node_id: int, text: str) -> Path:
+    """An edit that could not be submitted, kept in a file of its own (the temporary one goes with the editor)."""
+    fd, name = tempfile.mkstemp(prefix=f"kernelforge-node-{node_id}-edit-", suffix=".cu")
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    return Path(name)
+
+
 def edit_externally(app: App[Any], node_id: int, source: str) -> str | None:
-    """`source` after $VISUAL or $EDITOR (vi) edited it in the terminal the app hands over; None when it is
-    unchanged or the editor could not run (the app says why)."""
+    """`source` after $VISUAL or $EDITOR (vi) edited it in the terminal the app hands over (unchanged when the
+    user changed nothing); None when the editor could not run (the app says why)."""
     editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"node-{node_id}.cu"
@@ -69,5 +94,4 @@ def edit_externally(app: App[Any], node_id: int, source: str) -> str | None:
         except Exception as exc:  # SuspendNotSupported (headless, some terminals), editor missing
             app.notify(f"Could not run {editor}: {exc}", severity="error")
             return None
-        text = path.read_text()
-    return None if text.strip() == source.strip() else text
+        return path.read_text()

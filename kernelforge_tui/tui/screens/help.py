@@ -17,6 +17,7 @@ from kernelforge_tui.tui.keymap import ACTIONS
 NOTES = (
     "Tree: up/down move, right/left or space open and close, enter selects.",
     "Tab moves between panes; ctrl+p opens the command palette (every action is there too).",
+    "Diff: left/right scroll long lines sideways, up/down and pgup/pgdn move through it; z gives it the screen.",
     'Remap a key in the config file: [tui.keymap] pause_resume = "space" (ids above).',
     "Glyphs: ○ proposed ◔ built ◑ verified ● timed ◆ profiled ✗ failed; ⊘ banned ⇡ pinned ★ export.",
 )
@@ -49,11 +50,14 @@ class HelpScreen(ModalScreen[None]):
         table.add_column()
         for action in ACTIONS:
             table.add_row(key_display(self.keys.get(action.id, action.key)), action.id, action.help)
-        with VerticalScroll() as scroll:
+        with VerticalScroll(can_focus=True) as scroll:
             scroll.border_title = "Keys"
-            scroll.border_subtitle = "esc closes"
+            scroll.border_subtitle = "↑↓ pgup pgdn scroll · esc closes"
             yield Static(table)
             yield Static(Text("\n".join(NOTES), style="italic"))
+
+    def on_mount(self) -> None:
+        self.query_one(VerticalScroll).focus()  # the arrows scroll what a short terminal cuts off
 
     def action_dismiss(self) -> None:  # type: ignore[override]
         self.dismiss(None)

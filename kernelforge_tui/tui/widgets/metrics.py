@@ -16,9 +16,11 @@ from textual.widgets import Static
 
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.nodes import NodeView
+from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.tui.source import AgentFacts, ProfileRead
 
 BAR_WIDTH = 16
+LABEL_WIDTH = 10
 
 
 def bar(share: float, width: int = BAR_WIDTH) -> str:
@@ -33,6 +35,8 @@ class NodeDetail(BaseModel):
     evaluation: Evaluation | None = None
     profile: ProfileRead | None = None
     agents: AgentFacts | None = None
+    reward: Reward | None = None
+    """Every term of the node's reward, and its explanation in words."""
     baseline_name: str = "the card's baseline"
 
 
@@ -90,57 +94,80 @@ class MetricsPane(VerticalScroll, can_focus=True):
         return Text(shown, style=self._style("better" if better else "worse"))
 
     def render_detail(self, d: NodeDetail, p: NodeDetail | None) -> RenderableType:
+        """Every number with words a newcomer reads without the README: what it is, in what unit, against what;
+        the right-hand column is the change against the parent."""
         node, ev = d.node, d.evaluation
         pev = p.evaluation if p is not None else None
         label = self._style("label")
         table = Table.grid(padding=(0, 1), expand=True)
-        table.add_column(style=label, no_wrap=True, width=8)
+        table.add_column(style=label, no_wrap=True, width=LABEL_WIDTH)
         table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
         table.add_column(no_wrap=True, justify="right")
 
         head = Text(f"#{node.id} {node.status}", style="bold", no_wrap=True, overflow="ellipsis")
         if node.parent_id is not None:
-            head.append(f" · parent #{node.parent_id}", style=label)
+            head.append(f" · child of #{node.parent_id}", style=label)
         if node.proposer:
-            head.append(f" · {node.proposer}", style=label)
+            head.append(f" · proposed by {node.proposer}", style=label)
         rows: list[RenderableType] = [head]
         rows_after: list[RenderableType] = []
         if node.mutation:
             rows.append(Text(node.mutation, overflow="ellipsis", no_wrap=True))
         if node.status == "failed":
             rows.append(Text(f"{node.failure or 'failed'}: {node.reason}", style=self._style("error")))
+        if p is not None:
+            table.add_row("", "", Text(f"vs #{p.node.id}", style=label))
 
         res = ev.result if ev is not None else None
         pres = pev.result if pev is not None else None
         speedup = res.speedup if res is not None and res.speedup is not None else node.speedup
         if speedup is not None:
             parent_speedup = p.node.speedup if p is not None else None
-            against = f" vs {res.baseline.median_us:.2f} us" if res is not None and res.baseline is not None else ""
-            bounds = res.speedup_interval if res is not None and res.speedup_interval else node.speedup_interval
-            interval = f" 95%: {bounds[0]:.2f}-{bounds[1]:.2f}" if bounds is not None else ""
+            base = f" ({res.baseline.median_us:.2f} us)" if res is not None and res.baseline is not None else ""
             table.add_row(
                 "speedup",
-                Text.assemble((f"{speedup:.2f}x", "bold"), (interval, label), (against, label)),
+                Text.assemble((f"{speedup:.2f}x", "bold"), (f" as fast as the baseline{base}", label)),
                 self._delta(speedup, parent_speedup, False, "+.2f"),
             )
+            bounds = res.speedup_interval if res is not None and res.speedup_interval else node.speedup_interval
+            if bounds is not None:
+                table.add_row("", Text(f"95% sure: {bounds[0]:.2f}x to {bounds[1]:.2f}x", style=label), "")
         share = ev.ceiling_share if ev is not None and ev.ceiling_share is not None else node.ceiling_share
         if share is not None:
             parent_share = (pev.ceiling_share if pev is not None else None) or (p.node.ceiling_share if p else None)
             table.add_row(
                 "ceiling",
-                Text.assemble((bar(share), self._style("bar")), f" {share:.0%}"),
+                Text.assemble(
+                    (bar(share), self._style("bar")), f" {share:.0%}", (" of the GPU's measured peak", label)
+                ),
                 self._delta(share * 100, None if parent_share is None else parent_share * 100, False, "+.0f"),
             )
         cand = res.candidate if res is not None else None
         pcand = pres.candidate if pres is not None else None
         if cand is not None:
             before = pcand.median_us if pcand else (p.node.latency_us if p else None)
-            table.add_row("median", f"{cand.median_us:.2f} us", self._delta(cand.median_us, before, True, "%"))
-            table.add_row("spread", f"{cand.p10_us:.2f}-{cand.p90_us:.2f} us (p10-p90)", "")
-            table.add_row("runs", f"{cand.reps} · cv {cand.cv:.1%}", "")
+            table.add_row(
+                "time",
+                Text.assemble(f"{cand.median_us:.2f} us", (" a call (median)", label)),
+                self._delta(cand.median_us, before, True, "%"),
+            )
+            table.add_row(
+                "spread",
+                Text.assemble(f"{cand.p10_us:.2f}-{cand.p90_us:.2f} us", (" (10th-90th percentile)", label)),
+                "",
+            )
+            table.add_row(
+                "runs",
+                Text.assemble(f"{cand.reps}", (" timed · variation ", label), f"{cand.cv:.1%}", (" (cv)", label)),
+                "",
+            )
         elif node.latency_us is not None:
             before = p.node.latency_us if p is not None else None
-            table.add_row("median", f"{node.latency_us:.2f} us", self._delta(node.latency_us, before, True, "%"))
+            table.add_row(
+                "time",
+                Text.assemble(f"{node.latency_us:.2f} us", (" a call (median)", label)),
+                self._delta(node.latency_us, before, True, "%"),
+            )
         if ev is not None and ev.build is not None and ev.build.ptxas:
             pstats = pev.build.ptxas if pev is not None and pev.build is not None else {}
             for name, stats in ev.build.ptxas.items():
@@ -148,26 +175,30 @@ class MetricsPane(VerticalScroll, can_focus=True):
                 if len(ev.build.ptxas) > 1:
                     table.add_row("kernel", name, "")
                 table.add_row(
-                    "regs",
-                    str(stats.registers),
+                    "registers",
+                    Text.assemble(str(stats.registers), (" per thread", label)),
                     self._delta(stats.registers, prev.registers if prev else None, True, "+d"),
                 )
                 table.add_row(
-                    "smem",
-                    f"{stats.shared_bytes} B",
+                    "shared mem",
+                    Text.assemble(f"{stats.shared_bytes} B", (" per block", label)),
                     self._delta(stats.shared_bytes, prev.shared_bytes if prev else None, True, "+d"),
                 )
                 spills = stats.spill_store_bytes + stats.spill_load_bytes
                 pspills = prev.spill_store_bytes + prev.spill_load_bytes if prev else None
-                table.add_row("spills", f"{spills} B", self._delta(spills, pspills, True, "+d"))
+                table.add_row(
+                    "spills",
+                    Text.assemble(f"{spills} B", (" to slow local memory", label)),
+                    self._delta(spills, pspills, True, "+d"),
+                )
         if d.profile is not None and d.profile.profile is None:
-            table.add_row("ncu", Text(f"profile unreadable: {d.profile.error}", style=self._style("error")), "")
+            table.add_row("profile", Text(f"unreadable: {d.profile.error}", style=self._style("error")), "")
         elif d.profile is not None and d.profile.profile is not None:
             hw = d.profile.profile.hardware
             phw = p.profile.profile.hardware if p is not None and p.profile and p.profile.profile else None
             pkeys = {m.label: m.value for m in phw.key_metrics} if phw is not None else {}
             class_delta = Text(f"was {phw.class_name}", style=label) if phw and phw.bottleneck != hw.bottleneck else ""
-            table.add_row("ncu", Text(hw.class_name, style="bold"), class_delta)
+            table.add_row("profile", Text.assemble((hw.class_name, "bold"), (" (Nsight Compute)", label)), class_delta)
             for metric in hw.key_metrics:
                 lower_is_better = metric.unit == "bytes" or "per request" in metric.label
                 table.add_row(
@@ -186,11 +217,32 @@ class MetricsPane(VerticalScroll, can_focus=True):
             table.add_row("origin", f"repair of #{facts.repair_of}", "")
         if facts is not None and facts.judge_score is not None:
             score = facts.judge_score
-            table.add_row("judge", Text.assemble((bar(score), self._style("bar")), f" {score:.2f}"), "")
-        table.add_row("visits", f"{node.visits} · value {node.value:.3f}", "")
+            table.add_row(
+                "judge",
+                Text.assemble((bar(score), self._style("bar")), f" {score:.2f}", (" the LLM judge's score", label)),
+                "",
+            )
+        reward = d.reward
+        if reward is not None:
+            table.add_row(
+                "reward",
+                Text.assemble((f"{reward.total:+.3f}", "bold"), (" the search's score of it (why: below)", label)),
+                "",
+            )
+        table.add_row(
+            "subtree",
+            Text.assemble(f"{node.visits}", (" candidates tried under it, mean reward ", label), f"{node.value:+.3f}"),
+            "",
+        )
         flags = [f for f, on in (("banned", node.banned), ("pinned", node.pinned), ("export", node.export)) if on]
         if flags:
             table.add_row("flags", ", ".join(flags), "")
         rows.append(table)
+        if reward is not None:
+            rows.append(Text.assemble(("why: ", label), reward.explanation, overflow="fold"))
+            for term in reward.terms:
+                rows.append(
+                    Text.assemble((f"  {term.name} {term.value:+.3f} ", label), term.explanation, overflow="fold")
+                )
         rows.extend(rows_after)
         return Group(*rows)

@@ -71,6 +71,7 @@ class SearchTree(Tree[int]):
     SearchTree > .search-tree--id { color: $text-muted; }
     SearchTree > .search-tree--mutation { color: $text-muted; }
     SearchTree > .search-tree--failure { color: $error; }
+    SearchTree:ansi > .tree--guides { color: ansi_bright_black; }
     """
     COMPONENT_CLASSES: ClassVar[set[str]] = {
         "search-tree--best",
