@@ -9,6 +9,7 @@ import pytest
 from kernelforge_tui.engine.strategies import STRATEGIES, Strategy, UnknownStrategy, make_strategy
 from kernelforge_tui.engine.strategies.mcts import Mcts
 from kernelforge_tui.engine.tree import Tree, TreeSettings
+from kernelforge_tui.models.nodes import FailureKind, NodeStatus
 
 LN2, LN3 = math.log(2), math.log(3)
 
@@ -19,16 +20,16 @@ def tree(**settings: float) -> Tree:
                               "failure_reward": -1.0, "prune_after": 100, "improvement_epsilon": 0.0}  # fmt: skip
     t = Tree(TreeSettings.model_validate(base | settings))
     t.add(1, None)
-    t.finish(1, "timed", 1.0)
+    t.finish(1, NodeStatus.TIMED, 1.0)
     return t
 
 
 def child(t: Tree, node_id: int, parent: int, speedup: float | None, failure: str | None = None) -> None:
     t.add(node_id, parent, {"id": node_id})
     if failure is not None:
-        t.finish(node_id, "failed", None, failure)  # type: ignore[arg-type]
+        t.finish(node_id, NodeStatus.FAILED, None, FailureKind(failure))
     elif speedup is not None:
-        t.finish(node_id, "timed", speedup)
+        t.finish(node_id, NodeStatus.TIMED, speedup)
 
 
 def test_reward_is_log_speedup_and_backs_up_to_the_root() -> None:
@@ -124,7 +125,7 @@ def test_stagnant_subtree_is_pruned_and_skipped() -> None:
     child(t, 5, 2, 1.0)
     pruned: list[int] = []
     t.add(6, 2)
-    pruned = t.finish(6, "timed", 1.3)  # node 2 at 4 visits, best unchanged since visit 1: 4 - 1 = 3
+    pruned = t.finish(6, NodeStatus.TIMED, 1.3)  # node 2 at 4 visits, best unchanged since visit 1: 4 - 1 = 3
     assert pruned == [2] and t[2].pruned
     t.root.exhausted = True
     assert mcts.select() == 3  # node 2 and its subtree are skipped; node 3 may widen
@@ -171,6 +172,36 @@ def test_pin_restricts_selection_to_the_subtree() -> None:
     assert mcts.select() == 1
 
 
+def test_a_pin_reopens_the_pruned_path_to_its_node_and_keeps_it_open() -> None:
+    t = tree(prune_after=2, widening_k=1.0)
+    mcts = Mcts(t)
+    child(t, 2, 1, 2.0)
+    child(t, 3, 2, 1.0)
+    child(t, 4, 2, 1.0)  # node 2: 3 visits, best at its first: pruned
+    assert t[2].pruned and mcts.select() == 1
+    assert t.pin(3) == [2]  # node 3 (a leaf with room) sits under the pruned node 2
+    assert not t[2].pruned and mcts.select() == 3
+    child(t, 5, 3, 1.0)
+    child(t, 6, 3, 1.0)
+    assert not t[2].pruned and not t[3].pruned  # not pruned again while the pin holds
+    t[2].pruned = True  # a path pruned before the pin (a run resumed as it was left) is walked all the same
+    assert mcts.select() in {3, 5, 6}
+    assert t.pin(3, False) == []
+
+
+def test_a_pin_that_cannot_act_says_why() -> None:
+    t = tree()
+    child(t, 2, 1, None, failure="compile")
+    child(t, 3, 1, 2.0)
+    child(t, 4, 3, 2.0)
+    assert t.pin_problem(2) == "node 2 failed (compile): nothing is proposed under a failed kernel"
+    t.ban(3)
+    assert t.pin_problem(3) == "node 3 is banned: unban it first"
+    assert t.pin_problem(4) == "node 4 is in the banned subtree of node 3: unban node 3 first"
+    t.ban(3, False)
+    assert t.pin_problem(4) is None
+
+
 def test_hints_nearest_first_and_children_params() -> None:
     t = tree()
     child(t, 2, 1, 2.0)
@@ -192,7 +223,7 @@ def test_best_node() -> None:
 def test_a_given_score_replaces_log_speedup_and_rescore_moves_it() -> None:
     t = tree()
     t.add(2, 1)
-    t.finish(2, "timed", 2.0, score=0.75)  # e.g. ln 2 = 0.693 plus hardware evidence 0.057
+    t.finish(2, NodeStatus.TIMED, 2.0, score=0.75)  # e.g. ln 2 = 0.693 plus hardware evidence 0.057
     child(t, 3, 2, 1.5)  # no score: ln 1.5 = 0.405465
     assert t.reward(t[2]) == 0.75
     assert t[2].value == pytest.approx(0.75 + math.log(1.5))  # 1.155465

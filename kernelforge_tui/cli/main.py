@@ -92,9 +92,34 @@ def build_parser() -> argparse.ArgumentParser:
     tui.add_argument(
         "--simulate", action="store_true", help="no GPU: real nvcc builds, INVENTED timings (for trying the tool)"
     )
+    tui.add_argument(
+        "--simulate-seconds",
+        type=float,
+        default=0.01,
+        metavar="S",
+        help="simulated GPU seconds per evaluation (with --simulate; e.g. 2 leaves time to try steering)",
+    )
     opn = sub.add_parser("open", help="open a run in the terminal UI: a finished one, or one live in another process")
     opn.add_argument("run", help="run directory or run id")
     opn.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")
+    opn.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a finished or interrupted run here, under the TUI (a simulated run goes on simulated; one "
+        "measured on a GPU needs a GPU); budgets given replace the run's caps",
+    )
+    opn.add_argument("--budget-iters", type=int, metavar="N", help="with --resume: stop at N candidates in the run")
+    opn.add_argument("--budget-minutes", type=float, metavar="M", help="with --resume: stop at M minutes in the run")
+    opn.add_argument(
+        "--budget-gpu-seconds", type=float, metavar="S", help="with --resume: stop at S GPU seconds in the run"
+    )
+    _llm_budgets(opn)
+    opn.add_argument(
+        "--simulate", action="store_true", help="with --resume: the run is simulated (it is continued so anyway)"
+    )
+    opn.add_argument(
+        "--simulate-seconds", type=float, default=0.01, metavar="S", help="with --resume: simulated GPU seconds each"
+    )
     prof = sub.add_parser("profile", help="profile a run's node (or a kernel file) with Nsight Compute and classify it")
     prof.add_argument("target", help="a run (directory or id), or a card directory")
     prof.add_argument("what", help="the node id in the run, or a CUDA source file for the card")

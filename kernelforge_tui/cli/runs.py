@@ -388,15 +388,34 @@ def cmd_tui(args: argparse.Namespace, console: Console) -> int:
     from kernelforge_tui.tui.launch import run_tui
 
     run_dir = run_tui(
-        Path(args.card), budget_from(args), theme=args.theme, proposer=args.proposer, simulate=args.simulate
+        Path(args.card),
+        budget_from(args),
+        theme=args.theme,
+        proposer=args.proposer,
+        simulate=args.simulate,
+        simulate_seconds=simulate_seconds_from(args),
     )
     if run_dir:
-        console.print(f"run stored in {escape(run_dir)}: `kernelforge open` it, or resume it with `optimize --resume`")
+        console.print(
+            f"run stored in {escape(run_dir)}: `kernelforge open` it, or continue it with "
+            f"`kernelforge open {escape(run_dir)} --resume` (or `optimize --resume`)"
+        )
     return EXIT_OK
 
 
 def cmd_open(args: argparse.Namespace, console: Console) -> int:
+    """View or follow a run; `--resume` continues one that is over, here. A run that is over closes with the line
+    saying how to continue it."""
     from kernelforge_tui.tui.launch import open_run
 
-    open_run(args.run, theme=args.theme)
+    note = open_run(
+        args.run,
+        theme=args.theme,
+        resume=args.resume,
+        budget=budget_from(args),
+        simulate=args.simulate,
+        simulate_seconds=simulate_seconds_from(args),
+    )
+    if note:
+        console.print(escape(note))
     return EXIT_OK

@@ -2,6 +2,11 @@
 
 Why totals per run: a run resumed after a crash continues against the same caps (the counts are
 rebuilt from the store), so `--budget-iters 200` means 200 candidates in the run, not per session.
+
+Why paused time is not counted: a person who pauses a search to read a kernel has not spent its time
+budget; the clock (`Meter.pause`) stops with the search. When a clock cap (minutes, GPU seconds) is reached,
+the work not yet on a GPU is withdrawn rather than finished, so a run overruns its cap only by the
+evaluations running at that moment.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ class Budget(BaseModel):
     max_iterations: int | None = Field(default=None, ge=0)
     """Candidates evaluated (measured or failed), the root (the baseline) not counted."""
     max_minutes: float | None = Field(default=None, ge=0)
-    """Wall time the search runs, summed over sessions of the run (pauses included)."""
+    """Wall time the search runs, summed over sessions of the run; time spent paused is not counted."""
     max_gpu_seconds: float | None = Field(default=None, ge=0)
     """GPU time the workers report for proving and timing candidates."""
     max_money: float | None = Field(default=None, ge=0)
@@ -33,6 +38,16 @@ class Budget(BaseModel):
     def merged(self, override: Budget) -> Budget:
         """This budget with every cap `override` sets replaced (a resumed run given new caps)."""
         return self.model_copy(update=override.model_dump(exclude_none=True))
+
+
+CAP_OPTIONS = {
+    "max_iterations": "--budget-iters",
+    "max_minutes": "--budget-minutes",
+    "max_gpu_seconds": "--budget-gpu-seconds",
+    "max_money": "--budget-money",
+    "max_tokens": "--budget-tokens",
+}
+"""The command-line option that sets each cap (for messages that say how to raise one)."""
 
 
 class BudgetUsage(BaseModel):
@@ -52,16 +67,22 @@ class BudgetUsage(BaseModel):
 
     def exhausted(self, budget: Budget) -> str | None:
         """The reason to stop (which cap was reached), or None."""
+        reached = self.reached(budget)
+        return reached[1] if reached is not None else None
+
+    def reached(self, budget: Budget) -> tuple[str, str] | None:
+        """The first cap reached, as (its Budget field, the reason in words), or None."""
         if budget.max_iterations is not None and self.iterations >= budget.max_iterations:
-            return f"iteration budget reached ({self.iterations} of {budget.max_iterations})"
+            return "max_iterations", f"iteration budget reached ({self.iterations} of {budget.max_iterations})"
         if budget.max_minutes is not None and self.elapsed_s >= budget.max_minutes * 60:
-            return f"time budget reached ({self.elapsed_s / 60:.1f} of {budget.max_minutes:g} min)"
+            return "max_minutes", f"time budget reached ({self.elapsed_s / 60:.1f} of {budget.max_minutes:g} min)"
         if budget.max_gpu_seconds is not None and self.gpu_seconds >= budget.max_gpu_seconds:
-            return f"GPU budget reached ({self.gpu_seconds:.1f} of {budget.max_gpu_seconds:g} GPU s)"
+            gpu = f"{self.gpu_seconds:.1f} of {budget.max_gpu_seconds:g} GPU s"
+            return "max_gpu_seconds", f"GPU budget reached ({gpu})"
         if budget.max_money is not None and self.money >= budget.max_money:
-            return f"money budget reached (${self.money:.4f} of ${budget.max_money:g})"
+            return "max_money", f"money budget reached (${self.money:.4f} of ${budget.max_money:g})"
         if budget.max_tokens is not None and self.tokens >= budget.max_tokens:
-            return f"token budget reached ({self.tokens} of {budget.max_tokens} LLM tokens)"
+            return "max_tokens", f"token budget reached ({self.tokens} of {budget.max_tokens} LLM tokens)"
         return None
 
     def may_propose(self, budget: Budget, in_flight: int) -> bool:
@@ -70,29 +91,68 @@ class BudgetUsage(BaseModel):
             return True
         return self.iterations + in_flight < budget.max_iterations
 
+    def clock_reached(self, budget: Budget) -> bool:
+        """A cap that more work only overruns is reached (minutes or GPU seconds): the work not yet on a GPU is
+        withdrawn. (The iteration cap already counts the candidates in flight; an LLM cap stops the calls.)"""
+        minutes = budget.max_minutes is not None and self.elapsed_s >= budget.max_minutes * 60
+        gpu = budget.max_gpu_seconds is not None and self.gpu_seconds >= budget.max_gpu_seconds
+        return minutes or gpu
+
 
 class Meter:
     """A search's accounting: the run's totals against its budget (restored on a resume) and this session's
-    rates (candidates per minute, the share of time the GPU lanes were busy)."""
+    rates (candidates per minute, the share of time the GPU lanes were busy), with the clock stopped while
+    the search is paused."""
 
     def __init__(self, budget: Budget, usage: BudgetUsage, lanes: int = 1) -> None:
         self.budget = budget
         self.usage = usage
         self.lanes = lanes
-        self._accounted = self._session_t0 = time.monotonic()
+        self._accounted = time.monotonic()
         self._session_candidates = 0
         self._session_gpu_s = 0.0
+        self._session_active_s = 0.0
+        self.paused = False
+        """The clock is stopped: wall time passing now is not counted against the time budget."""
 
     def start_session(self) -> None:
-        self._accounted = self._session_t0 = time.monotonic()
+        self._accounted = time.monotonic()
+        self._session_active_s = 0.0
+
+    def _unaccounted(self, now: float) -> float:
+        return 0.0 if self.paused else max(0.0, now - self._accounted)
 
     def elapse(self) -> float:
-        """Add the wall time since the last call to the run's total; returns it (the store keeps it too)."""
+        """Add the active time since the last call to the run's total; returns it (the store keeps it too)."""
         now = time.monotonic()
-        delta = now - self._accounted
+        delta = self._unaccounted(now)
         self._accounted = now
         self.usage.elapsed_s += delta
+        self._session_active_s += delta
         return delta
+
+    def pause(self) -> float:
+        """Stop the clock (the time so far is counted first); returns the time counted, as `elapse` does."""
+        delta = self.elapse()
+        self.paused = True
+        return delta
+
+    def resume(self) -> None:
+        """Start the clock again: the time spent paused is not counted."""
+        if self.paused:
+            self._accounted = time.monotonic()
+            self.paused = False
+
+    def _now_usage(self) -> BudgetUsage:
+        """The usage with the active time not yet accounted added (accounting happens once a second)."""
+        extra = self._unaccounted(time.monotonic())
+        return self.usage.model_copy(update={"elapsed_s": self.usage.elapsed_s + extra}) if extra else self.usage
+
+    def seconds_left(self) -> float | None:
+        """Active seconds until the time cap (None: no cap); the search wakes then, not a poll later."""
+        if self.budget.max_minutes is None:
+            return None
+        return self.budget.max_minutes * 60 - self._now_usage().elapsed_s
 
     def count(self, gpu_seconds: float, candidate: bool) -> None:
         """One evaluation's GPU time; `candidate`: it counts against the iteration budget (the root does not)."""
@@ -108,15 +168,21 @@ class Meter:
         self.usage.tokens = totals.tokens
 
     def exhausted(self) -> str | None:
-        return self.usage.exhausted(self.budget)
+        return self._now_usage().exhausted(self.budget)
+
+    def reached(self) -> tuple[str, str] | None:
+        return self._now_usage().reached(self.budget)
+
+    def clock_reached(self) -> bool:
+        return self._now_usage().clock_reached(self.budget)
 
     def may_propose(self, in_flight: int) -> bool:
         return self.usage.may_propose(self.budget, in_flight)
 
     def session_stats(self) -> tuple[float, float]:
-        """(candidates per minute, GPU busy share) of this session so far."""
-        wall = max(time.monotonic() - self._session_t0, 1e-9)
-        return self._session_candidates / wall * 60, min(1.0, self._session_gpu_s / (wall * self.lanes))
+        """(candidates per minute, GPU busy share) of this session's active time so far (pauses left out)."""
+        active = max(self._session_active_s + self._unaccounted(time.monotonic()), 1e-9)
+        return self._session_candidates / active * 60, min(1.0, self._session_gpu_s / (active * self.lanes))
 
     def event(self) -> BudgetUsed:
         per_minute, busy = self.session_stats()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from functools import singledispatchmethod
 from typing import TYPE_CHECKING
 
+from kernelforge_tui.engine.feedback import hint_feedback
 from kernelforge_tui.engine.pipeline import Priority
 from kernelforge_tui.engine.profiling import ProfileReason
 from kernelforge_tui.models.commands import (
@@ -107,7 +108,8 @@ class CommandHandler:
         node = self.tree[cmd.node_id]
         node.hints.append(cmd.text)
         self.store.set_hints(cmd.node_id, node.hints)
-        self.bus.log(f"hint for node {cmd.node_id}: {cmd.text}", node_id=cmd.node_id)
+        understood = hint_feedback(self.search.proposer, self.search.card.spec, cmd.text)
+        self.bus.log(f"hint for node {cmd.node_id} ({cmd.text!r}): {understood}", node_id=cmd.node_id)
 
     @apply.register
     def _inject(self, cmd: InjectKernel) -> None:
@@ -127,9 +129,23 @@ class CommandHandler:
 
     @apply.register
     def _pin(self, cmd: PinSubtree) -> None:
-        if self._known(cmd.node_id):
-            self.tree.pin(cmd.node_id, cmd.pinned)
-            self.bus.emit(NodeChanged(node=self.store.set_pinned(cmd.node_id, cmd.pinned)))
+        """A pin that cannot steer anywhere is refused with the reason; one under a pruned node reopens the path."""
+        if not self._known(cmd.node_id):
+            return
+        problem = self.tree.pin_problem(cmd.node_id) if cmd.pinned else None
+        if problem is not None:
+            self.bus.log(f"pin of node {cmd.node_id} refused: {problem}", "warning", cmd.node_id)
+            return
+        reopened = self.tree.pin(cmd.node_id, cmd.pinned)
+        self.bus.emit(NodeChanged(node=self.store.set_pinned(cmd.node_id, cmd.pinned)))
+        if not cmd.pinned:
+            self.bus.log(f"unpinned node {cmd.node_id}", node_id=cmd.node_id)
+            return
+        text = f"pinned node {cmd.node_id}: the search stays inside its subtree"
+        if reopened:
+            ids = ", ".join(f"#{i}" for i in reopened)
+            text += f"; the pruned nodes on the way there are open again ({ids})"
+        self.bus.log(text, node_id=cmd.node_id)
 
     @apply.register
     def _profile(self, cmd: ProfileNode) -> None:

@@ -99,6 +99,10 @@ class Pipeline:
         self.max_in_flight = settings.max_in_flight or settings.build_parallel + 2 * self.lanes
         self.flying: set[int] = set()
         """Nodes handed to the pipeline and not yet recorded."""
+        self.closed = False
+        """New work is withdrawn (a clock budget was reached): nothing more is built or starts on a GPU."""
+        self._attempts: dict[int, int] = {}
+        self._building: set[int] = set()
         self._keys: set[str] = set()
         self._source_hashes: set[str] = set()
         self._seq = itertools.count()
@@ -149,12 +153,34 @@ class Pipeline:
     def enqueue(self, node_id: int, priority: Priority, attempts: int) -> None:
         """Hand a stored node to the pipeline (`attempts`: the how-many-th time, counting resumes)."""
         self.flying.add(node_id)
+        self._attempts[node_id] = attempts
         self.store.queue_node(node_id, attempts)
         self._build_q.put_nowait((priority, next(self._seq), node_id))
 
     def landed(self, node_id: int) -> None:
         """The node's verdict is recorded: it no longer counts as in flight."""
         self.flying.discard(node_id)
+        self._attempts.pop(node_id, None)
+
+    def withdraw(self) -> list[int]:
+        """Take back the work not yet on a GPU lane (a clock budget was reached): the queued candidates and those
+        being built leave the pipeline at once (a build's end is not waited for: its nvcc is stopped with the
+        search, and a resume finds what it cached). Each stays in the store as proposed, handed over one time
+        fewer, so a resume evaluates it as if this session had never taken it. Returns the candidates withdrawn."""
+        self.closed = True
+        withdrawn = sorted(self._building)
+        for queue in (self._build_q, self._gpu_q):
+            while not queue.empty():
+                withdrawn.append(queue.get_nowait()[2])
+        for node_id in withdrawn:
+            self._give_back(node_id)
+        return withdrawn
+
+    def _give_back(self, node_id: int) -> None:
+        attempts = self._attempts.get(node_id, 1)
+        self.tree[node_id].status = NodeStatus.PROPOSED
+        self.bus.emit(NodeChanged(node=self.store.queue_node(node_id, max(0, attempts - 1))))
+        self.landed(node_id)
 
     def tasks(self) -> list[asyncio.Task[None]]:
         """The build workers and one evaluation loop per GPU lane."""
@@ -167,15 +193,23 @@ class Pipeline:
             priority, seq, node_id = await self._build_q.get()
             if isinstance(self.backend, PipelinedBackend):
                 source, plan = self.store.node_source(node_id)
+                self._building.add(node_id)
                 try:
                     failed = await self.backend.build(source, plan)
                 except Exception as exc:  # a broken build step fails this candidate, not the search
                     failed = Evaluation(ok=False, failure=FailureKind.COMPILE, reason=f"build error: {exc}")
+                finally:
+                    self._building.discard(node_id)
+                if self.closed:  # withdrawn while it was built: a resume builds it again (from the cache)
+                    continue
                 if failed is not None:
                     self.on_done(node_id, failed)
                     continue
                 self.tree.mark_built(node_id)
                 self.bus.emit(NodeChanged(node=self.store.set_status(node_id, NodeStatus.BUILT)))
+            if self.closed:
+                self._give_back(node_id)
+                continue
             self._gpu_q.put_nowait((priority, seq, node_id))
 
     async def _gpu_lane(self) -> None:
@@ -184,6 +218,9 @@ class Pipeline:
             await self.running.wait()
             _, _, node_id = await self._gpu_q.get()
             await self.running.wait()
+            if self.closed:
+                self._give_back(node_id)
+                continue
             source, plan = self.store.node_source(node_id)
             try:
                 evaluation = await self.backend.evaluate(source, plan)

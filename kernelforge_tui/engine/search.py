@@ -22,6 +22,7 @@ from kernelforge_tui.engine.backend import EvaluationBackend
 from kernelforge_tui.engine.budget import Meter
 from kernelforge_tui.engine.commands import CommandHandler
 from kernelforge_tui.engine.events import EventBus
+from kernelforge_tui.engine.feedback import cannot_serve
 from kernelforge_tui.engine.llm_calls import RunCallSink
 from kernelforge_tui.engine.pipeline import Pipeline, Priority
 from kernelforge_tui.engine.profiling import ProfileReason, ProfileScheduler
@@ -35,7 +36,7 @@ from kernelforge_tui.errors import BadInput, BaselineFailed
 from kernelforge_tui.llm import LlmClient, LlmError
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.events import BestImproved, EngineEvent, SearchState, StateChanged
+from kernelforge_tui.models.events import BestImproved, EngineEvent, NodeChanged, SearchState, StateChanged
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import (
@@ -134,15 +135,18 @@ class Search:
         self.bus.emit(StateChanged(state=state, reason=reason))
 
     def pause(self) -> None:
+        """Hold every new evaluation and stop the budget's clock (paused time is not counted against it)."""
         if not self.paused and self.stop_reason is None:
             self.paused = True
             self.running.clear()
             self._cancel_expansions()
+            self.store.add_active_seconds(self.meter.pause())
             self._set_state("paused", "paused by request")
 
     def resume(self) -> None:
         if self.paused:
             self.paused = False
+            self.meter.resume()
             self.running.set()
             self._set_state("running", "resumed by request")
 
@@ -154,6 +158,7 @@ class Search:
         self._cancel_expansions()
         self.profiles.searching = False
         self.paused = False
+        self.meter.resume()
         self.running.set()
         self._set_state("stopping", reason)
         self.wake.set()
@@ -221,6 +226,9 @@ class Search:
             source = self.card.baseline_source()
             root = Proposal(source=source, plan=baseline.plan, mutation="baseline (the card's)", proposer="card")
             self.pipeline.submit(None, root, Priority.STEERED)
+            why = cannot_serve(self.proposer, self.card.spec)
+            if why is not None:
+                self.bus.log(f"the {self.proposer.name} proposer {why}", "warning")
             seeds = self.proposer.seeds(self.card)
             if self.settings.budget.max_iterations is not None:
                 seeds = seeds[: self.settings.budget.max_iterations]
@@ -246,6 +254,8 @@ class Search:
             reason = self.meter.exhausted()
             if reason is not None:
                 self.stop(reason)
+                if self.meter.clock_reached() and not self.pipeline.closed:
+                    self._withdraw()
             if (
                 self.stop_reason is not None
                 and not self.pipeline.flying
@@ -257,11 +267,53 @@ class Search:
                 continue
             idle = not self.pipeline.flying and not self.expansions and not self.forced
             if self.stop_reason is None and idle and not self.paused:
-                self.stop("nothing left to expand: every branch is exhausted, pruned or banned")
+                if self._release_pins():
+                    continue
+                self.stop(self._nothing_left())
                 continue
             self.wake.clear()
+            timeout = self.settings.pipeline.poll_s
+            left = self.meter.seconds_left()
+            if left is not None and not self.paused:
+                timeout = max(0.005, min(timeout, left))  # the time cap is noticed when it is reached
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), self.settings.pipeline.poll_s)
+                await asyncio.wait_for(self.wake.wait(), timeout)
+
+    def _withdraw(self) -> None:
+        """A clock cap is reached: no new work starts. The candidates not yet on a GPU and the queued profiles are
+        dropped (the candidates stay in the run, evaluated first on a resume); those on a GPU finish."""
+        withdrawn = self.pipeline.withdraw()
+        self.profiles.dropped = True
+        if withdrawn:
+            ids = ", ".join(f"#{i}" for i in withdrawn)
+            self.bus.log(
+                f"{len(withdrawn)} candidates not yet on a GPU withdrawn ({ids}): they stay in the run, and a resume "
+                "evaluates them first"
+            )
+
+    def _release_pins(self) -> bool:
+        """Nothing is left to expand inside the pinned subtrees: unpin them (said in the log) so the search goes on
+        over the whole tree instead of ending with budget left; False when nothing was pinned."""
+        pinned = [n.id for n in self.tree.nodes.values() if n.pinned]
+        if not pinned:
+            return False
+        for node_id in pinned:
+            self.tree.pin(node_id, False)
+            self.bus.emit(NodeChanged(node=self.store.set_pinned(node_id, False)))
+        ids = ", ".join(f"#{i}" for i in pinned)
+        self.bus.log(
+            f"nothing left to expand inside the pinned subtrees ({ids}): unpinned, the search goes on over the whole "
+            "tree",
+            "warning",
+        )
+        return True
+
+    def _nothing_left(self) -> str:
+        """Why the search ends with budget left: the proposer's own reason when it cannot serve the card at all."""
+        why = cannot_serve(self.proposer, self.card.spec)
+        if why is not None:
+            return f"nothing to propose: the {self.proposer.name} proposer {why}"
+        return "nothing left to expand: every branch is exhausted, pruned or banned"
 
     async def _step(self) -> bool:
         """Start one expansion, if there is room and a node to expand; whether it started one."""

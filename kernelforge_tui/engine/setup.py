@@ -19,7 +19,7 @@ from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import LlmSettings, Settings, config_file
 from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
-from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.budget import CAP_OPTIONS, Budget, BudgetUsage
 from kernelforge_tui.engine.router import past_records, rank_coders
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
@@ -108,19 +108,64 @@ def prepare_run(card_dir: Path | None, settings: Settings, options: RunOptions) 
         if llm is not None:
             pipeline = run_settings.pipeline.model_copy(update={"max_expanding": settings.llm.agents.expansions})
             run_settings = run_settings.model_copy(update={"pipeline": pipeline})
-        backend = make_backend(card, settings, options)
+        backend = make_backend(card, settings, options, resumed=store is not None)
         if store is not None:
             store.set_settings(run_settings)
         else:
             run_dir = options.run_dir or new_run_dir(card.spec.name, options.root)
             store = RunStore.create(run_dir, card, backend.name, backend.gpu_name, run_settings)
-        return Search(
+        search = Search(
             card, proposer, backend, store, run_settings, profile=settings.profile, reward=settings.reward, llm=llm
         )
+        if options.resume:
+            _budget_left(search)
+        return search
     except BaseException:
         if store is not None:
             store.close()
         raise
+
+
+def _budget_left(search: Search) -> None:
+    """A resumed run that already spent a cap would stop at once: refused, saying which cap to raise (caps are the
+    run's totals, so the new one must be above what was spent)."""
+    reached = search.meter.reached()
+    if reached is None:
+        return
+    field, reason = reached
+    info = search.store.run_info()
+    raise BadInput(
+        f"run {info.run_id} has spent its budget ({reason}): caps are totals for the run, so continue it with a "
+        f"larger one, e.g. {CAP_OPTIONS[field]} {_larger(search.meter.usage, field)}"
+    )
+
+
+def _larger(usage: BudgetUsage, field: str) -> str:
+    """A cap above what the run spent: about double, for the message's example."""
+    spent = {
+        "max_iterations": usage.iterations,
+        "max_minutes": usage.elapsed_s / 60,
+        "max_gpu_seconds": usage.gpu_seconds,
+        "max_money": usage.money,
+        "max_tokens": usage.tokens,
+    }[field]
+    if field in ("max_iterations", "max_tokens"):
+        return str(max(1, int(spent) * 2))
+    return f"{max(1.0, spent * 2):.0f}"
+
+
+def continue_note(info: RunInfo) -> str | None:
+    """How to continue a run that is over (finished, stopped or interrupted); None for one still live."""
+    if info.state not in ("finished", "interrupted"):
+        return None
+    run = str(info.run_dir)
+    where = "" if info.backend == SIMULATED else " on a machine with a GPU"
+    simulate = " --simulate" if info.backend == SIMULATED else ""
+    return (
+        f"run {info.run_id} is {info.state}: continue it here with `kernelforge open {run} --resume`{where} (a cap "
+        f"it has spent needs a larger one, e.g. --budget-minutes 10), or with `kernelforge optimize --resume {run}"
+        f"{simulate}`"
+    )
 
 
 def new_run_settings(settings: Settings, options: RunOptions) -> RunSettings:
@@ -220,12 +265,20 @@ def load_proposer(spec: str) -> Proposer:
     return proposer
 
 
-def make_backend(card: Card, settings: Settings, options: RunOptions) -> SimulatedBackend | GpuBackend:
-    """The simulation (real builds, invented timings) or the visible GPUs; NoGpuError when there is none."""
+def make_backend(
+    card: Card, settings: Settings, options: RunOptions, resumed: bool = False
+) -> SimulatedBackend | GpuBackend:
+    """The simulation (real builds, invented timings) or the visible GPUs; NoGpuError when there is none (for a
+    resumed run measured on a GPU, the message says it continues only where a GPU is)."""
     if options.simulate:
         return SimulatedBackend(card, make_builder(settings), eval_seconds=options.simulate_seconds)
     try:
         gpus = require_gpu()
     except NoGpuError as exc:
+        if resumed:
+            raise NoGpuError(
+                f"{exc}: this run was measured on a GPU and continues only where one is (one run never mixes "
+                "simulated and measured timings); `kernelforge open RUN` views it here"
+            ) from None
         raise NoGpuError(f"{exc} (or pass --simulate to try the search with invented timings)") from None
     return GpuBackend(card, settings, gpus[: options.max_gpus])

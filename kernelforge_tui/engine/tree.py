@@ -21,7 +21,9 @@ ancestor's value and recomputes their best.
 
 A subtree whose best reward has not improved for `prune_after` visits is pruned (never selected again,
 unless pinned). A banned subtree is never expanded; while any node is pinned, selection stays inside the
-pinned subtrees.
+pinned subtrees. A pin reopens the path to its node: pruned ancestors on it are unpruned (and are not pruned
+again while the pin holds), so a pin never points selection at a node it cannot reach; a pin that cannot act
+(a failed node, a banned subtree) is refused with the reason (`pin_problem`).
 """
 
 from __future__ import annotations
@@ -208,6 +210,7 @@ class Tree:
         reward = self.reward(node)
         newly_pruned: list[int] = []
         eps = self.settings.improvement_epsilon
+        kept_open = self.pinned_paths()
         for ancestor in self.ancestors(node_id):
             ancestor.visits += 1
             ancestor.value += reward
@@ -217,6 +220,7 @@ class Tree:
             if (
                 ancestor.id != self.root_id
                 and not ancestor.pruned
+                and ancestor.id not in kept_open
                 and ancestor.visits - ancestor.visits_at_best >= self.settings.prune_after
             ):
                 ancestor.pruned = True
@@ -251,6 +255,22 @@ class Tree:
             inside.update(n.id for n in self.subtree(pin))
             above.update(n.id for n in self.ancestors(pin) if n.id != pin)
         return inside, above - inside
+
+    def pinned_paths(self) -> set[int]:
+        """The pinned nodes and their ancestors: the paths a pin keeps open (never pruned while it holds)."""
+        return {a.id for n in self.nodes.values() if n.pinned for a in self.ancestors(n.id)}
+
+    def pin_problem(self, node_id: int) -> str | None:
+        """Why pinning this node could not steer the search anywhere (said when the pin is refused), or None."""
+        node = self.nodes[node_id]
+        if node.status == NodeStatus.FAILED:
+            return f"node {node_id} failed ({node.failure or 'failed'}): nothing is proposed under a failed kernel"
+        banned = next((a.id for a in self.ancestors(node_id) if a.banned), None)
+        if banned == node_id:
+            return f"node {node_id} is banned: unban it first"
+        if banned is not None:
+            return f"node {node_id} is in the banned subtree of node {banned}: unban node {banned} first"
+        return None
 
     def may_expand(self, node_id: int) -> bool:
         """May this node take a child at all (what a person's ExpandNode needs): measured, not exhausted, and
@@ -292,8 +312,20 @@ class Tree:
     def ban(self, node_id: int, banned: bool = True) -> None:
         self.nodes[node_id].banned = banned
 
-    def pin(self, node_id: int, pinned: bool = True) -> None:
-        self.nodes[node_id].pinned = pinned
+    def pin(self, node_id: int, pinned: bool = True) -> list[int]:
+        """Pin or unpin a subtree. A pin reopens the path to its node: the pruned nodes on it (the node itself
+        included) are unpruned, their stagnation counted from now; returns them, root side first."""
+        node = self.nodes[node_id]
+        node.pinned = pinned
+        if not pinned:
+            return []
+        reopened: list[int] = []
+        for ancestor in self.ancestors(node_id):
+            if ancestor.pruned:
+                ancestor.pruned = False
+                ancestor.visits_at_best = ancestor.visits
+                reopened.append(ancestor.id)
+        return reopened[::-1]
 
     def best_node(self) -> TreeNode | None:
         """The measured node with the highest speedup."""

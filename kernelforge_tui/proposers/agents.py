@@ -139,6 +139,10 @@ class AgentProposer:
         """None: the pooled first kernels are written when the root is first expanded (each takes a model call)."""
         return []
 
+    def read_hint(self, card: OperatorCard, text: str) -> str:
+        """What becomes of a hint (for the search's log line): the team reads it as written, nothing is parsed."""
+        return "kept as written: it goes into the planner's prompt (and a first kernel's) for this node and its subtree"
+
     async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         if n <= 0:
             return []

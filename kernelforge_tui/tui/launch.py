@@ -1,26 +1,75 @@
-"""Start the TUI: on a new in-process search over a card (`kernelforge tui`), or on a run's store (`open`)."""
+"""Start the TUI: on a new in-process search over a card (`kernelforge tui`), on a run's store (`open`), or on a
+recorded run continued in place (`open --resume`).
+
+A run that is over (finished, stopped, interrupted) opens with a line saying how to continue it, in the log and on
+the console when the TUI closes; where its directory can be written, its pins, bans and export marks can be changed
+at rest (`engine.at_rest`: read back by the next resume).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from kernelforge_tui.tui import apply_ssh_defaults
-from kernelforge_tui.tui.config import load_tui_settings
+from kernelforge_tui.tui.config import TuiSettings, load_tui_settings
+from kernelforge_tui.tui.source import StoreSource
 
 if TYPE_CHECKING:
     from kernelforge_tui.engine.budget import Budget
     from kernelforge_tui.engine.search import Search
+    from kernelforge_tui.engine.view import Snapshot
+    from kernelforge_tui.models.commands import EngineCommand
+    from kernelforge_tui.models.events import EngineEvent
+    from kernelforge_tui.store import RunStore
 
 
-def new_search(card_dir: Path, budget: Budget, *, proposer: str | None = None, simulate: bool = False) -> Search:
+def new_search(
+    card_dir: Path,
+    budget: Budget,
+    *,
+    proposer: str | None = None,
+    simulate: bool = False,
+    simulate_seconds: float = 0.01,
+) -> Search:
     """A search on a new run of the card, set up as `optimize` sets one up: the same proposers (an LLM team's
     calls included) and budgets (whoever runs it closes its store)."""
     from kernelforge_tui.config import load_settings
     from kernelforge_tui.engine.setup import RunOptions, prepare_run
 
-    options = RunOptions(budget=budget, proposer=proposer, simulate=simulate)
+    options = RunOptions(budget=budget, proposer=proposer, simulate=simulate, simulate_seconds=simulate_seconds)
     return prepare_run(card_dir, load_settings(), options)
+
+
+def continued_search(run: str, budget: Budget, *, simulate: bool = False, simulate_seconds: float = 0.01) -> Search:
+    """A recorded run continued in this process as `optimize --resume` continues it: its card, settings and kind of
+    backend (a simulated run goes on simulated, `--simulate` or not; one measured on a GPU needs a GPU here). New caps
+    replace the recorded ones; a cap the run has spent must be raised (the refusal says which)."""
+    from kernelforge_tui.config import load_settings
+    from kernelforge_tui.engine.backend import SIMULATED
+    from kernelforge_tui.engine.setup import RunOptions, prepare_run, recorded_run
+
+    recorded = recorded_run(run)
+    simulated = simulate or recorded.info.backend == SIMULATED
+    options = RunOptions(
+        resume=str(recorded.run_dir), budget=budget, simulate=simulated, simulate_seconds=simulate_seconds
+    )
+    return prepare_run(None, load_settings(), options)
+
+
+def _drive(search: Search, settings: TuiSettings) -> str:
+    """The TUI over a search in this process until it quits; the run directory."""
+    from kernelforge_tui.tui.app import KernelForgeApp
+    from kernelforge_tui.tui.source import LiveSearchSource
+
+    app = KernelForgeApp(LiveSearchSource(search, search.store), settings)
+    try:
+        app.run()
+    finally:
+        search.store.close()
+    return str(search.store.run_dir)
 
 
 def run_tui(
@@ -30,29 +79,100 @@ def run_tui(
     theme: str | None = None,
     proposer: str | None = None,
     simulate: bool = False,
+    simulate_seconds: float = 0.01,
 ) -> str:
-    """Search a card under the TUI; the run directory (resumable with `optimize --resume`)."""
+    """Search a card under the TUI; the run directory (resumable with `optimize --resume` or `open --resume`)."""
     apply_ssh_defaults()
-    from kernelforge_tui.tui.app import KernelForgeApp
-    from kernelforge_tui.tui.source import LiveSearchSource
-
     settings = load_tui_settings(theme=theme)
-    search = new_search(card_dir, budget, proposer=proposer, simulate=simulate)
-    app = KernelForgeApp(LiveSearchSource(search, search.store), settings)
-    try:
-        app.run()
-    finally:
-        search.store.close()
-    return str(search.store.run_dir)
+    search = new_search(card_dir, budget, proposer=proposer, simulate=simulate, simulate_seconds=simulate_seconds)
+    return _drive(search, settings)
 
 
-def open_run(run: str, *, theme: str | None = None) -> None:
-    """Open a finished run, or follow one live in another process."""
+def open_run(
+    run: str,
+    *,
+    theme: str | None = None,
+    resume: bool = False,
+    budget: Budget | None = None,
+    simulate: bool = False,
+    simulate_seconds: float = 0.01,
+) -> str | None:
+    """Open a run: follow it live in another process, view it when it is over, or (`resume`) continue it here under
+    the TUI. Returns what to tell the person when the TUI closes (how to continue a run that is over), or None."""
+    from kernelforge_tui.engine.budget import Budget
+    from kernelforge_tui.errors import BadInput
+    from kernelforge_tui.tui.app import KernelForgeApp
+
+    budget = budget or Budget()
+    if not resume and (budget != Budget() or simulate):
+        raise BadInput("budgets and --simulate are for continuing the run: add --resume")
     apply_ssh_defaults()
-    from kernelforge_tui.store import resolve_run
-    from kernelforge_tui.tui.app import KernelForgeApp
-    from kernelforge_tui.tui.source import StoreSource
-
     settings = load_tui_settings(theme=theme)
-    source = StoreSource.open(resolve_run(run))
+    if resume:
+        run_dir = _drive(continued_search(run, budget, simulate=simulate, simulate_seconds=simulate_seconds), settings)
+        return f"run stored in {run_dir}: continue it again with `kernelforge open {run_dir} --resume`"
+    source = open_source(run)
     KernelForgeApp(source, settings).run()
+    return source.note if isinstance(source, RestingRunSource) else None
+
+
+def open_source(run: str) -> StoreSource:
+    """The source `open` views a run through: a run live in another process is followed and steered through its
+    commands; a run that is over comes with the note saying how to continue it, and with its flags steerable at
+    rest where its directory can be written."""
+    from kernelforge_tui.engine.setup import continue_note
+    from kernelforge_tui.store import resolve_run
+
+    source = StoreSource.open(resolve_run(run))
+    if source.can_steer:
+        return source
+    note = continue_note(source.store.run_info())
+    return RestingRunSource(source.store, note)
+
+
+class RestingRunSource(StoreSource):
+    """A run no process writes, viewed: pins, bans and export marks are written to its store at once (the events
+    they record come back through the store like a writer's), other commands are answered in the log with the way
+    to continue the run; `note` (how to continue it) heads the log."""
+
+    def __init__(self, store: RunStore, note: str | None) -> None:
+        super().__init__(store)
+        self.note = note
+        self._writable = os.access(store.run_dir, os.W_OK) and os.access(store.run_dir / "run.sqlite", os.W_OK)
+        self._detached = False
+        self._answers: list[EngineEvent] = []
+
+    @property
+    def can_steer(self) -> bool:
+        """Whether flag commands can be written (the directory is writable and the view is open)."""
+        return self._writable and not self._detached
+
+    def snapshot(self) -> Snapshot:
+        from kernelforge_tui.models.events import LogLine
+
+        snapshot = super().snapshot()
+        if self.note is None:
+            return snapshot
+        return snapshot.model_copy(update={"logs": [*snapshot.logs, LogLine(text=self.note)]})
+
+    async def send(self, command: EngineCommand) -> None:
+        from kernelforge_tui.engine.at_rest import steer_at_rest
+        from kernelforge_tui.errors import KernelForgeError
+        from kernelforge_tui.models.events import LogLine
+
+        if not self.can_steer:
+            self._answers.append(LogLine(level="warning", text=f"{self.store.run_dir} cannot be written here"))
+            return
+        try:
+            await asyncio.to_thread(steer_at_rest, self.store.run_dir, command)
+        except KernelForgeError as exc:  # a writer started meanwhile, or a command only a search can act on
+            self._answers.append(LogLine(level="warning", text=str(exc)))
+
+    async def poll_events(self, limit: int = 5000) -> list[EngineEvent]:
+        events = await super().poll_events(limit)
+        answers, self._answers = self._answers, []
+        return events + answers
+
+    async def close(self) -> None:
+        self._detached = True
+        await super().close()

@@ -11,7 +11,7 @@ good average. Progressive widening stops at the first node that may take another
     children allowed(node) = ceil(widening_k * max(1, visits(node)) ** widening_alpha)
 
 so a node first gets a few children and more as its subtree proves itself. Pruned and banned subtrees
-are skipped; while nodes are pinned, only their subtrees (and the path to them) are visited.
+are skipped; while nodes are pinned, only their subtrees (and the path to them, pruned or not) are visited.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class Mcts:
     def _select(self, node: TreeNode, inside: set[int], above: set[int], pins: bool) -> int | None:
         if node.banned or not node.measured:
             return None
-        if node.pruned and node.id not in inside:
+        if node.pruned and node.id not in inside and node.id not in above:
             return None
         in_scope = not pins or node.id in inside
         if in_scope and not node.exhausted and not node.expanding and len(node.children) < self.allowed_children(node):

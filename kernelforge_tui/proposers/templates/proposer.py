@@ -5,6 +5,10 @@ then single-parameter steps to neighbouring values (small moves that a tree sear
 over different parameters; then jumps and two-parameter moves. Exact repeats of tried or failed
 children are never offered, and changes that already failed from this parent are offered last.
 Randomness only breaks ties and comes from a generator seeded by (seed, card, parent params).
+
+It says what it understood: `read_hint` names the parameters and values a hint set (or that it understood
+nothing, listing the card's parameters), and `cannot_serve` says why a card has no template (its family is not
+in the library, or the card does not follow the template's naming), so the search can tell the person.
 """
 
 from __future__ import annotations
@@ -44,6 +48,12 @@ def template_for(card: OperatorCard) -> Template | None:
     return None
 
 
+def _values(values: tuple[ParamValue, ...]) -> str:
+    """A parameter's values for a log line: all of a few, the ends of many."""
+    shown = [str(v) for v in values]
+    return ", ".join(shown if len(shown) <= 6 else [*shown[:3], "...", shown[-1]])
+
+
 def _key(params: dict[str, ParamValue]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, str(v)) for k, v in params.items()))
 
@@ -54,12 +64,17 @@ def _distance(values: tuple[ParamValue, ...], old: ParamValue, new: ParamValue) 
 
 
 def _hint_targets(hints: list[str], space: dict[str, tuple[ParamValue, ...]]) -> tuple[dict[str, str], set[str]]:
-    """(param -> wanted value) from `name=value` and bare value words, and params merely named."""
+    """(param -> wanted value) from `name=value`, `name value` (a value the param takes) and bare value words, and
+    params merely named."""
     wanted: dict[str, str] = {}
     named: set[str] = set()
     for hint in hints:
         for name, value in _HINT.findall(hint):
             if name in space:
+                wanted.setdefault(name, value)
+        words = re.findall(r"[A-Za-z0-9_.]+", hint)
+        for name, value in itertools.pairwise(words):
+            if name in space and value in {str(v) for v in space[name]}:
                 wanted.setdefault(name, value)
         for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", hint):
             if word in space:
@@ -77,6 +92,48 @@ class TemplateProposer:
 
     def __init__(self, seed: int = 0) -> None:
         self.seed = seed
+
+    def cannot_serve(self, card: OperatorCard) -> str | None:
+        """Why no template serves the card (with what to do instead), or None when one does."""
+        if template_for(card) is not None:
+            return None
+        serving = [t for t in TEMPLATES if card.family in t.families]
+        if not serving:
+            known = ", ".join(sorted({f for t in TEMPLATES for f in t.families}))
+            return (
+                f"has no template for family {card.family} (the templates cover {known}): use --proposer agents "
+                "(the LLM team), or write a template in kernelforge_tui/proposers/templates/"
+            )
+        why = "; ".join(filter(None, (t.unsupported(card) for t in serving)))
+        return (
+            f"cannot serve card {card.name} with the {card.family} template ({why}): use --proposer agents, or "
+            "name the card's tensors and sizes as the template expects"
+        )
+
+    def read_hint(self, card: OperatorCard, text: str) -> str:
+        """The parameters and values the hint sets for the card's template, or that it understood nothing."""
+        template = template_for(card)
+        if template is None:
+            return f"nothing to act on: the template library {self.cannot_serve(card)}"
+        space = template.space(card)
+        wanted, named = _hint_targets([text], space)
+        usable = {k: v for k, v in wanted.items() if v in {str(x) for x in space[k]}}
+        said: list[str] = []
+        if usable:
+            values = ", ".join(f"{k}={v}" for k, v in usable.items())
+            said.append(f"read {values}: tried first among the next children of this node and its subtree")
+        moved = [k for k in space if k in named and k not in usable]
+        if moved:
+            said.append(f"named {', '.join(moved)}: changes to it are tried first")
+        unusable = {k: v for k, v in wanted.items() if k not in usable}
+        said += [f"{k}={v} is not a value {k} takes ({_values(space[k])})" for k, v in unusable.items()]
+        if said:
+            return "; ".join(said)
+        params = "; ".join(f"{k} ({_values(values)})" for k, values in space.items())
+        return (
+            f"understood nothing in it: the templates act on PARAM=VALUE or a value's name; this card's parameters "
+            f"are {params}"
+        )
 
     def seeds(self, card: Card | OperatorCard) -> list[Proposal]:
         spec = card.spec if isinstance(card, Card) else card
