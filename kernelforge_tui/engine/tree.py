@@ -210,7 +210,7 @@ class Tree:
         reward = self.reward(node)
         newly_pruned: list[int] = []
         eps = self.settings.improvement_epsilon
-        kept_open = self.pinned_paths()
+        kept_open: set[int] | None = None  # found only when a node is due to be pruned (rare)
         for ancestor in self.ancestors(node_id):
             ancestor.visits += 1
             ancestor.value += reward
@@ -220,11 +220,12 @@ class Tree:
             if (
                 ancestor.id != self.root_id
                 and not ancestor.pruned
-                and ancestor.id not in kept_open
                 and ancestor.visits - ancestor.visits_at_best >= self.settings.prune_after
             ):
-                ancestor.pruned = True
-                newly_pruned.append(ancestor.id)
+                kept_open = self.pinned_paths() if kept_open is None else kept_open
+                if ancestor.id not in kept_open:
+                    ancestor.pruned = True
+                    newly_pruned.append(ancestor.id)
         return newly_pruned
 
     def rescore(self, node_id: int, score: float) -> None:
