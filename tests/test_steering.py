@@ -21,11 +21,11 @@ from kernelforge_tui.errors import BadInput
 from kernelforge_tui.models.commands import AddHint, ExpandNode, PinSubtree
 from kernelforge_tui.models.events import EngineEvent, LogLine, NodeChanged
 from kernelforge_tui.proposers.agents import AgentProposer
-from kernelforge_tui.proposers.base import Proposal, ProposalContext
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore, StoreError
 from kernelforge_tui.tui.launch import RestingRunSource, continued_search, open_run, open_source
-from tests.test_search import Harness, ToyProposer, _toml, toy_kernel
+from tests.fakes.endless import Endless
+from tests.test_search import Harness, ToyProposer, _toml
 
 TOY = "tests.test_search:ToyProposer"
 
@@ -33,25 +33,6 @@ TOY = "tests.test_search:ToyProposer"
 def stale(h: Harness, budget: Budget) -> Search:
     """A search under which a node is pruned as soon as its subtree grows: nothing counts as an improvement."""
     return h.search(budget, prune_after=1.0, improvement_epsilon=5.0)
-
-
-class Endless(ToyProposer):
-    """The toy seeds, then as many new kernels as asked, none faster than its parent: subtrees stall and are pruned,
-    but a node never runs out of children."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made = 0
-
-    async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
-        self.contexts.append(ctx)
-        out = []
-        for _ in range(n):
-            self.made += 1
-            kernel = toy_kernel(128, 1)
-            source = kernel.source.replace("speedup=1.25", "speedup=1.0") + f"// variant {self.made}\n"
-            out.append(kernel.model_copy(update={"source": source, "mutation": f"variant {self.made}", "params": {}}))
-        return out
 
 
 def logs(events: list[EngineEvent]) -> list[str]:
