@@ -126,8 +126,10 @@ def open_source(run: str) -> StoreSource:
     source = StoreSource.open(resolve_run(run))
     if source.can_steer:
         return source
-    note = continue_note(source.store.run_info())
-    return RestingRunSource(source.store, note)
+    resting = RestingRunSource(source.store, continue_note(source.store.run_info()))
+    if resting.note is not None and not resting.can_steer:
+        resting.note += f" (after copying it to a directory you can write: {source.store.run_dir} cannot be written)"
+    return resting
 
 
 class RestingRunSource(StoreSource):
