@@ -3,6 +3,8 @@ in CI). Needs torch with CUDA, cuda-bindings (or pycuda), nvcc and compute-sanit
 
 - the real launch path: the example softmax kernel, loaded into torch's context, matches torch.softmax, runs on
   torch's current stream (a side stream included), allocates with torch, and the counters see hits and fallbacks;
+- the hot path's launch through libcuda (cuLaunchKernelEx, and cuLaunchKernel for older drivers) on the default
+  stream and a side one, and from four threads at once (each its own argument block);
 - pycuda as the binding: default stream only, another stream falls back with the reason;
 - the sanitizer gate: memcheck rejects the out-of-bounds cheat, racecheck a kernel with a shared-memory race, and
   an honest kernel passes all three tools;
@@ -128,6 +130,70 @@ def test_the_softmax_kernel_runs_on_torch_tensors_on_the_current_stream(tmp_path
     before = len(recording.streams)
     torch.softmax(x, -1)
     assert len(recording.streams) == before
+
+
+@pytest.mark.parametrize("extended", [True, False], ids=["cuLaunchKernelEx", "cuLaunchKernel"])
+def test_both_driver_launch_functions_run_the_kernel(tmp_path: Path, extended: bool) -> None:
+    # The hot path calls libcuda's launch through ctypes with prepared arguments: cuLaunchKernelEx and its launch
+    # config where the driver has it (CUDA 12+), else cuLaunchKernel; both on the default stream and a side one.
+    import ctypes
+
+    from kernelforge_tui.cast import driver as drivers
+
+    real = drivers.driver()
+    if not isinstance(real, drivers.CudaBindings):
+        pytest.skip("the ctypes launch is cuda-bindings' path")
+    binding = drivers.CudaBindings(real.cu, "test")
+    raw = drivers.libcuda_launch()
+    assert raw is not None and raw.extended, "a CUDA 12+ driver exports cuLaunchKernelEx"
+    if not extended:
+        plain = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        plain.restype = ctypes.c_int
+        raw = drivers.RawLaunch(plain, extended=False)
+    binding._raw = raw
+    path = stamped_here(unverified(tmp_path, BLOCK_ROW, "block_row"))
+    x = torch.randn(21, 1003, device="cuda", dtype=torch.bfloat16) * 2
+    side = torch.cuda.Stream()
+    with load(path, driver=binding) as cast:
+        first, second = torch.softmax(x, -1), torch.softmax(x, -1)  # the full guard, then the hot path
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            on_side = torch.softmax(x, -1)
+        side.synchronize()
+    torch.cuda.synchronize()
+    eager = torch.softmax(x, -1)
+    for y in (first, second, on_side):
+        _close(y, eager)
+    assert cast.stats().kernels[0].hits == 3 and binding.retries == 0
+
+
+def test_threads_launch_at_once_each_with_its_own_argument_block(tmp_path: Path) -> None:
+    # The driver call lets the GIL go: two threads launching the same kernel must not see each other's pointers.
+    import threading
+
+    path = stamped_here(unverified(tmp_path, BLOCK_ROW, "block_row"))
+    inputs = [torch.randn(21, 1003, device="cuda", dtype=torch.bfloat16) * (i + 1) for i in range(4)]
+    results: dict[int, list[Any]] = {}
+
+    def work(i: int) -> None:
+        stream = torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            results[i] = [torch.softmax(inputs[i], -1) for _ in range(50)]
+        stream.synchronize()
+
+    with load(path) as cast:
+        torch.softmax(inputs[0], -1)  # the device admitted by the full guard
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    torch.cuda.synchronize()
+    for i, outs in results.items():
+        eager = torch.softmax(inputs[i], -1)
+        for out in outs:
+            _close(out, eager)
+    assert cast.stats().kernels[0].hits == 1 + 4 * 50
 
 
 def test_pycuda_launches_on_the_default_stream_only(tmp_path: Path) -> None:

@@ -5,15 +5,20 @@ dispatch key; the real launch is tested on the GPU (test_cast_gpu.py)."""
 
 from __future__ import annotations
 
+import ctypes
 import re
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernelforge_tui.cast import driver as drivers  # noqa: E402
 from kernelforge_tui.cast import load  # noqa: E402
-from kernelforge_tui.cast.manifest import CastError  # noqa: E402
+from kernelforge_tui.cast.manifest import CastError, KernelEntry, LaunchArg, Package  # noqa: E402
+from kernelforge_tui.cast.runtime import KernelRunner  # noqa: E402
 
 from .fixtures.cast.cast_support import MACHINE, HostSoftmax, softmax_entry, write_cast  # noqa: E402
 
@@ -25,7 +30,7 @@ def _package(tmp_path: Path) -> Path:
     return write_cast(tmp_path / "model.cast", [softmax_entry(alignment=64)], machine=HERE)
 
 
-def _eager(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+def _eager(x: Any, dim: int = -1) -> Any:
     return torch.softmax(x, dim)
 
 
@@ -244,3 +249,193 @@ def test_a_call_of_another_shape_reaches_the_kernel_as_its_cards_view(tmp_path: 
     assert kernel.hits == 1 and kernel.call == "aten::_softmax.default(x[2x2x8] float32 as [4x8])"
     assert cast.stats().overloads[0].uncovered == {"shape [4, 8] float32": 1}
     assert driver.launches[0][3][0] == x3.data_ptr()
+
+
+# -- the hot path ------------------------------------------------------------------------------------------------
+
+
+def _runner(entry: KernelEntry, driver: Any = None) -> KernelRunner:
+    """A runner on the CPU stand-in device, its package holding the stand-in entry's files."""
+    _, files = softmax_entry()
+    return KernelRunner(Package(Path("m.cast"), None, files), entry, device_type="cpu", driver=driver or HostSoftmax())  # type: ignore[arg-type]
+
+
+def _with_scalar(accepts: list[Any]) -> KernelEntry:
+    """The softmax entry with one more positional scalar argument accepting `accepts`."""
+    from kernelforge_tui.cast.manifest import AtenArg
+
+    entry, _ = softmax_entry(alignment=64)
+    extra = AtenArg(name="extra", position=3, accepts=accepts)
+    return entry.model_copy(update={"guard": entry.guard.model_copy(update={"args": [*entry.guard.args, extra]})})
+
+
+def test_the_hot_path_admits_only_what_the_full_guard_admits() -> None:
+    entry, _ = softmax_entry(alignment=64)
+    runner = _runner(entry)
+    x = torch.randn(4, 8)
+    misaligned = torch.randn(4 * 8 + 1)[1:].view(4, 8)
+    assert runner.admit((x, -1, False)) is None  # no call admitted on this device yet: the full guard decides
+    assert runner.check([x, -1, False], {}) == [x]
+    calls: list[tuple[object, ...]] = [
+        (x, -1, False),
+        (x, 1, False),
+        (x, 0, False),
+        (x, True, False),  # True == 1, but not an int
+        (x, 1.0, False),
+        (x, -1, True),
+        (x, -1, 0),
+        (x, -1),
+        (x, -1, False, None),
+        (x, [-1], False),
+        (x.double(), -1, False),
+        (torch.randn(8, 4).t(), -1, False),
+        (misaligned, -1, False),
+        (torch.randn(3, 8), -1, False),
+        (1.5, -1, False),
+    ]
+    admitted = []
+    for call in calls:
+        fast = runner.admit(call)
+        slow = runner.check(list(call), {})
+        if fast is not None:
+            assert not isinstance(slow, str), (call, slow)
+            device, tensors, pointers = fast
+            assert device == 0 and tensors == slow and pointers == [t.data_ptr() for t in tensors]
+            admitted.append(call)
+    assert admitted == [(x, -1, False), (x, 1, False)]
+
+
+def test_scalars_are_admitted_as_the_full_guard_names_them() -> None:
+    # A dtype named in the manifest ("float32") is admitted as torch's object and as the name; a list as a list.
+    x = torch.randn(4, 8)
+    cases: list[tuple[list[Any], list[Any], list[Any]]] = [
+        (["float32"], [torch.float32, "float32"], [torch.float64, "float64", 1]),
+        ([[1, 2]], [[1, 2]], [[2, 1], [1], 3]),
+        ([None], [None], [0, False]),
+    ]
+    for accepts, good, bad in cases:
+        runner = _runner(_with_scalar(accepts))
+        assert not isinstance(runner.check([x, -1, False, good[0]], {}), str)
+        for value in good:
+            assert runner.admit((x, -1, False, value)) is not None, (accepts, value)
+        for value in bad:
+            assert runner.admit((x, -1, False, value)) is None, (accepts, value)
+            assert isinstance(runner.check([x, -1, False, value], {}), str), (accepts, value)
+    # A tuple where the guard has a list: the hot path leaves it to the full guard, which admits it.
+    runner = _runner(_with_scalar([[1, 2]]))
+    assert runner.admit((x, -1, False, (1, 2))) is None
+    assert runner.check([x, -1, False, (1, 2)], {}) == [x]
+
+
+def test_a_left_out_default_is_decided_once_and_a_keyword_takes_the_full_guard(tmp_path: Path) -> None:
+    # aten::add.Tensor(self, other, *, alpha=1): the dispatcher leaves alpha out when it is 1 and passes it as a
+    # keyword otherwise.
+    from kernelforge_tui.cast.manifest import AtenArg, TensorGuard
+
+    entry, files = softmax_entry()
+    w = TensorGuard(name="w", shape=(4, 8), dtype="float32", strides=(8, 1), alignment=64)
+    guard = entry.guard.model_copy(
+        update={
+            "overload": "aten::add.Tensor",
+            "args": [
+                AtenArg(name="self", position=0, tensor="x"),
+                AtenArg(name="other", position=1, tensor="w"),
+                AtenArg(name="alpha", position=None, accepts=[1], default=1, has_default=True),
+            ],
+            "inputs": [entry.guard.inputs[0].model_copy(update={"alignment": 64}), w],
+        }
+    )
+    entry = entry.model_copy(update={"guard": guard})
+    runner = _runner(entry)
+    assert set(runner.fast_arity) == {2}
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    assert runner.check([a, b], {}) == [a, b]
+    assert runner.admit((a, b)) is not None
+    assert runner.admit((a,)) is None and runner.admit((a, b, 1)) is None
+    assert runner.check([a, b], {"alpha": 2}) == "alpha=2 (kernel: 1)"
+    path = write_cast(tmp_path / "add.cast", [(entry, files)], machine=HERE)
+    driver = HostSoftmax()
+    with load(path, machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver) as cast:
+        torch.add(a, b)
+        torch.add(a, b)  # the hot path: alpha left out
+        torch.add(a, b, alpha=2)  # a keyword: the full guard, which refuses it
+    (kernel,) = cast.stats().kernels
+    assert kernel.hits == 2 and kernel.fallbacks == {"alpha=2 (kernel: 1)": 1}
+    assert [p[0] for *_, p in driver.launches] == [a.data_ptr()] * 2
+
+
+def test_a_disabled_kernel_leaves_the_hot_path() -> None:
+    entry, _ = softmax_entry(alignment=64)
+    runner = _runner(entry)
+    x = torch.randn(4, 8)
+    assert runner.check([x, -1, False], {}) == [x] and runner.admit((x, -1, False)) is not None
+    runner.disable("at hit 1: test")
+    assert runner.admit((x, -1, False)) is None
+    assert runner.check([x, -1, False], {}) == "disabled: disagreed with eager in shadow mode"
+
+
+def test_outputs_are_allocated_in_the_guards_shapes_and_strides() -> None:
+    from kernelforge_tui.cast.bindings import contiguous_strides
+
+    entry, _ = softmax_entry(alignment=64)
+    runner = _runner(entry)
+    x = torch.randn(4, 8)
+    assert runner.alloc == [(0, (4, 8), torch.float32)]  # like its input: torch.empty_like
+    out = runner.launch([x])
+    assert isinstance(out, torch.Tensor) and out.stride() == (8, 1) and torch.allclose(out, _eager(x))
+    parameter = torch.nn.Parameter(x.clone())  # a subclass: allocated by torch.empty, a plain tensor comes back
+    assert type(runner.launch([parameter])) is torch.Tensor
+    # [21, 1, 1003] taken with strides [1003, 1, 1] (a size-1 dim's stride is free), returned contiguous.
+    view = {"shape": (21, 1, 1003), "card_shape": (21, 1003)}
+    x_guard = entry.guard.inputs[0].model_copy(update={**view, "strides": (1003, 1, 1)})
+    y_guard = entry.guard.outputs[0].model_copy(update={**view, "strides": contiguous_strides((21, 1, 1003))})
+    guard = entry.guard.model_copy(update={"inputs": [x_guard], "outputs": [y_guard]})
+    rows, cols = (a.model_copy(update={"value": v}) for a, v in zip(entry.launch.args[2:], (21, 1003), strict=True))
+    launch = entry.launch.model_copy(update={"grid": (21, 1, 1), "args": [*entry.launch.args[:2], rows, cols]})
+    runner = _runner(entry.model_copy(update={"guard": guard, "launch": launch}))
+    assert runner.alloc == [(-1, (21, 1, 1003), torch.float32)]
+    x = torch.randn(21 * 1003).as_strided((21, 1, 1003), (1003, 1, 1))
+    out = runner.launch([x])
+    assert not isinstance(out, tuple) and out.stride() == (1003, 1003, 1)
+    assert torch.allclose(out, _eager(x))
+
+
+class CtypesHostSoftmax(HostSoftmax):
+    """The runtime's real launch path (`driver.ctypes_launcher`: the argument block, the stream's launch config,
+    one call of the driver's function with prepared objects) into a host softmax that reads what a kernel would."""
+
+    def load(self, device: int, image: bytes, entry: str, shared_bytes: int, args: Sequence[LaunchArg]) -> Any:
+        self.loaded.append((device, image, entry))
+        return drivers._Function(0x7F00_0000_3000, None, None, drivers._Params(args))
+
+    def launcher(self, function: Any, grid: Any, block: Any, shared_bytes: int) -> Any:
+        def raw(config: Any, handle: Any, params: Any, extra: Any) -> int:
+            c = config.contents
+            slots = list((ctypes.c_void_p * 4).from_address(params.value))
+            x, y = (ctypes.c_uint64.from_address(s).value for s in slots[:2])
+            rows, cols = (ctypes.c_int32.from_address(s).value for s in slots[2:])
+            assert handle.value == 0x7F00_0000_3000 and extra is None
+            grid_, block_ = (c.grid_x, c.grid_y, c.grid_z), (c.block_x, c.block_y, c.block_z)
+            self.launch({"rows": rows, "cols": cols}, grid_, block_, c.shared_bytes, c.stream or 0, [x, y])
+            return 0
+
+        def on_error(error: int, stream: int, pointers: Any) -> None:
+            raise AssertionError(error)
+
+        raw_launch = drivers.RawLaunch(raw, extended=True)
+        return drivers.ctypes_launcher(
+            raw_launch, function.handle, grid, block, shared_bytes, function.params, on_error
+        )
+
+
+def test_the_prepared_launch_runs_the_kernel_through_the_dispatcher(tmp_path: Path) -> None:
+    driver = CtypesHostSoftmax()
+    x = torch.randn(4, 8)
+    with load(_package(tmp_path), machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver) as cast:
+        ys = [torch.softmax(x, -1) for _ in range(3)]
+    assert all(torch.allclose(y, _eager(x)) for y in ys)
+    assert cast.stats().kernels[0].hits == 3 and len(driver.launches) == 3
+    assert all(
+        grid == (4, 1, 1) and block == (32, 1, 1) and p[0] == x.data_ptr() for grid, block, _, p in driver.launches
+    )
+    assert len({p[1] for *_, p in driver.launches}) >= 1 and driver.loaded == [(0, b"\x7fELF stand-in", "softmax_rows")]

@@ -1,8 +1,12 @@
 """The CUDA driver calls the runtime makes: load a cubin into torch's own (primary) context, and launch a kernel on
 torch's current stream. Two bindings, the first found wins:
 
-- NVIDIA's cuda-bindings (`cuda.bindings.driver`): `cuLaunchKernel` on any stream handle, about 5.9 us of host
-  time per launch on the H200 (against 8.3 us for an eager `torch.mul`);
+- NVIDIA's cuda-bindings (`cuda.bindings.driver`): it loads the cubin into torch's context; the launch itself calls
+  the driver's `cuLaunchKernelEx` (or `cuLaunchKernel`) through ctypes with everything but the tensors' pointers
+  made at load, per kernel and stream (`ctypes_launcher`): the call passes four prepared objects, where
+  cuda-bindings' own wrapper builds its argument objects on every call (about 5.9 us of host time per launch on the
+  H200, against 8.3 us for an eager `torch.mul`). Where libcuda cannot be opened by name the launch goes through
+  cuda-bindings' wrapper;
 - pycuda: its launches take only its own stream objects, so it launches on the legacy default stream (handle 0)
   and only while that is torch's current stream; on any other stream the call goes to the original operator.
 
@@ -17,7 +21,7 @@ import ctypes
 import importlib
 import importlib.metadata
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from kernelforge_tui.cast.manifest import CastError, LaunchArg
@@ -57,25 +61,62 @@ class Driver(Protocol):
     def driver_version(self) -> int:
         """cuDriverGetVersion: 12080 for a driver that supports CUDA 12.8."""
 
+    # Optional: `launcher(function, grid, block, shared_bytes) -> Launcher`, the launch prepared once (the runtime
+    # uses it where a binding has it, else `launch` with the plan's fixed arguments bound).
 
-class _Params:
-    """A kernel's argument block for cuLaunchKernel: one slot per parameter and the void* array pointing at them.
-    Scalars are fixed at export; the tensor slots are rewritten before each launch, under the lock (the driver
-    copies the values when the launch is enqueued, so one block per kernel is enough)."""
+
+RETRY_ERRORS = frozenset({201, 400, 709})
+"""CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE, CUDA_ERROR_CONTEXT_IS_DESTROYED: no context, or another
+one, is current on the calling thread; the launch is retried in the function's own (torch's primary) context."""
+MAX_STREAMS = 64
+"""Launch configs kept per launcher, one per stream (a program that makes streams without end starts over)."""
+MAX_THREADS = 256
+"""Argument blocks kept per kernel, one per thread (a program that makes threads without end starts over)."""
+
+
+class _Block:
+    """One argument block for cuLaunchKernel: the tensors' pointers in one array, the scalars (fixed at export), and
+    the void* array pointing at each parameter in order."""
 
     def __init__(self, args: Sequence[LaunchArg]) -> None:
-        self.slots: list[ctypes._SimpleCData[Any]] = []
-        self.tensor_slots: list[ctypes.c_uint64] = []
+        count = sum(1 for a in args if a.kind == "tensor")
+        self.pointers: ctypes.Array[Any] = (ctypes.c_uint64 * max(1, count))()
+        """Rewritten before each launch (`pointers[:] = [...]`: one assignment, and the count must match)."""
+        self.scalars: list[ctypes._SimpleCData[Any]] = []
+        addresses: list[int] = []
+        tensor = 0
         for arg in args:
             if arg.kind == "tensor":
-                slot = ctypes.c_uint64(0)
-                self.tensor_slots.append(slot)
-                self.slots.append(slot)
+                addresses.append(ctypes.addressof(self.pointers) + tensor * ctypes.sizeof(ctypes.c_uint64))
+                tensor += 1
             else:
-                self.slots.append(CTYPES[arg.scalar_type](arg.value))
-        self.array = (ctypes.c_void_p * max(1, len(self.slots)))(*[ctypes.addressof(s) for s in self.slots])
+                scalar = CTYPES[arg.scalar_type](arg.value)
+                self.scalars.append(scalar)
+                addresses.append(ctypes.addressof(scalar))
+        self.array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         self.address = ctypes.addressof(self.array)
-        self.lock = threading.Lock()
+        self.handle = ctypes.c_void_p(self.address)
+        """The `kernelParams` argument, made once."""
+
+
+class _Params:
+    """A kernel's argument blocks, one per thread: the driver copies the arguments when it enqueues a launch, so a
+    thread may rewrite its own block at every launch without a lock, and no other thread's launch (the GIL is let go
+    during the driver call) can see it half written."""
+
+    def __init__(self, args: Sequence[LaunchArg]) -> None:
+        self.args = tuple(args)
+        self.blocks: dict[int, _Block] = {}
+
+    def block(self) -> _Block:
+        """This thread's block."""
+        ident = threading.get_ident()
+        block = self.blocks.get(ident)
+        if block is None:
+            if len(self.blocks) >= MAX_THREADS:  # threads come and go: their blocks are not kept for ever
+                self.blocks.clear()
+            block = self.blocks[ident] = _Block(self.args)
+        return block
 
 
 class _Function:
@@ -85,6 +126,125 @@ class _Function:
         """Kept so the module lives as long as its function."""
         self.context = context
         self.params = params
+        self.launchers: dict[tuple[Any, ...], Launcher] = {}
+        """Prepared launches by (grid, block, shared bytes)."""
+
+
+Launcher = Callable[[int, list[int]], None]
+"""A prepared launch: called with torch's raw stream handle and the tensors' device pointers in the order of the
+kernel's tensor parameters."""
+
+
+class LaunchConfig(ctypes.Structure):
+    """CUDA's CUlaunchConfig (cuda.h, CUDA 12.0 and later): what `cuLaunchKernelEx` takes in place of
+    cuLaunchKernel's seven launch arguments and the stream."""
+
+    _fields_ = [
+        ("grid_x", ctypes.c_uint),
+        ("grid_y", ctypes.c_uint),
+        ("grid_z", ctypes.c_uint),
+        ("block_x", ctypes.c_uint),
+        ("block_y", ctypes.c_uint),
+        ("block_z", ctypes.c_uint),
+        ("shared_bytes", ctypes.c_uint),
+        ("stream", ctypes.c_void_p),
+        ("attrs", ctypes.c_void_p),
+        ("num_attrs", ctypes.c_uint),
+    ]
+
+
+class RawLaunch:
+    """A ctypes function of the driver's launch API, declared without argtypes (its arguments are ctypes objects
+    made at load, so a call converts nothing): `cuLaunchKernelEx(config, f, kernelParams, extra)` when `extended`,
+    else `cuLaunchKernel(f, grid x3, block x3, sharedMemBytes, hStream, kernelParams, extra)`."""
+
+    def __init__(self, function: Any, extended: bool) -> None:
+        self.function = function
+        self.extended = extended
+
+
+def ctypes_launcher(
+    raw: RawLaunch,
+    handle: int,
+    grid: tuple[int, int, int],
+    block: tuple[int, int, int],
+    shared_bytes: int,
+    params: _Params,
+    on_error: Callable[[int, int, Sequence[int]], None],
+) -> Launcher:
+    """One kernel's launch through the driver's own launch function (`raw`). Made here, once: the function handle,
+    per stream the launch config (or the stream's handle, for cuLaunchKernel), per thread the argument block with
+    its scalars. Per launch: the tensors' pointers written into the thread's block in one assignment and one driver
+    call with prepared arguments. A nonzero result goes to `on_error(result, stream, pointers)`, which retries or
+    raises."""
+    call = raw.function
+    function = ctypes.c_void_p(handle)
+    blocks = params.blocks
+    ident = threading.get_ident
+    per_stream: dict[int, Any] = {}
+    """Stream handle -> a pointer to its launch config (cuLaunchKernelEx; the pointer object holds the config, so a
+    launch in flight keeps its own when the table starts over) or the handle as a ctypes pointer."""
+
+    def for_stream(stream: int) -> Any:
+        if len(per_stream) >= MAX_STREAMS:
+            per_stream.clear()
+        if raw.extended:
+            made: Any = ctypes.pointer(LaunchConfig(*grid, *block, shared_bytes, stream, None, 0))
+        else:
+            made = ctypes.c_void_p(stream)
+        per_stream[stream] = made
+        return made
+
+    if raw.extended:
+
+        def launch(stream: int, pointers: list[int]) -> None:
+            config = per_stream.get(stream)
+            if config is None:
+                config = for_stream(stream)
+            own = blocks.get(ident())
+            if own is None:
+                own = params.block()
+            own.pointers[:] = pointers
+            error = call(config, function, own.handle, None)
+            if error:
+                on_error(error, stream, pointers)
+
+        return launch
+
+    gx, gy, gz = (ctypes.c_uint(v) for v in grid)
+    bx, by, bz = (ctypes.c_uint(v) for v in block)
+    shared = ctypes.c_uint(shared_bytes)
+
+    def launch_plain(stream: int, pointers: list[int]) -> None:
+        handle_of_stream = per_stream.get(stream)
+        if handle_of_stream is None:
+            handle_of_stream = for_stream(stream)
+        own = blocks.get(ident())
+        if own is None:
+            own = params.block()
+        own.pointers[:] = pointers
+        error = call(function, gx, gy, gz, bx, by, bz, shared, handle_of_stream, own.handle, None)
+        if error:
+            on_error(error, stream, pointers)
+
+    return launch_plain
+
+
+def libcuda_launch(names: Sequence[str] = ("libcuda.so.1", "libcuda.so", "nvcuda.dll")) -> RawLaunch | None:
+    """The driver library's own launch function through ctypes (the library torch and cuda-bindings have already
+    loaded): `cuLaunchKernelEx` (drivers for CUDA 12.0 and later), else `cuLaunchKernel`; None where the library
+    cannot be opened by name."""
+    for name in names:
+        try:
+            library = ctypes.CDLL(name)
+        except OSError:
+            continue
+        for symbol, extended in (("cuLaunchKernelEx", True), ("cuLaunchKernel", False)):
+            function = getattr(library, symbol, None)
+            if function is not None:
+                function.restype = ctypes.c_int
+                return RawLaunch(function, extended)
+    return None
 
 
 class CudaBindings:
@@ -95,12 +255,12 @@ class CudaBindings:
         self.name = f"cuda-bindings {version}"
         self._check(self.cu.cuInit(0), "cuInit")
         self._contexts: dict[int, Any] = {}
-        self._retry = {
-            int(self.cu.CUresult.CUDA_ERROR_INVALID_CONTEXT),
-            int(self.cu.CUresult.CUDA_ERROR_INVALID_HANDLE),
-            int(self.cu.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED),
-        }
         self._success = self.cu.CUresult.CUDA_SUCCESS
+        self._raw: RawLaunch | bool | None = None
+        """libcuda's launch function through ctypes once looked up; False where it cannot be opened."""
+        self.retries = 0
+        """Launches made again inside the function's context (none was current on the thread, or another): each
+        costs cuda-bindings' own launch and a context push and pop; a benchmark says how many there were."""
 
     def _check(self, result: Any, what: str) -> Any:
         error = result[0]
@@ -131,6 +291,37 @@ class CudaBindings:
             self.cu.cuCtxPopCurrent()
         return _Function(handle, module, context, _Params(args))
 
+    def launcher(
+        self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int
+    ) -> Launcher:
+        """The kernel's launch, prepared once (`ctypes_launcher`): per call, one driver call and nothing built."""
+        key = (grid, block, shared_bytes)
+        known: Launcher | None = function.launchers.get(key)
+        if known is not None:
+            return known
+        if self._raw is None:
+            self._raw = libcuda_launch() or False
+        prepared: Launcher
+        if not isinstance(self._raw, RawLaunch):
+
+            def through_binding(stream: int, pointers: list[int]) -> None:
+                self._binding_launch(function, grid, block, shared_bytes, stream, pointers)
+
+            prepared = through_binding
+        else:
+
+            def on_error(error: int, stream: int, pointers: Sequence[int]) -> None:
+                if error in RETRY_ERRORS:
+                    self._binding_launch(function, grid, block, shared_bytes, stream, pointers)
+                    return
+                what = "cuLaunchKernelEx" if raw.extended else "cuLaunchKernel"
+                raise CastError(f"{what} failed: {self._name(error)}")
+
+            raw = self._raw
+            prepared = ctypes_launcher(raw, int(function.handle), grid, block, shared_bytes, function.params, on_error)
+        function.launchers[key] = prepared
+        return prepared
+
     def launch(
         self,
         function: Any,
@@ -140,21 +331,39 @@ class CudaBindings:
         stream: int,
         pointers: Sequence[int],
     ) -> None:
-        params = function.params
-        with params.lock:
-            for slot, pointer in zip(params.tensor_slots, pointers, strict=True):
-                slot.value = pointer
-            (error,) = self.cu.cuLaunchKernel(function.handle, *grid, *block, shared_bytes, stream, params.address, 0)
-            if error != self._success and int(error) in self._retry:
-                # No context, or another one, is current on this thread: launch in torch's, then give the thread
-                # back its own (torch's idea of the current device must not change under the user).
-                self._check(self.cu.cuCtxPushCurrent(function.context), "cuCtxPushCurrent")
-                try:
-                    (error,) = self.cu.cuLaunchKernel(
-                        function.handle, *grid, *block, shared_bytes, stream, params.address, 0
-                    )
-                finally:
-                    self.cu.cuCtxPopCurrent()
+        self.launcher(function, grid, block, shared_bytes)(stream, list(pointers))
+
+    def _name(self, error: Any) -> str:
+        try:
+            return repr(self.cu.CUresult(int(error)))
+        except ValueError:
+            return f"CUresult {int(error)}"
+
+    def _binding_launch(
+        self,
+        function: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared_bytes: int,
+        stream: int,
+        pointers: Sequence[int],
+    ) -> None:
+        """cuda-bindings' own cuLaunchKernel: where libcuda is not open to ctypes, and to retry a launch in the
+        function's context."""
+        params = function.params.block()
+        params.pointers[:] = list(pointers)
+        (error,) = self.cu.cuLaunchKernel(function.handle, *grid, *block, shared_bytes, stream, params.address, 0)
+        if error != self._success and int(error) in RETRY_ERRORS:
+            # No context, or another one, is current on this thread: launch in torch's, then give the thread back
+            # its own (torch's idea of the current device must not change under the user).
+            self.retries += 1
+            self._check(self.cu.cuCtxPushCurrent(function.context), "cuCtxPushCurrent")
+            try:
+                (error,) = self.cu.cuLaunchKernel(
+                    function.handle, *grid, *block, shared_bytes, stream, params.address, 0
+                )
+            finally:
+                self.cu.cuCtxPopCurrent()
         if error != self._success:
             raise CastError(f"cuLaunchKernel failed: {error!r}")
 

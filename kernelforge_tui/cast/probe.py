@@ -135,7 +135,8 @@ def placed(host: torch.Tensor, guard: TensorGuard, device: torch.device, exact: 
     start = offset
     if buffer.data_ptr() % 256:  # a host allocator (64 bytes); CUDA's start at 256 or more, so `exact` holds there
         buffer = torch.empty(size + 256, dtype=torch.uint8, device=device)
-        start = -buffer.data_ptr() % 256 + offset
+        # The next 256-byte boundary; where this buffer starts on one, the one after (then it still ends at the end).
+        start = (-buffer.data_ptr() % 256 or 256) + offset
     view = buffer[start : start + nbytes].view(host.dtype).as_strided(guard.shape, guard.strides)
     view.copy_(host)
     return view

@@ -8,6 +8,14 @@ architecture); a call that passes runs the generated kernel on torch's current s
 outputs from torch's allocator; any other call goes to the original kernel. Leaving the `with` block restores the
 operators. Counters say, per kernel, how many calls it ran and why others fell back; `report()` prints them.
 
+The hot path (a hit) does per call only what changes between calls; everything else is made at load: the guard is
+each tensor's (shape, strides, dtype) against a key tuple, its pointer against the alignment (one modulo), each
+scalar a set lookup and the device a dict lookup (`KernelRunner.admit`); the output is `torch.empty_like` of an
+input of its shape, strides and dtype (else `torch.empty`); the stream is torch's raw current stream (one C call);
+the launch writes the pointers into a prepared argument block and makes one driver call with prepared arguments
+(`driver.ctypes_launcher`). A call the hot path does not take (keywords, a first call on a device, a refusal) goes
+through the full guard (`KernelRunner.check`), which says why it refuses.
+
 Trust: a package is used only on a machine like the one it was verified on (architecture, driver major, CUDA,
 torch); anything else is refused with what differs and the command that re-verifies it here. `KERNELFORGE_CAST=off`
 turns everything off (the package is not even read). Shadow mode (`shadow_every=N` or `KERNELFORGE_CAST_SHADOW=N`)
@@ -19,6 +27,7 @@ beyond `cast.manifest` and `cast.driver`.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
@@ -187,6 +196,7 @@ MISSING = _Missing()
 
 
 _PLAIN = frozenset({bool, int, float, str, type(None), list})
+_NUMBERS = (bool, int, float, complex)
 
 
 def _plain(value: Any) -> Any:
@@ -249,8 +259,38 @@ def view_problem(tensor: TensorGuard) -> str:
     return ""
 
 
+def _fast_accepts(accepts: Sequence[Any]) -> tuple[frozenset[tuple[type, Any]], tuple[list[Any], ...]]:
+    """The accepted values as the fast guard looks them up: (type, value) pairs, with each accepted name of a torch
+    object (a dtype, layout, memory format or device by name) also as the object itself, whose name the slow guard
+    would compare; and the accepted lists (`int[]` arguments), compared as lists."""
+    import torch
+
+    pairs: set[tuple[type, Any]] = set()
+    lists: list[list[Any]] = []
+    for value in accepts:
+        if isinstance(value, list):
+            lists.append(value)
+            continue
+        pairs.add((type(value), value))
+        if isinstance(value, str):
+            candidates: list[Any] = [getattr(torch, value, None)]
+            with contextlib.suppress(RuntimeError, TypeError, ValueError):  # not a device's name
+                candidates.append(torch.device(value))
+            for obj in candidates:
+                kinds = (torch.dtype, torch.layout, torch.memory_format, torch.device)
+                if isinstance(obj, kinds) and _plain(obj) == value:
+                    pairs.add((type(obj), obj))
+    return frozenset(pairs), tuple(lists)
+
+
 class KernelRunner:
-    """One accepted kernel: its guard, compiled for fast checks, its functions per device, and its counters."""
+    """One accepted kernel: its guard, compiled for fast checks, its functions per device, and its counters.
+
+    Two guards with one meaning. `check()` takes any call and says why it refuses one. `admit()` is the hot path:
+    for calls passed positionally (as the dispatcher passes aten calls to Python kernels) it compares each tensor's
+    (shape, strides, dtype) with a key made at load, its data pointer with one modulo, and each scalar with a set
+    lookup; a device is admitted there only after `check()` has admitted a call on it (a CUDA device of the stamped
+    architecture). Whatever `admit()` does not admit goes to `check()`, so `admit()` can only be stricter."""
 
     def __init__(
         self,
@@ -261,6 +301,8 @@ class KernelRunner:
         device_type: str = "cuda",
         driver: drivers.Driver | None = None,
     ) -> None:
+        import torch
+
         self.entry = entry
         self.package = package
         self._binding = binding
@@ -297,6 +339,8 @@ class KernelRunner:
             else:
                 self.order.append((False, inputs.index(param.name)))
         self.single = len(self.outputs) == 1
+        self.plan = tuple(len(inputs) + i if is_out else i for is_out, i in self.order)
+        """Per tensor parameter of the kernel: its index among the inputs followed by the outputs."""
         self.functions: dict[int, Any] = {}
         self.capabilities: dict[int, tuple[int, int]] = {}
         self.hits = 0
@@ -304,16 +348,109 @@ class KernelRunner:
         self.shadow_checks = 0
         self.disabled = ""
         self._load_lock = threading.Lock()
+        # -- made once for the hot path --
+        self._tensor_type = torch.Tensor
+        self.ready: dict[torch.device, int] = {}
+        """Devices `check()` has admitted a call on (a CUDA device of the kernel's architecture), to their index:
+        `admit()` takes calls on these only. Emptied when the kernel is disabled."""
+        self.launchers: dict[int, drivers.Launcher] = {}
+        """Per device index: the driver's prepared launch (function, grid, block, shared memory, argument block)."""
+        self.fast_tensors: tuple[tuple[int, tuple[Any, ...], int], ...] = ()
+        """(position, (shape, strides, dtype), alignment) per tensor argument."""
+        self.fast_arity: dict[int, tuple[tuple[int, frozenset[tuple[type, Any]], tuple[list[Any], ...]], ...]] = {}
+        """Per number of positional arguments a call without keywords may pass: the scalar checks for those; the
+        arguments it leaves out must be ones whose default the guard accepts (decided here, once)."""
+        if all(arg.position is not None for arg, _, _ in self.tensor_args):
+            self.fast_tensors = tuple(
+                (int(arg.position or 0), (tuple(spec.shape), tuple(spec.strides), dtype), spec.alignment)
+                for arg, spec, dtype in self.tensor_args
+            )
+            last_tensor = max((pos for pos, _, _ in self.fast_tensors), default=-1)
+            for count in range(last_tensor + 1, self.positional + 1):
+                checks = []
+                for scalar, accepted in self.scalar_args:
+                    if scalar.position is not None and scalar.position < count:
+                        checks.append((scalar.position, *_fast_accepts(scalar.accepts)))
+                        continue
+                    left_out = scalar.default if scalar.has_default else MISSING
+                    if type(left_out) not in _PLAIN:
+                        left_out = _plain(left_out)
+                    if not _accepted(left_out, accepted, scalar.accepts):
+                        break
+                else:
+                    self.fast_arity[count] = tuple(checks)
+        self.alloc: list[tuple[int, tuple[int, ...], torch.dtype]] = []
+        """Per output: the input whose shape, strides and dtype it has (-1: none), its shape and dtype. An output
+        like an input is `torch.empty_like` of it (the cheapest allocation from Python), else `torch.empty`."""
+        for spec, (shape, dtype) in zip(guard.outputs, self.outputs, strict=True):
+            like = next(
+                (
+                    i
+                    for i, (_, s, d) in enumerate(self.tensor_args)
+                    if (tuple(s.shape), tuple(s.strides), d) == (shape, tuple(spec.strides), dtype)
+                ),
+                -1,
+            )
+            self.alloc.append((like, shape, dtype))
+        self._like, self._shape, self._dtype = self.alloc[0] if self.alloc else (-1, (), torch.float32)
+        self.in_order = self.plan == tuple(range(len(inputs) + len(outputs)))
+        """The kernel takes every input in the guard's order, then every output."""
+        self._empty_like = torch.empty_like
+        self._empty = torch.empty
+        raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        self._stream: Callable[[int], int]
+        if not self.on_cuda:
+            self._stream = _no_stream
+        elif raw_stream is not None:
+            self._stream = raw_stream  # torch's current stream as its cudaStream_t, one C call
+        else:
+            self._stream = _current_stream
 
     # -- the guard ---------------------------------------------------------------------------------------------
+    def admit(self, args: tuple[Any, ...]) -> tuple[int, list[torch.Tensor], list[int]] | None:
+        """The hot path's guard, for a call without keyword arguments: (device index, input tensors, their data
+        pointers) when it admits the call, else None (then `check()` decides, and says why)."""
+        scalars = self.fast_arity.get(len(args))
+        if scalars is None:
+            return None
+        tensors: list[torch.Tensor] = []
+        pointers: list[int] = []
+        device = None
+        for position, key, alignment in self.fast_tensors:
+            t = args[position]
+            if not isinstance(t, self._tensor_type) or (t.shape, t.stride(), t.dtype) != key:
+                return None
+            pointer = t.data_ptr()
+            if pointer % alignment:
+                return None
+            if device is None:
+                device = t.device
+            elif t.device != device:
+                return None
+            tensors.append(t)
+            pointers.append(pointer)
+        for position, pairs, lists in scalars:
+            value = args[position]
+            if type(value) is list:
+                if value not in lists:
+                    return None
+            else:
+                try:
+                    if (type(value), value) not in pairs:
+                        return None
+                except TypeError:  # unhashable: the slow guard decides
+                    return None
+        index = self.ready.get(device)  # type: ignore[arg-type]
+        if index is None:
+            return None
+        return index, tensors, pointers
+
     def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor] | str:
         """The call's input tensors when the guard admits it, else why not (one short reason)."""
-        import torch
-
         tensors: list[torch.Tensor] = []
         for arg, spec, dtype in self.tensor_args:
             t = _argument(args, kwargs, arg)
-            if not isinstance(t, torch.Tensor):
+            if not isinstance(t, self._tensor_type):
                 return f"{arg.name} is not a tensor"
             if t.shape != spec.shape:
                 return f"shape {arg.name}{list(t.shape)} (kernel: {list(spec.shape)})"
@@ -341,6 +478,8 @@ class KernelRunner:
         capability = self.capabilities.get(device)
         if capability is None:
             if self.device_type == "cuda":
+                import torch
+
                 major, minor = torch.cuda.get_device_capability(device)
                 capability = self.capabilities[device] = (major, minor)
             else:  # a stand-in device (tests): no architecture to compare
@@ -350,7 +489,13 @@ class KernelRunner:
             return f"device {device} is sm_{have[0]}{have[1]}, the kernel is for sm_{need[0]}{need[1]}"
         if self.disabled:
             return "disabled: disagreed with eager in shadow mode"
+        self.ready[tensors[0].device] = device
         return tensors
+
+    def disable(self, why: str) -> None:
+        """Every later call goes to the original operator, with this reason."""
+        self.disabled = why
+        self.ready.clear()
 
     # -- the launch --------------------------------------------------------------------------------------------
     def driver(self) -> drivers.Driver:
@@ -368,24 +513,59 @@ class KernelRunner:
                 )
             return self.functions[device]
 
-    def launch(self, tensors: list[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
-        """Run the kernel on admitted inputs: outputs from torch's allocator in the call's shapes, launched on torch's
-        current stream. The kernel gets each tensor as its card's row-major view, which for the admitted (row-major)
-        tensors is their own data pointer (`view_problem`): nothing is reshaped or copied on the hot path."""
-        import torch
+    def _launcher(self, device: int) -> drivers.Launcher:
+        """The launch for `device`, prepared once: the binding's own (`launcher`, one driver call and nothing
+        rebuilt per launch) where it has one, else its `launch` with the plan's fixed arguments bound."""
+        launcher = self.launchers.get(device)
+        if launcher is None:
+            function = self._function(device)
+            driver = self.driver()
+            plan = self.entry.launch
+            prepare = getattr(driver, "launcher", None)
+            if prepare is not None:
+                launcher = prepare(function, plan.grid, plan.block, plan.shared_bytes)
+            else:
 
-        device = tensors[0].device
-        index = device.index or 0
-        function = self.functions.get(index)
-        if function is None:
-            function = self._function(index)
-        outs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.outputs]
-        stream = torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0
-        pointers = [(outs[i] if is_out else tensors[i]).data_ptr() for is_out, i in self.order]
-        launch = self.entry.launch
-        assert self._driver is not None  # set by _function
-        self._driver.launch(function, launch.grid, launch.block, launch.shared_bytes, stream, pointers)
+                def launcher(stream: int, pointers: list[int]) -> None:
+                    driver.launch(function, plan.grid, plan.block, plan.shared_bytes, stream, pointers)
+
+            self.launchers[device] = launcher
+        return launcher
+
+    def run(
+        self, device: int, tensors: list[torch.Tensor], pointers: list[int] | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """Run the kernel on admitted inputs on device index `device` (`pointers`: theirs, where the guard has
+        them): outputs from torch's allocator in the call's shapes, launched on torch's current stream. The kernel
+        gets each tensor as its card's row-major view, which for the admitted (row-major) tensors is their own data
+        pointer (`view_problem`): nothing is reshaped or copied on the hot path."""
+        launcher = self.launchers.get(device)
+        if launcher is None:
+            launcher = self._launcher(device)
+        if self.single:  # every template writes one output
+            like = self._like
+            if like >= 0 and type(tensors[like]) is self._tensor_type:  # a subclass's own empty_like is not ours
+                out = self._empty_like(tensors[like])
+            else:
+                out = self._empty(self._shape, dtype=self._dtype, device=tensors[0].device)
+            if pointers is not None and self.in_order:
+                launcher(self._stream(device), [*pointers, out.data_ptr()])
+                return out
+            outs = [out]
+        else:
+            outs = []
+            for like, shape, dtype in self.alloc:
+                if like >= 0 and type(tensors[like]) is self._tensor_type:
+                    outs.append(self._empty_like(tensors[like]))
+                else:
+                    outs.append(self._empty(shape, dtype=dtype, device=tensors[0].device))
+        both = tensors + outs
+        launcher(self._stream(device), [both[i].data_ptr() for i in self.plan])
         return outs[0] if self.single else tuple(outs)
+
+    def launch(self, tensors: list[torch.Tensor]) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """`run()` on the device of the first tensor (inputs `check()` admitted)."""
+        return self.run(max(tensors[0].get_device(), 0), tensors)
 
     def stats(self) -> KernelStats:
         return KernelStats(
@@ -397,6 +577,16 @@ class KernelRunner:
             shadow_checks=self.shadow_checks,
             disabled=self.disabled,
         )
+
+
+def _no_stream(device: int) -> int:
+    return 0
+
+
+def _current_stream(device: int) -> int:
+    import torch
+
+    return int(torch.cuda.current_stream(device).cuda_stream)
 
 
 def _torch_dtype(name: str) -> torch.dtype:
@@ -444,17 +634,88 @@ class _Override:
         self.tensor_positions = [
             i for i, a in enumerate(op._schema.arguments) if not a.kwarg_only and str(a.type) == "Tensor"
         ]
+        self.tensor_type = torch.Tensor
+        self.capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing
+        self.fast = tuple(r for r in runners if r.fast_arity)
+        """The runners `admit()` can take calls for, tried in order; with more than two of them, looked up by the
+        call's first tensor instead (`fast_index`)."""
+        self.fast_first = self.fast[0].fast_tensors[0][0] if self.fast else 0
+        self.fast_index: dict[tuple[Any, ...], list[KernelRunner]] | None = None
+        if len(self.fast) > 2 and all(r.fast_tensors[0][0] == self.fast_first for r in self.fast):
+            self.fast_index = {}
+            for runner in self.fast:
+                self.fast_index.setdefault(runner.fast_tensors[0][1], []).append(runner)
 
-    def __call__(self, keyset: Any, *args: Any, **kwargs: Any) -> Any:
-        import torch
+    def kernel(self) -> Callable[..., Any]:
+        """The function torch.library calls for every call of the overload: the hot path inline (a plain function,
+        cheaper to call than an object), anything it cannot take to `slow`. The dispatcher passes an aten call's
+        arguments positionally, keyword-only ones aside: a call without keywords whose tensors and scalars `admit()`
+        takes runs the kernel here."""
+        fast, index, pick, slow, shadow = self.fast, self.fast_index, self._fast_runners, self.slow, self.shadow
+        fallback, cast, capturing = self.fallback, self.cast, self.capturing
+        unsupported = drivers.LaunchUnsupported
 
+        def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
+            if not kwargs:
+                for runner in fast if index is None else pick(args):
+                    admitted = runner.admit(args)
+                    if admitted is None:
+                        continue
+                    try:
+                        result = runner.run(*admitted)
+                    except unsupported as exc:
+                        _count(runner.fallbacks, str(exc))
+                        return fallback(keyset, args, kwargs)
+                    runner.hits += 1
+                    every = cast.shadow_every
+                    if every and runner.hits % every == 0 and not (runner.on_cuda and capturing()):
+                        return shadow(runner, keyset, args, kwargs, result)
+                    return result
+            return slow(keyset, args, kwargs)
+
+        return kernel
+
+    def _fast_runners(self, args: tuple[Any, ...]) -> Sequence[KernelRunner]:
+        """The runners whose first tensor's (shape, strides, dtype) the call's has (many kernels of one overload)."""
+        position = self.fast_first
+        t = args[position] if len(args) > position else None
+        if not isinstance(t, self.tensor_type):
+            return ()
+        return self.fast_index.get((t.shape, t.stride(), t.dtype), ()) if self.fast_index is not None else ()
+
+    def hit(
+        self,
+        runner: KernelRunner,
+        keyset: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        device: int,
+        tensors: list[torch.Tensor],
+        pointers: list[int] | None = None,
+    ) -> Any:
+        """Launch an admitted call and count it (shadowed one in N): what `kernel()` does inline for its hits."""
+        try:
+            result = runner.run(device, tensors, pointers)
+        except drivers.LaunchUnsupported as exc:
+            _count(runner.fallbacks, str(exc))
+            return self.fallback(keyset, args, kwargs)
+        runner.hits += 1
+        every = self.cast.shadow_every
+        if every and runner.hits % every == 0 and not (runner.on_cuda and self.capturing()):
+            return self.shadow(runner, keyset, args, kwargs, result)
+        return result
+
+    def slow(self, keyset: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The full guard, for any call `admit()` did not take: it admits what the hot path could not decide (a
+        keyword argument, the first call on a device) and says why it refuses the rest."""
         first = _argument(args, kwargs, self.first_tensor)
-        runners = self.by_key.get(tuple(first.shape)) if isinstance(first, torch.Tensor) else None
+        is_tensor = isinstance(first, self.tensor_type)
+        runners = self.by_key.get(tuple(first.shape)) if is_tensor else None
         if runners is None:
-            key = (first.shape, first.dtype) if isinstance(first, torch.Tensor) else None
+            key = (first.shape, first.dtype) if is_tensor else None
             reason = self.reasons.get(key)
             if reason is None:
-                if isinstance(first, torch.Tensor):
+                if is_tensor:
                     reason = f"shape {list(first.shape)} {str(first.dtype).removeprefix('torch.')}"
                 else:
                     reason = f"{self.first_tensor.name} is not a tensor"
@@ -468,17 +729,7 @@ class _Override:
             if isinstance(admitted, str):
                 reason = admitted
                 continue
-            try:
-                result = runner.launch(admitted)
-            except drivers.LaunchUnsupported as exc:
-                _count(runner.fallbacks, str(exc))
-                return self.fallback(keyset, args, kwargs)
-            runner.hits += 1
-            every = self.cast.shadow_every
-            capturing = runner.device_type == "cuda" and torch.cuda.is_current_stream_capturing()
-            if every and runner.hits % every == 0 and not capturing:
-                return self.shadow(runner, keyset, args, kwargs, result)
-            return result
+            return self.hit(runner, keyset, args, kwargs, max(admitted[0].get_device(), 0), admitted)
         if len(runners) == 1:
             _count(runners[0].fallbacks, reason)
         else:
@@ -488,11 +739,17 @@ class _Override:
     def fallback(self, keyset: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """The original kernel. A Python number where the schema has a Tensor (a wrapped scalar, `x + 1.5`) comes
         back to a 0-dim tensor of the dtype a wrapped number has, so type promotion is unchanged."""
+        for i in self.tensor_positions:
+            if i < len(args) and isinstance(args[i], _NUMBERS):
+                return self.original.call_boxed(keyset, *self._wrapped(args), **kwargs)
+        return self.original.call_boxed(keyset, *args, **kwargs)
+
+    def _wrapped(self, args: Sequence[Any]) -> list[Any]:
         import torch
 
         fixed = list(args)
         for i in self.tensor_positions:
-            if i < len(fixed) and isinstance(fixed[i], bool | int | float | complex):
+            if i < len(fixed) and isinstance(fixed[i], _NUMBERS):
                 value = fixed[i]
                 dtype = (
                     torch.bool
@@ -504,7 +761,7 @@ class _Override:
                     else torch.complex64
                 )
                 fixed[i] = torch.tensor(value, dtype=dtype)
-        return self.original.call_boxed(keyset, *fixed, **kwargs)
+        return fixed
 
     def shadow(
         self, runner: KernelRunner, keyset: Any, args: Sequence[Any], kwargs: dict[str, Any], result: Any
@@ -517,7 +774,7 @@ class _Override:
         for spec, out, ref in zip(runner.entry.guard.outputs, outs, refs, strict=True):
             problem = disagreement(out, ref, runner.entry.tolerances[spec.name])
             if problem:
-                runner.disabled = f"at hit {runner.hits}: output {spec.name}: {problem}"
+                runner.disable(f"at hit {runner.hits}: output {spec.name}: {problem}")
                 warnings.warn(
                     f"kernelforge cast: kernel {runner.entry.id} ({runner.entry.guard.describe()}) disagreed with "
                     f"eager PyTorch in shadow mode and is disabled for the rest of this run: {runner.disabled}",
@@ -595,7 +852,7 @@ class Cast:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
                 for override in overrides:
-                    library.impl(override.impl_name, override, self.dispatch_key, with_keyset=True)
+                    library.impl(override.impl_name, override.kernel(), self.dispatch_key, with_keyset=True)
             _ACTIVE.update(groups)
             self._library = library
             self._overrides = overrides
