@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 
 import pytest
 from textual.message import Message
 from textual.notifications import Notify
+from textual.widgets import TextArea
 
 from kernelforge_tui.models.commands import (
     AddHint,
     BanSubtree,
     ExpandNode,
     InjectKernel,
-    MarkExport,
     Pause,
     PinSubtree,
     ProfileNode,
@@ -24,9 +25,10 @@ from kernelforge_tui.models.commands import (
     Stop,
 )
 from kernelforge_tui.models.events import StateChanged
+from kernelforge_tui.tui import app as tui_app
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.keymap import ACTIONS, Action
+from kernelforge_tui.tui.keymap import ACTIONS, BY_ID, Action
 from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
 from kernelforge_tui.tui.screens.editor import edit_externally
 from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree
@@ -51,7 +53,7 @@ async def test_opens_on_the_best_node_with_its_metrics_and_diff() -> None:
         text = screen_text(app)
         assert f"best {best.speedup:.2f}x #{best.id}" in text
         assert "speedup" in text and "ceiling" in text and "registers" in text
-        assert f"+++ #{best.id}" in text  # unified diff against the parent
+        assert f"Diff #{best.id} vs parent #{best.parent_id} · unified" in text  # the diff against the parent
         assert "compile failed" in text  # the log, with the offending line below
         assert "m = fmaxf(m, in4.x);" in text
 
@@ -290,7 +292,7 @@ async def test_filters_and_jump_to_best() -> None:
         await pilot.press("g")
         await pilot.pause()
         assert app.selected == app.state.best_id
-        assert tree.filter_mode == "all"  # the best node is no failure: jumping to it shows the whole tree
+        assert str(tree.filter_mode) == "all"  # the best node is no failure: jumping to it shows the whole tree
         assert tree.cursor_node is not None and tree.cursor_node.data == app.state.best_id
 
 
@@ -301,11 +303,10 @@ async def test_diff_base_and_layout() -> None:
         diff = app.query_one(DiffPane)
         await pilot.press("d")
         await settle(app, pilot)
-        assert app.diff_base == "baseline" and "Diff vs baseline" in screen_text(app)
-        assert "--- baseline" in screen_text(app)
+        assert app.diff_base == "baseline" and f"Diff #{app.selected} vs baseline" in screen_text(app)
         await pilot.press("d")
         await settle(app, pilot)
-        assert app.diff_base == "best"
+        assert str(app.diff_base) == "best"
         assert "identical to best" in screen_text(app)  # the best node is selected
         await pilot.press("d", "s")
         await settle(app, pilot)
@@ -458,3 +459,116 @@ async def test_a_read_that_lands_after_its_pane_is_gone_is_dropped() -> None:
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.is_running and app.return_code is None
+
+
+def failed_node(source: SyntheticSource) -> int:
+    return next(n.id for n in source.nodes.values() if n.status == "failed")
+
+
+@pytest.mark.parametrize(("key", "action"), [("x", "expand"), ("n", "profile"), ("h", "hint")])
+async def test_node_keys_are_disabled_on_a_failed_node(key: str, action: str) -> None:
+    """A failed node gets no children and has nothing to profile: expand, profile and hint cannot act on it."""
+    source = SyntheticSource(40)
+    app = make_app(source)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await settle(app, pilot)
+        assert app.check_action(action, ()) is True  # on the best node, they act
+        failed = failed_node(source)
+        assert app.query_one(SearchTree).select_id(failed)
+        await settle(app, pilot)
+        assert app.selected == failed
+        assert app.check_action(action, ()) is None
+        footer = {b.binding.action: b.enabled for b in app.screen.active_bindings.values()}
+        assert not footer[action] and footer["edit"]  # shown dimmed; an edit of a failed kernel is still a child
+        await pilot.press(key)
+        await settle(app, pilot)
+        assert source.sent == [] and app.screen is app.screen_stack[0]
+        (command,) = [c for c in app.get_system_commands(app.screen) if c.title == BY_ID[action].help]
+        assert f"not now: #{failed} " in command.help  # the palette says why
+
+
+async def test_editor_is_disabled_on_a_read_only_run_and_the_palette_says_why() -> None:
+    source = SyntheticSource(10, steerable=False, state="finished")
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await settle(app, pilot)
+        assert app.check_action("edit", ()) is None and app.check_action("edit_external", ()) is None
+        await pilot.press("e")
+        await settle(app, pilot)
+        assert not isinstance(app.screen, EditorScreen)
+        (command,) = [c for c in app.get_system_commands(app.screen) if c.title == BY_ID["edit"].help]
+        assert "not now: the run is opened read-only or has ended" in command.help
+        await command.callback()  # chosen from the palette anyway: still nothing opens
+        await settle(app, pilot)
+        assert not isinstance(app.screen, EditorScreen) and source.sent == []
+
+
+def notes_of(notes: list[str]) -> Callable[[Message], None]:
+    def hook(message: Message) -> None:
+        if isinstance(message, Notify):
+            notes.append(str(message.notification.message))
+
+    return hook
+
+
+async def test_an_unchanged_edit_says_so_and_the_editor_stays_open() -> None:
+    source = SyntheticSource(20)
+    app = make_app(source)
+    notes: list[str] = []
+    async with app.run_test(message_hook=notes_of(notes)) as pilot:
+        await pilot.press("e")
+        await settle(app, pilot)
+        await pilot.press("ctrl+s")
+        await settle(app, pilot)
+        assert source.sent == [] and isinstance(app.screen, EditorScreen)
+        assert any(n.startswith(f"No change from #{app.selected}: nothing to submit") for n in notes)
+        await pilot.press("escape")  # unchanged: closes at once
+        await settle(app, pilot)
+        assert not isinstance(app.screen, EditorScreen) and source.sent == []
+
+
+async def test_esc_discards_a_changed_edit_only_when_pressed_twice() -> None:
+    source = SyntheticSource(20)
+    app = make_app(source)
+    notes: list[str] = []
+    async with app.run_test(message_hook=notes_of(notes)) as pilot:
+        await pilot.press("e")
+        await settle(app, pilot)
+        await pilot.press("ctrl+home", *"// mine", "escape")
+        await settle(app, pilot)
+        assert isinstance(app.screen, EditorScreen) and any("esc again discards it" in n for n in notes)
+        await pilot.press("escape")
+        await settle(app, pilot)
+        assert not isinstance(app.screen, EditorScreen) and source.sent == []
+
+
+async def test_an_edit_the_run_can_no_longer_take_is_kept_in_the_editor_with_the_reason() -> None:
+    """The run finishes while the editor is open: ctrl+s says why nothing was sent and keeps the text."""
+    source = SyntheticSource(20)
+    app = make_app(source)
+    notes: list[str] = []
+    async with app.run_test(message_hook=notes_of(notes)) as pilot:
+        await pilot.press("e")
+        await settle(app, pilot)
+        source.pending.append(StateChanged(state="finished", reason="iteration budget"))
+        await app.pump()
+        await pilot.press("ctrl+home", *"// mine", "ctrl+s")
+        await settle(app, pilot)
+        assert source.sent == [] and isinstance(app.screen, EditorScreen)
+        assert app.screen.query_one(TextArea).text.startswith("// mine")
+        assert any(n.startswith("Not submitted: the run has finished.") for n in notes)
+
+
+async def test_an_unchanged_external_edit_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tui_app, "edit_externally", lambda _app, _node, source: source)
+    source = SyntheticSource(20)
+    app = make_app(source)
+    notes: list[str] = []
+    async with app.run_test(message_hook=notes_of(notes)) as pilot:
+        await pilot.press("E")
+        await settle(app, pilot)
+        assert source.sent == [] and any(n.startswith("No change from #") for n in notes)
+        monkeypatch.setattr(tui_app, "edit_externally", lambda _app, _node, source: "// changed\n" + source)
+        await pilot.press("E")
+        await settle(app, pilot)
+        assert isinstance(source.sent[-1], InjectKernel) and source.sent[-1].source.startswith("// changed")

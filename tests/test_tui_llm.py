@@ -126,7 +126,7 @@ class AgentSource(SyntheticSource):
 
     def start(self, key: str, node_id: int, role: str = "coder") -> None:
         self.pending.append(
-            LlmCallStarted(at=self.clock, call_key=key, role=role, provider="openai", model="gpt-4.1", node_id=node_id)  # type: ignore[arg-type]
+            LlmCallStarted(at=self.clock, call_key=key, role=role, provider="openai", model="gpt-4.1", node_id=node_id)
         )
 
     def text(self, key: str, *pieces: str, retry: bool = False) -> None:

@@ -23,7 +23,7 @@ from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.models.commands import Stop
 from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
-from kernelforge_tui.models.events import LlmCallEnded, LlmCallStarted, LlmText, NodeAdded
+from kernelforge_tui.models.events import LlmCallEnded, LlmCallStarted, LlmText, NodeAdded, StateChanged
 from kernelforge_tui.models.llm import LlmCall
 from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
 from kernelforge_tui.store import RunStore
@@ -105,13 +105,13 @@ async def test_follow_and_steer_a_run_written_by_another_process(tmp_path: Path)
                 await pilot.pause(0.2)
             await pilot.press("S")
             deadline = time.monotonic() + 60
-            while app.state.header.state != "finished":
+            while str(app.state.header.state) != "finished":
                 assert time.monotonic() < deadline, "the other process did not stop"
                 await pilot.pause(0.2)
             await pilot.press("q")
         assert process.wait(timeout=60) == 0
         with RunStore.open(run_dir, readonly=True) as store:
-            kinds = [e.state for _, e in store.events_since(0, 100000) if getattr(e, "kind", "") == "state"]
+            kinds = [e.state for _, e in store.events_since(0, 100000) if isinstance(e, StateChanged)]
             assert "paused" in kinds and kinds[-1] == "finished"
             assert store.pending_commands() == []  # both commands were applied by the other process
     finally:
@@ -283,7 +283,7 @@ class AgentWriter:
         self.bus.changed(node_id)
 
     def start(self, key: str, node_id: int, role: str = "coder") -> None:
-        self.bus.emit(LlmCallStarted(call_key=key, role=role, provider="openai", model="gpt-4.1", node_id=node_id))  # type: ignore[arg-type]
+        self.bus.emit(LlmCallStarted(call_key=key, role=role, provider="openai", model="gpt-4.1", node_id=node_id))
 
     def end(self, key: str, call: LlmCall) -> LlmCall:
         recorded = self.store.record_llm_call(call)

@@ -59,7 +59,7 @@ def test_a_users_theme_beside_the_config_file_is_picked_up() -> None:
     (folder / "light.toml").write_text('name = "kernelforge-light"\nprimary = "#123456"\ndark = false\n')
     themes = {theme.name: theme for theme in load_themes()}
     assert themes["kernelforge-light"].primary == "#123456"  # a user theme replaces a shipped one by name
-    app = KernelForgeApp(SyntheticSource(5), TuiSettings(theme="mine"))  # type: ignore[arg-type]
+    app = KernelForgeApp(SyntheticSource(5), TuiSettings(theme="mine"))
     assert app.theme == "mine"
 
 
@@ -73,4 +73,4 @@ def test_a_broken_user_theme_is_an_error_naming_the_file() -> None:
 
 def test_an_unknown_theme_is_an_error() -> None:
     with pytest.raises(ThemeError, match="unknown theme 'nope'"):
-        KernelForgeApp(SyntheticSource(5), TuiSettings(theme="nope"))  # type: ignore[arg-type]
+        KernelForgeApp(SyntheticSource(5), TuiSettings(theme="nope"))

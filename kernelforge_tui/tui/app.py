@@ -101,6 +101,9 @@ class KernelForgeApp(App[None]):
     KernelForgeApp.-wide #tree { row-span: 1; }
     KernelForgeApp.-wide #detail { row-span: 2; }
     KernelForgeApp.-wide #log { height: 10; }
+    /* A key that cannot act now is greyed, not dimmed below WCAG AA: it stays readable, and visibly off. */
+    FooterKey.-disabled { text-style: none; }
+    FooterKey.-disabled .footer-key--key, FooterKey.-disabled .footer-key--description { color: $text-disabled; }
     .pane.-maximized { width: 100% !important; height: 1fr !important; max-height: 100% !important; }
     #detail.-maximized { width: 100% !important; height: 1fr !important; }
     """

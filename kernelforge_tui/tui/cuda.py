@@ -13,10 +13,12 @@ from pathlib import Path
 
 from rich.style import Style
 from rich.text import Text
+from textual.widgets.text_area import TextAreaTheme
 from tree_sitter import Query, QueryCursor
 
 from kernelforge_tui.gpu.cuda_syntax import cuda_language as cuda_language
 from kernelforge_tui.gpu.cuda_syntax import parse_cuda
+from kernelforge_tui.tui.contrast import readable_style
 
 RENAMES = {"@keyword.modifier": "@keyword", "@delimiter": "@punctuation.delimiter"}
 EXTRA = """
@@ -85,3 +87,50 @@ def highlight_lines(source: str, styles: dict[str, Style]) -> list[Text]:
                 text.stylize(style, start, end)
         out.append(text)
     return out
+
+
+ANSI_SYNTAX: dict[str, Style] = {
+    **dict.fromkeys(("keyword", "conditional", "repeat", "include", "exception"), Style(color="magenta")),
+    **dict.fromkeys(("string", "string.documentation"), Style(color="green")),
+    **dict.fromkeys(("number", "float", "boolean", "constant.builtin"), Style(color="cyan")),
+    **dict.fromkeys(("type", "type.builtin", "type.class", "class"), Style(color="yellow")),
+    **dict.fromkeys(("function", "function.call", "method", "method.call", "constructor"), Style(color="blue")),
+    "comment": Style(italic=True),
+}
+"""Syntax colours for the `ansi` theme: the terminal's own palette, so they read wherever its palette does."""
+
+
+def syntax_styles(dark: bool, ansi: bool = False) -> dict[str, Style]:
+    if ansi:
+        return ANSI_SYNTAX
+    theme = TextAreaTheme.get_builtin_theme("vscode_dark" if dark else "github_light")
+    return dict(theme.syntax_styles) if theme is not None else {}
+
+
+def editor_theme(dark: bool, ansi: bool = False) -> TextAreaTheme:
+    """The editor's colours: the syntax theme the diff uses, each colour (gutter and line numbers included) nudged
+    to WCAG AA on the editor's background and on its cursor line; the terminal's palette for the `ansi` theme."""
+    if ansi:
+        return TextAreaTheme("kernelforge-ansi", syntax_styles=ANSI_SYNTAX)
+    base = TextAreaTheme.get_builtin_theme("vscode_dark" if dark else "github_light")
+    assert base is not None  # both ship with Textual
+    grounds = [s.bgcolor for s in (base.base_style, base.cursor_line_style) if s is not None and s.bgcolor]
+
+    def fix(style: Style | None) -> Style | None:
+        if style is None:
+            return None
+        for ground in grounds:
+            style = readable_style(style, style.bgcolor or ground)
+        return style
+
+    return TextAreaTheme(
+        f"kernelforge-{'dark' if dark else 'light'}",
+        base_style=base.base_style,
+        gutter_style=fix(base.gutter_style),
+        cursor_style=base.cursor_style,
+        cursor_line_style=base.cursor_line_style,
+        cursor_line_gutter_style=fix(base.cursor_line_gutter_style),
+        bracket_matching_style=base.bracket_matching_style,
+        selection_style=base.selection_style,
+        syntax_styles={name: fix(style) or style for name, style in base.syntax_styles.items()},
+    )

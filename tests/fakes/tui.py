@@ -33,6 +33,7 @@ class Drawn:
     fg: str
     bg: str
     row: int
+    col: int
 
 
 SVG_DEFAULT_BACKGROUND = "#292929"
@@ -51,12 +52,13 @@ def drawn(svg: str) -> list[Drawn]:
         for fill, x, y in re.findall(r'<rect fill="(#[0-9a-f]{6})" x="([\d.]+)" y="([\d.]+)"[^>]*crispEdges', svg)
     }
     out = []
-    for cls, x, y, text in re.findall(
-        r'<text class="terminal-\d+-(r\d+)" x="([\d.]+)" y="([\d.]+)"[^>]*>([^<]*)<', svg
-    ):
+    pattern = r'<text class="terminal-\d+-(r\d+)" x="([\d.]+)" y="([\d.]+)" textLength="([\d.]+)"[^>]*>([^<]*)<'
+    texts = re.findall(pattern, svg)
+    cell = min((float(length) / len(html.unescape(t)) for _, _, _, length, t in texts if t), default=1.0)
+    for cls, x, y, _, text in texts:
         row = int(float(y) // line)
         plain = html.unescape(text).replace("\xa0", " ")
         if plain.strip():
             bg = backgrounds.get((round(float(x), 1), row), SVG_DEFAULT_BACKGROUND)
-            out.append(Drawn(plain, fills[cls], bg, row))
+            out.append(Drawn(plain, fills[cls], bg, row, round(float(x) / cell)))
     return out

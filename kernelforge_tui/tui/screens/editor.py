@@ -16,7 +16,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Label, TextArea
 
-from kernelforge_tui.tui.cuda import cuda_language, highlight_query
+from kernelforge_tui.tui.cuda import cuda_language, editor_theme, highlight_query
 
 
 class EditorScreen(ModalScreen[str | None]):
@@ -28,7 +28,8 @@ class EditorScreen(ModalScreen[str | None]):
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+s", "submit", "Submit as child", id="editor_submit"),
-        Binding("escape", "cancel", "Cancel", id="editor_cancel"),
+        # Priority: the code editor's TextArea takes esc to move the focus on, and it is the screen's only widget.
+        Binding("escape", "cancel", "Cancel", id="editor_cancel", priority=True),
     ]
 
     def __init__(self, node_id: int, source: str, why_not: Callable[[], str | None] | None = None) -> None:
@@ -37,16 +38,22 @@ class EditorScreen(ModalScreen[str | None]):
         self.source = source
         self.why_not = why_not
         """Why a submission cannot reach the search now (the run ended while the editor was open), or None."""
+        self._discarding = False
+        """esc was pressed once on a changed kernel: a second esc discards it."""
 
     def compose(self) -> ComposeResult:
         area = TextArea.code_editor(self.source, id="editor-area", soft_wrap=False)
         area.register_language("cuda", cuda_language(), highlight_query())
         area.language = "cuda"
-        area.theme = "vscode_dark" if self.app.current_theme.dark else "github_light"
+        theme = editor_theme(self.app.current_theme.dark, self.app.current_theme.ansi)
+        area.register_theme(theme)
+        area.theme = theme.name
         with Vertical() as box:
             box.border_title = f"Child of #{self.node_id}: same launch plan"
             yield area
-            yield Label("ctrl+s submits as a child (evaluated like any candidate), esc cancels")
+            yield Label(
+                "ctrl+s submits as a child (evaluated like any candidate), esc closes (twice for a changed one)"
+            )
 
     def on_mount(self) -> None:
         self.query_one(TextArea).focus()
@@ -65,7 +72,16 @@ class EditorScreen(ModalScreen[str | None]):
         self.dismiss(text)
 
     def action_cancel(self) -> None:
-        self.dismiss(None)
+        """Close; a changed kernel is discarded only on a second esc."""
+        text = self.query_one(TextArea).text
+        if unchanged(text, self.source) or self._discarding:
+            self.dismiss(None)
+            return
+        self._discarding = True
+        self.notify("Your edit is not submitted: esc again discards it, ctrl+s submits it.", severity="warning")
+
+    def on_text_area_changed(self) -> None:
+        self._discarding = False
 
 
 def unchanged(text: str, source: str) -> bool:

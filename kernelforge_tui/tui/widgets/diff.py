@@ -26,10 +26,9 @@ from textual.geometry import Size
 from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
-from textual.widgets.text_area import TextAreaTheme
 
 from kernelforge_tui.tui.contrast import readable_style
-from kernelforge_tui.tui.cuda import highlight_lines
+from kernelforge_tui.tui.cuda import highlight_lines, syntax_styles
 
 DiffBase = Literal["parent", "baseline", "best"]
 DIFF_BASES: tuple[DiffBase, ...] = ("parent", "baseline", "best")
@@ -78,24 +77,6 @@ def diff_rows(old: list[str], new: list[str], side_by_side: bool, context: int |
             rows.extend(DiffRow("removed", old=i) for i in range(i1, i2))
             rows.extend(DiffRow("added", new=j) for j in range(j1, j2))
     return rows
-
-
-ANSI_SYNTAX: dict[str, Style] = {
-    **dict.fromkeys(("keyword", "conditional", "repeat", "include", "exception"), Style(color="magenta")),
-    **dict.fromkeys(("string", "string.documentation"), Style(color="green")),
-    **dict.fromkeys(("number", "float", "boolean", "constant.builtin"), Style(color="cyan")),
-    **dict.fromkeys(("type", "type.builtin", "type.class", "class"), Style(color="yellow")),
-    **dict.fromkeys(("function", "function.call", "method", "method.call", "constructor"), Style(color="blue")),
-    "comment": Style(italic=True),
-}
-"""Syntax colours for the `ansi` theme: the terminal's own palette, so they read wherever its palette does."""
-
-
-def syntax_styles(dark: bool, ansi: bool = False) -> dict[str, Style]:
-    if ansi:
-        return ANSI_SYNTAX
-    theme = TextAreaTheme.get_builtin_theme("vscode_dark" if dark else "github_light")
-    return dict(theme.syntax_styles) if theme is not None else {}
 
 
 @dataclass

@@ -60,6 +60,8 @@ class LogPane(ScrollView, can_focus=True):
         self._widest = 0
         self._styles: dict[str, Style] = {}
         self._strips: LRUCache[tuple[int, int, int], Strip] = LRUCache(1024)
+        self._follow = True
+        """Keep the last line in view: true until the reader scrolls up, and again once they scroll to the end."""
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self._restyle())
@@ -82,7 +84,8 @@ class LogPane(ScrollView, can_focus=True):
     def _write(self, rows: list[Text]) -> None:
         if not rows:
             return
-        follow = self.is_vertical_scroll_end or self.max_scroll_y == 0
+        # Not "at the end now": a horizontal scroll bar that appears takes a row and moves the end by one line.
+        follow = self._follow or self.is_vertical_scroll_end or self.max_scroll_y == 0
         overflow = max(0, len(self._lines) + len(rows) - MAX_LINES)
         self._lines.extend(rows)
         self._dropped += overflow
@@ -105,6 +108,10 @@ class LogPane(ScrollView, can_focus=True):
             rows.append(row)
             rows.extend(Text("    " + more, style=level_style, no_wrap=True, end="") for more in rest)
         self._write(rows)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._follow = new_value >= self.max_scroll_y
 
     def note(self, text: str) -> None:
         """A line from the TUI itself (what it sent)."""
