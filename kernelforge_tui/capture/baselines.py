@@ -206,7 +206,11 @@ def group_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
     """y = (x - mean) * rstd * gamma[c] + beta[c] with statistics per (sample, group) of x[n, c, h, w]."""
     entry = "kf_capture_group_norm"
     source = (
-        prelude(dtype, f"group_norm over NCHW, eps {eps!r}, a block per (sample, group), two-pass variance")
+        prelude(
+            dtype,
+            f"group_norm over NCHW, eps {eps!r}, a block per (sample, group), two-pass variance of x shifted by the"
+            " group's first element (a constant group then gives x - mean = 0 exactly, as the reference does)",
+        )
         + REDUCE
         + f"""
 extern "C" __global__ void {entry}(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
@@ -216,20 +220,21 @@ extern "C" __global__ void {entry}(const T* __restrict__ x, const T* __restrict_
     const long long span = (long long)per_group * hw;
     const long long base = (long long)blockIdx.x * span;
     const int first_channel = (blockIdx.x % groups) * per_group;
+    const float shift = ld(x, base);
     float s = 0.0f;
     for (long long k = threadIdx.x; k < span; k += BLOCK) {{
-        s += ld(x, base + k);
+        s += ld(x, base + k) - shift;
     }}
-    const float mean = block_sum(s, sh) / (float)span;
+    const float offset = block_sum(s, sh) / (float)span;  // mean - shift
     float sq = 0.0f;
     for (long long k = threadIdx.x; k < span; k += BLOCK) {{
-        const float d = ld(x, base + k) - mean;
+        const float d = (ld(x, base + k) - shift) - offset;
         sq += d * d;
     }}
     const float rstd = rsqrtf(block_sum(sq, sh) / (float)span + {eps_literal(eps)});
     for (long long k = threadIdx.x; k < span; k += BLOCK) {{
         const int ch = first_channel + (int)(k / hw);
-        y[base + k] = cv((ld(x, base + k) - mean) * rstd * ld(gamma, ch) + ld(beta, ch));
+        y[base + k] = cv(((ld(x, base + k) - shift) - offset) * rstd * ld(gamma, ch) + ld(beta, ch));
     }}
 }}
 """
