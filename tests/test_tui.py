@@ -31,7 +31,7 @@ from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, BY_ID, Action
 from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
 from kernelforge_tui.tui.screens.editor import edit_externally
-from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree
+from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, SearchTree
 
 from .fakes.synthetic import SyntheticSource
 from .fakes.tui import screen_text, settle
@@ -572,3 +572,12 @@ async def test_an_unchanged_external_edit_says_so(monkeypatch: pytest.MonkeyPatc
         await pilot.press("E")
         await settle(app, pilot)
         assert isinstance(source.sent[-1], InjectKernel) and source.sent[-1].source.startswith("// changed")
+
+
+async def test_the_log_shows_its_last_line_when_a_sideways_scroll_bar_takes_a_row() -> None:
+    app = make_app(SyntheticSource(40))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        log = app.query_one(LogPane)
+        assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y
+        assert "templates tried: vector width 1 -> 4" in screen_text(app)  # the snapshot's last log line

@@ -100,11 +100,11 @@ async def test_side_by_side_sides_scroll_together_and_number_their_lines() -> No
 
 async def test_o_unfolds_the_whole_file_and_folds_it_again() -> None:
     app = make_app()
-    async with app.run_test(size=(160, 48)) as pilot:
+    async with app.run_test(size=(80, 24)) as pilot:
         await settle(app, pilot)
         diff = app.query_one(DiffPane)
         folded = len(diff.rows)
-        assert any(r.kind == "fold" for r in diff.rows) and "unchanged lines" in screen_text(app)
+        assert any(r.kind == "fold" for r in diff.rows) and "changed hunks" in screen_text(app)
         await pilot.press("o")
         await settle(app, pilot)
         assert not diff.folded and not any(r.kind == "fold" for r in diff.rows) and len(diff.rows) > folded
@@ -112,6 +112,18 @@ async def test_o_unfolds_the_whole_file_and_folds_it_again() -> None:
         await pilot.press("o")
         await settle(app, pilot)
         assert len(diff.rows) == folded
+
+
+async def test_a_diff_that_fits_is_not_folded_and_folds_come_with_a_smaller_pane() -> None:
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        diff = app.query_one(DiffPane)
+        assert diff.folded and not any(r.kind == "fold" for r in diff.rows)  # 27 lines in a 40-line pane
+        assert "whole diff (fits)" in screen_text(app)
+        await pilot.resize_terminal(160, 24)
+        await settle(app, pilot)
+        assert any(r.kind == "fold" for r in diff.rows) and "changed hunks" in screen_text(app)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
@@ -131,13 +143,14 @@ async def test_z_maximises_the_focused_pane_and_restores_it(size: tuple[int, int
         await pilot.press("z")
         await settle(app, pilot)
         assert app.screen.maximized is None and diff.size.width == normal
-        app.query_one(LogPane).focus()
-        await pilot.press("z")
-        await settle(app, pilot)
-        assert app.screen.maximized is app.query_one(LogPane)
-        await pilot.press("escape")  # esc restores too
-        await settle(app, pilot)
-        assert app.screen.maximized is None
+        for pane in (app.query_one(LogPane), app.query_one(MetricsPane), app.query_one(SearchTree)):
+            pane.focus()
+            await pilot.press("z")
+            await settle(app, pilot)
+            assert app.screen.maximized is pane and pane.outer_size.width == size[0]
+            await pilot.press("escape")  # esc restores too
+            await settle(app, pilot)
+            assert app.screen.maximized is None
 
 
 async def test_maximise_is_remappable_and_in_the_palette() -> None:

@@ -209,7 +209,7 @@ async def test_a_coder_writing_for_the_selected_node_streams_into_the_diff() -> 
         source.end("k1", call("coder", selected))
         await pump(app, pilot)
         assert not streaming(app) and stream.key is None
-        assert f"+++ #{selected}" in screen_text(app)  # the diff is back
+        assert f"Diff #{selected} vs parent" in screen_text(app)  # the diff is back
 
 
 async def test_only_kernel_writers_for_the_selected_node_stream_unless_following() -> None:

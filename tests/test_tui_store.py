@@ -31,7 +31,7 @@ from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.screens import ConversationScreen, ModelsScreen
 from kernelforge_tui.tui.source import LiveSearchSource, StoreSource
-from kernelforge_tui.tui.widgets import DiffPane, SearchTree, StreamPane
+from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree, StreamPane
 
 from .conftest import EXAMPLES, ROOT
 from .fakes.synthetic import PLAN
@@ -82,6 +82,41 @@ async def test_open_a_recorded_run(tmp_path: Path) -> None:
         await pilot.press("q")
     with RunStore.open(run_dir, readonly=True) as store:
         assert store.pending_commands() == []
+
+
+async def test_a_recorded_run_explains_its_rewards_and_exports_a_kernel_beside_it(tmp_path: Path) -> None:
+    """The reward with its terms comes from the store's node record; `m` writes the node's kernel with the engine's
+    `write_kernel` into kernels/ beside the run, from a finished run opened read-only."""
+    run_dir = tmp_path / "runs" / "run"
+    process = optimize(run_dir, "--budget-iters", "6")
+    _, err = process.communicate(timeout=180)
+    assert process.returncode == 0, err.decode()[-2000:]
+    with RunStore.open(run_dir, readonly=True) as store:
+        info = store.run_info()
+        assert info.best_node_id is not None
+        record = store.node_record(info.best_node_id)
+        source_text, _ = store.node_source(info.best_node_id)
+    assert record.reward is not None
+    source = StoreSource.open(run_dir)
+    app = KernelForgeApp(source, TuiSettings())
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        assert app.selected == info.best_node_id
+        detail = app.query_one(MetricsPane)._current
+        assert detail is not None and detail[0].reward == record.reward
+        text = screen_text(app)
+        assert f"{record.reward.total:+.3f} the search's score of it" in text
+        await pilot.press("m")
+        await settle(app, pilot)
+        await pilot.press("enter")
+        await settle(app, pilot)
+        out = tmp_path / "runs" / "kernels" / f"run-node-{info.best_node_id}"
+        assert (out / "kernel.cu").read_text() == source_text
+        summary = (out / "summary.md").read_text()
+        assert f"node {info.best_node_id}" in summary and record.reward.explanation in summary
+        assert "plan.toml" in {p.name for p in out.iterdir()}
+        assert f"#{info.best_node_id} exported to {out}" in screen_text(app).replace("\n", "")
+        await pilot.press("q")
 
 
 async def test_follow_and_steer_a_run_written_by_another_process(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ class ExportScreen(ModalScreen[Path | None]):
     ExportScreen > Vertical {
         width: 100; max-width: 100%; height: auto; border: round $primary; background: $surface; padding: 0 1;
     }
-    ExportScreen Label { color: $text-muted; }
+    ExportScreen Label { color: $text-muted; width: 100%; }
     """
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel", show=False)]
 

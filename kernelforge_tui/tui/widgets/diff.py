@@ -129,6 +129,10 @@ class DiffPane(ScrollView, can_focus=True):
         self._current: tuple[str | None, str, str, str] | None = None
         self._diff: _Diff | None = None
         self._message = "select a node"
+        self._fits = False
+        """The whole diff fits the pane's height: shown unfolded."""
+        self._whole = 0
+        """Rows of the whole diff, unfolded."""
         self._styles: dict[str, Style] = {}
         self._fixed: dict[tuple[Style, Style], Style] = {}
         self._code: dict[tuple[int, bool], Strip] = {}
@@ -160,7 +164,13 @@ class DiffPane(ScrollView, can_focus=True):
             _, _, old_name, new_name = self._current
             against = f"parent {old_name}" if self.base == "parent" and old_name.startswith("#") else old_name
             self.border_title = f"Diff {new_name} vs {against} · {layout}"
-        self.border_subtitle = ("hunks" if self.folded else "whole file") + " · ←→ scroll"
+        if not self.folded:
+            shown = "whole file"
+        elif self._fits:
+            shown = "whole diff (fits)"
+        else:
+            shown = "changed hunks"
+        self.border_subtitle = f"{shown} · ←→ scroll"
 
     def watch_base(self) -> None:
         self._retitle()
@@ -212,9 +222,15 @@ class DiffPane(ScrollView, can_focus=True):
             old_lines = highlight_lines(old, styles)
             # Side by side, a row names the columns; unified, the title names both sides.
             names = [DiffRow("names")] if self.side_by_side else []
-            context = CONTEXT if self.folded else None
-            body = diff_rows(old.split("\n"), new.split("\n"), self.side_by_side, context)
+            old_split, new_split = old.split("\n"), new.split("\n")
+            body = diff_rows(old_split, new_split, self.side_by_side, context=None)
+            # Folds only where the whole diff would not fit: a fold that hides lines the pane has room for helps no one.
+            self._whole = len(names) + len(body)
+            self._fits = self._whole <= self.scrollable_content_region.height
+            if self.folded and not self._fits:
+                body = diff_rows(old_split, new_split, self.side_by_side, CONTEXT)
             self._diff = _Diff(old_name, new_name, old_lines, new_lines, names + body, compared=True)
+        self._retitle()
         self._relayout()
 
     # -- geometry ---------------------------------------------------------------------------------
@@ -257,7 +273,11 @@ class DiffPane(ScrollView, can_focus=True):
         self.refresh()
 
     def on_resize(self, event: Resize) -> None:
-        if self.side_by_side:
+        d = self._diff
+        fits = self._whole <= self.scrollable_content_region.height
+        if self.folded and d is not None and d.compared and fits != self._fits:
+            self._redraw()  # folds come or go with the room
+        elif self.side_by_side:
             self._relayout()
         else:
             self._strips.clear()

@@ -92,8 +92,20 @@ class LogPane(ScrollView, can_focus=True):
         self._widest = max(self._widest, max(row.cell_len for row in rows))
         self.virtual_size = Size(self._widest, len(self._lines))
         if follow:
+            self._follow = True
             self.scroll_end(animate=False, immediate=False, x_axis=False)
+            self.call_after_refresh(self._to_end)  # again once laid out: a new scroll bar moves the end
         self.refresh()
+
+    def _to_end(self) -> None:
+        if self._follow and self.scroll_y < self.max_scroll_y:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def on_resize(self) -> None:
+        self._to_end()
+
+    def watch_show_horizontal_scrollbar(self) -> None:
+        self.call_after_refresh(self._to_end)  # the bar takes a row: the last line moves out of view
 
     def add(self, lines: list[LogLine]) -> None:
         rows: list[Text] = []

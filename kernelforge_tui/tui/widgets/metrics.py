@@ -61,6 +61,7 @@ class MetricsPane(VerticalScroll, can_focus=True):
     }
 
     BORDER_TITLE = "Metrics"
+    ALLOW_MAXIMIZE = True  # containers are not maximisable by default; this pane is one of the four
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
