@@ -182,7 +182,7 @@ class KernelForgeApp(App[None]):
                 yield StreamPane(id="stream", classes="pane")
             yield MetricsPane(id="metrics", classes="pane")
         yield LogPane(id="log", classes="pane")
-        yield Footer()
+        yield Footer(compact=True)
 
     async def on_mount(self) -> None:
         if self.settings.keymap:
