@@ -251,3 +251,28 @@ def test_tui_takes_simulate_seconds_and_open_takes_resume(monkeypatch: pytest.Mo
     assert main.main(["open", "run-1", "--resume", "--budget-minutes", "10", "--simulate-seconds", "1"]) == 0
     assert seen["run"] == "run-1" and seen["resume"] is True and seen["simulate_seconds"] == 1.0
     assert seen["budget"] == Budget(max_minutes=10)
+
+
+async def test_the_tui_pins_a_run_at_rest_and_a_followed_runs_stopping_note_ends_with_it(tmp_path: Path) -> None:
+    from kernelforge_tui.models.events import StateChanged
+    from kernelforge_tui.tui.app import KernelForgeApp
+    from kernelforge_tui.tui.config import TuiSettings
+    from kernelforge_tui.tui.widgets import SearchTree
+
+    h = await seeded(Harness(tmp_path))
+    source = open_source(str(h.run_dir))
+    app = KernelForgeApp(source, TuiSettings(refresh_hz=10))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause(0.3)
+        assert app.query_one(SearchTree).select_id(2)
+        app.selected = 2
+        assert app.check_action("pin", ()) and app.check_action("ban", ())  # flags a resume reads back
+        assert not app.check_action("expand", ())  # only a running search can expand
+        await pilot.press("t")
+        await pilot.pause(0.5)
+        app.note = "stopping"  # as `S` leaves it on a followed run
+        app.apply_events([StateChanged(state="finished", reason="stopped by request")])
+        assert app.note == ""
+        await pilot.press("q")
+    with RunStore.open(h.run_dir, readonly=True) as store:
+        assert store.node(2).pinned

@@ -260,6 +260,8 @@ class KernelForgeApp(App[None]):
         tree.apply(changes)
         self.query_one(LogPane).add(changes.logs)
         if changes.header:
+            if not self.state.live:
+                self.note = ""  # a "stopping" said here is over once the writer has finished
             self._update_header()
             self._refresh_enabled()
         selected = self.selected
@@ -426,7 +428,8 @@ class KernelForgeApp(App[None]):
         spec = BY_ACTION.get(action)
         if spec is None:
             return None
-        if spec.steering and not self.steerable:
+        at_rest = spec.at_rest and self.source.can_steer and not self.state.live  # flags on a run nobody writes
+        if spec.steering and not self.steerable and not at_rest:
             if not self.source.can_steer:
                 return "the run is opened read-only or has ended"
             return "the run has finished"

@@ -23,6 +23,8 @@ class Action:
     """Listed in the footer."""
     steering: bool = False
     """Sends a command to the engine: disabled while no search can hear it (a finished run)."""
+    at_rest: bool = False
+    """A steering flag (pin, ban) that a run nobody writes also takes: stored now, read back by the next resume."""
     on_node: bool = False
     """Acts on the selected node: disabled while none is selected."""
     measured: bool = False
@@ -85,8 +87,26 @@ ACTIONS: tuple[Action, ...] = (
         on_node=True,
         measured=True,
     ),
-    Action("ban", "b", "ban", "Ban", "Ban (or unban) the selected subtree from selection", steering=True, on_node=True),
-    Action("pin", "t", "pin", "Pin", "Pin (or unpin) selection to the selected subtree", steering=True, on_node=True),
+    Action(
+        "ban",
+        "b",
+        "ban",
+        "Ban",
+        "Ban (or unban) the selected subtree from selection",
+        steering=True,
+        on_node=True,
+        at_rest=True,
+    ),
+    Action(
+        "pin",
+        "t",
+        "pin",
+        "Pin",
+        "Pin (or unpin) selection to the selected subtree",
+        steering=True,
+        on_node=True,
+        at_rest=True,
+    ),
     Action(
         "export",
         "m",
