@@ -61,6 +61,7 @@ def test_an_installed_package_gets_the_package_from_the_index(tmp_path: Path, mo
 def test_doctor_prints_the_verdict_and_exits_with_it(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("COLUMNS", "300")  # the fix line names this checkout's python, whose path may be long
     monkeypatch.setattr(doctor, "detect_gpus", lambda: [])
     monkeypatch.setattr(doctor, "pycuda_problem", lambda: "pycuda is not installed")
     assert main(["doctor"]) == 3
