@@ -7,7 +7,6 @@ and answer with the same `Proposal` (device source plus a LaunchPlan: data, neve
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
+from kernelforge_tui.llm.client import sha256
 from kernelforge_tui.models.evaluation import PtxasStats
 from kernelforge_tui.models.nodes import FailureKind, ParamValue
 from kernelforge_tui.models.profiles import NodeProfile
@@ -73,7 +73,7 @@ class LineageStep(BaseModel):
 
 def source_digest(source: str) -> str:
     """How a source is named in `ProposalContext.tried_sources` (sha256 hex of its text, surrogates escaped)."""
-    return hashlib.sha256(source.encode(errors="backslashreplace")).hexdigest()
+    return sha256(source)
 
 
 class FailedSibling(BaseModel):
