@@ -59,6 +59,8 @@ class Limits:
     cancels the normalised term and only atol applies, so K keeps it near an eighth of atol. Computing
     var = E[x^2] - E[x]^2 instead loses about 2^-24 * K^2 of the variance: K times more. 21 at atol 1e-5
     (fp32 cards), 1024 at 1e-3 (bf16)."""
+    constant_largest: float
+    """The largest magnitude of an equal-rows constant (at most `largest`; see `Family.constant_largest`)."""
     max: float
     smallest_normal: float
     smallest_subnormal: float
@@ -121,7 +123,7 @@ def _fully_masked(x: np.ndarray, rng: np.random.Generator, lim: Limits) -> None:
 
 
 def _equal_rows(x: np.ndarray, rng: np.random.Generator, lim: Limits) -> None:
-    top = 2.0 ** math.floor(math.log2(lim.largest))
+    top = 2.0 ** math.floor(math.log2(lim.constant_largest))
     values = [v for v in EQUAL_VALUES if abs(v) <= top] + [top, -top]
     x[:] = rng.permutation(np.resize(np.array(values), x.shape[0]))[:, None]
 
@@ -197,7 +199,7 @@ KINDS: dict[str, Kind] = {
     "fully-masked": Kind("a quarter of the rows entirely -inf, the others as in masked", _fully_masked),
     "equal-rows": Kind(
         "every row one value: 0, +-1, 0.5, -2.5, 3, +-1000, 2^-10, 2^-20, 12288 and +-the largest power of "
-        "two the family allows",
+        "two the family allows (2^30 at most for layer and group norm: see SCALED_CONSTANT)",
         _equal_rows,
     ),
     "zero-rows": Kind("half of the rows all zero, the others the card's own", _zero_rows),
@@ -256,6 +258,8 @@ class Family:
     row: Callable[[OperatorCard, TensorSpec], int] = _last_axis
     every_input: bool = False
     """Stress values go into every input (elementwise ops), not only the first."""
+    constant_largest: float = math.inf
+    """The largest constant of an equal-rows row, where the operator's own formulation bounds it below `largest`."""
 
 
 NOT_SOFTMAX = "-inf is a mask only for softmax; nan-inf holds +-inf for the others"
@@ -295,6 +299,11 @@ SUMS_SKIPS = {
     "large-mean": "no variance: an average loses nothing to a large mean",
     "max-finite": NO_MAX_FINITE.format(what="sum"),
 }
+SCALED_CONSTANT = 2.0**30
+"""Layer and group norm constants stop at 2^30: torch computes them as x * (rstd * w) + (b - mean * rstd * w),
+and on a constant row rstd = 1/sqrt(eps) (316 at 1e-5), so x * rstd * w cancels against mean * rstd * w in the
+arithmetic's last bits: at 2^56 even a float64 reference loses b entirely (ulp(2^56 * 316) = 4096), while at
+2^30 its error stays near 1e-4, under every card's atol. Larger magnitudes are covered by `large`."""
 NONE_YET = "no stress inputs are written for this family yet"
 
 FAMILIES: dict[str, Family] = {
@@ -338,8 +347,10 @@ FAMILIES: dict[str, Family] = {
         },
         arithmetic="squares",
     ),
-    "layer_norm": Family(applies=NORM, skips=NORM_SKIPS, arithmetic="squares"),
-    "group_norm": Family(applies=NORM, skips=NORM_SKIPS, arithmetic="squares", row=_per_group),
+    "layer_norm": Family(applies=NORM, skips=NORM_SKIPS, arithmetic="squares", constant_largest=SCALED_CONSTANT),
+    "group_norm": Family(
+        applies=NORM, skips=NORM_SKIPS, arithmetic="squares", row=_per_group, constant_largest=SCALED_CONSTANT
+    ),
     "pooling": Family(applies=SUMS, skips=SUMS_SKIPS, arithmetic="sums", row=_per_output),
     "stencil": Family(applies=SUMS, skips=SUMS_SKIPS, arithmetic="sums"),
     "elementwise": Family(
@@ -445,6 +456,7 @@ def limits(card: OperatorCard, tensor: TensorSpec) -> Limits:
     return Limits(
         largest=min(bound, dtype_max),
         mean_over_spread=min(max(atol * 2**24 / 8, MEAN_GRID / 15), 1024),
+        constant_largest=min(bound, dtype_max, FAMILIES[card.family].constant_largest),
         max=dtype_max,
         smallest_normal=smallest_normal,
         smallest_subnormal=smallest_subnormal,
