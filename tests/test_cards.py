@@ -398,6 +398,28 @@ def test_unknown_reference_function(tmp_path: Path) -> None:
     assert info.value.field == "reference.function" and "softmax" in info.value.fix
 
 
+def test_an_inputs_function_draws_every_seeded_fresh_and_stress_set(tmp_path: Path) -> None:
+    """Structured inputs (a permutation here) come from the card's `inputs` function, never from distributions."""
+    text = GOOD.replace('function = "softmax"', 'function = "softmax"\ninputs = "draw.py:inputs"')
+    text = text.replace('file = "captured.npz"', "seed = 3").replace("cols = 3", "cols = 1000")
+    card = load_card(write_card(tmp_path, text))
+    (tmp_path / "draw.py").write_text(
+        "import numpy as np\n"
+        "def inputs(sizes, seed):\n"
+        "    rng = np.random.default_rng(seed)\n"
+        "    rows = [rng.permutation(sizes['cols']) for _ in range(sizes['rows'])]\n"
+        "    return {'x': np.stack(rows).astype(np.float32)}\n"
+    )
+    inputs, outputs = card.input_set(card.spec.input_sets[0])
+    assert (np.sort(inputs["x"], axis=1) == np.arange(1000)).all() and outputs["y"].shape == (2, 1000)
+    assert not (card.draw(4)["x"] == inputs["x"]).all() and (card.draw(3)["x"] == inputs["x"]).all()
+    equal = dict((name, x) for name, x, _ in card.stress_sets())["stress:equal-rows"]["x"]
+    assert (equal == equal[:, :1]).all(), "stress values still go on top of the drawn inputs"
+    (tmp_path / "draw.py").write_text("import numpy as np\ndef inputs(sizes, seed):\n    return {'x': np.zeros(3)}\n")
+    with pytest.raises(CardError, match=r"drawn as float64\[3\], the card says float32\[2, 1000\]"):
+        card.draw(1)
+
+
 def test_to_toml_rejects_what_it_cannot_write() -> None:
     with pytest.raises(TypeError):
         to_toml({"x": object()})

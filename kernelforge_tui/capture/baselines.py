@@ -35,8 +35,9 @@ ELEMENTWISE = {
 """Op name -> (arity, fp32 expression over a0, a1). relu keeps NaN as torch.relu does (fmaxf would make it 0)."""
 
 
-def prelude(dtype: str, what: str) -> str:
-    return f"""// {what} ({dtype} in and out, fp32 math): the baseline `kernelforge capture` writes, plainly correct
+def prelude(dtype: str, what: str, author: str = "`kernelforge capture`") -> str:
+    """`T`, `ld` (to fp32) and `cv` (from fp32) for one dtype, under a comment saying what the kernel is."""
+    return f"""// {what} ({dtype} in and out, fp32 math): the baseline {author} writes, plainly correct
 // for any size, not tuned. Every speedup of a search on this card is measured against it.
 {HEADERS[dtype]}typedef {C_TYPE[dtype]} T;
 #define BLOCK {BLOCK}

@@ -36,6 +36,13 @@ OpFamily = Literal[
     "stencil",
     "matmul",
     "reduction",
+    "copy",
+    "scan",
+    "sparse",
+    "sort",
+    "spectral",
+    "convolution",
+    "attention",
     "other",
 ]
 
@@ -171,6 +178,10 @@ class Reference(Strict):
     kind: Literal["numpy", "baseline"] = "numpy"
     function: str | None = None
     """For numpy: a built-in name (`kernelforge_tui.cards.references`) or `file.py:function` in the card."""
+    inputs: str | None = None
+    """`file.py:function` in the card, `function(sizes, seed) -> {input: array}`: draws inputs with a structure no
+    per-tensor distribution can say (sparse indices, a permutation, sample points). Without it every seeded, fresh
+    and stress set is drawn from the tensors' distributions."""
 
     @model_validator(mode="after")
     def _function_given(self) -> Reference:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
@@ -62,7 +63,7 @@ class Card:
     def input_set(self, which: InputSet) -> tuple[Arrays, Arrays]:
         """(inputs, reference outputs) of one set: read from its file, or drawn from its seed."""
         if which.seed is not None:
-            inputs = draw_inputs(self.spec, which.seed)
+            inputs = self.draw(which.seed)
             return inputs, self.reference(inputs)
         assert which.file is not None
         path = self.file(which.file, f"input_sets.{which.name}.file")
@@ -85,10 +86,60 @@ class Card:
         running = stress.running(self.spec)
         if not running:
             return
-        base = draw_inputs(self.spec, self.spec.stress.seed)
+        base = self.draw(self.spec.stress.seed)
         for planned in running:
             inputs = stress.draw(self.spec, planned.name, base)
             yield planned.label, inputs, self.reference(inputs)
+
+    def draw(self, seed: int) -> Arrays:
+        """Fresh inputs from a seed: by the card's `[reference] inputs` function when it has one, else from each
+        tensor's distribution (`draw_inputs`)."""
+        where = self.spec.reference.inputs
+        if where is None:
+            return draw_inputs(self.spec, seed)
+        with np.errstate(all="ignore"):
+            raw = self._function(where, "reference.inputs", "(sizes, seed) -> dict of inputs")(
+                dict(self.spec.sizes), seed
+            )
+        if not isinstance(raw, dict):
+            raise CardError(self.manifest, "reference.inputs", f"it returned {type(raw).__name__}", "return a dict")
+        drawn: Arrays = {}
+        for spec in self.spec.inputs:
+            if spec.name not in raw:
+                raise CardError(
+                    self.manifest, "reference.inputs", f"it drew no input {spec.name!r}", "draw every input"
+                )
+            array = np.asarray(raw[spec.name])
+            if array.shape != spec.dims(self.spec.sizes) or array.dtype != NUMPY[spec.dtype]:
+                raise CardError(
+                    self.manifest,
+                    "reference.inputs",
+                    f"{spec.name} drawn as {array.dtype}{list(array.shape)}, the card says "
+                    f"{spec.dtype}{list(spec.dims(self.spec.sizes))}",
+                    "draw each input with the card's dtype and shape",
+                )
+            drawn[spec.name] = np.ascontiguousarray(array)
+        return drawn
+
+    def _function(self, function: str, field: str, signature: str) -> Callable[..., Any]:
+        """A built-in reference by name, or `file.py:name` in the card directory."""
+        if ":" not in function:
+            builtin = references.BUILTIN if field == "reference.function" else {}
+            if function not in builtin:
+                fix = f"use one of {sorted(builtin)} or 'file.py:function'" if builtin else "use 'file.py:function'"
+                raise CardError(self.manifest, field, f"no built-in reference {function!r}", fix)
+            return references.BUILTIN[function]
+        file_name, _, name = function.partition(":")
+        path = self.file(file_name, field)
+        module_spec = importlib.util.spec_from_file_location(f"kernelforge_card_ref_{path.stem}", path)
+        if module_spec is None or module_spec.loader is None or not path.is_file():
+            raise CardError(self.manifest, field, f"{file_name} not found", "add the file beside card.toml")
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        fn = getattr(module, name, None)
+        if not callable(fn):
+            raise CardError(path, name, "no such function", f"define {name}{signature}")
+        return fn  # type: ignore[no-any-return]
 
     def reference(self, inputs: Arrays) -> Arrays:
         """Reference outputs for any inputs, rounded to the output dtypes. Overflow, NaN and inf are computed
@@ -102,7 +153,9 @@ class Card:
                 "give a numpy reference function (the baseline reference runs on the GPU)",
             )
         with np.errstate(all="ignore"):
-            raw = _reference_function(self, ref.function)(inputs, dict(self.spec.sizes))
+            raw = self._function(ref.function, "reference.function", "(inputs, sizes) -> dict of outputs")(
+                inputs, dict(self.spec.sizes)
+            )
             result: Arrays = {}
             for spec in self.spec.outputs:
                 if spec.name not in raw:
@@ -116,29 +169,6 @@ class Card:
                     np.asarray(raw[spec.name]).astype(NUMPY[spec.dtype], copy=False).reshape(spec.dims(self.spec.sizes))
                 )
         return result
-
-
-def _reference_function(card: Card, function: str) -> references.ReferenceFn:
-    if ":" not in function:
-        if function not in references.BUILTIN:
-            raise CardError(
-                card.manifest,
-                "reference.function",
-                f"no built-in reference {function!r}",
-                f"use one of {sorted(references.BUILTIN)} or 'file.py:function'",
-            )
-        return references.BUILTIN[function]
-    file_name, _, name = function.partition(":")
-    path = card.file(file_name, "reference.function")
-    module_spec = importlib.util.spec_from_file_location(f"kernelforge_card_ref_{path.stem}", path)
-    if module_spec is None or module_spec.loader is None or not path.is_file():
-        raise CardError(card.manifest, "reference.function", f"{file_name} not found", "add the file beside card.toml")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    fn = getattr(module, name, None)
-    if not callable(fn):
-        raise CardError(path, name, "no such function", f"define {name}(inputs, sizes) -> dict of outputs")
-    return fn  # type: ignore[no-any-return]
 
 
 def _checked(path: Path, stored: Arrays, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:

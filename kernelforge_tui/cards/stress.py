@@ -375,7 +375,18 @@ FAMILIES: dict[str, Family] = {
     ),
     **{
         family: Family(applies={}, skips=dict.fromkeys(KINDS, NONE_YET), arithmetic="sums")
-        for family in ("matmul", "reduction", "other")
+        for family in (
+            "matmul",
+            "reduction",
+            "copy",
+            "scan",
+            "sparse",
+            "sort",
+            "spectral",
+            "convolution",
+            "attention",
+            "other",
+        )
     },
 }
 

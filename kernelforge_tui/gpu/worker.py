@@ -20,7 +20,7 @@ import numpy as np
 
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.model import InputSet, OperatorCard
-from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, load_card
+from kernelforge_tui.cards.store import Arrays, Card, load_card
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.gpu.checks import (
     FIRST_RUN,
@@ -98,7 +98,7 @@ def host_set(card: Card, which: InputSet, reference: bool) -> tuple[Arrays, Arra
     `reference` (with a baseline reference they come from the GPU, and a profiled launch needs none)."""
     if which.file is not None:
         return card.input_set(which)
-    inputs = draw_inputs(card.spec, which.seed or 0)
+    inputs = card.draw(which.seed or 0)
     return inputs, card.reference(inputs) if reference else None
 
 
@@ -123,7 +123,7 @@ class Worker:
         host_reference = spec.reference.kind == "numpy"
         host_sets = [(which.name, *host_set(card, which, host_reference)) for which in spec.input_sets]
         for k in range(request.settings.fresh_seeds):
-            inputs = draw_inputs(spec, request.fresh_seed + k)
+            inputs = card.draw(request.fresh_seed + k)
             host_sets.append((f"{FRESH_PREFIX}{k}", inputs, card.reference(inputs) if host_reference else None))
         host_sets += card.stress_sets()  # "stress:<set>": the family's hard inputs (cards/stress.py), last
         need = bytes_needed(spec, len(host_sets), request.settings.flush_bytes)
