@@ -7,7 +7,9 @@ every check (`kernelforge export`), loads it, and in one process:
   output with eager PyTorch (the package's tolerance for an op; bf16/fp16/fp32 assert_close defaults and the largest
   difference for a model);
 - times eager, the package and torch.compile of the same op or model, interleaved in rounds (CUDA events and
-  synchronised wall clock per call; no L2 flush: end to end, as a model runs);
+  synchronised wall clock per call, the host's enqueue time of each, and forwards back to back with no sync between
+  them, as the layers of a model run; no L2 flush: end to end, as a model runs);
+- times operators the package does not override with it active and not (does an active package slow the others?);
 - profiles the model's GPU kernels per forward, eager and with the package (torch.profiler): the kernel's time on the
   model's own data, what else moved, and how long the GPU waited;
 - measures the host time per call, the parts taking turns window by window: eager's; the package's through the
@@ -245,6 +247,8 @@ def end_to_end(work: Workload, cast: Cast, rounds: int, per_round: int) -> dict[
     torch.cuda.synchronize()
     device: dict[str, list[float]] = {name: [] for name in modes}
     wall: dict[str, list[float]] = {name: [] for name in modes}
+    host: dict[str, list[float]] = {name: [] for name in modes}
+    stream: dict[str, list[float]] = {name: [] for name in modes}
     new_event: Callable[..., Any] = torch.cuda.Event
     for r in range(rounds):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))
@@ -258,19 +262,64 @@ def end_to_end(work: Workload, cast: Cast, rounds: int, per_round: int) -> dict[
                     started = time.perf_counter()
                     begin.record()
                     modes[name]()
+                    host[name].append((time.perf_counter() - started) * 1e6)  # enqueued: the host's share
                     end.record()
                     torch.cuda.synchronize()
                     wall[name].append((time.perf_counter() - started) * 1e6)
                     device[name].append(begin.elapsed_time(end) * 1000.0)
+                # Back to back, as the layers of a model run: the queue never drains between forwards.
+                torch.cuda.synchronize()
+                begin, end = new_event(enable_timing=True), new_event(enable_timing=True)
+                begin.record()
+                for _ in range(per_round):
+                    modes[name]()
+                end.record()
+                torch.cuda.synchronize()
+                stream[name].append(begin.elapsed_time(end) * 1000.0 / per_round)
             finally:
                 cast.deactivate()
     result: dict[str, Any] = {}
     for name in modes:
-        result[name] = {"device": summary(device[name]), "wall": summary(wall[name])}
+        result[name] = {
+            "device": summary(device[name]),
+            "wall": summary(wall[name]),
+            "host": summary(host[name]),
+            "back_to_back": summary(stream[name]),
+        }
     for name in ("cast", "compile"):
-        for kind in ("device", "wall"):
+        for kind in ("device", "wall", "back_to_back"):
             result[f"{name}_speedup_{kind}"] = result["eager"][kind]["median_us"] / result[name][kind]["median_us"]
     return result
+
+
+def bystanders(cast: Cast, calls: int = 200, windows: int = 20) -> dict[str, float]:
+    """Host time of ops the package does not override (a small add, a small softmax of another shape), with the
+    package active and not, interleaved: whether an active package slows the model's other operators."""
+    x = torch.randn(64, 64, device="cuda", dtype=torch.bfloat16)
+
+    def add() -> Any:
+        return torch.add(x, x)
+
+    def softmax() -> Any:
+        return torch.softmax(x, dim=-1)
+
+    times: dict[str, list[float]] = {}
+    for w in range(windows):
+        for active in (False, True) if w % 2 == 0 else (True, False):
+            if active:
+                cast.activate()
+            try:
+                for name, fn in (("add", add), ("softmax", softmax)):
+                    torch.cuda.synchronize()
+                    started = time.perf_counter()
+                    for _ in range(calls):
+                        fn()
+                    spent = (time.perf_counter() - started) * 1e6 / calls
+                    times.setdefault(f"{name}_{'cast' if active else 'eager'}_us", []).append(spent)
+            finally:
+                cast.deactivate()
+    torch.cuda.synchronize()
+    return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
 
 
 def kernel_profile(work: Workload, cast: Cast, forwards: int = 10) -> dict[str, Any]:
@@ -692,14 +741,22 @@ def markdown(report: dict[str, Any]) -> str:
     e = report.get("end_to_end")
     if e:
         lines += ["", "## End to end (same process, interleaved rounds, no L2 flush)", ""]
-        lines += ["| mode | device median us | wall median us (p10-p90) | speedup (device / wall) |"]
-        lines += ["| --- | --- | --- | --- |"]
+        lines += [
+            "| mode | device median us | wall median us (p10-p90) | host enqueue median us | back to back us per "
+            "forward | speedup (device / wall / back to back) |"
+        ]
+        lines += ["| --- | --- | --- | --- | --- | --- |"]
         for mode in ("eager", "cast", "compile"):
             m = e[mode]
-            speed = "1" if mode == "eager" else f"{e[f'{mode}_speedup_device']:.3f} / {e[f'{mode}_speedup_wall']:.3f}"
+            speed = (
+                "1"
+                if mode == "eager"
+                else " / ".join(f"{e[f'{mode}_speedup_{kind}']:.3f}" for kind in ("device", "wall", "back_to_back"))
+            )
             lines.append(
                 f"| {mode} | {m['device']['median_us']:.1f} | {m['wall']['median_us']:.1f} "
-                f"({m['wall']['p10_us']:.1f}-{m['wall']['p90_us']:.1f}) | {speed} |"
+                f"({m['wall']['p10_us']:.1f}-{m['wall']['p90_us']:.1f}) | {m['host']['median_us']:.1f} "
+                f"| {m['back_to_back']['median_us']:.1f} | {speed} |"
             )
     k = report.get("kernels_in_model")
     if k and "error" in k:
@@ -720,6 +777,13 @@ def markdown(report: dict[str, Any]) -> str:
                 f"End-to-end device median less the GPU's busy time (waiting for the host, or between launches): "
                 f"eager {idle[0]:.1f} us, cast {idle[1]:.1f} us per forward.",
             ]
+    b = report.get("bystanders")
+    if b:
+        lines += ["", "## Operators the package does not override (host us per call, medians; package off / on)", ""]
+        lines += [
+            f"- small add: {b['add_eager_us']:.2f} / {b['add_cast_us']:.2f}; small softmax of another shape: "
+            f"{b['softmax_eager_us']:.2f} / {b['softmax_cast_us']:.2f}"
+        ]
     if report.get("host_overhead"):
         lines += ["", "## Host time per call (us; goal: guard + launch <= ~8 us, eager's own for a small op)", ""]
         lines += [
@@ -817,6 +881,8 @@ def main(argv: list[str] | None = None) -> int:
             say(shadow.report())
         say("timing eager, the package and torch.compile")
         report["end_to_end"] = end_to_end(work, cast, args.rounds, args.per_round)
+        say("operators the package does not override")
+        report["bystanders"] = bystanders(cast)
     report["counters"] = cast.report()
     report["stats"] = json.loads(cast.stats().model_dump_json())
     if manifest.kernels:
