@@ -322,6 +322,30 @@ def bystanders(cast: Cast, calls: int = 200, windows: int = 20) -> dict[str, flo
     return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
 
 
+def host_profile(work: Workload, cast: Cast, forwards: int = 20) -> dict[str, dict[str, float]]:
+    """Host time by operator per forward (torch.profiler's CPU self time, us), eager and with the package: which
+    operators' host time moved when the package is active (the profiler's own cost is in both)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    work.redraw(0)
+    result: dict[str, dict[str, float]] = {}
+    for mode in ("eager", "cast"):
+        hold = cast if mode == "cast" else contextlib.nullcontext()
+        with hold:
+            for _ in range(3):
+                work.forward()
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(forwards):
+                    work.forward()
+                torch.cuda.synchronize()
+        per_op: dict[str, float] = {}
+        for event in prof.key_averages():
+            per_op[event.key] = event.self_cpu_time_total / forwards
+        result[mode] = per_op
+    return result
+
+
 def kernel_profile(work: Workload, cast: Cast, forwards: int = 10) -> dict[str, Any]:
     """The GPU kernels of a forward pass, eager and with the package (torch.profiler, CUPTI: the package's launches
     through the driver are seen too): microseconds per forward by kernel name, and their sum (the GPU's busy time;
@@ -777,6 +801,17 @@ def markdown(report: dict[str, Any]) -> str:
                 f"End-to-end device median less the GPU's busy time (waiting for the host, or between launches): "
                 f"eager {idle[0]:.1f} us, cast {idle[1]:.1f} us per forward.",
             ]
+    h = report.get("host_by_op")
+    if h and "error" in h:
+        lines += ["", f"## Host time by operator: the profiler failed: {h['error']}"]
+    elif h:
+        eager, ours = h["eager"], h["cast"]
+        moved = sorted(set(eager) | set(ours), key=lambda n: -abs(ours.get(n, 0.0) - eager.get(n, 0.0)))
+        lines += ["", "## Host time by operator (torch.profiler CPU self time, us per forward; largest changes)", ""]
+        lines += ["| operator | eager | cast |", "| --- | --- | --- |"]
+        for name in moved[:14]:
+            lines.append(f"| `{name[:80]}` | {eager.get(name, 0.0):.1f} | {ours.get(name, 0.0):.1f} |")
+        lines.append(f"| all | {sum(eager.values()):.1f} | {sum(ours.values()):.1f} |")
     b = report.get("bystanders")
     if b:
         lines += ["", "## Operators the package does not override (host us per call, medians; package off / on)", ""]
@@ -891,6 +926,11 @@ def main(argv: list[str] | None = None) -> int:
             report["kernels_in_model"] = kernel_profile(work, cast)
         except Exception as exc:  # a profiler that cannot start is a missing section, not a failed benchmark
             report["kernels_in_model"] = {"error": f"{type(exc).__name__}: {exc}"}
+        say("host time by operator (torch.profiler)")
+        try:
+            report["host_by_op"] = host_profile(work, cast)
+        except Exception as exc:  # as for the kernel profile
+            report["host_by_op"] = {"error": f"{type(exc).__name__}: {exc}"}
         say("host time per call")
         report["host_overhead"] = {k.id: host_overhead(package, args.binding, k) for k in manifest.kernels}
     (args.out / "cast_report.json").write_text(json.dumps(report, indent=1))
