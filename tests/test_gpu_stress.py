@@ -14,13 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.cards import load_card
-from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards import load_card, save_card
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.stress import plan
 from kernelforge_tui.config import Settings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
+from kernelforge_tui.proposers.templates.proposer import TemplateProposer
 
 from .conftest import EXAMPLES
 from .gpu_harness import Harness, evaluate_once
@@ -158,3 +159,63 @@ def test_a_large_card_loads_its_stress_sets(loop: asyncio.AbstractEventLoop) -> 
     assert evaluator.loaded is not None and evaluator.loaded.sets[-7:] == stress_labels(card)
     assert evaluator.loaded.seconds < 120, f"loading took {evaluator.loaded.seconds:.0f} s"
     assert evaluation.ok, f"{evaluation.failure}: {evaluation.reason}"
+
+
+GROUP_NORM_REFERENCE = '''import numpy as np
+
+
+def group_norm(inputs, sizes):
+    """Two-pass group norm in float64, eps 1e-5: y = (x - mean) * rstd * gamma + beta per (sample, group)."""
+    x = inputs["x"].astype(np.float64)
+    spans = x.reshape(x.shape[0], sizes["groups"], -1)
+    centred = spans - spans.mean(axis=-1, keepdims=True)
+    normed = (centred / np.sqrt((centred * centred).mean(axis=-1, keepdims=True) + 1e-5)).reshape(x.shape)
+    gamma, beta = (inputs[k].astype(np.float64)[:, None, None] for k in ("gamma", "beta"))
+    return {"y": normed * gamma + beta}
+'''
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_group_norm_seed_passes_every_stress_set(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path, dtype: str
+) -> None:
+    """On the H200 every group norm seed failed the diffusion block's card on stress:equal-rows (35.7x the
+    tolerance): they normalised as x * (gamma * rstd) + (beta - mean * gamma * rstd), which on a constant group
+    (rstd = 316) cancels beta away in fp32. Every seed must pass every set, at the diffusion block's group span."""
+    nchw = ["n", "c", "h", "w"]
+    spec = OperatorCard.model_validate(
+        {
+            "name": f"group_norm_{dtype}",
+            "family": "group_norm",
+            "sizes": {"n": 2, "c": 64, "h": 32, "w": 32, "groups": 32},
+            "inputs": [
+                {"name": "x", "dtype": dtype, "shape": nchw},
+                {"name": "gamma", "dtype": dtype, "shape": ["c"], "distribution": {"kind": "uniform", "low": 0.5}},
+                {"name": "beta", "dtype": dtype, "shape": ["c"]},
+            ],
+            "outputs": [{"name": "y", "dtype": dtype, "shape": nchw}],
+            "input_sets": [{"name": "seed_1", "seed": 1}],
+            "reference": {"function": "ref.py:group_norm"},
+            "stress": {"seed": 7},
+        }
+    )
+    (tmp_path / "ref.py").write_text(GROUP_NORM_REFERENCE)
+    card = save_card(spec, tmp_path, {})
+    settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 1}})
+    evaluator = Evaluator(card, Builder(arch="sm_90"), settings, require_gpu()[0])
+    seeds = TemplateProposer().seeds(card)
+    assert len(seeds) >= 3
+
+    async def run() -> list[str]:
+        await evaluator.start()
+        try:
+            failed = []
+            for seed in seeds:
+                evaluation = await evaluator.evaluate(seed.source, seed.plan, time_it=False)
+                if not evaluation.ok:
+                    failed.append(f"{seed.mutation}: {evaluation.failure}: {evaluation.reason}")
+            return failed
+        finally:
+            await evaluator.close()
+
+    assert loop.run_until_complete(run()) == []
