@@ -1,8 +1,9 @@
 """Elementwise maps over flat tensors: out = f(in0[, in1]) element by element, math in fp32.
 
 The operation is read from the card's reference function or name (vector_add -> add, gelu, silu,
-silu_mul for silu(gate) * up, ...); inputs are the card's inputs in order, the output its first
-output, all one dtype and one shape; the element count is the product of the output's shape.
+silu_mul for silu(gate) * up, leaky_relu, elu, selu, sigmoid, row_tanh -> tanh, ...); inputs are the
+card's inputs in order, the output its first output, all one dtype and one shape; the element count is
+the product of the output's shape.
 
 Parameters: `vec` (elements per 16-byte-or-less access; n % vec leftovers go through a scalar tail),
 `block`, `unroll` (vector chunks per thread per step, loads issued before math), `loop` (grid_stride
@@ -10,6 +11,9 @@ over a grid of `waves` x 132 SMs worth of blocks, or one_per_thread with a grid 
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Iterable
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -34,17 +38,34 @@ OPS: dict[str, tuple[int, str]] = {
     "gelu": (1, "0.5f * a0 * (1.0f + erff(a0 * 0.7071067812f))"),
     "silu": (1, "a0 / (1.0f + expf(-a0))"),
     "relu": (1, "(a0 > 0.0f || a0 != a0) ? a0 : 0.0f"),  # NaN stays NaN, as torch.relu keeps it
+    "leaky_relu": (1, "a0 > 0.0f ? a0 : 0.01f * a0"),  # torch's default negative slope
+    "elu": (1, "a0 > 0.0f ? a0 : expm1f(a0)"),  # alpha 1, torch's default
+    "selu": (1, "1.0507009873554805f * (a0 > 0.0f ? a0 : 1.6732632423543772f * expm1f(a0))"),  # torch's constants
+    "sigmoid": (1, "1.0f / (1.0f + expf(-a0))"),  # saturates to 0 and 1: exp overflows to inf, 1 / inf = 0
+    "tanh": (1, "tanhf(a0)"),
 }
-"""Operation name -> (arity, fp32 expression over a0, a1). Longer names first: they are matched as substrings."""
+"""Operation name -> (arity, fp32 expression over a0, a1). NaN propagates through each (a comparison that is false
+for NaN picks the branch that carries it)."""
+
+
+def operation_in(texts: Iterable[str], names: Iterable[str]) -> str | None:
+    """The longest of `names` standing as a word of the first text that has one.
+
+    A word is bounded by the text's ends or by characters other than letters and digits (`_` and `.` separate:
+    `leaky_relu_fp32_s14`, `torch.tanh`). Longest first, so that `leaky_relu` wins over the `relu` inside it and
+    `gelu_tanh` over `gelu`; bounded, so that `selu` never reads as `elu` and `relu6` not as `relu`.
+    """
+    longest = sorted(names, key=len, reverse=True)
+    for text in texts:
+        for name in longest:
+            if re.search(rf"(?<![A-Za-z0-9]){re.escape(name)}(?![A-Za-z0-9])", text):
+                return name
+    return None
 
 
 def operation(card: OperatorCard) -> str | None:
-    """The first OPS name found in the reference function, else in the card name."""
-    for text in (card.reference.function or "", card.name):
-        for name in OPS:
-            if name in text:
-                return name
-    return None
+    """The OPS name in the reference function, else in the card name."""
+    return operation_in((card.reference.function or "", card.name), OPS)
 
 
 class ElementwiseTemplate(Template):

@@ -27,7 +27,9 @@ from kernelforge_tui.proposers.templates.common import Params, Template, changes
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
+from kernelforge_tui.proposers.templates.reduction import ReductionTemplate
 from kernelforge_tui.proposers.templates.rows import RowTemplate
+from kernelforge_tui.proposers.templates.scan import ScanTemplate
 from kernelforge_tui.proposers.templates.stencil import StencilTemplate
 
 TEMPLATES: tuple[Template, ...] = (
@@ -36,6 +38,8 @@ TEMPLATES: tuple[Template, ...] = (
     GroupNormTemplate(),
     PoolingTemplate(),
     StencilTemplate(),
+    ScanTemplate(),
+    ReductionTemplate(),
 )
 _HINT = re.compile(r"([A-Za-z_]+)\s*(?:=|:|->|to)\s*([A-Za-z0-9_.]+)")
 
