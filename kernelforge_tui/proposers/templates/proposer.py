@@ -30,6 +30,7 @@ from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
 from kernelforge_tui.proposers.templates.reduction import ReductionTemplate
 from kernelforge_tui.proposers.templates.rows import RowTemplate
 from kernelforge_tui.proposers.templates.scan import ScanTemplate
+from kernelforge_tui.proposers.templates.sparse import SparseTemplate
 from kernelforge_tui.proposers.templates.stencil import StencilTemplate
 
 TEMPLATES: tuple[Template, ...] = (
@@ -40,6 +41,7 @@ TEMPLATES: tuple[Template, ...] = (
     StencilTemplate(),
     ScanTemplate(),
     ReductionTemplate(),
+    SparseTemplate(),
 )
 _HINT = re.compile(r"([A-Za-z_]+)\s*(?:=|:|->|to)\s*([A-Za-z0-9_.]+)")
 
