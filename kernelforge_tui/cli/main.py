@@ -1,8 +1,8 @@
 """kernelforge: search for faster CUDA kernels, proven correct and timed honestly.
 
-Commands: doctor, new, capture, eval, optimize, runs, show, tui, open, profile, export, verify, run. Exit codes: 0
-success, 1 the candidate (or a check) failed, 2 bad input (card, plan, file, run), 3 no GPU, 141 the reader of the
-output went away (`| head`).
+Commands: doctor, new, capture, eval, optimize, bench, runs, show, tui, open, profile, export, verify, run. Exit
+codes: 0 success, 1 the candidate (or a check) failed, 2 bad input (card, plan, file, run), 3 no GPU, 141 the reader
+of the output went away (`| head`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from kernelforge_tui.cards.spec import DTYPES, FAMILIES
+from kernelforge_tui.cli.bench import add_bench_parser, cmd_bench
 from kernelforge_tui.cli.capture import add_capture_parser, cmd_capture
 from kernelforge_tui.cli.cast import CAST_COMMANDS, add_cast_parsers
 from kernelforge_tui.cli.doctor import cmd_doctor
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     opt.add_argument("--json", action="store_true", help="no live view; print the run summary as JSON")
     opt.add_argument("--top", type=int, metavar="N", help="with a capture directory: search its N best variants only")
+    add_bench_parser(sub)
     runs = sub.add_parser("runs", help="list runs with their best results")
     runs.add_argument("--root", metavar="DIR", help="runs root (default: the data dir's runs/)")
     runs.add_argument(
@@ -197,6 +199,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, Console], int]] = {
     "capture": cmd_capture,
     "eval": cmd_eval,
     "optimize": cmd_optimize,
+    "bench": cmd_bench,
     "runs": cmd_runs,
     "tui": cmd_tui,
     "open": cmd_open,

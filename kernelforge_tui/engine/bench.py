@@ -1,0 +1,534 @@
+"""`kernelforge bench`: the suite's cards searched one after another, each its own run, resumable after a kill.
+
+Why one run per card: a (task, precision, scale) card is what the search, the store, the TUI and `kernelforge show`
+already understand, so every card's search can be opened, steered, resumed and exported like any other run; the
+bench only decides what runs next and keeps the numbers. Its manifest (`bench.json` in the bench directory) is
+rewritten atomically after every change, so a bench killed at any moment (`kill -9` included) resumes where it
+was: finished cards are not run again, a card whose run was cut short is resumed from its store (the engine's resume:
+what was measured is kept, what was in flight is evaluated again), and a run that never got its store started
+afresh.
+
+The budget: `--budget-minutes-per-task M` is the wall time of one task, over all its cards: each card gets an equal
+share of what its task has left, so minutes an early card does not use (its proposer ran out) go to the later ones,
+as `kernelforge optimize CAPTURE_DIR` shares its budget (`capture_search.split_budget`, its start-up allowance and
+shortest search). `--budget-iters N` caps each card's candidates. A card no template serves is not searched with the
+template proposer: it is recorded as "no template: <why>" (and costs no minutes), not as a one-node run.
+
+Vendor timing: where the task has a vendor implementation, it is checked against the card's reference and timed on
+the GPU by `python -m kernelforge_tui.suite.vendor_timing` (a subprocess: torch is an optional extra, and a vendor
+call that faults must not end the bench), after the card's search, when the GPU is free. A simulated bench times
+no vendor (no GPU ran anything) and says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelforge_tui.cards.store import Card
+from kernelforge_tui.config import Settings
+from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend
+from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.capture_search import MIN_MINUTES, SEARCH_OVERHEAD_MINUTES, split_budget
+from kernelforge_tui.engine.feedback import cannot_serve
+from kernelforge_tui.engine.search import Search
+from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, load_proposer, make_backend, prepare_run
+from kernelforge_tui.errors import BadInput, NoGpu
+from kernelforge_tui.gpu.statistics import robust_stats
+from kernelforge_tui.models.evaluation import Ceilings
+from kernelforge_tui.models.events import BestImproved
+from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.store import DB_NAME, RunStore, StoreError
+from kernelforge_tui.store.lock import take_writer_lock
+from kernelforge_tui.suite import cards as suite_cards
+from kernelforge_tui.suite.registry import select, task
+from kernelforge_tui.suite.score import CardResult, Status, roofline_us
+from kernelforge_tui.suite.task import PRECISIONS, Precision
+from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
+
+MANIFEST = "bench.json"
+CARDS = "cards"
+RUNS = "runs"
+REPORT = "report"
+DEFAULT_MINUTES_PER_TASK = 2.0
+"""Wall minutes per task, over its cards, when none is given: the 50-task suite in a little under two hours."""
+VENDOR_REPS = 100
+VENDOR_TIMEOUT_S = 600.0
+"""A vendor subprocess that has not answered in this long is killed (torch's start-up and cuFFT/cuDNN plans
+included, ten minutes is far beyond any honest call)."""
+NO_TEMPLATE = "no template"
+SIMULATED_VENDOR = "not timed: a simulated bench runs nothing on a GPU"
+
+CardState = Literal["pending", "running", "finished", "no-template", "failed", "not-run"]
+DONE: tuple[CardState, ...] = ("finished", "no-template", "failed", "not-run")
+STATUS: dict[CardState, Status] = {"finished": "searched", "no-template": "no-template", "failed": "failed"}
+"""A card's state as the score reads it (a card not done yet is "not-run")."""
+
+
+class BenchOptions(BaseModel):
+    """What `kernelforge bench` was given."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: list[str] = Field(default_factory=list)
+    """Glob patterns over task names (every task when empty)."""
+    precisions: list[Precision] = Field(default_factory=lambda: list(PRECISIONS))
+    scales: list[int] = Field(default_factory=list)
+    """Scales (elements of the main tensor) to run; every scale of each task when empty."""
+    proposer: str = DEFAULT_PROPOSER
+    minutes_per_task: float | None = Field(default=DEFAULT_MINUTES_PER_TASK, ge=0)
+    iterations: int | None = Field(default=None, ge=0)
+    """Candidates per card at most (None: no cap)."""
+    simulate: bool = False
+    simulate_seconds: float = Field(default=0.01, ge=0)
+    max_gpus: int | None = Field(default=None, ge=1)
+
+
+class VendorResult(BaseModel):
+    """The vendor library's time and agreement on one card."""
+
+    library: str
+    median_us: float | None = None
+    cv: float | None = None
+    reps: int = 0
+    agrees: bool | None = None
+    note: str = ""
+    """What the check found, or why nothing was timed."""
+
+
+class BenchCard(BaseModel):
+    """One card of the bench: where its search is and what it measured."""
+
+    card: str
+    task: str
+    family: str
+    precision: Precision
+    scale: int
+    flops: int
+    bytes: int
+    state: CardState = "pending"
+    reason: str = ""
+    """The search's reason for ending, a failure, or "no template: <why>"."""
+    run_dir: Path | None = None
+    budget: Budget | None = None
+    wall_seconds: float = 0.0
+    """Spent on the card in every session of the bench (start-up and closing included)."""
+    active_seconds: float = 0.0
+    """What the run's own clock counted (the rest is start-up and closing)."""
+    candidates: int = 0
+    best_node: int | None = None
+    best_speedup: float | None = None
+    improved: bool | None = None
+    """Whether a candidate beat the baseline (the promoted best is not the baseline itself)."""
+    baseline_us: float | None = None
+    best_us: float | None = None
+    vendor: VendorResult | None = None
+
+    @property
+    def log2_scale(self) -> int:
+        return self.scale.bit_length() - 1
+
+
+class BenchManifest(BaseModel):
+    """`bench.json`: the bench's cards in the order they run, as they go."""
+
+    format_version: Literal[1] = 1
+    options: BenchOptions
+    gpu_name: str = ""
+    ceilings: Ceilings | None = None
+    """The GPU's measured ceilings (copy bandwidth, FMA rate), as the worker measured them."""
+    simulated_ceiling_us: float | None = None
+    """A simulated bench's invented ceiling: the simulated backend's baseline time over its top speedup."""
+    started_at: float = Field(default_factory=time.time)
+    ended_at: float | None = None
+    cards: list[BenchCard] = Field(default_factory=list)
+
+    @property
+    def simulated(self) -> bool:
+        return self.options.simulate
+
+    def task_cards(self, name: str) -> list[BenchCard]:
+        return [c for c in self.cards if c.task == name]
+
+    def minutes_left(self) -> float | None:
+        """At most how many minutes the cards not done yet may take (None without a minutes budget)."""
+        per_task = self.options.minutes_per_task
+        if per_task is None:
+            return None
+        left = 0.0
+        for name in dict.fromkeys(c.task for c in self.cards):
+            mine = self.task_cards(name)
+            if all(c.state in DONE for c in mine):
+                continue
+            left += max(0.0, per_task - sum(c.wall_seconds for c in mine) / 60)
+        return left
+
+
+Progress = Callable[[BenchManifest, str], None]
+"""Told the manifest and a line saying what changed (a card started, a new best, a card done)."""
+
+
+def manifest_path(out: Path) -> Path:
+    return out / MANIFEST
+
+
+def load_manifest(out: Path) -> BenchManifest:
+    """The bench recorded in `out`; BadInput when there is none or it does not read."""
+    path = manifest_path(out)
+    try:
+        return BenchManifest.model_validate_json(path.read_text())
+    except FileNotFoundError:
+        raise BadInput(
+            f"{out} holds no bench ({MANIFEST} is missing): run `kernelforge bench -o {out}` first"
+        ) from None
+    except (OSError, ValidationError) as exc:
+        raise BadInput(f"{path} does not read as a bench manifest: {exc}") from None
+
+
+def save_manifest(manifest: BenchManifest, out: Path) -> None:
+    """Written under a temporary name and renamed into place: a kill never leaves half a manifest."""
+    path = manifest_path(out)
+    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
+    tmp.write_text(manifest.model_dump_json(indent=1) + "\n")
+    os.replace(tmp, path)
+
+
+def plan_cards(options: BenchOptions) -> list[BenchCard]:
+    """The cards the options select, task by task (suite order), each task's precisions then scales; BadInput for a
+    pattern matching no task or a scale no selected task runs at."""
+    try:
+        tasks = select(options.tasks)
+    except KeyError as exc:
+        raise BadInput(str(exc.args[0])) from None
+    wanted = set(options.scales)
+    unknown = wanted - {s for t in tasks for s in t.scales}
+    if unknown:
+        logs = ", ".join(str(s.bit_length() - 1) for s in sorted(unknown))
+        raise BadInput(f"--scales {logs}: no selected task runs at 2^{logs.replace(', ', ', 2^')} elements")
+    planned: list[BenchCard] = []
+    for t in tasks:
+        for precision in (p for p in PRECISIONS if p in options.precisions and p in t.precisions):
+            for scale in (s for s in t.scales if not wanted or s in wanted):
+                spec = suite_cards.spec(t, precision, scale)
+                planned.append(
+                    BenchCard(
+                        card=spec.name,
+                        task=t.name,
+                        family=t.family,
+                        precision=precision,
+                        scale=scale,
+                        flops=spec.flops(),
+                        bytes=spec.bytes_moved(),
+                    )
+                )
+    if not planned:
+        raise BadInput("the selection has no card: no selected task runs at the chosen precision")
+    return planned
+
+
+def open_manifest(out: Path, options: BenchOptions) -> BenchManifest:
+    """The bench in `out` continued with these options (cards newly selected are added after the recorded ones), or
+    a new one. A bench is simulated or measured, with one proposer, from start to end."""
+    planned = plan_cards(options)
+    if not manifest_path(out).exists():
+        return BenchManifest(options=options, cards=planned)
+    manifest = load_manifest(out)
+    recorded = manifest.options
+    if recorded.simulate != options.simulate:
+        was = "simulated" if recorded.simulate else "measured on a GPU"
+        raise BadInput(
+            f"the bench in {out} was {was}: rerun it {'with' if recorded.simulate else 'without'} --simulate, or "
+            "give another -o (one bench never mixes simulated and measured timings)"
+        )
+    if recorded.proposer != options.proposer:
+        raise BadInput(
+            f"the bench in {out} searches with --proposer {recorded.proposer}: rerun it so, or give another -o"
+        )
+    known = {c.card for c in manifest.cards}
+    manifest.cards += [c for c in planned if c.card not in known]
+    manifest.options = options
+    manifest.ended_at = None
+    return manifest
+
+
+def results(manifest: BenchManifest) -> list[CardResult]:
+    """The manifest's cards as the score reads them (the roofline from the bench's ceilings)."""
+    out: list[CardResult] = []
+    for c in manifest.cards:
+        status = STATUS.get(c.state, "not-run")
+        roof = None
+        if manifest.ceilings is not None:
+            roof = roofline_us(c.flops, c.bytes, manifest.ceilings, c.precision)
+        elif manifest.simulated:
+            roof = manifest.simulated_ceiling_us
+        vendor = c.vendor
+        out.append(
+            CardResult(
+                task=c.task,
+                family=c.family,
+                precision=c.precision,
+                scale=c.scale,
+                flops=c.flops,
+                bytes=c.bytes,
+                status=status,
+                baseline_us=c.baseline_us,
+                best_us=c.best_us,
+                roofline_us=roof,
+                vendor=vendor.library if vendor else None,
+                vendor_us=vendor.median_us if vendor else None,
+                vendor_agrees=vendor.agrees if vendor else None,
+                note=c.reason if c.state != "finished" else "",
+            )
+        )
+    return out
+
+
+async def run_bench(
+    out: Path, settings: Settings, options: BenchOptions, progress: Progress | None = None
+) -> BenchManifest:
+    """Run (or continue) the bench in `out`: every selected card searched in turn, the manifest saved after each
+    change. NoGpu and a cancellation end it (the card in progress stays resumable); a card's own failure (its
+    baseline does not build or pass) is recorded and the next card runs."""
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = take_writer_lock(out)
+    except StoreError as exc:
+        raise BadInput(f"bench {out}: another process runs it ({exc})") from None
+    try:
+        bench = _Bench(out, settings, open_manifest(out, options), progress)
+        await bench.run()
+        return bench.manifest
+    finally:
+        os.close(lock)
+
+
+class _Bench:
+    def __init__(self, out: Path, settings: Settings, manifest: BenchManifest, progress: Progress | None) -> None:
+        self.out = out
+        self.settings = settings
+        self.manifest = manifest
+        self.progress = progress or (lambda _m, _line: None)
+
+    def say(self, line: str) -> None:
+        save_manifest(self.manifest, self.out)
+        self.progress(self.manifest, line)
+
+    async def run(self) -> None:
+        done = sum(c.state in DONE for c in self.manifest.cards)
+        self.say(f"bench {self.out}: {done} of {len(self.manifest.cards)} cards done")
+        overheads: list[float] = []
+        for card in self.manifest.cards:
+            if card.state in DONE:
+                continue
+            began = time.monotonic()
+            try:
+                await self._card(card, overheads)
+            finally:
+                card.wall_seconds += time.monotonic() - began
+                save_manifest(self.manifest, self.out)
+            if card.state == "finished" and card.budget is not None and card.budget.max_minutes is not None:
+                overheads.append(max(0.0, card.wall_seconds - card.active_seconds) / 60)
+        self.manifest.ended_at = time.time()
+        self.say(f"bench {self.out}: done")
+
+    def _budget(self, card: BenchCard, overheads: list[float]) -> Budget | None:
+        """The card's share of its task's minutes left (None when they are spent), with the per-card iteration cap."""
+        options = self.manifest.options
+        if options.minutes_per_task is None:
+            return Budget(max_iterations=options.iterations)
+        mine = self.manifest.task_cards(card.task)
+        left = [c for c in mine if c.state not in DONE]
+        spent = sum(c.wall_seconds for c in mine) / 60
+        overhead = max(overheads) if overheads else SEARCH_OVERHEAD_MINUTES
+        total = Budget(max_minutes=options.minutes_per_task)
+        budget = split_budget(
+            total, Budget(max_minutes=spent), 1.0, len(left), (len(left) - 1) * (overhead + MIN_MINUTES)
+        )
+        if budget is None or budget.max_minutes is None:
+            return None
+        minutes = max(MIN_MINUTES, budget.max_minutes - overhead)  # the minutes pay for the search's start-up too
+        return Budget(max_minutes=minutes, max_iterations=options.iterations)
+
+    async def _card(self, card: BenchCard, overheads: list[float]) -> None:
+        written = suite_cards.write(task(card.task), card.precision, card.scale, self.out / CARDS)
+        options = self.manifest.options
+        if options.proposer == DEFAULT_PROPOSER:
+            why = cannot_serve(load_proposer(DEFAULT_PROPOSER), written.spec)
+            if why is not None:
+                card.state, card.reason = "no-template", f"{NO_TEMPLATE}: the templates proposer {why}"
+                self.say(f"{card.card}: {card.reason}")
+                return
+        self._note_roof(written)
+        run_dir = self.out / RUNS / card.card
+        card.run_dir = run_dir
+        info = _recorded(run_dir)
+        if info is None or info.state != "finished":
+            if info is None:
+                card.budget = self._budget(card, overheads)
+                if card.budget is None:
+                    card.state, card.reason = "not-run", "its task's minutes were spent on the cards before it"
+                    self.say(f"{card.card}: not run ({card.reason})")
+                    return
+            card.state = "running"
+            self.say(f"{card.card}: {'resuming its run' if info else 'searching'}" + _caps(card.budget))
+            try:
+                await self._search(card, written, run_dir, resume=info is not None)
+            except (asyncio.CancelledError, NoGpu):
+                raise
+            except BadInput as exc:
+                if info is None:
+                    raise  # a new run refused as given (an LLM proposer without [llm]): so would every card
+                card.reason = f"not resumed ({exc}): its results so far stand"
+            except Exception as exc:  # this card's failure (its baseline does not build) must not end the others
+                card.state, card.reason = "failed", f"{type(exc).__name__}: {exc}"
+                self.say(f"{card.card}: failed ({card.reason})")
+                return
+        self._collect(card, run_dir)
+        await self._vendor(card, written)
+        card.state = "finished"
+        best = f"{card.best_speedup:.3g}x" if card.best_speedup is not None else "-"
+        self.say(f"{card.card}: finished, best {best} ({card.reason})")
+
+    def _note_roof(self, card: Card) -> None:
+        """The simulated bench's invented ceiling, known before any search (the GPU's comes from its workers)."""
+        if self.manifest.simulated and self.manifest.simulated_ceiling_us is None:
+            backend = make_backend(card, self.settings, RunOptions(simulate=True))
+            assert isinstance(backend, SimulatedBackend)
+            self.manifest.simulated_ceiling_us = backend.baseline_us / backend.max_speedup
+            self.manifest.gpu_name = backend.gpu_name
+
+    async def _search(self, card: BenchCard, written: Card, run_dir: Path, resume: bool) -> None:
+        options = self.manifest.options
+        run_options = RunOptions(
+            resume=str(run_dir) if resume else None,
+            run_dir=None if resume else run_dir,
+            root=self.out / RUNS,
+            budget=card.budget if card.budget is not None and not resume else Budget(),
+            proposer=options.proposer,
+            simulate=options.simulate,
+            simulate_seconds=options.simulate_seconds,
+            max_gpus=options.max_gpus,
+        )
+        if not resume and run_dir.exists():
+            shutil.rmtree(run_dir)  # a run that never got its store (killed while being created): start afresh
+        search = prepare_run(written.root, self.settings, run_options)
+        queue = search.subscribe()
+
+        async def follow() -> None:
+            while True:
+                event = await queue.get()
+                if isinstance(event, BestImproved):
+                    card.best_speedup = event.speedup
+                    self.say(f"{card.card}: best {event.speedup:.3g}x (node {event.node_id})")
+
+        follower = asyncio.create_task(follow())
+        try:
+            info = await search.run()
+        finally:
+            follower.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follower
+            self._note_gpu(search)
+            search.store.close()
+        card.reason = info.reason
+
+    def _note_gpu(self, search: Search) -> None:
+        backend = search.backend
+        if isinstance(backend, GpuBackend):
+            self.manifest.gpu_name = backend.gpu_name
+            measured = next((e.ceilings for e in backend.evaluators if e.ceilings is not None), None)
+            self.manifest.ceilings = measured or self.manifest.ceilings
+
+    def _collect(self, card: BenchCard, run_dir: Path) -> None:
+        """The run's promoted best and the baseline timed beside it."""
+        with RunStore.open(run_dir, readonly=True) as store:
+            info = store.run_info()
+            card.reason = card.reason or info.reason
+            card.candidates = max(0, info.node_count - 1)
+            card.active_seconds = info.active_seconds
+            card.best_node, card.best_speedup = info.best_node_id, info.best_speedup
+            if info.best_node_id is None:
+                return
+            card.improved = store.node(info.best_node_id).parent_id is not None
+            evaluation = store.evaluation(info.best_node_id)
+        result = evaluation.result if evaluation is not None else None
+        if result is not None and result.candidate is not None and result.baseline is not None:
+            card.best_us, card.baseline_us = result.candidate.median_us, result.baseline.median_us
+        elif info.best_latency_us is not None and info.best_speedup is not None:
+            card.best_us, card.baseline_us = info.best_latency_us, info.best_latency_us * info.best_speedup
+
+    async def _vendor(self, card: BenchCard, written: Card) -> None:
+        vendor = task(card.task).vendor
+        if vendor is None or card.vendor is not None:
+            return
+        if self.manifest.simulated:
+            card.vendor = VendorResult(library=vendor.library, note=SIMULATED_VENDOR)
+            return
+        self.say(f"{card.card}: timing {vendor.library}")
+        reply = await time_vendor_subprocess(VendorRequest(card_dir=written.root, reps=VENDOR_REPS))
+        card.vendor = vendor_result(vendor.library, reply)
+
+
+def _caps(budget: Budget | None) -> str:
+    caps = budget.model_dump(exclude_none=True) if budget is not None else {}
+    shown = ", ".join(f"{k.removeprefix('max_')} {v:.3g}" for k, v in caps.items())
+    return f" (budget: {shown})" if shown else ""
+
+
+def _recorded(run_dir: Path) -> RunInfo | None:
+    """The card's run as its store records it; None when there is none (or only a damaged one, started afresh)."""
+    if not (run_dir / DB_NAME).is_file():
+        return None
+    try:
+        with RunStore.open(run_dir, readonly=True) as store:
+            return store.run_info()
+    except StoreError:
+        return None
+
+
+def vendor_result(library: str, reply: VendorReply) -> VendorResult:
+    """The reply summarised with the worker's statistics (the median of every timed call, its spread)."""
+    result = VendorResult(library=reply.library or library, agrees=reply.agrees, note=reply.error or reply.check)
+    if reply.samples_us:
+        timing = robust_stats(reply.samples_us)
+        result.median_us, result.cv, result.reps = timing.median_us, timing.cv, timing.reps
+    return result
+
+
+async def time_vendor_subprocess(request: VendorRequest, timeout_s: float = VENDOR_TIMEOUT_S) -> VendorReply:
+    """Run `kernelforge_tui.suite.vendor_timing` on the request; a crash or a hang is the reply's error."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "kernelforge_tui.suite.vendor_timing",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        stdout, stderr = await asyncio.wait_for(process.communicate(request.model_dump_json().encode()), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 9)
+        await process.wait()
+        return VendorReply(error=f"no answer within {timeout_s:g} s: the vendor timing was killed")
+    except asyncio.CancelledError:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, 9)
+        raise
+    lines = stdout.decode(errors="replace").strip().splitlines()
+    try:
+        return VendorReply.model_validate_json(lines[-1])
+    except (IndexError, ValidationError):
+        tail = " | ".join(stderr.decode(errors="replace").strip().splitlines()[-4:])
+        return VendorReply(error=f"the vendor timing exited {process.returncode} without a reply: {tail}")

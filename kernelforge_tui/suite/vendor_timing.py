@@ -1,0 +1,171 @@
+"""Time a suite task's vendor implementation (cuBLAS, cuSPARSE, cuFFT, CUB through torch) on a card's inputs.
+
+    echo '{"card_dir": "DIR", "reps": 100}' | python -m kernelforge_tui.suite.vendor_timing
+
+Why a subprocess: torch is an optional extra that only suite/, capture/ and cast/ may import, and a vendor call that
+faults must not take the bench with it. The reply (one JSON line on stdout) holds every timed launch; the bench
+summarises them with the worker's statistics (`gpu.statistics.robust_stats`), so ours and the vendor's medians are
+read the same way.
+
+Timed the way the GPU worker times kernels: on the card's first input set, three untimed warm-up calls, then each
+call between a pair of CUDA events on the current stream, the L2 evicted before every call by writing a scratch
+buffer larger than it (`EvalSettings.flush_bytes`, a different value each time, as the worker's memset does), in
+batches of ten synchronised once. The worker interleaves a candidate with the card's baseline; a vendor call has no
+partner in this process, so its repetitions run back to back. The vendor's outputs are checked against the card's
+reference at the card's tolerance (integer outputs exactly), and the reply says whether they agree and where not.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
+from kernelforge_tui.cards.store import Arrays, Card, load_card
+from kernelforge_tui.config import EvalSettings
+from kernelforge_tui.suite.registry import task as suite_task
+from kernelforge_tui.suite.task import Task
+
+WARMUP = 3
+BATCH = 10
+TORCH_MISSING = "torch is not installed here: pip install 'kernelforge-tui[torch]' to time the vendor libraries"
+
+
+class VendorRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    card_dir: Path
+    reps: int = Field(default=100, ge=1)
+    """Timed calls (after the warm-up)."""
+    device: str = "cuda"
+    """"cpu" checks the vendor's outputs without timing them (tests, machines without a GPU)."""
+    flush_bytes: int = EvalSettings().flush_bytes
+
+
+class VendorReply(BaseModel):
+    library: str = ""
+    samples_us: list[float] = Field(default_factory=list)
+    """Every timed call in order (none on the CPU)."""
+    agrees: bool | None = None
+    """The vendor's outputs match the card's reference (None when they were not compared)."""
+    check: str = ""
+    """What the comparison found, in words."""
+    error: str = ""
+    """Why nothing could be timed or compared (no torch, no vendor for the task, a failing call)."""
+
+
+def task_of(card: Card) -> Task:
+    """The suite task a card was written from (its name is `<task>_<precision>_s<log2 scale>`)."""
+    name = card.spec.name.rsplit("_", 2)[0]
+    return suite_task(name)
+
+
+def to_torch(torch: Any, array: np.ndarray, device: str) -> Any:
+    """A NumPy array as a torch tensor on `device`; bf16 goes through its 16-bit pattern (torch reads no ml_dtypes)."""
+    if array.dtype == NUMPY["bfloat16"]:
+        bits = torch.from_numpy(np.ascontiguousarray(array).view(np.int16))
+        return bits.view(torch.bfloat16).to(device)
+    return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
+
+def to_numpy(torch: Any, tensor: Any) -> np.ndarray:
+    tensor = tensor.detach().contiguous().cpu()
+    if tensor.dtype == torch.bfloat16:
+        return np.asarray(tensor.view(torch.int16).numpy().view(NUMPY["bfloat16"]))
+    return np.asarray(tensor.numpy())
+
+
+def agreement(card: Card, outputs: Mapping[str, np.ndarray], references: Arrays) -> tuple[bool, str]:
+    """Whether the vendor's outputs match the references: floats within the card's tolerance (the rule the worker
+    applies), integers exactly; and what was found, in words."""
+    problems = []
+    for spec in card.spec.outputs:
+        if spec.name not in outputs:
+            problems.append(f"{spec.name}: the vendor returned no such output")
+            continue
+        got, want = np.asarray(outputs[spec.name]), references[spec.name]
+        if got.size != want.size:
+            problems.append(f"{spec.name}: {got.size} elements, the card has {want.size}")
+            continue
+        got = got.reshape(want.shape)
+        if spec.dtype in FLOATING:
+            tolerance = spec.effective_tolerance()
+            bad = int(np.count_nonzero(~tolerance.accepts(got, want)))
+            if bad:
+                problems.append(
+                    f"{spec.name}: {bad} of {want.size} elements outside rtol={tolerance.rtol:g}, "
+                    f"atol={tolerance.atol:g}"
+                )
+        else:
+            bad = int(np.count_nonzero(got.astype(np.int64) != want.astype(np.int64)))
+            if bad:
+                problems.append(f"{spec.name}: {bad} of {want.size} elements differ (integers must match exactly)")
+    if problems:
+        return False, "; ".join(problems)
+    return True, "every output matches the card's reference at its tolerance"
+
+
+def time_vendor(request: VendorRequest) -> VendorReply:
+    """Check and time the vendor's implementation of the card's task (see the module's docstring)."""
+    card = load_card(request.card_dir)
+    task = task_of(card)
+    if task.vendor is None:
+        return VendorReply(error=f"task {task.name} has no vendor implementation")
+    reply = VendorReply(library=task.vendor.library)
+    try:
+        import torch
+    except ImportError:
+        reply.error = TORCH_MISSING
+        return reply
+    inputs, references = card.input_set(card.spec.input_sets[0])
+    tensors = {name: to_torch(torch, array, request.device) for name, array in inputs.items()}
+    sizes = dict(card.spec.sizes)
+
+    def call() -> Mapping[str, Any]:
+        assert task.vendor is not None
+        return task.vendor.run(torch, tensors, sizes)
+
+    try:
+        outputs = call()
+        reply.agrees, reply.check = agreement(card, {k: to_numpy(torch, v) for k, v in outputs.items()}, references)
+        if request.device.startswith("cuda"):
+            reply.samples_us = _timed(torch, call, request)
+    except Exception as exc:  # the vendor call itself failed (an unsupported dtype, out of memory): say so
+        reply.error = f"{type(exc).__name__}: {exc}"
+    return reply
+
+
+def _timed(torch: Any, call: Any, request: VendorRequest) -> list[float]:
+    scratch = torch.empty(request.flush_bytes // 4, dtype=torch.int32, device=request.device)
+    for _ in range(WARMUP):
+        call()
+    torch.cuda.synchronize()
+    samples: list[float] = []
+    while len(samples) < request.reps:
+        events = []
+        for i in range(min(BATCH, request.reps - len(samples))):
+            scratch.fill_(len(samples) + i)
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            begin.record()
+            call()
+            end.record()
+            events.append((begin, end))
+        torch.cuda.synchronize()
+        samples += [begin.elapsed_time(end) * 1000.0 for begin, end in events]
+    return samples
+
+
+def main() -> int:
+    request = VendorRequest.model_validate_json(sys.stdin.read())
+    reply = time_vendor(request)
+    sys.stdout.write(reply.model_dump_json() + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,238 @@
+"""`kernelforge bench` on the simulated backend: the card selection, the runner (one run per card, a card no template
+serves recorded as such, never searched), the report files with their plots, resuming after `kill -9` without
+rerunning finished cards, `--list`, the vendor timing's check, and the README's task table against the registry.
+Only vector_add at 2^10 (and stand-ins made from it) runs, so the file stays fast."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from kernelforge_tui.cli.bench import list_tasks, markdown_table, parse_scales
+from kernelforge_tui.cli.bench_report import NO_MATPLOTLIB, PLOTS, write_report
+from kernelforge_tui.cli.main import main
+from kernelforge_tui.config import load_settings
+from kernelforge_tui.engine.bench import (
+    RUNS,
+    SIMULATED_VENDOR,
+    BenchCard,
+    BenchManifest,
+    BenchOptions,
+    VendorResult,
+    load_manifest,
+    open_manifest,
+    plan_cards,
+    run_bench,
+    time_vendor_subprocess,
+    vendor_result,
+)
+from kernelforge_tui.errors import BadInput
+from kernelforge_tui.proposers.templates import TemplateProposer
+from kernelforge_tui.store import RunStore
+from kernelforge_tui.suite import cards, registry
+from kernelforge_tui.suite.task import Task, Vendor
+from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_vendor
+
+ROOT = Path(__file__).resolve().parent.parent
+VECTOR_ADD = registry.task("vector_add")
+SMALL = 2**10
+
+
+def kernelforge(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kernelforge_tui.cli", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=os.environ | {"COLUMNS": "200"},
+    )
+
+
+@pytest.fixture
+def unserved(monkeypatch: pytest.MonkeyPatch) -> Task:
+    """vector_add under the family `other`, which no template serves."""
+    task = dataclasses.replace(VECTOR_ADD, name="bench_unserved", family="other", vendor=None)
+    monkeypatch.setitem(registry.TASKS, task.name, task)
+    return task
+
+
+def no_template(task: Task) -> str:
+    why = TemplateProposer().cannot_serve(cards.spec(task, "float32", SMALL))
+    assert why is not None
+    return f"no template: the templates proposer {why}"
+
+
+def test_scales_and_selection() -> None:
+    assert parse_scales(["10,14", "22", "14"]) == [2**10, 2**14, 2**22]
+    for bad in ("9", "23", "ten"):
+        with pytest.raises(BadInput, match="--scales"):
+            parse_scales([bad])
+    planned = plan_cards(BenchOptions(tasks=["vector_add"], precisions=["bfloat16"], scales=[SMALL]))
+    assert [(c.card, c.flops, c.bytes) for c in planned] == [("vector_add_bf16_s10", 1024, 3 * 1024 * 2)]
+    assert len(plan_cards(BenchOptions(tasks=["vector_add"]))) == 2 * len(VECTOR_ADD.scales)
+    with pytest.raises(BadInput, match="matches no task"):
+        plan_cards(BenchOptions(tasks=["no_such_task*"]))
+
+
+def test_simulated_bench_runs_scores_reports_and_skips_what_is_done(tmp_path: Path, unserved: Task) -> None:
+    out = tmp_path / "bench"
+    options = BenchOptions(
+        tasks=["vector_add", unserved.name], precisions=["float32"], scales=[SMALL], iterations=3, simulate=True
+    )
+    lines: list[str] = []
+    manifest = asyncio.run(run_bench(out, load_settings(), options, lambda _m, line: lines.append(line)))
+    searched, skipped = manifest.cards
+    assert searched.state == "finished" and searched.candidates == 3 and "iteration budget" in searched.reason
+    assert searched.budget is not None and searched.budget.max_iterations == 3
+    assert searched.budget.max_minutes == pytest.approx(2.0 - 0.25, abs=0.01)  # the task's 2 min less a start-up
+    assert searched.baseline_us == pytest.approx(100, rel=0.05) and searched.best_us is not None
+    assert searched.vendor == VendorResult(library="PyTorch (elementwise)", note=SIMULATED_VENDOR)
+    assert skipped.state == "no-template"
+    assert skipped.reason == no_template(unserved)
+    assert not (out / RUNS / skipped.card).exists(), "a card no template serves is not a one-node search"
+    assert any(f"{skipped.card}: no template" in line for line in lines)
+    assert manifest.simulated_ceiling_us == pytest.approx(100 / 8)  # the simulated backend's baseline / top speedup
+
+    report = write_report(load_manifest(out), out)
+    for name in ("report.md", "results.csv", "results.json", *(f"{p}.{s}" for p in PLOTS for s in ("png", "svg"))):
+        assert (report / name).stat().st_size > 0, name
+    assert (report / "speedup.png").read_bytes().startswith(b"\x89PNG")
+    summary = json.loads((report / "results.json").read_text())
+    speedup = (searched.baseline_us or 0) / searched.best_us
+    assert summary["suite_score"] == pytest.approx((1024 * speedup + 1024 * 1.0) / 2048)  # no template: 1.0x
+    assert summary["simulated"] and [c["status"] for c in summary["cards"]] == ["searched", "no-template"]
+    assert (report / "results.csv").read_text().count("\n") == 3
+    text = (report / "report.md").read_text()
+    assert "SIMULATED" in text and "Suite score" in text and "## Where no template helped" in text
+    assert f"- {unserved.name} (other): {skipped.reason}" in text
+
+    with RunStore.open(out / RUNS / searched.card, readonly=True) as store:
+        nodes = store.run_info().node_count
+    again = asyncio.run(run_bench(out, load_settings(), options))
+    assert again.cards[0].wall_seconds == searched.wall_seconds, "a finished card is not run again"
+    with RunStore.open(out / RUNS / searched.card, readonly=True) as store:
+        assert store.run_info().node_count == nodes
+    with pytest.raises(BadInput, match="was simulated: rerun it with --simulate"):
+        open_manifest(out, options.model_copy(update={"simulate": False}))
+
+
+def test_the_report_without_matplotlib_says_how_to_get_the_plots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    card = BenchCard(card="vector_add_fp32_s10", task="vector_add", family="elementwise", precision="float32",
+                     scale=SMALL, flops=1024, bytes=12288, state="finished", baseline_us=10.0, best_us=5.0)  # fmt: skip
+    manifest = BenchManifest(options=BenchOptions(simulate=True), simulated_ceiling_us=1.0, cards=[card])
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
+    report = write_report(manifest, tmp_path)
+    assert NO_MATPLOTLIB in (report / "report.md").read_text()
+    assert not list(report.glob("*.png")) and (report / "results.csv").is_file()
+    assert json.loads((report / "results.json").read_text())["suite_score"] == pytest.approx(2.0)
+
+
+def _card_state(out: Path) -> list[tuple[str, str]]:
+    try:
+        return [(c.card, c.state) for c in load_manifest(out).cards]
+    except BadInput:  # not written yet
+        return []
+
+
+def test_kill_9_mid_bench_then_rerun_resumes_without_rerunning_finished_cards(tmp_path: Path) -> None:
+    out = tmp_path / "bench"
+    args = ["bench", "--simulate", "--tasks", "vector_add", "--scales", "10", "--budget-iters", "4", "-o", str(out)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kernelforge_tui.cli", *args, "--simulate-seconds", "0.2", "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    second = out / RUNS / "vector_add_bf16_s10"
+    deadline = time.time() + 60
+    try:
+        while time.time() < deadline:
+            states = dict(_card_state(out))
+            if states.get("vector_add_bf16_s10") == "running" and (second / "run.sqlite").exists():
+                with RunStore.open(second, readonly=True) as store:
+                    info = store.run_info()
+                if info.node_count - info.in_flight_count >= 2:
+                    break
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the bench and any nvcc it started
+        proc.wait()
+    killed = load_manifest(out)
+    first = killed.cards[0]
+    assert [c.state for c in killed.cards] == ["finished", "running"]
+    with RunStore.open(second, readonly=True) as store:
+        measured_before = {n.id: n.speedup for n in store.nodes() if n.speedup is not None}
+
+    rerun = kernelforge(*args)  # the same command, one line per event (not a terminal)
+    assert rerun.returncode == 0, rerun.stderr + rerun.stdout
+    assert "vector_add_bf16_s10: resuming its run" in rerun.stdout
+    assert "vector_add_fp32_s10: searching" not in rerun.stdout and "suite score" in rerun.stdout
+    done = load_manifest(out)
+    assert [c.state for c in done.cards] == ["finished", "finished"]
+    assert done.cards[0].model_dump() == first.model_dump(), "the finished card was not touched"
+    with RunStore.open(second, readonly=True) as store:
+        after = {n.id: n.speedup for n in store.nodes()}
+        assert store.run_info().node_count == 5  # its 4 candidates in all, over both sessions, and the baseline
+    assert all(after[i] == speedup for i, speedup in measured_before.items()), "what was measured is kept"
+    summary = json.loads((out / "report" / "results.json").read_text())
+    assert [c["card"] for c in summary["cards"]] == ["vector_add_fp32_s10", "vector_add_bf16_s10"]
+    assert all(c["speedup"] is not None for c in summary["cards"])
+
+
+def test_list_names_each_task_with_its_template_or_why_none(unserved: Task, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--list", "--json", "--tasks", "vector_add"]) == 0
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row == {
+        "task": "vector_add",
+        "family": "elementwise",
+        "precisions": ["fp32", "bf16"],
+        "no_bf16": "",
+        "scales": [10, 14, 18, 22],
+        "check": VECTOR_ADD.check,
+        "vendor": "PyTorch (elementwise)",
+        "template": "template",
+    }
+    (fake,) = list_tasks([unserved])
+    assert fake.template == no_template(unserved)
+    assert fake.vendor is None
+
+
+def test_the_vendor_is_checked_against_the_card_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    bf16 = cards.write(VECTOR_ADD, "bfloat16", SMALL, tmp_path)
+    reply = time_vendor(VendorRequest(card_dir=bf16.root, device="cpu"))
+    assert (reply.library, reply.agrees, reply.error, reply.samples_us) == ("PyTorch (elementwise)", True, "", [])
+    wrong = dataclasses.replace(
+        VECTOR_ADD, name="bench_wrong_vendor", vendor=Vendor("wrong", lambda torch, t, s: {"c": t["a"] - t["b"]})
+    )
+    monkeypatch.setitem(registry.TASKS, wrong.name, wrong)
+    reply = time_vendor(VendorRequest(card_dir=cards.write(wrong, "float32", SMALL, tmp_path).root, device="cpu"))
+    assert reply.agrees is False and re.match(r"c: \d+ of 1024 elements outside rtol=", reply.check)
+    crashed = asyncio.run(time_vendor_subprocess(VendorRequest(card_dir=tmp_path / "missing", device="cpu")))
+    assert crashed.agrees is None and crashed.error.startswith("the vendor timing exited 1 without a reply: ")
+    summary = vendor_result("lib", VendorReply(library="lib", samples_us=[3.0, 1.0, 2.0, 100.0, 2.5], agrees=True))
+    assert (summary.median_us, summary.reps, summary.agrees) == (2.5, 5, True)
+
+
+def test_readme_task_table_is_the_registry() -> None:
+    """README.md's suite table is `kernelforge bench --list --markdown`: regenerate it after adding a task."""
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"<!-- suite-tasks:start -->\n(.*?)\n<!-- suite-tasks:end -->", readme, re.DOTALL)
+    assert match is not None, "README.md lacks the suite task table's markers"
+    expected = markdown_table(list_tasks(list(registry.TASKS.values())))
+    assert match.group(1) == expected, "README's task table is stale: paste `kernelforge bench --list --markdown`"
