@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib.util
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -37,6 +39,8 @@ from kernelforge_tui.engine.bench import (
     vendor_result,
 )
 from kernelforge_tui.errors import BadInput
+from kernelforge_tui.gpu.statistics import robust_stats
+from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite import cards, registry
@@ -236,3 +240,42 @@ def test_readme_task_table_is_the_registry() -> None:
     assert match is not None, "README.md lacks the suite task table's markers"
     expected = markdown_table(list_tasks(list(registry.TASKS.values())))
     assert match.group(1) == expected, "README's task table is stale: paste `kernelforge bench --list --markdown`"
+
+
+def _suite_baselines() -> ModuleType:
+    """bench/suite_baselines.py (a script, not a package module), imported by path."""
+    spec = importlib.util.spec_from_file_location("suite_baselines", ROOT / "bench" / "suite_baselines.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_suite_baselines_script_selects_cards_and_writes_its_summary(tmp_path: Path) -> None:
+    """The GPU script's parts that need no GPU: its options, the cards it checks, the summary of a pass and a fail."""
+    script = _suite_baselines()
+    args = script.parse_args(
+        ["--tasks", "vector_add", "--precision", "fp32", "--scales", "10,14", "--out", str(tmp_path)]
+    )
+    ok_card, failed_card = script.selected(args)
+    assert (ok_card.card, failed_card.card) == ("vector_add_fp32_s10", "vector_add_fp32_s14")
+    with pytest.raises(SystemExit):
+        script.parse_args(["--tasks", "vector_add"])  # --out is required
+    timed = EvalResult(ok=True, candidate=robust_stats([2.0, 3.0, 4.0]), checks=[SetCheck(name="seed_1", ok=True)] * 5)
+    reason = "set stress:nan: c: 3 of 16384 elements NaN where the reference is finite | first at 7"
+    checks = [
+        script.check_of(ok_card, Evaluation(ok=True, result=timed), 1.5),
+        script.check_of(failed_card, Evaluation(ok=False, failure="mismatch", reason=reason), 2.0),
+    ]
+    script.write_summary(checks, 3, tmp_path)
+    summary = json.loads((tmp_path / script.JSON_NAME).read_text())
+    assert (summary["cards"], summary["checked"], summary["passed"]) == (3, 2, 1)
+    assert summary["results"][0] | {"seconds": 0} == {
+        "card": "vector_add_fp32_s10", "task": "vector_add", "precision": "float32", "log2_scale": 10, "ok": True,
+        "failure": None, "reason": "", "median_us": 3.0, "sets": 5, "seconds": 0,
+    }  # fmt: skip
+    table = (tmp_path / script.MD_NAME).read_text().splitlines()
+    assert "1 of 2 checked cards pass (3 selected)." in table
+    rows = [line for line in table if line.startswith("| vector_add")]
+    assert rows[0].startswith("| vector_add_fp32_s14 | FAIL | - | 0 | mismatch: set stress:nan:")  # failures first
+    assert "\\| first at 7" in rows[0] and rows[1] == "| vector_add_fp32_s10 | pass | 3 us | 5 |  |"
