@@ -427,8 +427,10 @@ def test_the_scan_template_space() -> None:
     assert template.valid(small, {"block": 1024, "ipt": 2, "vec": 4, "stage": 0}) is None, "a chunk beyond n"
     assert template.valid(large, {"block": 1024, "ipt": 16, "vec": 8, "stage": 1}) is None, "64 KiB of shared"
     assert template.valid(large, {"block": 1024, "ipt": 16, "vec": 8, "stage": 0}) is not None
-    assert template.valid(large, {"block": 256, "ipt": 1, "vec": 8, "stage": 1}) == {
-        "block": 256, "ipt": 1, "vec": 8, "stage": 0,
+    assert template.valid(large, {"block": 128, "ipt": 4, "vec": 8, "stage": 0}) is None, "8192 re-reads of x"
+    assert template.valid(large, {"block": 128, "ipt": 8, "vec": 8, "stage": 0}) is not None
+    assert template.valid(large, {"block": 1024, "ipt": 1, "vec": 8, "stage": 1}) == {
+        "block": 1024, "ipt": 1, "vec": 8, "stage": 0,
     }, "one item per thread: staging changes nothing"  # fmt: skip
     two_d = small.model_copy(update={"inputs": [small.inputs[0].model_copy(update={"shape": ["n", 2]})]})
     assert "n elements" in str(template.unsupported(two_d))

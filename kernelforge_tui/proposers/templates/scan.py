@@ -37,6 +37,9 @@ from kernelforge_tui.proposers.templates.common import (
 STATIC_SHARED = 48 * 1024
 """The staged chunk is a static shared array, which may not pass 48 KiB."""
 SMALLEST_CHUNK = 128
+MOST_REREADS = 4096
+"""A chunk must be at least n / 4096: smaller ones re-read x more than n / 2 / CHUNK = 2048 times over (the suite's
+naive baseline, CHUNK 2048, re-reads it 1024 times at 2^22), slower than the baseline before they start."""
 
 
 def _staged_bytes(chunk: int) -> int:
@@ -69,8 +72,11 @@ class ScanTemplate(Template):
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
         chunk = int(params["block"]) * int(params["ipt"])
-        if chunk > max(card.sizes["n"], SMALLEST_CHUNK):
-            return f"a chunk of {chunk} exceeds n = {card.sizes['n']}: most threads would idle"
+        n = card.sizes["n"]
+        if chunk > max(n, SMALLEST_CHUNK):
+            return f"a chunk of {chunk} exceeds n = {n}: most threads would idle"
+        if n > MOST_REREADS * chunk:
+            return f"a chunk of {chunk} re-reads x {n // (2 * chunk)} times over (n / {MOST_REREADS} at least)"
         if params["stage"] and _staged_bytes(chunk) > STATIC_SHARED:
             return f"staging a chunk of {chunk} needs {_staged_bytes(chunk)} bytes of shared memory (48 KiB at most)"
         return None
