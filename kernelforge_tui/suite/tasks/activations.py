@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kernelforge_tui.cards.dtypes import NUMPY
-from kernelforge_tui.cards.model import Distribution, Tolerance
+from kernelforge_tui.cards.model import DEFAULT_TOLERANCE, Distribution, Tolerance
 from kernelforge_tui.suite.task import Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
 
 SELU_ALPHA = 1.6732632423543772848170429916717
@@ -39,6 +39,9 @@ LEAKY_SLOPE = 0.01
 """torch.nn.functional.leaky_relu's default negative slope."""
 ROW_COLS = 256
 CLASSES = 256
+F32_DEFAULT = DEFAULT_TOLERANCE["float32"]
+BF16_RTOL = DEFAULT_TOLERANCE["bfloat16"].rtol
+"""The dtypes' own tolerances, kept where a task widens only the other part."""
 SUM_THREADS = 1024
 """Threads of the single-block baseline of the full reductions."""
 
@@ -174,7 +177,7 @@ GELU = _activation(
     # 1 + erf(x / sqrt 2) cancels for negative x: erff's error near -1 (2 ulp = 1.2e-7) times 0.5|x| for |x|
     # below 5.9 (beyond, erff is exactly -1 and the output 0, off by under 1e-8) is up to 3.5e-7 absolute on
     # outputs from -4e-3 (x = -3) down to -1e-8, far beyond rtol * |y| there; torch's fp32 gelu errs alike.
-    tolerance={"float32": Tolerance(rtol=1e-5, atol=1e-6)},
+    tolerance={"float32": Tolerance(rtol=F32_DEFAULT.rtol, atol=1e-6)},
 )
 SIGMOID = _activation(
     "sigmoid",
@@ -268,14 +271,14 @@ extern "C" __global__ void cross_entropy_naive(const T* logits, const int* targe
     check=(
         "per-sample losses within rtol and an atol of 2 * classes * 2^-24: the loss is log(s) + (max - x[t]) with "
         "s = sum of exp(x - max) in [1, classes], and an fp32 sum of classes terms errs by up to classes * 2^-24 "
-        "relative (reached when the max dominates and every other term is swamped), plus as much again from "
-        "rounding x - max inside exp; that is absolute in log(s) and where the loss is near 0 rtol cannot cover "
-        "it. Targets are always in range; stress sets write only the logits"
+        "relative (reached when the max dominates and every other term is swamped), plus up to classes * 2^-24 / e "
+        "from rounding x - max inside exp and 2 ulp from expf; that is absolute in log(s), and where the loss is "
+        "near 0 rtol cannot cover it. Targets are always in range; stress sets write only the logits"
     ),
     # 2 * 256 * 2^-24 = 3.05e-5 (see check); bf16 logits sum in fp32 alike, the bf16 rounding of the loss is rtol's.
     tolerance={
-        "float32": Tolerance(rtol=1e-5, atol=3e-5),
-        "bfloat16": Tolerance(rtol=1.6e-2, atol=3e-5),
+        "float32": Tolerance(rtol=F32_DEFAULT.rtol, atol=3e-5),
+        "bfloat16": Tolerance(rtol=BF16_RTOL, atol=3e-5),
     },
     vendor=Vendor(
         "PyTorch (log_softmax + nll_loss)",
@@ -363,8 +366,8 @@ DOT_PRODUCT = Task(
         "dropped or doubled term, about n^-1/2 (5e-4 at 2^22), fails"
     ),
     tolerance={
-        "float32": Tolerance(rtol=1e-5, atol=2e-5),  # see check: ~7x the estimate, ~25x the simulated worst
-        "bfloat16": Tolerance(rtol=1.6e-2, atol=2e-5),  # the same fp32 sum; rtol takes the bf16 rounding
+        "float32": Tolerance(rtol=F32_DEFAULT.rtol, atol=2e-5),  # see check: ~7x the estimate, ~25x the simulated worst
+        "bfloat16": Tolerance(rtol=BF16_RTOL, atol=2e-5),  # the same fp32 sum; rtol takes the bf16 rounding
     },
     vendor=Vendor("PyTorch (cuBLAS dot)", lambda torch, t, sizes: {"out": torch.dot(t["a"], t["b"]).reshape(1)}),
     description="a and b normal with std n^-1/4 (drawn by the task), so the dot product is O(1) at every scale.",
@@ -381,7 +384,7 @@ MSE_LOSS = Task(
     baseline=_single_block_sum("mse_loss", ("pred", "target", "loss"), "(x - y) * (x - y)", mean=True),
     reference=lambda inputs, sizes: {"loss": np.array([np.mean((_f64(inputs["pred"]) - _f64(inputs["target"])) ** 2)])},
     check="one value within rtol 3e-5 in fp32 (a mean of non-negative terms: see MEAN_RTOL), bf16's default",
-    tolerance={"float32": Tolerance(rtol=MEAN_RTOL, atol=1e-8)},
+    tolerance={"float32": Tolerance(rtol=MEAN_RTOL, atol=F32_DEFAULT.atol)},
     vendor=Vendor(
         "PyTorch (mse_loss)",
         lambda torch, t, sizes: {"loss": torch.nn.functional.mse_loss(t["pred"], t["target"]).reshape(1)},
@@ -414,7 +417,7 @@ HINGE_LOSS = Task(
     },
     generate=_hinge_inputs,
     check="one value within rtol 3e-5 in fp32 (a mean of non-negative terms: see MEAN_RTOL), bf16's default",
-    tolerance={"float32": Tolerance(rtol=MEAN_RTOL, atol=1e-8)},
+    tolerance={"float32": Tolerance(rtol=MEAN_RTOL, atol=F32_DEFAULT.atol)},
     vendor=Vendor(
         "PyTorch (elementwise + mean: torch has no hinge loss of this form)",
         lambda torch, t, sizes: {"loss": torch.clamp_min(1.0 - t["pred"] * t["target"], 0.0).mean().reshape(1)},
