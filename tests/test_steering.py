@@ -180,7 +180,7 @@ def test_the_agents_keep_a_hint_as_written_and_a_composite_answers_with_each_par
 
 async def test_a_card_no_template_serves_says_why_instead_of_succeeding_silently(tmp_path: Path) -> None:
     h = Harness(tmp_path)
-    spec = h.card.spec.model_copy(update={"family": "matmul"})
+    spec = h.card.spec.model_copy(update={"family": "other"})
     (h.card.root / "card.toml").write_text(_toml(spec))
     h.card = load_card(h.card.root)
     assert cannot_serve(TemplateProposer(), h.card.spec) is not None
@@ -188,7 +188,7 @@ async def test_a_card_no_template_serves_says_why_instead_of_succeeding_silently
     search.proposer = TemplateProposer()
     events = search.subscribe()
     info = await search.run()
-    why = "has no template for family matmul"
+    why = "has no template for family other"
     assert info.reason.startswith("nothing to propose: the templates proposer " + why), info.reason
     assert "use --proposer agents" in info.reason
     assert any(why in line for line in logs(drain(events)))

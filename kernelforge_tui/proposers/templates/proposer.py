@@ -24,8 +24,10 @@ from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, source_digest
 from kernelforge_tui.proposers.templates.common import Params, Template, changes, describe
+from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
+from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
 from kernelforge_tui.proposers.templates.reduction import ReductionTemplate
 from kernelforge_tui.proposers.templates.rows import RowTemplate
@@ -42,6 +44,8 @@ TEMPLATES: tuple[Template, ...] = (
     ScanTemplate(),
     ReductionTemplate(),
     SparseTemplate(),
+    MatmulTemplate(),
+    CopyTemplate(),
 )
 _HINT = re.compile(r"([A-Za-z_]+)\s*(?:=|:|->|to)\s*([A-Za-z0-9_.]+)")
 

@@ -1,0 +1,240 @@
+"""Copies: matrix transposes through shared-memory tiles, flat copies and reversals with vector accesses.
+
+The operation is a word of the card's name: `transpose` ([rows, cols] -> [cols, rows]), `reverse` ([n] -> [n],
+y[i] = x[n - 1 - i]) or `copy` (one shape in and out). One input and one output of one dtype; values move as
+their raw bits (bit-exact: NaN payloads and the sign of zero too), never through fp32.
+
+Transpose parameters: `tile` (a tile x tile square per block, staged in shared memory so that the input is read
+along its rows and the output written along its rows, both coalesced), `rpt` (rows each thread moves: the block
+is tile x tile/rpt threads), `pad` (elements added to each shared row, so that reading a column of the tile hits
+distinct banks: 1 for 4-byte elements, 2 for 2-byte ones). Edge tiles are bounds-checked: any rows and cols.
+
+Copy and reverse parameters, as the elementwise template's: `vec` (elements per access, at most 16 bytes; must
+divide n, so every chunk, and for reverse every mirrored chunk, is aligned), `block`, `unroll` (chunks per thread
+per step, loads issued before stores), `loop` (grid_stride over `waves` x 132 SMs of blocks, or one_per_thread),
+`minb`.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
+from kernelforge_tui.proposers.templates.common import (
+    C_TYPE,
+    ELEMENT_BYTES,
+    SM_COUNT,
+    Params,
+    Space,
+    Template,
+    dtype_of,
+    launch_bounds,
+    prelude,
+    vec_widths,
+)
+
+OPERATIONS = ("transpose", "reverse", "copy")
+BITS = {2: "unsigned short", 4: "unsigned int"}
+"""The raw storage type of a shared tile element by byte size."""
+MAX_GRID_Y = 65535
+
+
+def operation(card: OperatorCard) -> str | None:
+    """The first OPERATIONS name that is a word of the card's name (words split at anything but letters and
+    digits: `matrix_transpose_bf16_s22`)."""
+    words = set(re.split(r"[^A-Za-z0-9]+", card.name))
+    return next((op for op in OPERATIONS if op in words), None)
+
+
+def _count(card: OperatorCard) -> str:
+    return " * ".join(f"({dim})" for dim in card.outputs[0].shape)
+
+
+class CopyTemplate(Template):
+    families = ("copy",)
+
+    def unsupported(self, card: OperatorCard) -> str | None:
+        op = operation(card)
+        if op is None:
+            return f"no copy operation named in {card.name!r} (known: {', '.join(OPERATIONS)})"
+        if len(card.inputs) != 1 or len(card.outputs) != 1:
+            return f"{op} takes one input and one output"
+        source, target = card.inputs[0], card.outputs[0]
+        if source.dtype != target.dtype or source.dtype not in C_TYPE:
+            return f"expects one dtype among {sorted(C_TYPE)}"
+        have, want = source.dims(card.sizes), target.dims(card.sizes)
+        if op == "transpose" and (len(have) != 2 or want != have[::-1]):
+            return f"a transpose maps [rows, cols] to [cols, rows], card maps {list(have)} to {list(want)}"
+        if op == "reverse" and len(have) != 1:
+            return f"reverse takes a vector, card has shape {list(have)}"
+        if have != want and op != "transpose":
+            return f"{op} keeps the shape, card maps {list(have)} to {list(want)}"
+        return None
+
+    def space(self, card: OperatorCard) -> Space:
+        if operation(card) == "transpose":
+            return {"tile": (16, 32, 64), "rpt": (1, 2, 4, 8), "pad": (0, 1, 2)}
+        return {
+            "vec": vec_widths(dtype_of(card)),
+            "block": (128, 256, 512, 1024),
+            "unroll": (1, 2, 4),
+            "loop": ("grid_stride", "one_per_thread"),
+            "waves": (1, 2, 4, 8, 16),
+            "minb": (1, 2),
+        }
+
+    def canonical(self, card: OperatorCard, params: Params) -> Params:
+        """waves only matters for grid_stride."""
+        if params.get("loop") == "one_per_thread":
+            return {**params, "waves": 1}
+        return dict(params)
+
+    def problem(self, card: OperatorCard, params: Params) -> str | None:
+        if operation(card) == "transpose":
+            tile, rpt = int(params["tile"]), int(params["rpt"])
+            threads = tile * tile // rpt
+            if rpt > tile or not 32 <= threads <= 1024:
+                return f"a {tile} x {tile // rpt} block ({threads} threads) is outside 32..1024"
+            rows = card.inputs[0].dims(card.sizes)[0]
+            if -(-rows // tile) > MAX_GRID_Y:
+                return f"grid y {-(-rows // tile)} exceeds {MAX_GRID_Y}"
+            return None
+        n = card.outputs[0].numel(card.sizes)
+        vec, block, minb = int(params["vec"]), int(params["block"]), int(params["minb"])
+        if n % vec:
+            return f"vec {vec} does not divide n = {n} (chunks would be misaligned)"
+        if minb * block > 2048:
+            return "minb x block exceeds 2048 threads per SM"
+        if int(params["waves"]) * minb * block > 16 * 2048:
+            return "more than 16 waves of resident threads"
+        return None
+
+    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        if operation(card) == "transpose":
+            return self._transpose(card, params)
+        return self._flat(card, params)
+
+    def _transpose(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        dtype = dtype_of(card)
+        tile, rpt, pad = int(params["tile"]), int(params["rpt"]), int(params["pad"])
+        source = f"""// Transpose ({dtype}, raw bits): a {tile}x{tile} tile per block through shared memory,
+// rows padded by {pad}, {rpt} row(s) per thread. Generated by the template proposer.
+{prelude(dtype, 1)}#define TILE {tile}
+#define RPT {rpt}
+#define PAD {pad}
+typedef {BITS[ELEMENT_BYTES[dtype]]} Bits;
+
+extern "C" __global__ void {launch_bounds(tile * tile // rpt, 1)} kf_transpose(
+    const T* __restrict__ src, T* __restrict__ dst, int rows, int cols) {{
+__shared__ Bits tile[TILE][TILE + PAD];
+const Bits* __restrict__ in = reinterpret_cast<const Bits*>(src);
+Bits* __restrict__ out = reinterpret_cast<Bits*>(dst);
+const int x = threadIdx.x;
+const int r0 = blockIdx.y * TILE;  // the tile's first input row: its first output column
+const int c0 = blockIdx.x * TILE;  // the tile's first input column: its first output row
+#pragma unroll
+for (int k = threadIdx.y; k < TILE; k += TILE / RPT) {{
+ if (r0 + k < rows && c0 + x < cols) {{
+  tile[k][x] = in[(long long)(r0 + k) * cols + c0 + x];
+ }}
+}}
+__syncthreads();
+#pragma unroll
+for (int k = threadIdx.y; k < TILE; k += TILE / RPT) {{
+ if (c0 + k < cols && r0 + x < rows) {{
+  out[(long long)(c0 + k) * rows + r0 + x] = tile[x][k];
+ }}
+}}
+}}
+"""
+        rows, cols = (str(dim) for dim in card.inputs[0].shape)
+        plan = LaunchPlan(
+            entry="kf_transpose",
+            grid=[f"cdiv({cols}, {tile})", f"cdiv({rows}, {tile})"],
+            block=[tile, tile // rpt],
+            args=[card.inputs[0].name, card.outputs[0].name, rows, cols],
+        )
+        return source, plan
+
+    def _flat(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        dtype = dtype_of(card)
+        vec, block, unroll = int(params["vec"]), int(params["block"]), int(params["unroll"])
+        reverse = operation(card) == "reverse"
+        grid_stride = params["loop"] == "grid_stride"
+        head = (
+            "for (long long base = first; base < nvec; base += step) {\n"
+            if grid_stride
+            else "{\n const long long base = first;\n"
+        )
+        mirror = """
+// The chunk with its elements in reverse order.
+__device__ __forceinline__ VecT mirror(const VecT& c) {
+ VecT r;
+#pragma unroll
+ for (int j = 0; j < VEC; ++j) {
+  r.v[j] = c.v[VEC - 1 - j];
+ }
+ return r;
+}
+"""
+        what = "Reverse" if reverse else "Copy"
+        source = f"""// {what} ({dtype}, raw bits): {vec}-element vectors, {unroll} per thread per step,
+// {params["loop"]}. Generated by the template proposer.
+{prelude(dtype, vec)}#define BLOCK {block}
+#define UNROLL {unroll}
+{mirror if reverse else ""}
+extern "C" __global__ void {launch_bounds(block, int(params["minb"]))} kf_copy(
+    const T* __restrict__ src, T* __restrict__ dst, long long n) {{
+const long long nvec = n / VEC;  // VEC divides n
+const VecT* __restrict__ in = reinterpret_cast<const VecT*>(src);
+VecT* __restrict__ out = reinterpret_cast<VecT*>(dst);
+const long long first = (long long)blockIdx.x * (BLOCK * UNROLL) + threadIdx.x;
+const long long step = (long long)gridDim.x * (BLOCK * UNROLL);
+{head} VecT v[UNROLL];
+#pragma unroll
+ for (int u = 0; u < UNROLL; ++u) {{
+  const long long i = base + (long long)u * BLOCK;
+  if (i < nvec) {{
+   v[u] = in[{"nvec - 1 - i" if reverse else "i"}];
+  }}
+ }}
+#pragma unroll
+ for (int u = 0; u < UNROLL; ++u) {{
+  const long long i = base + (long long)u * BLOCK;
+  if (i < nvec) {{
+   out[i] = {"mirror(v[u])" if reverse else "v[u]"};
+  }}
+ }}
+}}
+}}
+"""
+        count = _count(card)
+        chunks = f"cdiv({count}, {block * vec * unroll})"
+        grid = f"min({chunks}, {SM_COUNT * int(params['waves']) * int(params['minb'])})" if grid_stride else chunks
+        plan = LaunchPlan(
+            entry="kf_copy",
+            grid=[grid],
+            block=[block],
+            args=[card.inputs[0].name, card.outputs[0].name, f"{count}:i64"],
+        )
+        return source, plan
+
+    def seed_params(self, card: OperatorCard) -> list[Params]:
+        if operation(card) == "transpose":
+            pad = 4 // ELEMENT_BYTES[dtype_of(card)]  # one 4-byte bank per row
+            return [
+                {"tile": 32, "rpt": 4, "pad": pad},
+                {"tile": 32, "rpt": 1, "pad": pad},
+                {"tile": 64, "rpt": 8, "pad": pad},
+                {"tile": 16, "rpt": 1, "pad": 1},
+                {"tile": 32, "rpt": 4, "pad": 0},  # unpadded: a column read hits one bank
+            ]
+        vec = max(vec_widths(dtype_of(card)))
+        base: Params = {"vec": vec, "block": 256, "unroll": 1, "loop": "grid_stride", "waves": 4, "minb": 1}
+        return [
+            base,
+            {**base, "unroll": 4, "block": 512, "waves": 2, "minb": 2},
+            {**base, "loop": "one_per_thread", "waves": 1},
+            {**base, "loop": "one_per_thread", "waves": 1, "unroll": 2, "block": 128},
+            {**base, "vec": 1, "block": 1024, "waves": 2},
+        ]
