@@ -31,6 +31,7 @@ from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import PRECISIONS, Arrays, Precision
 from kernelforge_tui.suite.tasks.numerics import MC_INTEGRAL, SORT_SCALES, TASKS, TIES
+from kernelforge_tui.suite.vendor_timing import VendorRequest, time_vendor
 
 RNG = np.random.default_rng(29)
 F32 = np.float32
@@ -403,6 +404,19 @@ def test_declarations_name_their_limits() -> None:
         for precision, scale in itertools.product(t.precisions, t.scales):
             spec = cards.spec(t, precision, scale)
             assert spec.flops() > 0 and spec.name.startswith(t.name)
+
+
+@pytest.mark.parametrize("name", [t.name for t in TASKS if t.vendor is not None])
+def test_the_vendor_agrees_with_the_reference_on_the_cpu(name: str, tmp_path: Path) -> None:
+    """torch's CPU kernels stand in for cuDNN, CUB and cuFFT: the vendor call is written right and its outputs meet
+    the card's tolerance (on the GPU the bench checks again)."""
+    torch = pytest.importorskip("torch")
+    for precision in task(name).precisions:
+        card = cards.write(task(name), precision, task(name).scales[0], tmp_path)
+        reply = time_vendor(VendorRequest(card_dir=card.root, device="cpu"))
+        assert (reply.agrees, reply.error) == (True, ""), (precision, reply.check)
+    if name.startswith("conv"):
+        assert torch.backends.cudnn.allow_tf32 is False, "the fp32 convolution is not run in TF32"
 
 
 # Templates -----------------------------------------------------------------------------------------------------------

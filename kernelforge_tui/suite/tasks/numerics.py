@@ -500,7 +500,10 @@ extern "C" __global__ void prefix_sum_naive(const T* x, T* y, int n) {
         "dtype's rtol (bf16: its output rounding, 2^-9 of |y|)"
     ),
     tolerance=_sums(SCAN_ATOL),
-    vendor=Vendor("CUB (torch.cumsum)", lambda torch, t, sizes: {"y": torch.cumsum(t["x"], dim=0)}),
+    vendor=Vendor(  # fp32 sums, as the card demands of our kernels, rounded once to the card's dtype
+        "CUB (torch.cumsum)",
+        lambda torch, t, sizes: {"y": torch.cumsum(t["x"], dim=0, dtype=torch.float32).to(t["x"].dtype)},
+    ),
     description=(
         "n normal(0,1) values, so the sums wander (a random walk) instead of growing: an absolute error is "
         "meaningful everywhere. The scan template (kernelforge_tui/proposers/templates/scan.py) serves it."
