@@ -15,6 +15,9 @@ from typing import Protocol, runtime_checkable
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.proposers.base import Proposer
 
+NOTHING_TO_PROPOSE = "nothing to propose"
+"""How the reason of a run whose proposer cannot serve its card begins (the views pick it out to say so plainly)."""
+
 
 @runtime_checkable
 class HintReader(Protocol):

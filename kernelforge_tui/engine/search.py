@@ -22,7 +22,7 @@ from kernelforge_tui.engine.backend import EvaluationBackend
 from kernelforge_tui.engine.budget import Meter
 from kernelforge_tui.engine.commands import CommandHandler
 from kernelforge_tui.engine.events import EventBus
-from kernelforge_tui.engine.feedback import cannot_serve
+from kernelforge_tui.engine.feedback import NOTHING_TO_PROPOSE, cannot_serve
 from kernelforge_tui.engine.llm_calls import RunCallSink
 from kernelforge_tui.engine.pipeline import Pipeline, Priority
 from kernelforge_tui.engine.profiling import ProfileReason, ProfileScheduler
@@ -312,7 +312,7 @@ class Search:
         """Why the search ends with budget left: the proposer's own reason when it cannot serve the card at all."""
         why = cannot_serve(self.proposer, self.card.spec)
         if why is not None:
-            return f"nothing to propose: the {self.proposer.name} proposer {why}"
+            return f"{NOTHING_TO_PROPOSE}: the {self.proposer.name} proposer {why}"
         return "nothing left to expand: every branch is exhausted, pruned or banned"
 
     async def _step(self) -> bool:

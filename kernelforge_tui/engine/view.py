@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
+from kernelforge_tui.engine.feedback import NOTHING_TO_PROPOSE
 from kernelforge_tui.models.evaluation import speedup_text
 from kernelforge_tui.models.events import (
     BestImproved,
@@ -62,6 +63,13 @@ class RunHeader(BaseModel):
     ended_at: float | None = None
     best_node_id: int | None = None
     best_speedup: float | None = None
+    reason: str = ""
+    """Why the run is in its state (why it stopped, once it has)."""
+
+    @property
+    def nothing_to_propose(self) -> bool:
+        """The run stopped because its proposer has nothing for the card (no template serves its family)."""
+        return self.reason.startswith(NOTHING_TO_PROPOSE)
 
     @classmethod
     def from_info(cls, info: RunInfo) -> RunHeader:
@@ -76,6 +84,7 @@ class RunHeader(BaseModel):
             ended_at=info.ended_at,
             best_node_id=info.best_node_id,
             best_speedup=info.best_speedup,
+            reason=info.reason,
         )
 
 
@@ -326,7 +335,7 @@ class RunView:
                 self.budget = event
                 changes.header = True
             elif isinstance(event, StateChanged):
-                self.header.state = event.state
+                self.header.state, self.header.reason = event.state, event.reason
                 if event.state == "finished":
                     if self.header.ended_at is None:
                         self.header.ended_at = event.at

@@ -8,6 +8,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
+from kernelforge_tui.engine.feedback import NOTHING_TO_PROPOSE
 from kernelforge_tui.engine.view import RunHeader, Spend
 from kernelforge_tui.models.events import BudgetUsed
 
@@ -75,6 +76,8 @@ class RunHeaderBar(Static):
         kind = {"running": "running", "paused": "paused"}.get(header.state, "stopped")
         text = Text(no_wrap=True, overflow="crop", end="")
         text.append(f"{STATE_GLYPH.get(header.state, '?')} {note or header.state}", self._style(kind))
+        if header.nothing_to_propose:  # a card no template serves: said where the eye goes, the log says why
+            text.append(f"  {NOTHING_TO_PROPOSE} (the log says why)", self._style("near-cap"))
         text.append("  ")
         text.append(header.card_name or "(card)", "bold")
         if header.best_speedup is not None:
