@@ -12,7 +12,7 @@ With the cards' seeding both seeded sets (seed 1, the timed one, and seed 2) dra
 timed on the case that breaks a row-per-thread kernel's balance; each fresh set the worker draws has any of the
 three with probability 1/3 (tests/test_suite_sparse.py holds both), so a search meets all of them.
 Values are uniform in [-1, 1] divided by sqrt(row length), so every output is about 1/3 in size however long its
-row (a graph network's normalised adjacency is scaled the same way) and the tolerance need not grow with the
+row (like a graph network's normalised adjacency) and the tolerance need not grow with the
 longest row; x and b are uniform in [-1, 1]. Entries are distinct (no duplicate (row, column)).
 
 The formats (index arrays int32; nnz stored entries, nrows = ncols = nnz / 16, so 16 entries a row on average):
@@ -63,12 +63,13 @@ SLICE = 8192
 UNIFORM = Distribution(kind="uniform", low=-1.0, high=1.0)
 
 TOLERANCE: Mapping[Precision, Tolerance] = {
-    # fp32: rows of up to 16384 terms of size <= 1/sqrt(row length) sum to about 1/3; the fp32 rounding of such a
-    # sum, in any order (sequential, tree or atomics), errs by about 2^-24 * sqrt(length) * 1/3 < 1e-6, and 1e-5
-    # absolute covers the outputs that cancel to near zero (measured: 1.4e-6 at most over every pattern at 2^18).
+    # fp32: a row's terms are at most 1/sqrt(row length) and its partial sums about 1/3, so an fp32 sum in any order
+    # (sequential, tree, atomics) errs by about 2^-24 * sqrt(length) / 3 in absolute terms: 2e-6 for the longest
+    # rows at 2^22 (measured 2.1e-6 at most, in row order or shuffled). atol 1e-5 covers that where a row cancels
+    # to near zero; a kernel that rounds x or the values to 16 bits errs by 1e-3 and fails.
     "float32": Tolerance(rtol=1e-5, atol=1e-5),
-    # bf16: one rounding of the output (2^-9 relative) on top of inputs the reference reads exactly; atol covers
-    # outputs near zero where the fp32 sum's own error (< 1e-6) dominates.
+    # bf16: the output's own rounding (2^-9 relative) within PyTorch's rtol; products of bf16 inputs are exact in
+    # fp32 and the fp32 sum adds the 2e-6 above, which atol 1e-5 covers for outputs near zero.
     "bfloat16": Tolerance(rtol=1.6e-2, atol=1e-5),
 }
 
@@ -88,6 +89,11 @@ class Entries:
 def max_row(nnz: int, ncols: int) -> int:
     """The longest row power_law draws (CSR, CSC, COO): a serial loop over it stays within milliseconds."""
     return min(ncols // 2, 8 * math.isqrt(nnz))
+
+
+def band(nnz: int, nrows: int) -> int:
+    """banded's half-width: 3/4 of the mean row, so 2 * band + 1 slots hold the mean at about 64% full."""
+    return 3 * (nnz // nrows) // 4
 
 
 def _zipf(rng: np.random.Generator, n: int, cap: float) -> np.ndarray:
@@ -134,8 +140,10 @@ def coordinates(
 
     Pairs are drawn a little over what is missing, made distinct and capped, until there are enough; the surplus
     is dropped at random, which keeps the pattern's shape."""
-    mean = nnz // nrows
-    band = 3 * mean // 4
+    width = band(nnz, nrows)
+    room = nrows * min(longest, 2 * width + 1 if pattern == "banded" else ncols)
+    if room < nnz * 5 // 4:
+        raise ValueError(f"{nnz} {pattern} entries in {nrows} rows of at most {longest}: too full to draw")
     if pattern == "power_law":
         row_weights = _zipf(rng, nrows, longest / nnz)
         col_weights = _zipf(rng, ncols, longest / nnz)
@@ -149,7 +157,7 @@ def coordinates(
             rows, cols = _popular(rng, row_weights, count), rng.permutation(_popular(rng, col_weights, count))
         else:
             rows = rng.integers(nrows, size=count)
-            cols = rows + rng.integers(-band, band + 1, size=count)
+            cols = rows + rng.integers(-width, width + 1, size=count)
             inside = (cols >= 0) & (cols < ncols)
             rows, cols = rows[inside], cols[inside]
         keys = _capped(rng, _distinct(np.concatenate([keys, rows.astype(np.int64) * ncols + cols])), ncols, longest)
@@ -166,9 +174,11 @@ def pattern_of(rng: np.random.Generator) -> str:
     return PATTERNS[int(rng.integers(len(PATTERNS)))]
 
 
-def draw_entries(rng: np.random.Generator, nrows: int, ncols: int, nnz: int, longest: int, dtype: Any) -> Entries:
-    """A matrix in a pattern drawn from the set's generator, its values rounded to the precision."""
-    rows, cols = coordinates(rng, pattern_of(rng), nrows, ncols, nnz, longest)
+def draw_entries(
+    rng: np.random.Generator, pattern: str, nrows: int, ncols: int, nnz: int, longest: int, dtype: Any
+) -> Entries:
+    """A matrix in the pattern, its values rounded to the precision."""
+    rows, cols = coordinates(rng, pattern, nrows, ncols, nnz, longest)
     lengths = np.bincount(rows, minlength=nrows)
     values = rng.uniform(-1.0, 1.0, nnz) / np.sqrt(lengths[rows])
     return Entries(rows, cols, values.astype(dtype))
@@ -465,8 +475,8 @@ class Format:
     longest: Callable[[Sizes], int]
     sparse: Callable[[Any, Mapping[str, Any], Sizes], Any] | None
     """The matrix as a torch sparse tensor (cuSPARSE behind torch's products), or None: torch has no such layout."""
-    flops: str = "2 * nnz"
     bytes: str | None = None
+    """The bytes a correct kernel must move, before the dense operand and the output; None: every tensor once."""
 
 
 def _compressed_sizes(scale: int) -> Sizes:
@@ -489,7 +499,7 @@ CSR = Format(
     read=read_csr,
     longest=lambda sizes: max_row(sizes["nnz"], sizes["ncols"]),
     sparse=lambda torch, t, sizes: torch.sparse_csr_tensor(
-        t["row_ptr"], t["col_idx"], t["values"], (sizes["nrows"], sizes["ncols"])
+        t["row_ptr"], t["col_idx"], t["values"], (sizes["nrows"], sizes["ncols"]), check_invariants=False
     ),
 )
 CSC = Format(
@@ -501,7 +511,7 @@ CSC = Format(
     read=read_csc,
     longest=CSR.longest,
     sparse=lambda torch, t, sizes: torch.sparse_csc_tensor(
-        t["col_ptr"], t["row_idx"], t["values"], (sizes["nrows"], sizes["ncols"])
+        t["col_ptr"], t["row_idx"], t["values"], (sizes["nrows"], sizes["ncols"]), check_invariants=False
     ),
 )
 COO = Format(
@@ -512,12 +522,14 @@ COO = Format(
     pack=pack_coo,
     read=read_coo,
     longest=CSR.longest,
-    # torch's COO holds int64 indices: the widening is part of the vendor's time.
+    # torch's COO holds int64 indices: the widening is part of the vendor's time. No invariant checks (a pass over
+    # the indices) in any of the three: the generator keeps them.
     sparse=lambda torch, t, sizes: torch.sparse_coo_tensor(
         torch.stack([t["row_idx"], t["col_idx"]]).long(),
         t["values"],
         (sizes["nrows"], sizes["ncols"]),
         is_coalesced=True,
+        check_invariants=False,
     ),
 )
 ELL = Format(
@@ -542,29 +554,23 @@ ELL = Format(
 )
 
 
-def _draw(fmt: Format, dense: str) -> Callable[[np.random.Generator, Sizes, Precision], Arrays]:
+def _draw(fmt: Format, spmm: bool) -> Callable[[np.random.Generator, Sizes, Precision], Arrays]:
     """The generator of a task: the matrix in the format, and x (spmv) or b (spmm) uniform in [-1, 1]."""
 
     def generate(rng: np.random.Generator, sizes: Sizes, precision: Precision) -> Arrays:
         dtype = NUMPY[precision]
-        e = draw_entries(rng, sizes["nrows"], sizes["ncols"], sizes["nnz"], fmt.longest(sizes), dtype)
-        shape = (sizes["ncols"],) if dense == "x" else (sizes["ncols"], sizes["k"])
-        return {**fmt.pack(e, sizes), dense: rng.uniform(-1.0, 1.0, shape).astype(dtype)}
+        pattern = pattern_of(rng)
+        e = draw_entries(rng, pattern, sizes["nrows"], sizes["ncols"], sizes["nnz"], fmt.longest(sizes), dtype)
+        dense = {"b": (sizes["ncols"], sizes["k"])} if spmm else {"x": (sizes["ncols"],)}
+        return {**fmt.pack(e, sizes), **{n: rng.uniform(-1.0, 1.0, s).astype(dtype) for n, s in dense.items()}}
 
     return generate
 
 
-def _reference(fmt: Format, dense: str, out: str) -> Callable[[Arrays, Sizes], Arrays]:
-    return lambda inputs, sizes: {out: multiply(fmt.read(inputs, sizes), inputs[dense], sizes["nrows"])}
-
-
-def _vendor(fmt: Format, dense: str, out: str) -> Vendor | None:
-    sparse = fmt.sparse
-    if sparse is None:
-        return None
-    return Vendor("cuSPARSE (torch.sparse)", lambda torch, t, sizes: {out: sparse(torch, t, sizes) @ t[dense]})
-
-
+NO_ELL_VENDOR = (
+    " No vendor: torch has no ELL layout (cuSPARSE's Blocked-ELL, dense blocks rather than rows, is not reachable "
+    "through it)."
+)
 PATTERN_WORDS = (
     "Each input set draws its matrix as uniform, power_law (Zipf rows and columns, a few very long, some empty) or "
     "banded with probability 1/3 each; the seeded sets (seed 1 is timed) are power_law."
@@ -572,49 +578,38 @@ PATTERN_WORDS = (
 CHECK = (
     "every output against the float64 reference within the tolerance: fp32 rtol 1e-5, atol 1e-5 (values scaled by "
     "1/sqrt(row length) keep outputs about 1/3 in size, and an fp32 sum of up to max_row terms in any order errs "
-    "by under 1e-6); bf16 rtol 1.6e-2 for the output's rounding. Empty rows must be written as 0."
+    "by about 2e-6 at most); bf16 rtol 1.6e-2 for the output's rounding. Empty rows must be written as 0."
 )
 
 
-def spmv(fmt: Format, baseline: Baseline) -> Task:
+def product(fmt: Format, baseline: Baseline, spmm: bool = False) -> Task:
+    """spmv (y = A x) or spmm (c = A b, k columns) with A in the format."""
+    dense, out = ("b", "c") if spmm else ("x", "y")
+    columns = ("k",) if spmm else ()
+    per_column = " * k" if spmm else ""
+    sparse = fmt.sparse
+    vendor = None
+    if sparse is not None:
+        vendor = Vendor("cuSPARSE (torch.sparse)", lambda torch, t, sizes: {out: sparse(torch, t, sizes) @ t[dense]})
     return Task(
-        name=f"spmv_{fmt.name}",
+        name=f"{'spmm' if spmm else 'spmv'}_{fmt.name}",
         family="sparse",
-        summary=f"y = A x with A in {fmt.name.upper()} (fp32 accumulation)",
-        sizes=fmt.sizes,
-        inputs=(*fmt.index, Tensor("x", ("ncols",), distribution=UNIFORM)),
-        outputs=(Tensor("y", ("nrows",)),),
-        flops=fmt.flops,
+        summary=f"{out} = A {dense} with A in {fmt.name.upper()}"
+        + (f" and b dense [ncols, {K}]" if spmm else "")
+        + " (fp32 accumulation)",
+        sizes=(lambda scale: {**fmt.sizes(scale), "k": K}) if spmm else fmt.sizes,
+        inputs=(*fmt.index, Tensor(dense, ("ncols", *columns), distribution=UNIFORM)),
+        outputs=(Tensor(out, ("nrows", *columns)),),
+        flops=f"2 * nnz{per_column}",
         baseline=baseline,
-        reference=_reference(fmt, "x", "y"),
+        reference=lambda inputs, sizes: {out: multiply(fmt.read(inputs, sizes), inputs[dense], sizes["nrows"])},
         check=CHECK,
-        generate=_draw(fmt, "x"),
+        generate=_draw(fmt, spmm),
         tolerance=TOLERANCE,
-        vendor=_vendor(fmt, "x", "y"),
-        bytes=None if fmt.bytes is None else f"{fmt.bytes} + (ncols + nrows) * 2",
-        description=f"{fmt.storage}. {PATTERN_WORDS}"
-        + ("" if fmt.sparse else " No vendor: torch has no ELL layout (cuSPARSE's Blocked-ELL is not reachable)."),
-    )
-
-
-def spmm(fmt: Format, baseline: Baseline) -> Task:
-    return Task(
-        name=f"spmm_{fmt.name}",
-        family="sparse",
-        summary=f"c = A b with A in {fmt.name.upper()} and b dense [ncols, {K}] (fp32 accumulation)",
-        sizes=lambda scale: {**fmt.sizes(scale), "k": K},
-        inputs=(*fmt.index, Tensor("b", ("ncols", "k"), distribution=UNIFORM)),
-        outputs=(Tensor("c", ("nrows", "k")),),
-        flops=f"{fmt.flops} * k",
-        baseline=baseline,
-        reference=_reference(fmt, "b", "c"),
-        check=CHECK,
-        generate=_draw(fmt, "b"),
-        tolerance=TOLERANCE,
-        vendor=_vendor(fmt, "b", "c"),
-        bytes=None if fmt.bytes is None else f"{fmt.bytes} + (ncols + nrows) * k * 2",
-        description=f"{fmt.storage}; b row-major [ncols, k]. {PATTERN_WORDS}"
-        + ("" if fmt.sparse else " No vendor: torch has no ELL layout (cuSPARSE's Blocked-ELL is not reachable)."),
+        vendor=vendor,
+        bytes=None if fmt.bytes is None else f"{fmt.bytes} + (ncols + nrows){per_column} * 2",
+        description=f"{fmt.storage}{'; b row-major [ncols, k]' if spmm else ''}. {PATTERN_WORDS}"
+        + ("" if sparse else NO_ELL_VENDOR),
     )
 
 
@@ -626,8 +621,8 @@ ROWS = "cdiv(nrows, 256)"
 OUTPUTS = "cdiv(nrows * k, 256)"
 
 TASKS: tuple[Task, ...] = (
-    spmv(CSR, _plan(SPMV_CSR, "spmv_csr_naive", ROWS, ("values", "col_idx", "row_ptr", "x", "y", "nrows"))),
-    spmv(
+    product(CSR, _plan(SPMV_CSR, "spmv_csr_naive", ROWS, ("values", "col_idx", "row_ptr", "x", "y", "nrows"))),
+    product(
         CSC,
         _plan(
             SPMV_CSC,
@@ -636,10 +631,14 @@ TASKS: tuple[Task, ...] = (
             ("values", "row_idx", "col_ptr", "x", "y", "nrows", "ncols"),
         ),
     ),
-    spmv(COO, _plan(SPMV_COO, "spmv_coo_naive", ROWS, ("values", "row_idx", "col_idx", "x", "y", "nrows", "nnz"))),
-    spmv(ELL, _plan(SPMV_ELL, "spmv_ell_naive", ROWS, ("values", "col_idx", "x", "y", "nrows", "width"))),
-    spmm(CSR, _plan(SPMM_CSR, "spmm_csr_naive", OUTPUTS, ("values", "col_idx", "row_ptr", "b", "c", "nrows", "k"))),
-    spmm(
+    product(COO, _plan(SPMV_COO, "spmv_coo_naive", ROWS, ("values", "row_idx", "col_idx", "x", "y", "nrows", "nnz"))),
+    product(ELL, _plan(SPMV_ELL, "spmv_ell_naive", ROWS, ("values", "col_idx", "x", "y", "nrows", "width"))),
+    product(
+        CSR,
+        _plan(SPMM_CSR, "spmm_csr_naive", OUTPUTS, ("values", "col_idx", "row_ptr", "b", "c", "nrows", "k")),
+        spmm=True,
+    ),
+    product(
         CSC,
         _plan(
             SPMM_CSC,
@@ -647,9 +646,16 @@ TASKS: tuple[Task, ...] = (
             f"cdiv(nrows, {SLICE} // k)",
             ("values", "row_idx", "col_ptr", "b", "c", "nrows", "ncols", "k"),
         ),
+        spmm=True,
     ),
-    spmm(
-        COO, _plan(SPMM_COO, "spmm_coo_naive", OUTPUTS, ("values", "row_idx", "col_idx", "b", "c", "nrows", "k", "nnz"))
+    product(
+        COO,
+        _plan(SPMM_COO, "spmm_coo_naive", OUTPUTS, ("values", "row_idx", "col_idx", "b", "c", "nrows", "k", "nnz")),
+        spmm=True,
     ),
-    spmm(ELL, _plan(SPMM_ELL, "spmm_ell_naive", OUTPUTS, ("values", "col_idx", "b", "c", "nrows", "width", "k"))),
+    product(
+        ELL,
+        _plan(SPMM_ELL, "spmm_ell_naive", OUTPUTS, ("values", "col_idx", "b", "c", "nrows", "width", "k")),
+        spmm=True,
+    ),
 )
