@@ -32,7 +32,9 @@ one launch, so an atomicAdd kernel cannot count on a zeroed y: CSR and ELL take 
 row's entries by binary search over row_idx; CSC, whose entries of a row are scattered over every column, takes a
 block per slice of output rows that accumulates the slice in shared memory (zeroed there: no memset is needed)
 with shared-memory atomics while its threads walk every column, then writes the slice once. That reads A once per
-slice, the price of scattering from columns without a second launch; the search may find better.
+slice, the price of scattering from columns without a second launch; the search may find better. Since every
+baseline accumulates in fp32 (registers, or CSC's shared memory) and rounds once on the way out, outputs are in the
+precision for every format: no bf16 atomics and no fp32 output is needed.
 References are NumPy in float64 (np.bincount over the entries read back from each format's arrays) and share no
 code with the baselines; tests/test_suite_sparse.py holds them against scipy.sparse.
 """
