@@ -246,6 +246,7 @@ def test_the_matmul_template_refuses_tiles_that_do_not_divide_the_sizes() -> Non
     assert template.problem(card, {**base, "bk": 32}) == "bk 32 does not divide K = 16"
     assert template.problem(card, {**base, "bm": 128, "bn": 32, "tm": 4, "tn": 4}) == "bm 128 does not divide M = 64"
     assert "threads per block" in str(template.problem(card, {**base, "tm": 8, "tn": 8}))
+    assert template.valid(card, {**base, "layout": "blocked"}) == base, "a 1 x 1 micro-tile has one layout"
     space = template.space(card)
     assert all(bk % vec == 0 for bk in space["bk"] for vec in space["vec"])  # type: ignore[operator]
     assert all(bn % vec == 0 and bn >= tn for bn in space["bn"] for vec in space["vec"] for tn in space["tn"])  # type: ignore[operator]
