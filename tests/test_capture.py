@@ -307,23 +307,31 @@ def test_gpu_only_overloads_become_cards_whose_reference_runs_on_the_cpu(tmp_pat
     assert "re-run as aten.native_batch_norm.default" in (written.card.root / "reference.py").read_text()
 
 
-def cuda_group_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
-    """aten.native_group_norm's output as CUDA computes it in bf16 (group_norm_kernel.cu): statistics in fp32, mean and
-    rstd stored in x's dtype (its mean and rstd outputs), then y = a * x + b in fp32 with a = rstd * gamma and
+def cuda_group_norm_call(
+    x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """aten.native_group_norm's outputs as CUDA computes them in bf16 (group_norm_kernel.cu): statistics in fp32, mean
+    and rstd stored in x's dtype (its mean and rstd outputs), then y = a * x + b in fp32 with a = rstd * gamma and
     b = beta - a * mean from those bf16 values, rounded once to bf16."""
     n, c = x.shape[:2]
     spans = x.double().reshape(n, groups, -1)
     eps16 = float(torch.tensor(eps, dtype=x.dtype))  # the kernel takes eps as a scalar_t
-    mean = spans.mean(-1).float().to(x.dtype).float()
-    rstd = torch.rsqrt(spans.var(-1, unbiased=False).float() + eps16).to(x.dtype).float()
-    a = rstd.repeat_interleave(c // groups, dim=1) * gamma.float()
-    b = beta.float() - a * mean.repeat_interleave(c // groups, dim=1)
-    return (a[:, :, None, None] * x.float() + b[:, :, None, None]).to(x.dtype)
+    mean16 = spans.mean(-1).float().to(x.dtype)
+    rstd16 = torch.rsqrt(spans.var(-1, unbiased=False).float() + eps16).to(x.dtype)
+    a = rstd16.float().repeat_interleave(c // groups, dim=1) * gamma.float()
+    b = beta.float() - a * mean16.float().repeat_interleave(c // groups, dim=1)
+    return (a[:, :, None, None] * x.float() + b[:, :, None, None]).to(x.dtype), mean16, rstd16
+
+
+def cuda_group_norm(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    """y of `cuda_group_norm_call`."""
+    return cuda_group_norm_call(x, gamma, beta, groups, eps)[0]
 
 
 def _group_norm_call(
     x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, y: torch.Tensor, groups: int
 ) -> tuple[list[ArgSpec], list[torch.Tensor], dict[str, np.ndarray]]:
+    """The captured call: its arguments, its outputs (y, and the statistics as CUDA returns them), the sample."""
     n, c, h, w = x.shape
     args = [
         ArgSpec(path="args[0]", kind="tensor", tensor=_meta(x), source=(-1, 0)),
@@ -335,10 +343,10 @@ def _group_norm_call(
         ),
         ArgSpec(path="args[7]", kind="scalar", value=1e-5),
     ]
-    stats = torch.zeros(n, groups, dtype=x.dtype)
-    named = {"x": x, "gamma": gamma, "beta": beta, "y": y}
+    _, mean, rstd = cuda_group_norm_call(x, gamma, beta, groups, 1e-5)
+    named = {"x": x, "gamma": gamma, "beta": beta, "y": y, "mean": mean, "rstd": rstd}
     sample = {k: v.float().numpy().astype(ml_dtypes.bfloat16) for k, v in named.items()}
-    return args, [y, stats, stats], sample
+    return args, [y, mean, rstd], sample
 
 
 def _diffusion_like(seed: int, shape: tuple[int, int, int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

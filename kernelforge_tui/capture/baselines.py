@@ -204,7 +204,8 @@ extern "C" __global__ void {entry}(const T* __restrict__ x, const T* __restrict_
 
 
 def group_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
-    """y = (x - mean) * rstd * gamma[c] + beta[c] with statistics per (sample, group) of x[n, c, h, w]."""
+    """y = (x - mean) * rstd * gamma[c] + beta[c] with statistics per (sample, group) of x[n, c, h, w], and the
+    statistics mean and rstd [n, groups] (aten.native_group_norm returns them beside y)."""
     entry = "kf_capture_group_norm"
     source = (
         prelude(
@@ -215,7 +216,8 @@ def group_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
         + REDUCE
         + f"""
 extern "C" __global__ void {entry}(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
-                                   T* __restrict__ y, int c, int hw, int groups) {{
+                                   T* __restrict__ y, T* __restrict__ mean, T* __restrict__ rstd_out, int c, int hw,
+                                   int groups) {{
     __shared__ float sh[BLOCK];
     const int per_group = c / groups;
     const long long span = (long long)per_group * hw;
@@ -233,6 +235,10 @@ extern "C" __global__ void {entry}(const T* __restrict__ x, const T* __restrict_
         sq += d * d;
     }}
     const float rstd = rsqrtf(block_sum(sq, sh) / (float)span + {eps_literal(eps)});
+    if (threadIdx.x == 0) {{
+        mean[blockIdx.x] = cv(shift + offset);
+        rstd_out[blockIdx.x] = cv(rstd);
+    }}
     for (long long k = threadIdx.x; k < span; k += BLOCK) {{
         const int ch = first_channel + (int)(k / hw);
         y[base + k] = cv(((ld(x, base + k) - shift) - offset) * rstd * ld(gamma, ch) + ld(beta, ch));
@@ -241,7 +247,10 @@ extern "C" __global__ void {entry}(const T* __restrict__ x, const T* __restrict_
 """
     )
     plan = LaunchPlan(
-        entry=entry, grid=["n * groups"], block=[BLOCK], args=["x", "gamma", "beta", "y", "c", "h * w", "groups"]
+        entry=entry,
+        grid=["n * groups"],
+        block=[BLOCK],
+        args=["x", "gamma", "beta", "y", "mean", "rstd", "c", "h * w", "groups"],
     )
     return source, plan
 

@@ -213,7 +213,7 @@ def write_card(
         input_sets=sets,
         reference=Reference(kind="numpy", function="reference.py:reference"),
         baseline=BaselineSpec(source="baseline.cu", plan=plan.plan),
-        stress=StressSpec(seed=STRESS_SEED),
+        stress=StressSpec(seed=STRESS_SEED, skip=plan.stress_skip),
     )
     if root.exists():
         shutil.rmtree(root)
