@@ -19,8 +19,9 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from rich.console import Console
 
-from kernelforge_tui.cli.bench import list_tasks, markdown_table, parse_scales
+from kernelforge_tui.cli.bench import list_tasks, markdown_table, parse_scales, render_progress
 from kernelforge_tui.cli.bench_report import NO_MATPLOTLIB, PLOTS, write_report
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.config import load_settings
@@ -128,7 +129,7 @@ def test_simulated_bench_runs_scores_reports_and_skips_what_is_done(tmp_path: Pa
     with RunStore.open(out / RUNS / searched.card, readonly=True) as store:
         assert store.run_info().node_count == nodes
     with pytest.raises(BadInput, match="was simulated: rerun it with --simulate"):
-        open_manifest(out, options.model_copy(update={"simulate": False}))
+        open_manifest(out, options.model_copy(update={"simulate": False}), [])
 
 
 def test_the_report_without_matplotlib_says_how_to_get_the_plots(
@@ -279,3 +280,27 @@ def test_suite_baselines_script_selects_cards_and_writes_its_summary(tmp_path: P
     rows = [line for line in table if line.startswith("| vector_add")]
     assert rows[0].startswith("| vector_add_fp32_s14 | FAIL | - | 0 | mismatch: set stress:nan:")  # failures first
     assert "\\| first at 7" in rows[0] and rows[1] == "| vector_add_fp32_s10 | pass | 3 us | 5 |  |"
+
+
+def test_the_live_view_counts_cards_and_tasks_and_shows_each_best() -> None:
+    def bench_card(name: str, state: str, scale: int = SMALL, best: float | None = None) -> BenchCard:
+        return BenchCard.model_validate(
+            {"card": f"{name}_fp32_s{scale.bit_length() - 1}", "task": name, "family": "elementwise",
+             "precision": "float32", "scale": scale, "flops": 1, "bytes": 1, "state": state, "best_speedup": best,
+             "wall_seconds": 30.0}
+        )  # fmt: skip
+
+    manifest = BenchManifest(
+        options=BenchOptions(simulate=True, minutes_per_task=2.0),
+        cards=[
+            bench_card("vector_add", "finished", best=2.5),
+            bench_card("vector_add", "running", scale=2**14, best=1.25),
+            bench_card("unserved", "no-template"),
+        ],
+    )
+    console = Console(record=True, width=200)
+    console.print(render_progress(manifest, "vector_add_fp32_s14: best 1.25x (node 3)"))
+    text = console.export_text()
+    assert "SIMULATED cards 2/3, tasks 1/2; now vector_add_fp32_s14; at most 1.0 min of budget left" in text
+    assert "fp32 s10 2.50x  fp32 s14 1.25x" in text and "fp32 s10 no template" in text
+    assert "vector_add_fp32_s14: best 1.25x (node 3)" in text

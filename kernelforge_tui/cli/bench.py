@@ -248,13 +248,13 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     if args.report:
         out = Path(args.report)
-        report = write_report(load_manifest(out), out)
-        return _finish(load_manifest(out), report, args, console)
+        manifest = load_manifest(out)
+        return _finish(manifest, write_report(manifest, out), args, console)
     out = Path(args.out)
     options = options_from(args)
     try:
         manifest = asyncio.run(_run(out, options, args, console))
-    except asyncio.CancelledError:  # Ctrl-C: the card in progress stays resumable
+    except (KeyboardInterrupt, asyncio.CancelledError):  # Ctrl-C: the card in progress stays resumable
         return fail(
             console, args.json, "interrupted", f"interrupted: rerun the same command to continue {out}", EXIT_FAILED
         )

@@ -43,6 +43,8 @@ from kernelforge_tui.engine.feedback import cannot_serve
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, load_proposer, make_backend, prepare_run
 from kernelforge_tui.errors import BadInput, NoGpu
+from kernelforge_tui.gpu.detect import detect_gpus
+from kernelforge_tui.gpu.evaluate import cached_ceilings
 from kernelforge_tui.gpu.statistics import robust_stats
 from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.models.events import BestImproved
@@ -235,10 +237,9 @@ def plan_cards(options: BenchOptions) -> list[BenchCard]:
     return planned
 
 
-def open_manifest(out: Path, options: BenchOptions) -> BenchManifest:
-    """The bench in `out` continued with these options (cards newly selected are added after the recorded ones), or
-    a new one. A bench is simulated or measured, with one proposer, from start to end."""
-    planned = plan_cards(options)
+def open_manifest(out: Path, options: BenchOptions, planned: list[BenchCard]) -> BenchManifest:
+    """The bench in `out` continued with these options (the `planned` cards not recorded yet are added after the
+    recorded ones), or a new one. A bench is simulated or measured, with one proposer, from start to end."""
     if not manifest_path(out).exists():
         return BenchManifest(options=options, cards=planned)
     manifest = load_manifest(out)
@@ -304,8 +305,9 @@ async def run_bench(
     except StoreError as exc:
         raise BadInput(f"bench {out}: another process runs it ({exc})") from None
     try:
-        bench = _Bench(out, settings, open_manifest(out, options), progress)
-        await bench.run()
+        planned = plan_cards(options)
+        bench = _Bench(out, settings, open_manifest(out, options, planned), progress)
+        await bench.run({c.card for c in planned})
         return bench.manifest
     finally:
         os.close(lock)
@@ -322,12 +324,13 @@ class _Bench:
         save_manifest(self.manifest, self.out)
         self.progress(self.manifest, line)
 
-    async def run(self) -> None:
+    async def run(self, selected: set[str]) -> None:
+        """Run the selected cards not done yet (the manifest's other cards stay as they are, in the report)."""
         done = sum(c.state in DONE for c in self.manifest.cards)
         self.say(f"bench {self.out}: {done} of {len(self.manifest.cards)} cards done")
         overheads: list[float] = []
         for card in self.manifest.cards:
-            if card.state in DONE:
+            if card.state in DONE or card.card not in selected:
                 continue
             began = time.monotonic()
             try:
@@ -337,6 +340,8 @@ class _Bench:
                 save_manifest(self.manifest, self.out)
             if card.state == "finished" and card.budget is not None and card.budget.max_minutes is not None:
                 overheads.append(max(0.0, card.wall_seconds - card.active_seconds) / 60)
+        if not self.manifest.simulated and self.manifest.ceilings is None:  # every card was done before this session
+            self.manifest.ceilings = next(filter(None, (cached_ceilings(gpu.uuid) for gpu in detect_gpus())), None)
         self.manifest.ended_at = time.time()
         self.say(f"bench {self.out}: done")
 
