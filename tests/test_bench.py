@@ -46,7 +46,7 @@ from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite import cards, registry
 from kernelforge_tui.suite.task import Task, Vendor
-from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_vendor
+from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_calls, time_vendor
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTOR_ADD = registry.task("vector_add")
@@ -304,3 +304,43 @@ def test_the_live_view_counts_cards_and_tasks_and_shows_each_best() -> None:
     assert "SIMULATED cards 2/3, tasks 1/2; now vector_add_fp32_s14; at most 1.0 min of budget left" in text
     assert "fp32 s10 2.50x  fp32 s14 1.25x" in text and "fp32 s10 no template" in text
     assert "vector_add_fp32_s14: best 1.25x (node 3)" in text
+
+
+class _FakeCuda:
+    """Just enough of torch for `time_calls`: events that record into a log and measure 2 us, a scratch buffer whose
+    fill is the L2 flush."""
+
+    int32 = "int32"
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.cuda = self
+
+    def empty(self, count: int, dtype: str, device: str) -> _FakeCuda:
+        assert count * 4 == 256 * 1024 * 1024 and device == "cuda"
+        return self
+
+    def fill_(self, value: int) -> None:
+        self.log.append("flush")
+
+    def Event(self, enable_timing: bool) -> _FakeCuda:  # torch.cuda.Event
+        assert enable_timing
+        return self
+
+    def record(self) -> None:
+        self.log.append("event")
+
+    def elapsed_time(self, end: _FakeCuda) -> float:
+        return 0.002  # milliseconds
+
+    def synchronize(self) -> None:
+        self.log.append("sync")
+
+
+def test_vendor_calls_are_timed_the_worker_way() -> None:
+    """Warm-up, then each timed call after an L2 flush between two events, a synchronisation per batch of ten."""
+    torch = _FakeCuda()
+    samples = time_calls(torch, lambda: torch.log.append("call"), VendorRequest(card_dir=Path("."), reps=12))
+    assert samples == [2.0] * 12
+    timed = ["flush", "event", "call", "event"]
+    assert torch.log == ["call"] * 3 + ["sync"] + timed * 10 + ["sync"] + timed * 2 + ["sync"]

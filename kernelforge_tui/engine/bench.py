@@ -351,7 +351,7 @@ class _Bench:
         if options.minutes_per_task is None:
             return Budget(max_iterations=options.iterations)
         mine = self.manifest.task_cards(card.task)
-        left = [c for c in mine if c.state not in DONE]
+        left = [c for c in mine if c.state not in DONE and self._unserved(c) is None]  # the others cost no minutes
         spent = sum(c.wall_seconds for c in mine) / 60
         overhead = max(overheads) if overheads else SEARCH_OVERHEAD_MINUTES
         total = Budget(max_minutes=options.minutes_per_task)
@@ -363,15 +363,23 @@ class _Bench:
         minutes = max(MIN_MINUTES, budget.max_minutes - overhead)  # the minutes pay for the search's start-up too
         return Budget(max_minutes=minutes, max_iterations=options.iterations)
 
+    def _unserved(self, card: BenchCard) -> str | None:
+        """Why the bench's template proposer has nothing for the card ("no template: ..."); None when it has, or
+        when the proposer is not the template library."""
+        if self.manifest.options.proposer != DEFAULT_PROPOSER:
+            return None
+        why = cannot_serve(
+            load_proposer(DEFAULT_PROPOSER), suite_cards.spec(task(card.task), card.precision, card.scale)
+        )
+        return None if why is None else f"{NO_TEMPLATE}: the templates proposer {why}"
+
     async def _card(self, card: BenchCard, overheads: list[float]) -> None:
         written = suite_cards.write(task(card.task), card.precision, card.scale, self.out / CARDS)
-        options = self.manifest.options
-        if options.proposer == DEFAULT_PROPOSER:
-            why = cannot_serve(load_proposer(DEFAULT_PROPOSER), written.spec)
-            if why is not None:
-                card.state, card.reason = "no-template", f"{NO_TEMPLATE}: the templates proposer {why}"
-                self.say(f"{card.card}: {card.reason}")
-                return
+        unserved = self._unserved(card)
+        if unserved is not None:
+            card.state, card.reason = "no-template", unserved
+            self.say(f"{card.card}: {card.reason}")
+            return
         self._note_roof(written)
         run_dir = self.out / RUNS / card.card
         card.run_dir = run_dir
@@ -479,7 +487,8 @@ class _Bench:
             card.vendor = VendorResult(library=vendor.library, note=SIMULATED_VENDOR)
             return
         self.say(f"{card.card}: timing {vendor.library}")
-        reply = await time_vendor_subprocess(VendorRequest(card_dir=written.root, reps=VENDOR_REPS))
+        request = VendorRequest(card_dir=written.root, reps=VENDOR_REPS, flush_bytes=self.settings.eval.flush_bytes)
+        reply = await time_vendor_subprocess(request)
         card.vendor = vendor_result(vendor.library, reply)
 
 

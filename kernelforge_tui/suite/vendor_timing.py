@@ -18,7 +18,7 @@ reference at the card's tolerance (integer outputs exactly), and the reply says 
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -134,13 +134,14 @@ def time_vendor(request: VendorRequest) -> VendorReply:
         outputs = call()
         reply.agrees, reply.check = agreement(card, {k: to_numpy(torch, v) for k, v in outputs.items()}, references)
         if request.device.startswith("cuda"):
-            reply.samples_us = _timed(torch, call, request)
+            reply.samples_us = time_calls(torch, call, request)
     except Exception as exc:  # the vendor call itself failed (an unsupported dtype, out of memory): say so
         reply.error = f"{type(exc).__name__}: {exc}"
     return reply
 
 
-def _timed(torch: Any, call: Any, request: VendorRequest) -> list[float]:
+def time_calls(torch: Any, call: Callable[[], object], request: VendorRequest) -> list[float]:
+    """`request.reps` calls, each between CUDA events after the L2 flush, synchronised once per batch; in us."""
     scratch = torch.empty(request.flush_bytes // 4, dtype=torch.int32, device=request.device)
     for _ in range(WARMUP):
         call()
