@@ -41,7 +41,7 @@ from kernelforge_tui.engine.bench import (
 )
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.statistics import robust_stats
-from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck
+from kernelforge_tui.models.evaluation import Ceilings, EvalResult, Evaluation, SetCheck
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite import cards, registry
@@ -132,17 +132,36 @@ def test_simulated_bench_runs_scores_reports_and_skips_what_is_done(tmp_path: Pa
         open_manifest(out, options.model_copy(update={"simulate": False}), [])
 
 
-def test_the_report_without_matplotlib_says_how_to_get_the_plots(
+def test_a_gpu_report_without_matplotlib_has_every_number_and_says_how_to_get_the_plots(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    card = BenchCard(card="vector_add_fp32_s10", task="vector_add", family="elementwise", precision="float32",
-                     scale=SMALL, flops=1024, bytes=12288, state="finished", baseline_us=10.0, best_us=5.0)  # fmt: skip
-    manifest = BenchManifest(options=BenchOptions(simulate=True), simulated_ceiling_us=1.0, cards=[card])
+    """A measured bench's report, made by hand: the ceilings named, the vendor beside ours (a win, a disagreement),
+    every number in the table; without matplotlib everything but the plots, and how to get them."""
+    ceilings = Ceilings(
+        gpu_name="NVIDIA H200", copy_gbps=4000.0, fma_tflops=60.0, capability=(9, 0), sm_count=132, l2_bytes=60 << 20
+    )
+    fast = BenchCard(card="vector_add_fp32_s10", task="vector_add", family="elementwise", precision="float32",
+                     scale=SMALL, flops=1024, bytes=12288, state="finished", baseline_us=10.0, best_us=5.0,
+                     vendor=VendorResult(library="torch.add", median_us=6.0, agrees=True))  # fmt: skip
+    disagrees = VendorResult(library="torch.add", median_us=4.0, agrees=False)
+    slow = fast.model_copy(
+        update={"card": "vector_add_bf16_s10", "precision": "bfloat16", "bytes": 6144, "vendor": disagrees}
+    )
+    manifest = BenchManifest(options=BenchOptions(), gpu_name="NVIDIA H200", ceilings=ceilings, cards=[fast, slow])
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib raises ImportError
     report = write_report(manifest, tmp_path)
-    assert NO_MATPLOTLIB in (report / "report.md").read_text()
-    assert not list(report.glob("*.png")) and (report / "results.csv").is_file()
-    assert json.loads((report / "results.json").read_text())["suite_score"] == pytest.approx(2.0)
+    text = (report / "report.md").read_text()
+    assert NO_MATPLOTLIB in text and not list(report.glob("*.png"))
+    assert "SIMULATED" not in text and "copy 4000 GB/s, FMA 60.0 TFLOP/s" in text
+    assert "- vector_add fp32 2^10: 5 us against torch.add 6 us (1.20x faster)" in text  # the only win
+    assert "| vector_add | elementwise | bf16 | 2^10 | 1.02e+03 | 6.14e+03 | 10 | 5 | 2.00x | 1 | 0 | 0% | torch.add " \
+           "(disagrees with the reference) | 4 | 1.25 |  |" in text  # fmt: skip
+    summary = json.loads((report / "results.json").read_text())
+    assert summary["suite_score"] == pytest.approx(2.0) and summary["ceilings"]["gpu_name"] == "NVIDIA H200"
+    fp32 = summary["cards"][0]
+    assert fp32["roofline_share"] == pytest.approx(12288 / 4000e3 / 5.0)  # 12 kB at 4000 GB/s over 5 us
+    assert fp32["vendor_ratio"] == pytest.approx(5 / 6) and fp32["achieved_gbps"] == pytest.approx(12288 / 5e3)
+    assert (report / "results.csv").read_text().splitlines()[1].startswith("vector_add,elementwise,float32,10,")
 
 
 def _card_state(out: Path) -> list[tuple[str, str]]:
