@@ -91,3 +91,39 @@ def test_the_call_is_rebuilt_with_the_captured_strides_of_size_one_dims(tmp_path
     result = check_kernel(package, runner, timing=False, fresh=FRESH_SEEDS, device=torch.device("cpu"))
     assert result.ok, result.reason
     assert len(driver.launches) == len(result.sets) > 5
+
+
+def _eager_off_by(monkeypatch: pytest.MonkeyPatch, shift: float) -> None:
+    """Eager in the call's own dtype made wrong by `shift` (as CUDA's bf16 group norm is on large-mean groups, by its
+    statistics' rounding); the op in float64 left exact."""
+    from kernelforge_tui.cast import probe
+
+    real = probe.aten_call
+
+    def call(entry: object, tensors: dict[str, torch.Tensor]) -> tuple[object, list[object], dict[str, object]]:
+        op, args, kwargs = real(entry, tensors)  # type: ignore[arg-type]
+
+        def rounded_badly(*a: object, **k: object) -> torch.Tensor:
+            out = op(*a, **k)
+            return out if out.dtype == torch.float64 else out + shift
+
+        return rounded_badly, args, kwargs
+
+    monkeypatch.setattr(probe, "aten_call", call)
+
+
+def test_where_eager_is_off_by_its_own_rounding_the_op_in_float64_decides(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _eager_off_by(monkeypatch, 0.5)
+    path, driver = _package(tmp_path)
+    package = read_package(path)
+    runner = KernelRunner(package, package.manifest.kernels[0], device_type="cpu", driver=driver)
+    result = check_kernel(package, runner, timing=False, fresh=FRESH_SEEDS, device=torch.device("cpu"))
+    assert result.ok, result.reason
+    assert result.sets[0].detail.startswith("agrees with the op in float64 where eager in its dtype does not (y: ")
+    path, driver = _package(tmp_path / "wrong", wrong=True)
+    package = read_package(path)
+    runner = KernelRunner(package, package.manifest.kernels[0], device_type="cpu", driver=driver)
+    result = check_kernel(package, runner, timing=False, fresh=FRESH_SEEDS, device=torch.device("cpu"))
+    assert not result.ok and result.reason.startswith("set captured_0: disagrees with eager PyTorch: y: ")
