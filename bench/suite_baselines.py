@@ -63,7 +63,7 @@ class BaselineCheck(BaseModel):
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", action="extend", metavar="GLOB", help="task names or globs (all)")
-    parser.add_argument("--precision", choices=sorted(PRECISION_CHOICES), default="both")
+    parser.add_argument("--precision", choices=list(PRECISION_CHOICES), default="both")
     parser.add_argument("--scales", nargs="+", action="extend", metavar="LOG2", help="e.g. 10,14 (every scale)")
     parser.add_argument("--out", required=True, type=Path, metavar="DIR", help="where the cards and summary go")
     return parser.parse_args(argv)
