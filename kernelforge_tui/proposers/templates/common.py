@@ -246,3 +246,30 @@ __device__ __forceinline__ S group_reduce(S v, S* red) {
 def reduce_helpers(fast_exp: bool) -> str:
     """The reduction states, with the exp the kernel chose (fast __expf or accurate expf)."""
     return f"#define EXPF {'__expf' if fast_exp else 'expf'}\n" + REDUCE
+
+
+def streaming_space(card: OperatorCard) -> Space:
+    """The space of kernels that stream elements once (elementwise maps, flat copies): vector width, block,
+    unroll, grid-stride over waves of the SMs or one chunk per thread, and blocks per SM."""
+    return {
+        "vec": vec_widths(dtype_of(card)),
+        "block": (128, 256, 512, 1024),
+        "unroll": (1, 2, 4),
+        "loop": ("grid_stride", "one_per_thread"),
+        "waves": (1, 2, 4, 8, 16),
+        "minb": (1, 2),
+    }
+
+
+def streaming_canonical(params: Params) -> Params:
+    """waves only matters for grid_stride."""
+    return {**params, "waves": 1} if params["loop"] == "one_per_thread" else dict(params)
+
+
+def streaming_problem(params: Params) -> str | None:
+    """Launches a streaming kernel cannot make resident: too many threads per SM, or too many waves."""
+    if int(params["minb"]) * int(params["block"]) > 2048:
+        return "minb x block exceeds 2048 threads per SM"
+    if int(params["waves"]) * int(params["minb"]) * int(params["block"]) > 16 * 2048:
+        return "more than 16 waves of resident threads"
+    return None

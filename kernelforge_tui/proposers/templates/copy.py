@@ -30,6 +30,9 @@ from kernelforge_tui.proposers.templates.common import (
     dtype_of,
     launch_bounds,
     prelude,
+    streaming_canonical,
+    streaming_problem,
+    streaming_space,
     vec_widths,
 )
 
@@ -74,20 +77,11 @@ class CopyTemplate(Template):
     def space(self, card: OperatorCard) -> Space:
         if operation(card) == "transpose":
             return {"tile": (16, 32, 64), "rpt": (1, 2, 4, 8), "pad": (0, 1, 2)}
-        return {
-            "vec": vec_widths(dtype_of(card)),
-            "block": (128, 256, 512, 1024),
-            "unroll": (1, 2, 4),
-            "loop": ("grid_stride", "one_per_thread"),
-            "waves": (1, 2, 4, 8, 16),
-            "minb": (1, 2),
-        }
+        return streaming_space(card)
 
     def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """waves only matters for grid_stride."""
-        if params.get("loop") == "one_per_thread":
-            return {**params, "waves": 1}
-        return dict(params)
+        """A flat copy's as every streaming kernel's (waves only matter for grid_stride)."""
+        return dict(params) if operation(card) == "transpose" else streaming_canonical(params)
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
         if operation(card) == "transpose":
@@ -99,15 +93,10 @@ class CopyTemplate(Template):
             if -(-rows // tile) > MAX_GRID_Y:
                 return f"grid y {-(-rows // tile)} exceeds {MAX_GRID_Y}"
             return None
-        n = card.outputs[0].numel(card.sizes)
-        vec, block, minb = int(params["vec"]), int(params["block"]), int(params["minb"])
+        n, vec = card.outputs[0].numel(card.sizes), int(params["vec"])
         if n % vec:
             return f"vec {vec} does not divide n = {n} (chunks would be misaligned)"
-        if minb * block > 2048:
-            return "minb x block exceeds 2048 threads per SM"
-        if int(params["waves"]) * minb * block > 16 * 2048:
-            return "more than 16 waves of resident threads"
-        return None
+        return streaming_problem(params)
 
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
         if operation(card) == "transpose":

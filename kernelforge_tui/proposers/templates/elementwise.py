@@ -25,6 +25,9 @@ from kernelforge_tui.proposers.templates.common import (
     dtype_of,
     launch_bounds,
     prelude,
+    streaming_canonical,
+    streaming_problem,
+    streaming_space,
     vec_widths,
 )
 
@@ -88,25 +91,13 @@ class ElementwiseTemplate(Template):
         return None
 
     def space(self, card: OperatorCard) -> Space:
-        return {
-            "vec": vec_widths(dtype_of(card)),
-            "block": (128, 256, 512, 1024),
-            "unroll": (1, 2, 4),
-            "loop": ("grid_stride", "one_per_thread"),
-            "waves": (1, 2, 4, 8, 16),
-            "minb": (1, 2),
-        }
+        return streaming_space(card)
 
     def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """waves only matters for grid_stride."""
-        return {**params, "waves": 1} if params["loop"] == "one_per_thread" else dict(params)
+        return streaming_canonical(params)
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
-        if int(params["minb"]) * int(params["block"]) > 2048:
-            return "minb x block exceeds 2048 threads per SM"
-        if int(params["waves"]) * int(params["minb"]) * int(params["block"]) > 16 * 2048:
-            return "more than 16 waves of resident threads"
-        return None
+        return streaming_problem(params)
 
     def _count(self, card: OperatorCard) -> str:
         return " * ".join(f"({dim})" for dim in card.outputs[0].shape)
