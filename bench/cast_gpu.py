@@ -322,28 +322,34 @@ def bystanders(cast: Cast, calls: int = 200, windows: int = 20) -> dict[str, flo
     return {name: sorted(values)[len(values) // 2] for name, values in times.items()}
 
 
-def host_profile(work: Workload, cast: Cast, forwards: int = 20) -> dict[str, dict[str, float]]:
-    """Host time by operator per forward (torch.profiler's CPU self time, us), eager and with the package: which
-    operators' host time moved when the package is active (the profiler's own cost is in both)."""
+def profiled(work: Workload, cast: Cast, activity: str, forwards: int) -> dict[str, Any]:
+    """torch.profiler over `forwards` forward passes (after three to warm up) of `activity` (CPU or CUDA), eager and
+    with the package: the profile of each mode."""
     from torch.profiler import ProfilerActivity, profile
 
     work.redraw(0)
-    result: dict[str, dict[str, float]] = {}
+    profiles: dict[str, Any] = {}
     for mode in ("eager", "cast"):
         hold = cast if mode == "cast" else contextlib.nullcontext()
         with hold:
             for _ in range(3):
                 work.forward()
             torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
+            with profile(activities=[getattr(ProfilerActivity, activity)]) as prof:
                 for _ in range(forwards):
                     work.forward()
                 torch.cuda.synchronize()
-        per_op: dict[str, float] = {}
-        for event in prof.key_averages():
-            per_op[event.key] = event.self_cpu_time_total / forwards
-        result[mode] = per_op
-    return result
+        profiles[mode] = prof
+    return profiles
+
+
+def host_profile(work: Workload, cast: Cast, forwards: int = 20) -> dict[str, dict[str, float]]:
+    """Host time by operator per forward (torch.profiler's CPU self time, us), eager and with the package: which
+    operators' host time moved when the package is active (the profiler's own cost is in both)."""
+    return {
+        mode: {event.key: event.self_cpu_time_total / forwards for event in prof.key_averages()}
+        for mode, prof in profiled(work, cast, "CPU", forwards).items()
+    }
 
 
 def kernel_profile(work: Workload, cast: Cast, forwards: int = 10) -> dict[str, Any]:
@@ -352,20 +358,9 @@ def kernel_profile(work: Workload, cast: Cast, forwards: int = 10) -> dict[str, 
     the end-to-end device median less it is time the GPU waited, for the host or between launches). Says whether
     the kernel is as fast inside the model, on the model's data, as in the package's check, and what else moved."""
     from torch._C._autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
 
-    work.redraw(0)
     result: dict[str, Any] = {"forwards": forwards}
-    for mode in ("eager", "cast"):
-        hold = cast if mode == "cast" else contextlib.nullcontext()
-        with hold:
-            for _ in range(3):
-                work.forward()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(forwards):
-                    work.forward()
-                torch.cuda.synchronize()
+    for mode, prof in profiled(work, cast, "CUDA", forwards).items():
         per_kernel: dict[str, float] = {}
         for event in prof.events():
             if getattr(event, "device_type", None) != DeviceType.CUDA:
