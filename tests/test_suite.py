@@ -134,3 +134,14 @@ def test_select_by_glob() -> None:
 
 def test_a_tensor_defaults_to_the_precision() -> None:
     assert Tensor("x", ("n",)).dtype == "T" and Baseline("", "k", (1,), (1,), ()).shared_bytes == 0
+
+
+def test_bytes_may_be_given_per_precision() -> None:
+    """A lower bound that depends on the element size (ELL's entries) is one formula per precision."""
+    per = Task(**{**task("vector_add").__dict__, "bytes": {"float32": "12 * n", "bfloat16": "6 * n"}})
+    assert cards.spec(per, "float32", 2**10).bytes_moved() == 12 * 2**10
+    assert cards.spec(per, "bfloat16", 2**10).bytes_moved() == 6 * 2**10
+    assert (
+        cards.spec(task("spmv_ell"), "float32", 2**18).bytes_moved()
+        > cards.spec(task("spmv_ell"), "bfloat16", 2**18).bytes_moved()
+    )

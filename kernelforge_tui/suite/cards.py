@@ -86,7 +86,7 @@ def spec(task: Task, precision: Precision, scale: int) -> OperatorCard:
         sizes=sizes,
         inputs=inputs,
         outputs=outputs,
-        cost={"flops": task.flops, "bytes": task.bytes if task.bytes is not None else moved},
+        cost={"flops": task.flops, "bytes": moved if task.bytes_at(precision) is None else task.bytes_at(precision)},
         input_sets=[InputSet(name=f"seed_{s}", seed=s) for s in SEEDS],
         reference=Reference(
             kind="numpy",

@@ -96,8 +96,9 @@ class Task:
     scales: tuple[int, ...] = SCALES
     vendor: Vendor | None = None
     """The vendor library's implementation, when one has the operation."""
-    bytes: Expr | None = None
-    """Bytes the operator must move at least; None: every input read once and every output written once."""
+    bytes: Expr | Mapping[Precision, Expr] | None = None
+    """Bytes the operator must move at least (one formula, or one per precision); None: every input read once and
+    every output written once."""
     stress_skip: Mapping[str, str] = field(default_factory=dict)
     """Stress sets of the family this task does not run, with why."""
     description: str = ""
@@ -113,6 +114,10 @@ class Task:
             problems.append("no bf16 variant and no `no_bf16` saying why")
         if problems:
             raise ValueError(f"task {self.name}: " + "; ".join(problems))
+
+    def bytes_at(self, precision: Precision) -> Expr | None:
+        """The task's byte formula at a precision (None: every tensor once)."""
+        return self.bytes.get(precision) if isinstance(self.bytes, Mapping) else self.bytes
 
     def draw(self, sizes: Sizes, precision: Precision, seed: int) -> Arrays:
         """The generator's inputs for one seed (only for tasks with a generator)."""

@@ -550,9 +550,9 @@ ELL = Format(
     longest=lambda sizes: min(sizes["width"], sizes["ncols"] // 2),
     sparse=None,
     # A kernel that stops at a row's first padding slot reads about the entries alone, and must not look faster
-    # than the copy ceiling: the bytes are the entries (4-byte index, value at bf16's 2 bytes, a lower bound for
-    # fp32 too: Task.bytes is one formula for both precisions), then x or b and the output once (spmv, spmm add).
-    bytes="nnz * 6",
+    # than the copy ceiling: the bytes are the entries (a 4-byte index and a value of the precision each), then x or
+    # b and the output once (spmv, spmm add). E is the precision's element size.
+    bytes="nnz * (4 + E)",
 )
 
 
@@ -609,10 +609,18 @@ def product(fmt: Format, baseline: Baseline, spmm: bool = False) -> Task:
         generate=_draw(fmt, spmm),
         tolerance=TOLERANCE,
         vendor=vendor,
-        bytes=None if fmt.bytes is None else f"{fmt.bytes} + (ncols + nrows){per_column} * 2",
+        bytes=None
+        if fmt.bytes is None
+        else {
+            precision: f"{fmt.bytes} + (ncols + nrows){per_column} * E".replace("E", str(size))
+            for precision, size in ELEMENT_SIZE.items()
+        },
         description=f"{fmt.storage}{'; b row-major [ncols, k]' if spmm else ''}. {PATTERN_WORDS}"
         + ("" if sparse else NO_ELL_VENDOR),
     )
+
+
+ELEMENT_SIZE: dict[Precision, int] = {"float32": 4, "bfloat16": 2}
 
 
 def _plan(source: str, entry: str, grid: str, args: tuple[str, ...]) -> Baseline:
