@@ -116,8 +116,8 @@ class TemplateProposer:
             )
         why = "; ".join(filter(None, (t.unsupported(card) for t in serving)))
         return (
-            f"cannot serve card {card.name} with the {card.family} template ({why}): use --proposer agents, or "
-            "name the card's tensors and sizes as the template expects"
+            f"cannot serve card {card.name} with the {card.family} template ({why}): use --proposer agents (the LLM "
+            "team), or make the card what the template's reason asks where that is a naming or layout convention"
         )
 
     def read_hint(self, card: OperatorCard, text: str) -> str:
