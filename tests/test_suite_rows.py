@@ -310,13 +310,15 @@ async def test_the_row_templates_seeds_pass_the_source_check_and_one_builds(tmp_
     assert result.ok, result.log[-2000:]
 
 
-def test_the_elementwise_template_serves_swiglu_but_not_the_merged_layout() -> None:
+def test_the_elementwise_template_serves_swiglu_and_the_merged_layout() -> None:
     swiglu = cards.spec(task("swiglu"), "bfloat16", 2**14)
     assert isinstance(template_for(swiglu), ElementwiseTemplate) and operation(swiglu) == "swiglu"
-    assert template_for(cards.spec(task("silu_and_mul"), "float32", 2**14)) is None, "x [t, 2h] -> y [t, h]"
+    merged = cards.spec(task("silu_and_mul"), "float32", 2**14)
+    assert isinstance(template_for(merged), ElementwiseTemplate) and operation(merged) == "silu_and_mul"
     assert [t.name for t in TASKS if template_for(cards.spec(t, "float32", 2**14)) is not None] == [
         "softmax",
         "layer_norm",
         "rms_norm",
         "swiglu",
+        "silu_and_mul",
     ]

@@ -2,8 +2,12 @@
 
 The operation is read from the card's reference function or name (vector_add -> add, gelu, silu,
 silu_mul for silu(gate) * up, leaky_relu, elu, selu, sigmoid, row_tanh -> tanh, ...); inputs are the
-card's inputs in order, the output its first output, all one dtype and one shape; the element count is
-the product of the output's shape.
+card's inputs in order, the output its first output, all one dtype; the element count is the product of
+the output's shape. Each input is read in one of three layouts:
+- streamed: the output's shape, chunk i of it feeds chunk i of the output;
+- scalar: one element (matrix_scalar_mul's `s`), read once per thread and used for every element;
+- split: vLLM's `*_and_mul` ops take one input x [..., 2 h] for an output [..., h]: output column j of a row
+  is f(x[row, j], x[row, h + j]).
 
 Parameters: `vec` (elements per 16-byte-or-less access; n % vec leftovers go through a scalar tail),
 `block`, `unroll` (vector chunks per thread per step, loads issued before math), `loop` (grid_stride
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Literal, NamedTuple
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -33,6 +38,7 @@ from kernelforge_tui.proposers.templates.common import (
 
 OPS: dict[str, tuple[int, str]] = {
     "silu_mul": (2, "a0 / (1.0f + expf(-a0)) * a1"),
+    "silu_and_mul": (2, "a0 / (1.0f + expf(-a0)) * a1"),  # split layout: one input [..., 2 h]
     "swiglu": (2, "a0 / (1.0f + expf(-a0)) * a1"),
     "add": (2, "a0 + a1"),
     "sub": (2, "a0 - a1"),
@@ -49,6 +55,16 @@ OPS: dict[str, tuple[int, str]] = {
 }
 """Operation name -> (arity, fp32 expression over a0, a1). NaN propagates through each (a comparison that is false
 for NaN picks the branch that carries it)."""
+SPLIT_OPS = frozenset({"silu_and_mul"})
+"""Ops whose two operands are the halves of one input's rows (vLLM's act_and_mul layout), and only those."""
+
+
+class Operand(NamedTuple):
+    """Where operand a<k> comes from: `name`'s chunk i (stream), `name`[0] (scalar), or the first or second half of
+    `name`'s row (gate, up: the split layout)."""
+
+    name: str
+    layout: Literal["stream", "scalar", "gate", "up"]
 
 
 def operation_in(texts: Iterable[str], names: Iterable[str]) -> str | None:
@@ -71,24 +87,45 @@ def operation(card: OperatorCard) -> str | None:
     return operation_in((card.reference.function or "", card.name), OPS)
 
 
+def operands(card: OperatorCard) -> list[Operand] | str:
+    """How each operand of the card's operation is read, or why the card's tensors do not fit the operation."""
+    op = operation(card)
+    if op is None:
+        return f"no known elementwise operation in {card.name!r} (known: {', '.join(OPS)})"
+    arity = OPS[op][0]
+    tensors = [*card.inputs, card.outputs[0]]
+    if len({t.dtype for t in tensors}) != 1 or tensors[0].dtype not in C_TYPE:
+        return f"expects one dtype among {sorted(C_TYPE)}"
+    if len(card.outputs) != 1:
+        return f"{op} has one output"
+    shape = card.outputs[0].dims(card.sizes)
+    if op in SPLIT_OPS:
+        if len(card.inputs) != 1:
+            return f"{op} takes one input x [..., 2 h] for an output [..., h]"
+        x = card.inputs[0].dims(card.sizes)
+        if not shape or x != (*shape[:-1], 2 * shape[-1]):
+            return f"{op} takes x [..., 2 h] for an output [..., h], card has {list(x)} -> {list(shape)}"
+        name = card.inputs[0].name
+        return [Operand(name, "gate"), Operand(name, "up")]
+    if len(card.inputs) != arity:
+        return f"{op} takes {arity} inputs and one output"
+    found = [
+        Operand(t.name, "stream" if t.dims(card.sizes) == shape else "scalar")
+        for t in card.inputs
+        if t.dims(card.sizes) == shape or t.numel(card.sizes) == 1
+    ]
+    if len(found) != arity or all(o.layout == "scalar" for o in found):
+        return "inputs must have the output's shape, or be one element (a scalar), and one must have its shape"
+    return found
+
+
 class ElementwiseTemplate(Template):
     families = ("elementwise",)
     entry = "kf_elementwise"
 
     def unsupported(self, card: OperatorCard) -> str | None:
-        op = operation(card)
-        if op is None:
-            return f"no known elementwise operation in {card.name!r} (known: {', '.join(OPS)})"
-        arity = OPS[op][0]
-        tensors = [*card.inputs, card.outputs[0]]
-        if len(card.inputs) != arity or len(card.outputs) != 1:
-            return f"{op} takes {arity} inputs and one output"
-        if len({t.dtype for t in tensors}) != 1 or tensors[0].dtype not in C_TYPE:
-            return f"expects one dtype among {sorted(C_TYPE)}"
-        shape = card.outputs[0].dims(card.sizes)
-        if any(t.dims(card.sizes) != shape for t in tensors):
-            return "inputs and output must have one shape"
-        return None
+        found = operands(card)
+        return found if isinstance(found, str) else None
 
     def space(self, card: OperatorCard) -> Space:
         return streaming_space(card)
@@ -97,6 +134,8 @@ class ElementwiseTemplate(Template):
         return streaming_canonical(params)
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
+        if operation(card) in SPLIT_OPS and (half := card.outputs[0].dims(card.sizes)[-1]) % int(params["vec"]):
+            return f"vec {params['vec']} does not divide the half row h = {half} (a chunk would span two rows)"
         return streaming_problem(params)
 
     def _count(self, card: OperatorCard) -> str:
@@ -105,17 +144,37 @@ class ElementwiseTemplate(Template):
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
-        arity, expression = OPS[op]
+        expression = OPS[op][1]
+        found = operands(card)
+        assert not isinstance(found, str)
         dtype = dtype_of(card)
         vec, block, unroll = int(params["vec"]), int(params["block"]), int(params["unroll"])
-        names = [t.name for t in card.inputs]
+        names = list(dict.fromkeys(o.name for o in found))  # the split layout's x once
         out = card.outputs[0].name
-        signature = ", ".join([*(f"const T* __restrict__ {n}" for n in names), f"T* __restrict__ {out}", "long long n"])
-        loads = "".join(f" load_chunk({n}, i, in{k}[u]);\n" for k, n in enumerate(names))
-        decl = "".join(f"float in{k}[UNROLL][VEC];\n" for k in range(arity))
-        args = ", ".join(f"in{k}[u][j]" for k in range(arity))
-        scalar_args = ", ".join(f"to_f({n}[i])" for n in names)
-        params_c = ", ".join(f"float a{k}" for k in range(arity))
+        split = found[0].layout == "gate"
+        signature = ", ".join(
+            [*(f"const T* __restrict__ {n}" for n in names), f"T* __restrict__ {out}", "long long n"]
+            + (["int half"] if split else [])
+        )
+        # Split layout: output chunk i lies in row i / half_chunks (h / VEC chunks a half row; VEC divides h): its gate
+        # is chunk i + row * half_chunks of x, its value half_chunks further. Element i likewise with h (the tail).
+        chunk = {"stream": "i", "gate": "gate", "up": "gate + half_chunks"}
+        element = {"stream": "i", "gate": "i + i / half * half", "up": "i + i / half * half + half"}
+        streamed = [(k, o) for k, o in enumerate(found) if o.layout != "scalar"]
+        setup = "".join(
+            f"const float scalar{k} = to_f({o.name}[0]);  // one element: read once, used for every element\n"
+            for k, o in enumerate(found)
+            if o.layout == "scalar"
+        ) + ("const long long half_chunks = half / VEC;\n" if split else "")
+        decl = "".join(f"float in{k}[UNROLL][VEC];\n" for k, _ in streamed)
+        loads = (" const long long gate = i + i / half_chunks * half_chunks;\n" if split else "") + "".join(
+            f" load_chunk({o.name}, {chunk[o.layout]}, in{k}[u]);\n" for k, o in streamed
+        )
+        args = ", ".join(f"scalar{k}" if o.layout == "scalar" else f"in{k}[u][j]" for k, o in enumerate(found))
+        tail = {k: f"to_f({o.name}[{element[o.layout]}])" for k, o in streamed}
+        scalar_args = ", ".join(tail.get(k, f"scalar{k}") for k in range(len(found)))
+        params_c = ", ".join(f"float a{k}" for k in range(len(found)))
+        layouts = ", ".join(f"a{k} {o.layout} {o.name}" for k, o in enumerate(found))
         grid_stride = params["loop"] == "grid_stride"
         head = (
             "for (long long base = first; base < nvec; base += step) {\n"
@@ -123,7 +182,7 @@ class ElementwiseTemplate(Template):
             else "{\n const long long base = first;\n"
         )
         source = f"""// {op} ({dtype}): {vec}-element vectors, {unroll} per thread per step, {params["loop"]}.
-// Generated by the template proposer.
+// Operands: {layouts}. Generated by the template proposer.
 {prelude(dtype, vec)}#define BLOCK {block}
 #define UNROLL {unroll}
 
@@ -133,7 +192,7 @@ extern "C" __global__ void {launch_bounds(block, int(params["minb"]))} {self.ent
 const long long nvec = n / VEC;
 const long long first = (long long)blockIdx.x * (BLOCK * UNROLL) + threadIdx.x;
 const long long step = (long long)gridDim.x * (BLOCK * UNROLL);
-{head}{decl}#pragma unroll
+{setup}{head}{decl}#pragma unroll
 for (int u = 0; u < UNROLL; ++u) {{
  const long long i = base + (long long)u * BLOCK;
  if (i < nvec) {{
@@ -162,7 +221,8 @@ if (blockIdx.x == 0 && i < n) {{
         count = self._count(card)
         chunks = f"cdiv({count}, {block * vec * unroll})"
         grid = f"min({chunks}, {SM_COUNT * int(params['waves']) * int(params['minb'])})" if grid_stride else chunks
-        plan = LaunchPlan(entry=self.entry, grid=[grid], block=[block], args=[*names, out, f"{count}:i64"])
+        half = [str(card.outputs[0].shape[-1])] if split else []
+        plan = LaunchPlan(entry=self.entry, grid=[grid], block=[block], args=[*names, out, f"{count}:i64", *half])
         return source, plan
 
     def seed_params(self, card: OperatorCard) -> list[Params]:

@@ -626,7 +626,7 @@ extern "C" __global__ void silu_and_mul_naive(const T* x, T* y, long long n, int
     ),
     description="vLLM's silu_and_mul: the merged gate_up projection's output [tokens, 2 hidden], the first half of "
     "each row gated (silu) and multiplied by the second half. Distinct from swiglu (two separate tensors): here "
-    "each row is split. No template serves it (the elementwise template wants inputs and output of one shape).",
+    "each row is split. The elementwise template serves it (op silu_and_mul, its split layout).",
 )
 
 
