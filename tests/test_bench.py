@@ -204,8 +204,8 @@ def test_kill_9_mid_bench_then_rerun_resumes_without_rerunning_finished_cards(tm
 
     rerun = kernelforge(*args)  # the same command, one line per event (not a terminal)
     assert rerun.returncode == 0, rerun.stderr + rerun.stdout
-    assert "vector_add_bf16_s10: resuming its run" in rerun.stdout
-    assert "vector_add_fp32_s10: searching" not in rerun.stdout and "suite score" in rerun.stdout
+    assert "vector_add_bf16_s10 on GPU 0: resuming its run" in rerun.stdout  # a simulated bench's one GPU
+    assert "vector_add_fp32_s10 on GPU 0: searching" not in rerun.stdout and "suite score" in rerun.stdout
     done = load_manifest(out)
     assert [c.state for c in done.cards] == ["finished", "finished"]
     assert done.cards[0].model_dump() == first.model_dump(), "the finished card was not touched"

@@ -2,7 +2,7 @@
 
     kernelforge bench [--tasks GLOB ...] [--precision fp32|bf16|both] [--scales 10,14,18,22]
                       [--proposer templates|agents|hybrid] [--budget-minutes-per-task M] [--budget-iters N]
-                      [-o DIR] [--simulate] [--list] [--report DIR] [--json]
+                      [--gpus N] [-o DIR] [--simulate] [--list] [--report DIR] [--json]
 
 Rerunning the same command on the same DIR continues a bench that was stopped or killed.
 """
@@ -75,6 +75,12 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help=f"wall minutes per task, shared by its cards (default {DEFAULT_MINUTES_PER_TASK:g})",
     )
     bench.add_argument("--budget-iters", type=int, metavar="N", help="at most N candidates per card")
+    bench.add_argument(
+        "--gpus",
+        type=int,
+        metavar="N",
+        help="search up to N cards at once, each on its own GPU (default: every GPU here; 1 with --simulate)",
+    )
     bench.add_argument("-o", "--out", default=DEFAULT_OUT, metavar="DIR", help=f"bench directory (./{DEFAULT_OUT})")
     bench.add_argument(
         "--simulate", action="store_true", help="no GPU: real nvcc builds, INVENTED timings (for trying it and CI)"
@@ -113,6 +119,8 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         raise BadInput(f"--budget-minutes-per-task {minutes}: give 0 or more minutes")
     if args.budget_iters is not None and args.budget_iters < 0:
         raise BadInput(f"--budget-iters {args.budget_iters}: give 0 or more candidates")
+    if args.gpus is not None and args.gpus < 1:
+        raise BadInput(f"--gpus {args.gpus}: give 1 or more GPUs")
     return BenchOptions(
         tasks=args.tasks or [],
         precisions=PRECISION_CHOICES[args.precision],
@@ -122,6 +130,7 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         iterations=args.budget_iters,
         simulate=args.simulate,
         simulate_seconds=simulate_seconds_from(args),
+        max_gpus=args.gpus,
     )
 
 
@@ -192,17 +201,27 @@ def _print_list(rows: list[TaskListing], console: Console) -> None:
 
 
 def render_progress(manifest: BenchManifest, last: str) -> Group:
-    """The live view: cards and tasks done, the card in progress, each task's best per card, the minutes left."""
+    """The live view: cards and tasks done, the cards in progress and their GPUs, each task's best per card, the
+    minutes left (and the wall time they take over the bench's GPUs)."""
     cards = manifest.cards
     tasks = list(dict.fromkeys(c.task for c in cards))
     tasks_done = sum(all(c.state in DONE for c in manifest.task_cards(t)) for t in tasks)
-    current = next((c.card for c in cards if c.state == "running"), "-")
+    running = [
+        f"[bold]{escape(c.card)}[/]" + ("" if c.gpu is None else f" on GPU {c.gpu}")
+        for c in cards
+        if c.state == "running"
+    ]
     left = manifest.minutes_left()
+    budget = ""
+    if left is not None:
+        budget = f"; at most {left:.1f} min of budget left"
+        if manifest.gpus > 1:
+            budget += f" (~{left / manifest.gpus:.1f} min of wall time on {manifest.gpus} GPUs)"
     head = Text.from_markup(
         ("[yellow bold]SIMULATED[/] " if manifest.simulated else "")
         + f"cards {sum(c.state in DONE for c in cards)}/{len(cards)}, tasks {tasks_done}/{len(tasks)}; "
-        + f"now [bold]{escape(current)}[/]"
-        + ("" if left is None else f"; at most {left:.1f} min of budget left")
+        + f"now {', '.join(running) or '-'}"
+        + budget
     )
     table = Table(box=None, padding=(0, 2))
     for column in ("task", "done", "best per card"):

@@ -126,7 +126,8 @@ def markdown(manifest: BenchManifest, rows: Sequence[Scored], plotted: str | Non
     minutes = "no minutes cap" if options.minutes_per_task is None else f"{options.minutes_per_task:g} min per task"
     iterations = "" if options.iterations is None else f", at most {options.iterations} candidates per card"
     lines += [
-        f"- GPU: {manifest.gpu_name or '-'}",
+        f"- GPU: {manifest.gpu_name or '-'}"
+        + (f", {manifest.gpus} cards at once (one per GPU)" if manifest.gpus > 1 else ""),
         f"- proposer: {options.proposer}; budget: {minutes}{iterations}",
         f"- cards: {done} of {len(manifest.cards)} done" + ("" if manifest.ended_at else " (the bench is not over)"),
         f"- share of the roofline against {roof_note(manifest)}",

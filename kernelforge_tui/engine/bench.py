@@ -1,4 +1,5 @@
-"""`kernelforge bench`: the suite's cards searched one after another, each its own run, resumable after a kill.
+"""`kernelforge bench`: the suite's cards searched in turn, one per GPU at a time, each its own run, resumable after a
+kill.
 
 Why one run per card: a (task, precision, scale) card is what the search, the store, the TUI and `kernelforge show`
 already understand, so every card's search can be opened, steered, resumed and exported like any other run; the
@@ -6,18 +7,27 @@ bench only decides what runs next and keeps the numbers. Its manifest (`bench.js
 rewritten atomically after every change, so a bench killed at any moment (`kill -9` included) resumes where it
 was: finished cards are not run again, a card whose run was cut short is resumed from its store (the engine's resume:
 what was measured is kept, what was in flight is evaluated again), and a run that never got its store started
-afresh.
+afresh; this holds for every card that was in flight, whichever GPU it was on.
 
-The budget: `--budget-minutes-per-task M` is the wall time of one task, over all its cards: each card gets an equal
+Several GPUs (`--gpus N`, default every GPU detected): up to N cards run at once, each card's search pinned to its own
+GPU (`RunOptions.gpus`: its evaluation worker, profiler and vendor timing run there and nowhere else), so N GPUs
+divide the bench's wall time by about N (a card's start-up, the worker and its sets, is most of a short card's time).
+The manifest has one writer: the searches run as tasks of one event loop, and every change is made and saved in one
+step between two awaits, so updates from concurrent cards are serialised by the loop itself.
+
+The budget: `--budget-minutes-per-task M` is the wall time of one task's cards added up: each card gets an equal
 share of what its task has left, so minutes an early card does not use (its proposer ran out) go to the later ones,
 as `kernelforge optimize CAPTURE_DIR` shares its budget (`capture_search.split_budget`, its start-up allowance and
-shortest search). `--budget-iters N` caps each card's candidates. A card no template serves is not searched with the
-template proposer: it is recorded as "no template: <why>" (and costs no minutes), not as a one-node run.
+shortest search). A card of the same task still running on another GPU counts as having spent its whole share (its
+minutes and start-up allowance), so each card gets the wall minutes it would get on one GPU, and N GPUs divide the
+bench's total wall time instead. `--budget-iters N` caps each card's candidates. A card no template serves is not
+searched with the template proposer: it is recorded as "no template: <why>" (and costs no minutes), not as a one-node
+run.
 
-Vendor timing: where the task has a vendor implementation, it is checked against the card's reference and timed on
-the GPU by `python -m kernelforge_tui.suite.vendor_timing` (a subprocess: torch is an optional extra, and a vendor
-call that faults must not end the bench), after the card's search, when the GPU is free. A simulated bench times
-no vendor (no GPU ran anything) and says so.
+Vendor timing: where the task has a vendor implementation, it is checked against the card's reference and timed by
+`python -m kernelforge_tui.suite.vendor_timing` (a subprocess: torch is an optional extra, and a vendor call that
+faults must not end the bench) after the card's search, on the card's GPU once the search has let it go. A simulated
+bench times no vendor (no GPU ran anything) and says so.
 """
 
 from __future__ import annotations
@@ -28,7 +38,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -93,6 +103,8 @@ class BenchOptions(BaseModel):
     simulate: bool = False
     simulate_seconds: float = Field(default=0.01, ge=0)
     max_gpus: int | None = Field(default=None, ge=1)
+    """`--gpus N`: cards run at once, each pinned to its own GPU (None: every GPU detected; 1 without one or
+    simulated)."""
 
 
 class VendorResult(BaseModel):
@@ -124,6 +136,11 @@ class BenchCard(BaseModel):
     budget: Budget | None = None
     wall_seconds: float = 0.0
     """Spent on the card in every session of the bench (start-up and closing included)."""
+    gpu: int | None = None
+    """The GPU (nvidia-smi's index; a simulated bench's lane) its run was last searched on."""
+    started_at: float | None = None
+    ended_at: float | None = None
+    """When the bench last took the card up and let it go (Unix time): cards on several GPUs overlap."""
     active_seconds: float = 0.0
     """What the run's own clock counted (the rest is start-up and closing)."""
     candidates: int = 0
@@ -152,6 +169,8 @@ class BenchManifest(BaseModel):
     """A simulated bench's invented ceiling: the simulated backend's baseline time over its top speedup."""
     started_at: float = Field(default_factory=time.time)
     ended_at: float | None = None
+    gpus: int = 1
+    """Cards the latest session ran at once (one per GPU)."""
     cards: list[BenchCard] = Field(default_factory=list)
 
     @property
@@ -256,6 +275,9 @@ def open_manifest(out: Path, options: BenchOptions, planned: list[BenchCard]) ->
         )
     known = {c.card for c in manifest.cards}
     manifest.cards += [c for c in planned if c.card not in known]
+    for card in manifest.cards:
+        if card.state == "running":  # in flight when the last session ended: nothing runs it now
+            card.state = "pending"
     manifest.options = options
     manifest.ended_at = None
     return manifest
@@ -321,39 +343,76 @@ class _Bench:
         self.progress = progress or (lambda _m, _line: None)
 
     def say(self, line: str) -> None:
+        """Save, then tell the view: synchronous, so no other card's change comes between (the one writer)."""
         save_manifest(self.manifest, self.out)
         self.progress(self.manifest, line)
 
+    def devices(self) -> list[int | None]:
+        """The GPUs cards run on, one card each at a time: `--gpus N` of those detected, numbered lanes in a simulated
+        bench, and [None] where none is detected (the card's search then says why it cannot run)."""
+        wanted = self.manifest.options.max_gpus
+        if self.manifest.simulated:
+            return list(range(wanted or 1))
+        found: list[int | None] = [gpu.index for gpu in detect_gpus()]
+        return found[: wanted or len(found)] or [None]
+
     async def run(self, selected: set[str]) -> None:
-        """Run the selected cards not done yet (the manifest's other cards stay as they are, in the report)."""
+        """Run the selected cards not done yet, in order, as many at once as there are GPUs (the manifest's other
+        cards stay as they are, in the report)."""
+        devices = self.devices()
+        self.manifest.gpus = len(devices)
         done = sum(c.state in DONE for c in self.manifest.cards)
-        self.say(f"bench {self.out}: {done} of {len(self.manifest.cards)} cards done")
+        self.say(f"bench {self.out}: {done} of {len(self.manifest.cards)} cards done; {self._spread(devices)}")
+        queue = iter([c for c in self.manifest.cards if c.state not in DONE and c.card in selected])
         overheads: list[float] = []
-        for card in self.manifest.cards:
-            if card.state in DONE or card.card not in selected:
-                continue
-            began = time.monotonic()
-            try:
-                await self._card(card, overheads)
-            finally:
-                card.wall_seconds += time.monotonic() - began
-                save_manifest(self.manifest, self.out)
-            if card.state == "finished" and card.budget is not None and card.budget.max_minutes is not None:
-                overheads.append(max(0.0, card.wall_seconds - card.active_seconds) / 60)
+        lanes = [asyncio.create_task(self._lane(device, queue, overheads)) for device in devices]
+        try:
+            await asyncio.gather(*lanes)
+        finally:  # one lane's end of the bench (NoGpu, a refused run, Ctrl-C) stops the others, their cards resumable
+            for lane in lanes:
+                lane.cancel()
+            await asyncio.gather(*lanes, return_exceptions=True)
         if not self.manifest.simulated and self.manifest.ceilings is None:  # every card was done before this session
             self.manifest.ceilings = next(filter(None, (cached_ceilings(gpu.uuid) for gpu in detect_gpus())), None)
         self.manifest.ended_at = time.time()
         self.say(f"bench {self.out}: done")
 
+    def _spread(self, devices: list[int | None]) -> str:
+        wanted = self.manifest.options.max_gpus
+        if devices == [None]:
+            return "no GPU detected"
+        kind = "simulated GPU" if self.manifest.simulated else "GPU"
+        fewer = f" (--gpus {wanted}: only {len(devices)} here)" if wanted is not None and wanted > len(devices) else ""
+        if len(devices) == 1:
+            return f"one card at a time, on {kind} {devices[0]}{fewer}"
+        return f"{len(devices)} cards at once, one on each of {kind}s {', '.join(map(str, devices))}{fewer}"
+
+    async def _lane(self, device: int | None, queue: Iterator[BenchCard], overheads: list[float]) -> None:
+        """One GPU's share: the next card nobody has taken, searched there, until none is left."""
+        for card in queue:
+            began = time.monotonic()
+            card.started_at, card.ended_at = time.time(), None
+            try:
+                await self._card(card, overheads, device)
+            finally:
+                card.wall_seconds += time.monotonic() - began
+                card.ended_at = time.time()
+                save_manifest(self.manifest, self.out)
+            if card.state == "finished" and card.budget is not None and card.budget.max_minutes is not None:
+                overheads.append(max(0.0, card.wall_seconds - card.active_seconds) / 60)
+
     def _budget(self, card: BenchCard, overheads: list[float]) -> Budget | None:
-        """The card's share of its task's minutes left (None when they are spent), with the per-card iteration cap."""
+        """The card's share of its task's minutes left (None when they are spent), with the per-card iteration cap.
+        The task's cards running on other GPUs count as spending their whole share (minutes and start-up)."""
         options = self.manifest.options
         if options.minutes_per_task is None:
             return Budget(max_iterations=options.iterations)
         mine = self.manifest.task_cards(card.task)
-        left = [c for c in mine if c.state not in DONE and self._unserved(c) is None]  # the others cost no minutes
-        spent = sum(c.wall_seconds for c in mine) / 60
         overhead = max(overheads) if overheads else SEARCH_OVERHEAD_MINUTES
+        running = [c for c in mine if c.state == "running"]
+        left = [c for c in mine if c.state not in (*DONE, "running") and self._unserved(c) is None]  # others: free
+        spent = sum(c.wall_seconds for c in mine if c.state != "running") / 60
+        spent += sum(_reserved_minutes(c, overhead) for c in running)
         total = Budget(max_minutes=options.minutes_per_task)
         budget = split_budget(
             total, Budget(max_minutes=spent), 1.0, len(left), (len(left) - 1) * (overhead + MIN_MINUTES)
@@ -373,7 +432,9 @@ class _Bench:
         )
         return None if why is None else f"{NO_TEMPLATE}: the templates proposer {why}"
 
-    async def _card(self, card: BenchCard, overheads: list[float]) -> None:
+    async def _card(self, card: BenchCard, overheads: list[float], device: int | None) -> None:
+        """The card on `device`: not searched (no template, no minutes left), searched or resumed, then collected
+        and its vendor timed there."""
         written = suite_cards.write(task(card.task), card.precision, card.scale, self.out / CARDS)
         unserved = self._unserved(card)
         if unserved is not None:
@@ -383,6 +444,7 @@ class _Bench:
         self._note_roof(written)
         run_dir = self.out / RUNS / card.card
         card.run_dir = run_dir
+        card.gpu = device
         info = _recorded(run_dir)
         if info is None or info.state != "finished":
             if info is None:
@@ -392,7 +454,7 @@ class _Bench:
                     self.say(f"{card.card}: not run ({card.reason})")
                     return
             card.state = "running"
-            self.say(f"{card.card}: {'resuming its run' if info else 'searching'}" + _caps(card.budget))
+            self.say(f"{_on(card)}: {'resuming its run' if info else 'searching'}" + _caps(card.budget))
             try:
                 await self._search(card, written, run_dir, resume=info is not None)
             except (asyncio.CancelledError, NoGpu):
@@ -403,13 +465,13 @@ class _Bench:
                 card.reason = f"not resumed ({exc}): its results so far stand"
             except Exception as exc:  # this card's failure (its baseline does not build) must not end the others
                 card.state, card.reason = "failed", f"{type(exc).__name__}: {exc}"
-                self.say(f"{card.card}: failed ({card.reason})")
+                self.say(f"{_on(card)}: failed ({card.reason})")
                 return
         self._collect(card, run_dir)
         await self._vendor(card, written)
         card.state = "finished"
         best = f"{card.best_speedup:.3g}x" if card.best_speedup is not None else "-"
-        self.say(f"{card.card}: finished, best {best} ({card.reason})")
+        self.say(f"{_on(card)}: finished, best {best} ({card.reason})")
 
     def _note_roof(self, card: Card) -> None:
         """The simulated bench's invented ceiling, known before any search (the GPU's comes from its workers)."""
@@ -429,7 +491,7 @@ class _Bench:
             proposer=options.proposer,
             simulate=options.simulate,
             simulate_seconds=options.simulate_seconds,
-            max_gpus=options.max_gpus,
+            gpus=None if card.gpu is None else [card.gpu],
         )
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # a run that never got its store (killed while being created): start afresh
@@ -441,7 +503,7 @@ class _Bench:
                 event = await queue.get()
                 if isinstance(event, BestImproved):
                     card.best_speedup = event.speedup
-                    self.say(f"{card.card}: best {event.speedup:.3g}x (node {event.node_id})")
+                    self.say(f"{_on(card)}: best {event.speedup:.3g}x (node {event.node_id})")
 
         follower = asyncio.create_task(follow())
         try:
@@ -486,10 +548,27 @@ class _Bench:
         if self.manifest.simulated:
             card.vendor = VendorResult(library=vendor.library, note=SIMULATED_VENDOR)
             return
-        self.say(f"{card.card}: timing {vendor.library}")
-        request = VendorRequest(card_dir=written.root, reps=VENDOR_REPS, flush_bytes=self.settings.eval.flush_bytes)
+        self.say(f"{_on(card)}: timing {vendor.library}")
+        request = VendorRequest(
+            card_dir=written.root,
+            reps=VENDOR_REPS,
+            device="cuda" if card.gpu is None else f"cuda:{card.gpu}",  # the card's GPU: another card runs on the rest
+            flush_bytes=self.settings.eval.flush_bytes,
+        )
         reply = await time_vendor_subprocess(request)
         card.vendor = vendor_result(vendor.library, reply)
+
+
+def _on(card: BenchCard) -> str:
+    """The card and the GPU it runs on, for the progress lines."""
+    return card.card if card.gpu is None else f"{card.card} on GPU {card.gpu}"
+
+
+def _reserved_minutes(card: BenchCard, overhead: float) -> float:
+    """What a card running now will have spent of its task's minutes: its share and start-up, or more if it has
+    already spent more (in earlier sessions)."""
+    share = card.budget.max_minutes if card.budget is not None and card.budget.max_minutes is not None else 0.0
+    return max(card.wall_seconds / 60, share + overhead)
 
 
 def _caps(budget: Budget | None) -> str:

@@ -61,6 +61,8 @@ class RunOptions(BaseModel):
     """Simulated GPU seconds per evaluation."""
     max_gpus: int | None = Field(default=None, ge=1)
     """Use at most this many of the visible GPUs (default: all)."""
+    gpus: list[int] | None = None
+    """Use only the GPUs with these indices (nvidia-smi's; default: all), e.g. one card per GPU in a bench."""
 
 
 @dataclass(frozen=True)
@@ -281,4 +283,10 @@ def make_backend(
                 "simulated and measured timings); `kernelforge open RUN` views it here"
             ) from None
         raise NoGpuError(f"{exc} (or pass --simulate to try the search with invented timings)") from None
+    if options.gpus is not None:
+        missing = sorted(set(options.gpus) - {gpu.index for gpu in gpus})
+        if missing:
+            found = ", ".join(str(gpu.index) for gpu in gpus)
+            raise NoGpuError(f"no GPU with index {missing[0]} here (nvidia-smi lists {found})")
+        gpus = [gpu for gpu in gpus if gpu.index in options.gpus]
     return GpuBackend(card, settings, gpus[: options.max_gpus])

@@ -43,7 +43,8 @@ class VendorRequest(BaseModel):
     reps: int = Field(default=100, ge=1)
     """Timed calls (after the warm-up)."""
     device: str = "cuda"
-    """"cpu" checks the vendor's outputs without timing them (tests, machines without a GPU)."""
+    """"cuda:N" times on GPU N (a bench's other GPUs run other cards); "cpu" checks the vendor's outputs without
+    timing them (tests, machines without a GPU)."""
     flush_bytes: int = EvalSettings().flush_bytes
 
 
@@ -122,6 +123,8 @@ def time_vendor(request: VendorRequest) -> VendorReply:
     except ImportError:
         reply.error = TORCH_MISSING
         return reply
+    if request.device.startswith("cuda:"):
+        torch.cuda.set_device(request.device)  # the events and synchronisations of `time_calls` act on this GPU
     inputs, references = card.input_set(card.spec.input_sets[0])
     tensors = {name: to_torch(torch, array, request.device) for name, array in inputs.items()}
     sizes = dict(card.spec.sizes)
