@@ -29,7 +29,7 @@ from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
 from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
-from kernelforge_tui.proposers.templates.reduction import ReductionTemplate
+from kernelforge_tui.proposers.templates.reduction import ReductionTemplate, RowReductionTemplate
 from kernelforge_tui.proposers.templates.rows import RowTemplate
 from kernelforge_tui.proposers.templates.scan import ScanTemplate
 from kernelforge_tui.proposers.templates.sparse import SparseTemplate
@@ -43,6 +43,7 @@ TEMPLATES: tuple[Template, ...] = (
     StencilTemplate(),
     ScanTemplate(),
     ReductionTemplate(),
+    RowReductionTemplate(),
     SparseTemplate(),
     MatmulTemplate(),
     CopyTemplate(),

@@ -1,8 +1,13 @@
-"""Full reductions to one value: out[0] = sum (or mean) over i of term(in0[i][, in1[i]]), math in fp32, one launch.
+"""Reductions to one value: out[0] = finish(sum over i of term(...)), math in fp32, one launch; and reductions of
+each row to one value (RowReductionTemplate).
 
-The operation is read from the card's reference function or name (dot_product: sum of a * b; mse_loss: mean of
-(a - b)^2; hinge_loss: mean of max(0, 1 - a * b)); inputs are the card's inputs in order, all of one shape, the
-output one element, one dtype throughout.
+The operation is read from the card's reference function or name; each OPS entry says what one term reads:
+- an element of each input (dot_product: sum of a * b; mse_loss: mean of (a - b)^2; hinge_loss: mean of
+  max(0, 1 - a * b)): the inputs all of one shape;
+- a point, the input's last dimension (monte_carlo_integration: the mean of exp(-|p|^2) over the points [n, d]);
+- an element and its column, with one output per row (simpson_integration: f [rows, m + 1] -> integral [rows],
+  the weights 1, 4, 2, ..., 4, 1 by column, the sum times h / 3 = 1 / (3 m)).
+The output is one element (a row reduction: one per row), one dtype throughout.
 
 Why no atomics and no grid-wide counter: the output is poisoned before every launch (accumulating into it is
 wrong), a card gives no zeroed scratch memory, and a module-scope counter reset by the last block breaks as soon
@@ -11,14 +16,14 @@ work are one thread block cluster (Hopper, sm_90): each block reduces its share,
 sums through distributed shared memory. Stateless, deterministic (fixed order), one launch.
 
 Parameters: `blocks` (1: a single block; 2, 4, 8: one cluster of that many blocks, each on its own SM; 8 is
-the portable cluster limit), `block` (threads), `vec` (elements per 16-byte-or-less load; n % vec leftovers go
-through a scalar tail), `unroll` (vector chunks per thread per step, each with its own accumulator, all loads
-issued before the math).
+the portable cluster limit), `block` (threads), `vec` (elements per 16-byte-or-less load, a whole number of points
+for point terms; leftover terms go through a scalar tail), `unroll` (vector chunks per thread per step, each with
+its own accumulator, all loads issued before the math). The row reductions have their own (RowReductionTemplate).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -36,19 +41,38 @@ from kernelforge_tui.proposers.templates.elementwise import operation_in
 
 
 class Reduction(NamedTuple):
-    """One reduction: how many inputs, the fp32 term of one element (a C function body over a0, a1), and whether
-    the sum is divided by the element count."""
+    """One reduction: how many inputs, the fp32 term (a C function body), the result from the sum (a C expression
+    of `total`, `n` the number of terms and, per row, `cols`), and what a term reads (`over`): one element of each
+    input (float a0, a1), one point of the input (const float* a0 over its WIDTH coordinates), or one element
+    a0 of a row at column i of cols (one output per row)."""
 
     arity: int
     term: str
-    mean: bool
+    finish: str
+    over: Literal["elements", "points", "rows"] = "elements"
 
 
 OPS: dict[str, Reduction] = {
-    "dot_product": Reduction(2, "return a0 * a1;", mean=False),
-    "mse_loss": Reduction(2, "const float d = a0 - a1;\n return d * d;", mean=True),
+    "dot_product": Reduction(2, "return a0 * a1;", "{total}"),
+    "mse_loss": Reduction(2, "const float d = a0 - a1;\n return d * d;", "{total} / (float)n"),
     # max(0, d) that keeps NaN, as torch.clamp_min does (fmaxf would drop it)
-    "hinge_loss": Reduction(2, "const float d = 1.0f - a0 * a1;\n return d < 0.0f ? 0.0f : d;", mean=True),
+    "hinge_loss": Reduction(2, "const float d = 1.0f - a0 * a1;\n return d < 0.0f ? 0.0f : d;", "{total} / (float)n"),
+    # f(p) = exp(-|p|^2), the squares summed in coordinate order (numerics.py's _integrand), the mean over points
+    "monte_carlo_integration": Reduction(
+        1,
+        "float r2 = 0.0f;\n#pragma unroll\n for (int c = 0; c < WIDTH; ++c) {\n  r2 += a0[c] * a0[c];\n }\n"
+        " return expf(-r2);",
+        "{total} / (float)n",
+        over="points",
+    ),
+    # composite Simpson: weights 1 at both ends, 4 at odd columns, 2 at even ones; times h / 3 with h = 1 / m,
+    # m = cols - 1 intervals (numerics.py's _simpson)
+    "simpson_integration": Reduction(
+        1,
+        "return (i == 0 || i == cols - 1 ? 1.0f : (i & 1) ? 4.0f : 2.0f) * a0;",
+        "{total} / (3.0f * (float)(cols - 1))",
+        over="rows",
+    ),
 }
 
 
@@ -62,26 +86,49 @@ def operation(card: OperatorCard) -> str | None:
     return operation_in((card.reference.function or "", card.name), OPS)
 
 
+def _common_problem(card: OperatorCard, per_row: bool) -> str | None:
+    """Why the card is not a reduction of the template's kind (to one value, or one per row), or None."""
+    op = operation(card)
+    if op is None:
+        return f"no known reduction in {card.name!r} (known: {', '.join(OPS)})"
+    reduction = OPS[op]
+    if (reduction.over == "rows") != per_row:
+        return f"{op} reduces {'each row' if reduction.over == 'rows' else 'everything'} to one value"
+    if len(card.inputs) != reduction.arity or len(card.outputs) != 1:
+        return f"{op} takes {reduction.arity} inputs and one output"
+    tensors = [*card.inputs, card.outputs[0]]
+    if len({t.dtype for t in tensors}) != 1 or tensors[0].dtype not in C_TYPE:
+        return f"expects one dtype among {sorted(C_TYPE)}"
+    shape = card.inputs[0].dims(card.sizes)
+    if any(t.dims(card.sizes) != shape for t in card.inputs):
+        return "inputs must have one shape"
+    return None
+
+
+def _product(dims: list[str]) -> str:
+    return " * ".join(f"({dim})" for dim in dims) or "1"
+
+
 class ReductionTemplate(Template):
     families = ("reduction",)
     entry = "kf_reduction"
 
     def unsupported(self, card: OperatorCard) -> str | None:
-        op = operation(card)
-        if op is None:
-            return f"no known full reduction in {card.name!r} (known: {', '.join(OPS)})"
-        arity = OPS[op].arity
-        if len(card.inputs) != arity or len(card.outputs) != 1:
-            return f"{op} takes {arity} inputs and one output"
-        tensors = [*card.inputs, card.outputs[0]]
-        if len({t.dtype for t in tensors}) != 1 or tensors[0].dtype not in C_TYPE:
-            return f"expects one dtype among {sorted(C_TYPE)}"
-        shape = card.inputs[0].dims(card.sizes)
-        if any(t.dims(card.sizes) != shape for t in card.inputs):
-            return "inputs must have one shape"
+        problem = _common_problem(card, per_row=False)
+        if problem is not None:
+            return problem
         if card.outputs[0].numel(card.sizes) != 1:
             return "the output must be one element (a full reduction)"
+        width = self._width(card)
+        if not any(v % width == 0 for v in vec_widths(dtype_of(card))):
+            return f"a point of {width} coordinates does not fit a 16-byte load"
         return None
+
+    def _width(self, card: OperatorCard) -> int:
+        """Elements per term: 1, or a point's coordinates (the input's last dimension)."""
+        op = operation(card)
+        assert op is not None
+        return card.inputs[0].dims(card.sizes)[-1] if OPS[op].over == "points" else 1
 
     def space(self, card: OperatorCard) -> Space:
         return {
@@ -92,44 +139,56 @@ class ReductionTemplate(Template):
         }
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
-        """Every combination is correct for any n; only register pressure rules some out."""
+        """Every combination is correct for any n, but a load must hold whole points and registers are finite."""
         op = operation(card)
         assert op is not None
+        if int(params["vec"]) % (width := self._width(card)):
+            return f"vec {params['vec']} does not hold whole points of {width} coordinates"
         held = OPS[op].arity * int(params["unroll"]) * int(params["vec"])
         if held * int(params["block"]) > LOADED_FLOATS_PER_BLOCK:
             return f"{held} loaded floats per thread x {params['block']} threads would spill registers"
         return None
 
     def _count(self, card: OperatorCard) -> str:
-        return " * ".join(f"({dim})" for dim in card.inputs[0].shape)
+        """The number of terms: the inputs' elements, or their points."""
+        shape = [str(dim) for dim in card.inputs[0].shape]
+        return _product(shape[:-1] if self._width(card) > 1 else shape)
 
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
-        arity, term, mean = OPS[op]
+        arity, term, finish, _ = OPS[op]
         dtype = dtype_of(card)
+        width = self._width(card)
         blocks, block, vec, unroll = (int(params[k]) for k in ("blocks", "block", "vec", "unroll"))
         names = [t.name for t in card.inputs]
         out = card.outputs[0].name
         signature = ", ".join([*(f"const T* __restrict__ {n}" for n in names), f"T* __restrict__ {out}", "long long n"])
         decl = "".join(f" float in{k}[UNROLL][VEC];\n" for k in range(arity))
         loads = "".join(f"   load_chunk({n}, i, in{k}[u]);\n" for k, n in enumerate(names))
-        args = ", ".join(f"in{k}[u][j]" for k in range(arity))
-        scalar_args = ", ".join(f"to_f({n}[i])" for n in names)
-        params_c = ", ".join(f"float a{k}" for k in range(arity))
-
-        def result(total: str) -> str:
-            return f"{total} / (float)n" if mean else total
+        if width == 1:
+            params_c = ", ".join(f"float a{k}" for k in range(arity))
+            args = ", ".join(f"in{k}[u][j]" for k in range(arity))
+            gather, scalar_args = "", ", ".join(f"to_f({n}[i])" for n in names)
+        else:  # a term reads a point: WIDTH consecutive values, j-th point of a chunk
+            params_c = ", ".join(f"const float* a{k}" for k in range(arity))
+            args = ", ".join(f"&in{k}[u][j * WIDTH]" for k in range(arity))
+            gather = "".join(
+                f" float p{k}[WIDTH];\n"
+                f" for (int c = 0; c < WIDTH; ++c) {{\n  p{k}[c] = to_f({n}[i * WIDTH + c]);\n }}\n"
+                for k, n in enumerate(names)
+            )
+            scalar_args = ", ".join(f"p{k}" for k in range(arity))
 
         if blocks == 1:
             cluster_attr, include = "", ""
-            finish = f"""if (threadIdx.x == 0) {{
- {out}[0] = from_f({result("total")});
+            result = f"""if (threadIdx.x == 0) {{
+ {out}[0] = from_f({finish.format(total="total")});
 }}"""
         else:
             cluster_attr = f"__attribute__((cluster_dims({blocks}, 1, 1))) "
             include = "#include <cooperative_groups.h>\n"
-            finish = f"""// Block 0 adds the cluster's block sums in rank order (distributed shared memory);
+            result = f"""// Block 0 adds the cluster's block sums in rank order (distributed shared memory);
 // the second sync keeps every block's shared memory alive until block 0 has read it.
 __shared__ float block_total;
 if (threadIdx.x == 0) {{
@@ -142,22 +201,25 @@ if (cluster.block_rank() == 0 && threadIdx.x == 0) {{
  for (int r = 0; r < BLOCKS; ++r) {{
   cluster_total += *cluster.map_shared_rank(&block_total, r);
  }}
- {out}[0] = from_f({result("cluster_total")});
+ {out}[0] = from_f({finish.format(total="cluster_total")});
 }}
 cluster.sync();"""
         strategy = "one block" if blocks == 1 else f"one cluster of {blocks} blocks"
+        terms = "elements" if width == 1 else f"points of {width}"
         source = f"""// {op} ({dtype}): {strategy} of {block} threads, {vec}-element loads, {unroll} per step.
-// Generated by the template proposer.
+// Terms over {terms}. Generated by the template proposer.
 {include}{prelude(dtype, vec)}{reduce_helpers(False)}#define BLOCK {block}
 #define BLOCKS {blocks}
 #define UNROLL {unroll}
+#define WIDTH {width}
+#define TPC (VEC / WIDTH)  // terms per chunk
 
 __device__ __forceinline__ float term({params_c}) {{
  {term}
 }}
 
 extern "C" __global__ {cluster_attr}void {launch_bounds(block, 1)} {self.entry}({signature}) {{
-const long long nvec = n / VEC;
+const long long nvec = n / TPC;
 const long long step = (long long)BLOCKS * BLOCK * UNROLL;
 float acc[UNROLL];
 #pragma unroll
@@ -175,7 +237,7 @@ for (long long base = (long long)blockIdx.x * (BLOCK * UNROLL) + threadIdx.x; ba
  for (int u = 0; u < UNROLL; ++u) {{
   if (base + (long long)u * BLOCK < nvec) {{
 #pragma unroll
-   for (int j = 0; j < VEC; ++j) {{
+   for (int j = 0; j < TPC; ++j) {{
     acc[u] += term({args});
    }}
   }}
@@ -186,18 +248,19 @@ float mine = 0.0f;
 for (int u = 0; u < UNROLL; ++u) {{
  mine += acc[u];
 }}
-// The n % VEC leftover elements, one per thread of block 0.
-const long long i = nvec * VEC + threadIdx.x;
+// The n % TPC leftover terms, one per thread of block 0.
+const long long i = nvec * TPC + threadIdx.x;
 if (blockIdx.x == 0 && i < n) {{
- mine += term({scalar_args});
+{gather} mine += term({scalar_args});
 }}
 __shared__ Sum red[32];
 const float total = group_reduce<BLOCK>(Sum{{mine}}, red).s;
-{finish}
+{result}
 }}
 """
-        count = f"{self._count(card)}:i64"
-        plan = LaunchPlan(entry=self.entry, grid=[blocks], block=[block], args=[*names, out, count])
+        plan = LaunchPlan(
+            entry=self.entry, grid=[blocks], block=[block], args=[*names, out, f"{self._count(card)}:i64"]
+        )
         return source, plan
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
@@ -209,4 +272,111 @@ const float total = group_reduce<BLOCK>(Sum{{mine}}, red).s;
             {**base, "blocks": 4, "block": 256, "unroll": 4},
             {**base, "blocks": 1, "unroll": 1},
             {**base, "blocks": 2, "vec": 1, "unroll": 4},
+        ]
+
+
+class RowReductionTemplate(Template):
+    """Each row of x [rows, cols] to one value: y[r] = finish(sum over i of term(x[r, i], i)).
+
+    TPR consecutive threads share a row (a warp's loads of it coalesce; TPR 1 is a thread per row), each summing
+    every TPR-th element with UNROLL independent loads and accumulators in flight, then a shuffle reduction (and
+    shared memory past a warp). Rows may start anywhere (simpson's rows hold m + 1 = 257 elements), so loads are
+    scalar; every parameter combination is correct for any size. Parameters: `tpr`, `block`, `unroll`.
+    """
+
+    families = ("reduction",)
+    entry = "kf_row_reduction"
+
+    def unsupported(self, card: OperatorCard) -> str | None:
+        problem = _common_problem(card, per_row=True)
+        if problem is not None:
+            return problem
+        x, y = card.inputs[0].dims(card.sizes), card.outputs[0].dims(card.sizes)
+        if len(x) < 2 or x[:-1] != y:
+            return f"expects x [..., cols] -> y [...] (one value per row), card has {list(x)} -> {list(y)}"
+        return None
+
+    def space(self, card: OperatorCard) -> Space:
+        return {"tpr": (1, 2, 4, 8, 16, 32, 64, 128, 256), "block": (64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8)}
+
+    def problem(self, card: OperatorCard, params: Params) -> str | None:
+        tpr, cols = int(params["tpr"]), card.inputs[0].dims(card.sizes)[-1]
+        if tpr > int(params["block"]):
+            return f"{tpr} threads per row exceed the block of {params['block']}"
+        if tpr > cols:
+            return f"{tpr} threads per row exceed its {cols} elements"
+        return None
+
+    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        op = operation(card)
+        assert op is not None
+        term, finish = OPS[op].term, OPS[op].finish
+        dtype = dtype_of(card)
+        tpr, block, unroll = int(params["tpr"]), int(params["block"]), int(params["unroll"])
+        x, y = card.inputs[0].name, card.outputs[0].name
+        source = f"""// {op} ({dtype}, fp32 sums): {tpr} threads a row, {unroll} loads in flight each, {block} a block.
+// Generated by the template proposer.
+{prelude(dtype, 1)}{reduce_helpers(False)}#define BLOCK {block}
+#define TPR {tpr}
+#define RPB (BLOCK / TPR)
+#define UNROLL {unroll}
+
+__device__ __forceinline__ float term(float a0, int i, int cols) {{
+ {term}
+}}
+
+extern "C" __global__ void {launch_bounds(block, 1)} {self.entry}(const T* __restrict__ {x}, T* __restrict__ {y},
+                                                          long long rows, int cols) {{
+const long long row = (long long)blockIdx.x * RPB + threadIdx.x / TPR;
+const int t = threadIdx.x % TPR;
+const bool valid = row < rows;  // spare threads still take part in the reduction
+const int end = valid ? cols : 0;
+const T* __restrict__ xr = {x} + (valid ? row : 0) * (long long)cols;
+float acc[UNROLL];
+#pragma unroll
+for (int u = 0; u < UNROLL; ++u) {{
+ acc[u] = 0.0f;
+}}
+for (int base = t; base < end; base += TPR * UNROLL) {{
+ float v[UNROLL];
+#pragma unroll
+ for (int u = 0; u < UNROLL; ++u) {{
+  const int i = base + u * TPR;
+  v[u] = i < end ? to_f(xr[i]) : 0.0f;
+ }}
+#pragma unroll
+ for (int u = 0; u < UNROLL; ++u) {{
+  const int i = base + u * TPR;
+  if (i < end) {{
+   acc[u] += term(v[u], i, cols);
+  }}
+ }}
+}}
+float mine = 0.0f;
+#pragma unroll
+for (int u = 0; u < UNROLL; ++u) {{
+ mine += acc[u];
+}}
+__shared__ Sum red[32];
+const float total = group_reduce<TPR>(Sum{{mine}}, red).s;
+if (valid && t == 0) {{
+ {y}[row] = from_f({finish.format(total="total")});
+}}
+}}
+"""
+        rows = _product([str(dim) for dim in card.outputs[0].shape])
+        plan = LaunchPlan(
+            entry=self.entry,
+            grid=[f"cdiv({rows}, {block // tpr})"],
+            block=[block],
+            args=[x, y, f"{rows}:i64", str(card.inputs[0].shape[-1])],
+        )
+        return source, plan
+
+    def seed_params(self, card: OperatorCard) -> list[Params]:
+        return [
+            {"tpr": 32, "block": 256, "unroll": 4},
+            {"tpr": 8, "block": 256, "unroll": 8},
+            {"tpr": 128, "block": 512, "unroll": 2},
+            {"tpr": 1, "block": 128, "unroll": 8},
         ]
