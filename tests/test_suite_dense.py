@@ -22,6 +22,7 @@ from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
+from kernelforge_tui.proposers.templates.gemv import GemvTemplate
 from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
@@ -226,9 +227,10 @@ def test_the_templates_serve_the_dense_cards_they_are_for(precision: Precision) 
         assert isinstance(template_for(_card(name, precision)), MatmulTemplate), name
     for name in ("reverse_array", "matrix_copy", "matrix_transpose"):
         assert isinstance(template_for(_card(name, precision)), CopyTemplate), name
-    assert isinstance(template_for(_card("vector_add", precision)), ElementwiseTemplate)
+    for name in ("vector_add", "matrix_scalar_mul"):
+        assert isinstance(template_for(_card(name, precision)), ElementwiseTemplate), name
+    assert isinstance(template_for(_card("matrix_vector_mul", precision)), GemvTemplate)
     for name, why in (
-        ("matrix_vector_mul", "expects inputs ['A', 'B']"),
         ("matrix_power", "expects inputs ['A', 'B']"),
         ("high_order_contraction", "expects matrices"),
     ):

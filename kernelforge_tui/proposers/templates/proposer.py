@@ -26,6 +26,7 @@ from kernelforge_tui.proposers.base import Proposal, ProposalContext, source_dig
 from kernelforge_tui.proposers.templates.common import Params, Template, changes, describe
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
+from kernelforge_tui.proposers.templates.gemv import GemvTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
 from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
@@ -46,6 +47,7 @@ TEMPLATES: tuple[Template, ...] = (
     RowReductionTemplate(),
     SparseTemplate(),
     MatmulTemplate(),
+    GemvTemplate(),
     CopyTemplate(),
 )
 _HINT = re.compile(r"([A-Za-z_]+)\s*(?:=|:|->|to)\s*([A-Za-z0-9_.]+)")
