@@ -1,16 +1,25 @@
-"""Adaptive average pooling to 1x1 over NCHW: y[n, c] = mean of x[n, c, :, :].
+"""Pooling over NCHW: adaptive average pooling to 1x1, and max pooling over 2x2 windows with stride 2.
 
-Convention: x [n, c, h, w] -> y with n*c elements ([n, c] or [n, c, 1, 1]); sizes n, c, h, w; one
-dtype, fp32 accumulation. Each (n, c) plane is a row of h*w contiguous elements, usually short
-(7x7 = 49), so the interesting choice is how many threads share a row.
+Convention: x [n, c, h, w], sizes n, c, h, w, one dtype.
 
-Parameters: `tpr` (threads per row, 1..32, reduced by warp shuffles), `block`, `vec` (must divide h*w).
+Average to 1x1: y with n*c elements ([n, c] or [n, c, 1, 1]), y[n, c] = mean of x[n, c, :, :], fp32 sums. Each
+(n, c) plane is a row of h*w contiguous elements, usually short (7x7 = 49), so the interesting choice is how many
+threads share a row. Parameters: `tpr` (threads per row, 1..32, reduced by warp shuffles), `block`, `vec` (must
+divide h*w).
+
+Max over 2x2 windows, stride 2 (a card whose reference or name says max_pool): y [n, c, h/2, w/2]. NaN
+propagates as torch.max_pool2d does: a NaN value replaces the running max and nothing replaces a NaN max, in the
+window order top-left, top-right, bottom-left, bottom-right; the max is one of the inputs, so it is written
+exactly. A thread makes `ow` adjacent outputs of a row from two vector loads (2 * ow elements of each input row of
+the window) and one store. Parameters: `ow` (must divide w/2, so loads are aligned and never cross a row), `block`,
+`unroll` (chunks per thread, all loads issued before the math).
 """
 
 from __future__ import annotations
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
+    ELEMENT_BYTES,
     Params,
     Space,
     Template,
@@ -21,6 +30,16 @@ from kernelforge_tui.proposers.templates.common import (
     reduce_helpers,
     vec_widths,
 )
+from kernelforge_tui.proposers.templates.elementwise import operation_in
+
+MAX_POOL = ("max_pool", "max_pooling")
+"""Words in a card's reference function or name that make it a max pooling."""
+MAX_ENTRY = "kf_max_pool"
+
+
+def _max_2x2(card: OperatorCard) -> bool:
+    """Whether the card is the max pooling mode (else average to 1x1)."""
+    return operation_in((card.reference.function or "", card.name), MAX_POOL) is not None
 
 
 class PoolingTemplate(Template):
@@ -29,14 +48,25 @@ class PoolingTemplate(Template):
 
     def unsupported(self, card: OperatorCard) -> str | None:
         problem = naming_problem(card, ["x"], ["y"], ["n", "c", "h", "w"])
-        if problem is None and card.outputs[0].numel(card.sizes) != card.sizes["n"] * card.sizes["c"]:
-            return "y must have n*c elements (pooling to 1x1)"
-        return problem
+        if problem is not None:
+            return problem
+        n, c, h, w = (card.sizes[k] for k in ("n", "c", "h", "w"))
+        if not _max_2x2(card):
+            return None if card.outputs[0].numel(card.sizes) == n * c else "y must have n*c elements (pooling to 1x1)"
+        if h % 2 or w % 2 or card.outputs[0].dims(card.sizes) != (n, c, h // 2, w // 2):
+            return "max pooling takes 2x2 windows with stride 2: y [n, c, h/2, w/2], h and w even"
+        return None
 
     def space(self, card: OperatorCard) -> Space:
+        if _max_2x2(card):
+            outputs = tuple(ow for ow in (1, 2, 4) if 2 * ow * ELEMENT_BYTES[dtype_of(card)] <= 16)
+            return {"ow": outputs, "block": (64, 128, 256, 512, 1024), "unroll": (1, 2, 4)}
         return {"tpr": (1, 2, 4, 8, 16, 32), "block": (64, 128, 256, 512), "vec": vec_widths(dtype_of(card))}
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
+        if _max_2x2(card):
+            wo = card.sizes["w"] // 2
+            return f"ow {params['ow']} does not divide w/2 = {wo}" if wo % int(params["ow"]) else None
         hw = card.sizes["h"] * card.sizes["w"]
         if hw % int(params["vec"]):
             return f"vec {params['vec']} does not divide h*w = {hw}"
@@ -45,6 +75,8 @@ class PoolingTemplate(Template):
         return None
 
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        if _max_2x2(card):
+            return self._render_max(card, params)
         dtype = dtype_of(card)
         tpr, block, vec = int(params["tpr"]), int(params["block"]), int(params["vec"])
         source = f"""// adaptive_avg_pool 1x1 ({dtype}, fp32 sums): {tpr} threads per plane, {vec}-element vectors.
@@ -77,7 +109,74 @@ if (valid && t == 0) {{
         )
         return source, plan
 
+    def _render_max(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        dtype = dtype_of(card)
+        ow, block, unroll = int(params["ow"]), int(params["block"]), int(params["unroll"])
+        source = f"""// max_pool2d 2x2, stride 2 ({dtype}, NaN kept): {ow} outputs a chunk, {unroll} chunks a thread.
+// Generated by the template proposer.
+{prelude(dtype, 2 * ow)}#define OW {ow}
+#define BLOCK {block}
+#define UNROLL {unroll}
+
+struct __align__({ow * ELEMENT_BYTES[dtype]}) OutT {{
+    T v[OW];
+}};
+
+// torch's max: a NaN value replaces the running max, and nothing replaces a NaN max (v > NaN is false).
+__device__ __forceinline__ float nan_max(float m, float v) {{ return (v > m || v != v) ? v : m; }}
+
+// Chunk c holds OW outputs of output row r = c / row_chunks (over all planes: plane * h/2 + row in the plane), from
+// input rows 2r and 2r + 1 (h = 2 * h/2), whose VEC = 2 * OW elements are chunk 2r * row_chunks + c % row_chunks
+// of x and the chunk a row further (w / VEC = row_chunks chunks a row). OW divides w/2: nothing crosses a row.
+extern "C" __global__ void {launch_bounds(block, 1)} {MAX_ENTRY}(const T* __restrict__ x, T* __restrict__ y,
+                                                          long long chunks, int row_chunks) {{
+float top[UNROLL][VEC];
+float bottom[UNROLL][VEC];
+#pragma unroll
+for (int u = 0; u < UNROLL; ++u) {{
+ const long long c = (long long)blockIdx.x * (BLOCK * UNROLL) + u * BLOCK + threadIdx.x;
+ if (c < chunks) {{
+  const long long first = c / row_chunks * 2 * row_chunks + c % row_chunks;
+  load_chunk(x, first, top[u]);
+  load_chunk(x, first + row_chunks, bottom[u]);
+ }}
+}}
+#pragma unroll
+for (int u = 0; u < UNROLL; ++u) {{
+ const long long c = (long long)blockIdx.x * (BLOCK * UNROLL) + u * BLOCK + threadIdx.x;
+ if (c < chunks) {{
+  OutT o;
+#pragma unroll
+  for (int j = 0; j < OW; ++j) {{
+   float m = top[u][2 * j];
+   m = nan_max(m, top[u][2 * j + 1]);
+   m = nan_max(m, bottom[u][2 * j]);
+   m = nan_max(m, bottom[u][2 * j + 1]);
+   o.v[j] = from_f(m);
+  }}
+  reinterpret_cast<OutT*>(y)[c] = o;
+ }}
+}}
+}}
+"""
+        chunks = f"n * c * (h / 2) * (w / 2) / {ow}"
+        plan = LaunchPlan(
+            entry=MAX_ENTRY,
+            grid=[f"cdiv({chunks}, {block * unroll})"],
+            block=[block],
+            args=["x", "y", f"{chunks}:i64", f"w / 2 / {ow}"],
+        )
+        return source, plan
+
     def seed_params(self, card: OperatorCard) -> list[Params]:
+        if _max_2x2(card):
+            ow = max(self.space(card)["ow"])
+            return [
+                {"ow": ow, "block": 256, "unroll": 1},
+                {"ow": ow, "block": 128, "unroll": 4},
+                {"ow": 1, "block": 256, "unroll": 2},
+                {"ow": 1, "block": 512, "unroll": 1},
+            ]
         vec = max(vec_widths(dtype_of(card)))
         return [
             {"tpr": 1, "block": 256, "vec": 1},

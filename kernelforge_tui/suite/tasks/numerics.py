@@ -271,8 +271,8 @@ extern "C" __global__ void max_pooling_2d_naive(const T* x, T* y, int n, int c, 
         lambda torch, t, sizes: {"y": torch.nn.functional.max_pool2d(t["x"], 2)},
     ),
     description=(
-        "2 images of 8 channels, square planes (8x8 up to 512x512). The pooling template (adaptive average pooling "
-        "to 1x1) does not serve it: it says so, since y has n*c*(h/2)*(w/2) elements, not n*c."
+        "2 images of 8 channels, square planes (8x8 up to 512x512). The pooling template serves it (its max pooling "
+        "mode: 2x2 windows, stride 2, NaN kept as here)."
     ),
 )
 
