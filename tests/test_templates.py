@@ -119,7 +119,7 @@ def test_every_card_has_a_template_with_diverse_seeds(card: OperatorCard) -> Non
 @pytest.mark.parametrize("card", all_cards(), ids=lambda c: c.name)
 async def test_sampled_params_check_compile_and_resolve(card: OperatorCard, cubin_cache: Path) -> None:
     builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache)
-    proposals = [render(card, p) for p in sample(card, 8)]
+    proposals = [render(card, p) for p in sample(card, 6)]  # the seeds, then random valid params (nvcc: ~1 s each)
     for proposal in proposals:
         problems = [p for p in check_source(proposal.source, proposal.plan.entry) if p.severity == "error"]
         assert not problems, (proposal.params, problems)
