@@ -346,12 +346,12 @@ async def test_palette_command_runs_the_action() -> None:
 
 async def test_keymap_from_settings_remaps_a_binding() -> None:
     source = SyntheticSource(10)
-    app = make_app(source, keymap={"pause_resume": "z"})
+    app = make_app(source, keymap={"pause_resume": "y"})
     async with app.run_test() as pilot:
         await pilot.press("p")
         await pilot.pause()
         assert source.sent == []
-        await pilot.press("z")
+        await pilot.press("y")
         await pilot.pause()
         assert isinstance(source.sent[0], Pause)
 
@@ -359,6 +359,13 @@ async def test_keymap_from_settings_remaps_a_binding() -> None:
 def test_unknown_keymap_ids_are_refused() -> None:
     with pytest.raises(ValueError, match="unknown binding ids"):
         TuiSettings(keymap={"no_such_action": "z"})
+
+
+def test_a_key_the_keymap_gives_to_two_actions_is_refused() -> None:
+    """z is the zoom key: giving it to pause as well would make a press run whichever is looked up first."""
+    with pytest.raises(ValueError, match=r"keys bound to two actions by the keymap: z \(pause_resume and"):
+        TuiSettings(keymap={"pause_resume": "z"})
+    assert TuiSettings(keymap={"pause_resume": "z", "maximize": "Z"}).keymap["pause_resume"] == "z"
 
 
 def test_keymap_and_theme_from_the_config_file(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:

@@ -169,8 +169,16 @@ def bindings() -> list[Binding]:
 
 def validate_keymap(keymap: dict[str, str]) -> dict[str, str]:
     """The keymap as given; an id that is not ours is an error naming the known ones (a silently ignored
-    typo would leave the user wondering why the key does nothing)."""
+    typo would leave the user wondering why the key does nothing), and so is a key the keymap gives to an action
+    while another keeps it (which one a press runs would depend on the order bindings are looked up in)."""
     unknown = sorted(set(keymap) - set(BY_ID))
     if unknown:
         raise ValueError(f"unknown binding ids in the keymap: {', '.join(unknown)} (known: {', '.join(BY_ID)})")
+    owners: dict[str, list[str]] = {}
+    for action in ACTIONS:
+        for key in keymap.get(action.id, action.key).split(","):
+            owners.setdefault(key.strip(), []).append(action.id)
+    clashes = [f"{key} ({' and '.join(ids)})" for key, ids in owners.items() if len(ids) > 1]
+    if clashes:
+        raise ValueError(f"keys bound to two actions by the keymap: {', '.join(clashes)}: remap one of each pair too")
     return dict(keymap)
