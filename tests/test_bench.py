@@ -32,11 +32,11 @@ from kernelforge_tui.engine.bench import (
     BenchManifest,
     BenchOptions,
     VendorResult,
+    VendorTimer,
     load_manifest,
     open_manifest,
     plan_cards,
     run_bench,
-    time_vendor_subprocess,
     vendor_result,
 )
 from kernelforge_tui.errors import BadInput
@@ -247,10 +247,54 @@ def test_the_vendor_is_checked_against_the_card_reference(tmp_path: Path, monkey
     monkeypatch.setitem(registry.TASKS, wrong.name, wrong)
     reply = time_vendor(VendorRequest(card_dir=cards.write(wrong, "float32", SMALL, tmp_path).root, device="cpu"))
     assert reply.agrees is False and re.match(r"c: \d+ of 1024 elements outside rtol=", reply.check)
-    crashed = asyncio.run(time_vendor_subprocess(VendorRequest(card_dir=tmp_path / "missing", device="cpu")))
-    assert crashed.agrees is None and crashed.error.startswith("the vendor timing exited 1 without a reply: ")
     summary = vendor_result("lib", VendorReply(library="lib", samples_us=[3.0, 1.0, 2.0, 100.0, 2.5], agrees=True))
     assert (summary.median_us, summary.reps, summary.agrees) == (2.5, 5, True)
+
+
+def test_one_vendor_process_serves_a_lane_and_is_replaced_after_an_error(tmp_path: Path) -> None:
+    """The lane's timer answers card after card from one process (torch imported once); an error ends that process
+    and the next request gets a fresh one; a process that dies without a reply is the reply's error."""
+    pytest.importorskip("torch")
+    first, second = (cards.write(VECTOR_ADD, p, SMALL, tmp_path) for p in ("float32", "bfloat16"))
+
+    async def scenario() -> tuple[list[VendorReply], int, int | None]:
+        timer = VendorTimer()
+        try:
+            replies = [await timer.time(VendorRequest(card_dir=c.root, device="cpu")) for c in (first, second)]
+            one_process = timer.started
+            replies.append(await timer.time(VendorRequest(card_dir=tmp_path / "missing", device="cpu")))
+            assert timer.process is None, "an error ends the process"
+            replies.append(await timer.time(VendorRequest(card_dir=first.root, device="cpu")))
+            assert timer.process is not None
+            timer.process.kill()  # dies between two cards: the next request is the error, then a fresh process
+            await timer.process.wait()
+            replies.append(await timer.time(VendorRequest(card_dir=first.root, device="cpu")))
+            return replies, one_process, timer.started
+        finally:
+            await timer.close()
+
+    replies, one_process, started = asyncio.run(scenario())
+    assert [r.agrees for r in replies[:2]] == [True, True] and one_process == 1
+    assert replies[2].agrees is None and "missing" in replies[2].error
+    assert replies[3].agrees is True and replies[4].agrees is True
+    assert started == 3, "one process for the first two cards, one after the error, one after the death"
+
+
+def test_a_vendor_process_that_exits_without_a_reply_is_the_error(tmp_path: Path) -> None:
+    """A process that dies on a request (a faulting vendor call) says so with its last stderr lines."""
+
+    async def scenario() -> VendorReply:
+        dies = (
+            "import sys; sys.stdin.readline(); sys.stderr.write('CUDA error: an illegal memory access\\n'); sys.exit(7)"
+        )
+        timer = VendorTimer(timeout_s=60, argv=[sys.executable, "-c", dies])
+        try:
+            return await timer.time(VendorRequest(card_dir=tmp_path, device="cpu"))
+        finally:
+            await timer.close()
+
+    reply = asyncio.run(scenario())
+    assert reply.error == "the vendor timing exited 7 without a reply: CUDA error: an illegal memory access"
 
 
 def test_readme_task_table_is_the_registry() -> None:

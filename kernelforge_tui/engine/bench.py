@@ -26,19 +26,21 @@ run.
 
 Vendor timing: where the task has a vendor implementation, it is checked against the card's reference and timed by
 `python -m kernelforge_tui.suite.vendor_timing` (a subprocess: torch is an optional extra, and a vendor call that
-faults must not end the bench) after the card's search, on the card's GPU once the search has let it go. A simulated
+faults must not end the bench) after the card's search, on the card's GPU once the search has let it go; one such
+process per GPU lane serves its cards in turn (`VendorTimer`). A simulated
 bench times no vendor (no GPU ran anything) and says so.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -389,17 +391,21 @@ class _Bench:
 
     async def _lane(self, device: int | None, queue: Iterator[BenchCard], overheads: list[float]) -> None:
         """One GPU's share: the next card nobody has taken, searched there, until none is left."""
-        for card in queue:
-            began = time.monotonic()
-            card.started_at, card.ended_at = time.time(), None
-            try:
-                await self._card(card, overheads, device)
-            finally:
-                card.wall_seconds += time.monotonic() - began
-                card.ended_at = time.time()
-                save_manifest(self.manifest, self.out)
-            if card.state == "finished" and card.budget is not None and card.budget.max_minutes is not None:
-                overheads.append(max(0.0, card.wall_seconds - card.active_seconds) / 60)
+        vendor = VendorTimer(device)
+        try:
+            for card in queue:
+                began = time.monotonic()
+                card.started_at, card.ended_at = time.time(), None
+                try:
+                    await self._card(card, overheads, device, vendor)
+                finally:
+                    card.wall_seconds += time.monotonic() - began
+                    card.ended_at = time.time()
+                    save_manifest(self.manifest, self.out)
+                if card.state == "finished" and card.budget is not None and card.budget.max_minutes is not None:
+                    overheads.append(max(0.0, card.wall_seconds - card.active_seconds) / 60)
+        finally:
+            await vendor.close()
 
     def _budget(self, card: BenchCard, overheads: list[float]) -> Budget | None:
         """The card's share of its task's minutes left (None when they are spent), with the per-card iteration cap.
@@ -432,7 +438,7 @@ class _Bench:
         )
         return None if why is None else f"{NO_TEMPLATE}: the templates proposer {why}"
 
-    async def _card(self, card: BenchCard, overheads: list[float], device: int | None) -> None:
+    async def _card(self, card: BenchCard, overheads: list[float], device: int | None, vendor: VendorTimer) -> None:
         """The card on `device`: not searched (no template, no minutes left), searched or resumed, then collected
         and its vendor timed there."""
         written = suite_cards.write(task(card.task), card.precision, card.scale, self.out / CARDS)
@@ -468,7 +474,7 @@ class _Bench:
                 self.say(f"{_on(card)}: failed ({card.reason})")
                 return
         self._collect(card, run_dir)
-        await self._vendor(card, written)
+        await self._vendor(card, written, vendor)
         card.state = "finished"
         best = f"{card.best_speedup:.3g}x" if card.best_speedup is not None else "-"
         self.say(f"{_on(card)}: finished, best {best} ({card.reason})")
@@ -541,7 +547,7 @@ class _Bench:
         elif info.best_latency_us is not None and info.best_speedup is not None:
             card.best_us, card.baseline_us = info.best_latency_us, info.best_latency_us * info.best_speedup
 
-    async def _vendor(self, card: BenchCard, written: Card) -> None:
+    async def _vendor(self, card: BenchCard, written: Card, timer: VendorTimer) -> None:
         vendor = task(card.task).vendor
         if vendor is None or card.vendor is not None:
             return
@@ -552,10 +558,9 @@ class _Bench:
         request = VendorRequest(
             card_dir=written.root,
             reps=VENDOR_REPS,
-            device="cuda" if card.gpu is None else f"cuda:{card.gpu}",  # the card's GPU: another card runs on the rest
             flush_bytes=self.settings.eval.flush_bytes,
-        )
-        reply = await time_vendor_subprocess(request)
+        )  # "cuda": the timer's process sees the lane's GPU only
+        reply = await timer.time(request)
         card.vendor = vendor_result(vendor.library, reply)
 
 
@@ -597,31 +602,83 @@ def vendor_result(library: str, reply: VendorReply) -> VendorResult:
     return result
 
 
-async def time_vendor_subprocess(request: VendorRequest, timeout_s: float = VENDOR_TIMEOUT_S) -> VendorReply:
-    """Run `kernelforge_tui.suite.vendor_timing` on the request; a crash or a hang is the reply's error."""
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "kernelforge_tui.suite.vendor_timing",
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        start_new_session=True,
-    )
-    try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(request.model_dump_json().encode()), timeout_s)
-    except TimeoutError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 9)
+class VendorTimer:
+    """The vendor timing process of one GPU lane (`python -m kernelforge_tui.suite.vendor_timing`), kept for the
+    lane's cards so torch's import and CUDA start-up are paid once. It is pinned to the lane's GPU as the evaluation
+    worker is (CUDA_VISIBLE_DEVICES). A process that answers with an error (a faulting vendor call may leave its CUDA
+    context unusable), hangs past the timeout or dies is ended; the next card starts a fresh one."""
+
+    def __init__(
+        self, gpu: int | None = None, timeout_s: float = VENDOR_TIMEOUT_S, argv: Sequence[str] | None = None
+    ) -> None:
+        """`argv` replaces the process's command (tests run stand-ins that die)."""
+        self.gpu = gpu
+        self.timeout_s = timeout_s
+        self.argv = list(argv or [sys.executable, "-m", "kernelforge_tui.suite.vendor_timing"])
+        self.process: asyncio.subprocess.Process | None = None
+        self.started = 0
+        """Processes started so far (one per lane while nothing goes wrong)."""
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=4)
+        self._drain: asyncio.Task[None] | None = None
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        env = dict(os.environ) if self.gpu is None else dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.gpu))
+        self.started += 1
+        self.stderr_tail.clear()
+        process = await asyncio.create_subprocess_exec(
+            *self.argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=env,
+            start_new_session=True,
+            limit=16 * 1024 * 1024,
+        )
+        self._drain = asyncio.create_task(self._keep_stderr(process))
+        return process
+
+    async def _keep_stderr(self, process: asyncio.subprocess.Process) -> None:
+        """Read stderr as it comes (a full pipe would stall the process), keeping its last lines for the error."""
+        assert process.stderr is not None
+        async for line in process.stderr:
+            self.stderr_tail.append(line.decode(errors="replace").rstrip())
+
+    async def time(self, request: VendorRequest) -> VendorReply:
+        """The request's reply; a crash or a hang is the reply's error."""
+        if self.process is None or self.process.returncode is not None:
+            self.process = await self._start()
+        process = self.process
+        assert process.stdin is not None and process.stdout is not None
+        try:
+            process.stdin.write(request.model_dump_json().encode() + b"\n")
+            await process.stdin.drain()
+            line = await asyncio.wait_for(process.stdout.readline(), self.timeout_s)
+        except TimeoutError:
+            await self.close()
+            return VendorReply(error=f"no answer within {self.timeout_s:g} s: the vendor timing was killed")
+        except (BrokenPipeError, ConnectionResetError):
+            line = b""
+        except asyncio.CancelledError:
+            await self.close()
+            raise
+        try:
+            reply = VendorReply.model_validate_json(line)
+        except ValidationError:
+            await self.close()
+            tail = " | ".join(line for line in self.stderr_tail if line)
+            return VendorReply(error=f"the vendor timing exited {process.returncode} without a reply: {tail}")
+        if reply.error:
+            await self.close()
+        return reply
+
+    async def close(self) -> None:
+        """End the process (its process group: whatever it started goes with it)."""
+        process, self.process = self.process, None
+        if process is None:
+            return
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, 9)
         await process.wait()
-        return VendorReply(error=f"no answer within {timeout_s:g} s: the vendor timing was killed")
-    except asyncio.CancelledError:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 9)
-        raise
-    lines = stdout.decode(errors="replace").strip().splitlines()
-    try:
-        return VendorReply.model_validate_json(lines[-1])
-    except (IndexError, ValidationError):
-        tail = " | ".join(stderr.decode(errors="replace").strip().splitlines()[-4:])
-        return VendorReply(error=f"the vendor timing exited {process.returncode} without a reply: {tail}")
+        if self._drain is not None:
+            await self._drain  # stderr ends with the process: its last lines are all kept

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 
@@ -32,7 +33,8 @@ QUERY = "index,name,uuid,compute_cap,driver_version,memory.total"
 
 
 def detect_gpus(timeout_s: float = 15.0) -> list[GpuInfo]:
-    """The visible GPUs (respecting CUDA_VISIBLE_DEVICES is the worker's job); [] where there are none."""
+    """The GPUs this process may use (`CUDA_VISIBLE_DEVICES` respected, see `visible`); [] where there are none.
+    Each keeps nvidia-smi's index: workers are pinned by it, whatever the parent's CUDA_VISIBLE_DEVICES."""
     smi = shutil.which("nvidia-smi")
     if smi is None:
         return []
@@ -57,7 +59,25 @@ def detect_gpus(timeout_s: float = 15.0) -> list[GpuInfo]:
                 index=int(index), name=name, uuid=uuid, capability=cap, driver=driver, memory_mib=int(float(memory))
             )
         )
-    return gpus
+    return visible(gpus, os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+def visible(gpus: list[GpuInfo], mask: str | None) -> list[GpuInfo]:
+    """The GPUs a `CUDA_VISIBLE_DEVICES` value lets through, in its order, read as CUDA reads it: indices or UUID
+    prefixes, the list ending at the first entry that names no GPU (an empty value hides them all; unset, all)."""
+    if mask is None:
+        return gpus
+    chosen: list[GpuInfo] = []
+    for entry in (e.strip() for e in mask.split(",")):
+        match = [
+            g
+            for g in gpus
+            if (entry.isdigit() and g.index == int(entry)) or (entry.startswith("GPU-") and g.uuid.startswith(entry))
+        ]
+        if len(match) != 1 or match[0] in chosen:
+            break
+        chosen.append(match[0])
+    return chosen
 
 
 def pycuda_problem() -> str | None:

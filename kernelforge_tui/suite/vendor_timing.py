@@ -3,9 +3,10 @@
     echo '{"card_dir": "DIR", "reps": 100}' | python -m kernelforge_tui.suite.vendor_timing
 
 Why a subprocess: torch is an optional extra that only suite/, capture/ and cast/ may import, and a vendor call that
-faults must not take the bench with it. The reply (one JSON line on stdout) holds every timed launch; the bench
-summarises them with the worker's statistics (`gpu.statistics.robust_stats`), so ours and the vendor's medians are
-read the same way.
+faults must not take the bench with it. Each request line on stdin gets one reply line (JSON) on stdout, until stdin
+closes: the bench keeps one such process per GPU, so torch's import and CUDA start-up (seconds) are paid once, not
+once per card. The reply holds every timed launch; the bench summarises them with the worker's statistics
+(`gpu.statistics.robust_stats`), so ours and the vendor's medians are read the same way.
 
 Timed the way the GPU worker times kernels: on the card's first input set, three untimed warm-up calls, then each
 call between a pair of CUDA events on the current stream, the L2 evicted before every call by writing a scratch
@@ -165,9 +166,17 @@ def time_calls(torch: Any, call: Callable[[], object], request: VendorRequest) -
 
 
 def main() -> int:
-    request = VendorRequest.model_validate_json(sys.stdin.read())
-    reply = time_vendor(request)
-    sys.stdout.write(reply.model_dump_json() + "\n")
+    """Answer request lines until stdin closes; a request that cannot be served (no such card) is its reply's
+    error, and the next one is served."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            reply = time_vendor(VendorRequest.model_validate_json(line))
+        except Exception as exc:  # a bad request or card: said in the reply, the process serves the next one
+            reply = VendorReply(error=f"{type(exc).__name__}: {exc}")
+        sys.stdout.write(reply.model_dump_json() + "\n")
+        sys.stdout.flush()
     return 0
 
 
