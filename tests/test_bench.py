@@ -17,12 +17,13 @@ import sys
 import time
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from rich.console import Console
 
 from kernelforge_tui.cli.bench import list_tasks, markdown_table, parse_scales, render_progress
-from kernelforge_tui.cli.bench_report import NO_MATPLOTLIB, PLOTS, write_report
+from kernelforge_tui.cli.bench_report import NO_MATPLOTLIB, PLOTS, per_task_chart, write_report
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.bench import (
@@ -45,7 +46,8 @@ from kernelforge_tui.models.evaluation import Ceilings, EvalResult, Evaluation, 
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite import cards, registry
-from kernelforge_tui.suite.task import Task, Vendor
+from kernelforge_tui.suite.score import CardResult, Scored, score_card
+from kernelforge_tui.suite.task import Precision, Task, Vendor
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_calls, time_vendor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -407,3 +409,35 @@ def test_vendor_calls_are_timed_the_worker_way() -> None:
     assert samples == [2.0] * 12
     timed = ["flush", "event", "call", "event"]
     assert torch.log == ["call"] * 3 + ["sync"] + timed * 10 + ["sync"] + timed * 2 + ["sync"]
+
+
+def test_the_speedup_plot_reads_wins_and_losses_on_a_log_axis_with_a_colour_per_scale() -> None:
+    """A 100x win must not flatten a 1.2x one: the axis is logarithmic, bars start at 1.0x (a loss points left), and
+    each scale keeps its colour in every panel, also where a panel lacks some scales (sorting's extra ones)."""
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    def card(precision: Precision, scale: int, speedup: float) -> Scored:
+        result = CardResult(
+            task="t", family="f", precision=precision, scale=scale, flops=1, bytes=1, status="searched",
+            baseline_us=100.0, best_us=100.0 / speedup,
+        )  # fmt: skip
+        return score_card(result)
+
+    rows = [card("float32", 2**10, 1.0), card("float32", 2**12, 80.0), card("bfloat16", 2**12, 1.0 / 1.2)]
+    rows.append(card("bfloat16", 2**22, 125.0))
+    figure = per_task_chart(rows, lambda r: r.speedup, "speedup", 1.0, log=True)
+    try:
+        fp32, bf16 = figure.axes
+        assert fp32.get_xscale() == "log" and bf16.get_xscale() == "log"
+        spans = sorted(tuple(sorted((p.get_x(), p.get_x() + p.get_width()))) for p in bf16.patches)
+        assert spans == [(pytest.approx(1 / 1.2), 1.0), (1.0, pytest.approx(125.0))], "bars start at 1.0x"
+
+        def colours(ax: Any) -> dict[str, object]:
+            return {c.get_label(): tuple(c.patches[0].get_facecolor()) for c in ax.containers if c.patches}
+
+        ours, theirs = colours(fp32), colours(bf16)
+        assert ours["2^12"] == theirs["2^12"], "a scale keeps its colour in every panel"
+        assert len({ours["2^10"], ours["2^12"], theirs["2^22"]}) == 3, "one colour per scale"
+    finally:
+        plt.close(figure)

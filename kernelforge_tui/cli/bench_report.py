@@ -18,6 +18,7 @@ from kernelforge_tui.suite.score import Scored, beats_vendor, scale_scores, scor
 from kernelforge_tui.suite.task import SHORT
 
 if TYPE_CHECKING:
+    from matplotlib.container import BarContainer
     from matplotlib.figure import Figure
 
 PLOTS = ("speedup", "roofline", "scale_score")
@@ -253,8 +254,10 @@ def _plots(rows: Sequence[Scored], simulated: bool, report: Path) -> str | None:
         return NO_MATPLOTLIB
     tag = " (SIMULATED)" if simulated else ""
     charts: dict[str, Callable[[], Figure]] = {
-        "speedup": lambda: _per_task(rows, lambda r: r.speedup, "speedup over the naive baseline" + tag, 1.0),
-        "roofline": lambda: _per_task(
+        "speedup": lambda: per_task_chart(
+            rows, lambda r: r.speedup, "speedup over the naive baseline (log scale)" + tag, 1.0, log=True
+        ),
+        "roofline": lambda: per_task_chart(
             rows,
             lambda r: None if r.roofline_share is None else 100 * r.roofline_share,
             "share of the roofline (%)" + tag,
@@ -270,9 +273,12 @@ def _plots(rows: Sequence[Scored], simulated: bool, report: Path) -> str | None:
     return None
 
 
-def _per_task(rows: Sequence[Scored], value: Callable[[Scored], float | None], label: str, line: float) -> Figure:
-    """Horizontal bars: a group per task, a bar per scale, a panel per precision; a dashed line at `line`. Only
-    searched cards have bars (a task no template serves is labelled so, not drawn at 1.0x)."""
+def per_task_chart(
+    rows: Sequence[Scored], value: Callable[[Scored], float | None], label: str, line: float, *, log: bool = False
+) -> Figure:
+    """Horizontal bars: a group per task, a bar per scale (one colour each, whichever panel it is in), a panel per
+    precision; a dashed line at `line`. Only searched cards have bars (a task no template serves is labelled so, not
+    drawn at 1.0x). `log`: a log axis with bars drawn from `line`, so a 100x win and a 0.9x loss both read."""
     import matplotlib.pyplot as plt
 
     searched = {r.task for r in rows if r.status == "searched"}
@@ -282,6 +288,7 @@ def _per_task(rows: Sequence[Scored], value: Callable[[Scored], float | None], l
     height = 0.8 / max(1, len(scales))
     tall = 1.0 + 0.35 * len(tasks) * max(1, len(scales)) ** 0.5
     figure, axes = plt.subplots(1, len(precisions), figsize=(5 * len(precisions), tall), squeeze=False, sharey=True)
+    legend: dict[str, BarContainer] = {}
     for ax, precision in zip(axes[0], precisions, strict=True):
         for k, scale in enumerate(scales):
             ys, xs = [], []
@@ -291,13 +298,20 @@ def _per_task(rows: Sequence[Scored], value: Callable[[Scored], float | None], l
                 if shown is not None:
                     ys.append(t + (k - (len(scales) - 1) / 2) * height)
                     xs.append(shown)
-            ax.barh(ys, xs, height=height, label=_scale(scale))
+            if not xs:
+                continue
+            widths, left = ([x - line for x in xs], line) if log else (xs, 0.0)
+            bars = ax.barh(ys, widths, left=left, height=height, label=_scale(scale), color=f"C{k}")
+            legend.setdefault(_scale(scale), bars)
+        if log:
+            ax.set_xscale("log")
         ax.axvline(line, color="grey", linestyle="--", linewidth=1)
         ax.set_title(SHORT[precision])
         ax.set_xlabel(label)
         ax.set_yticks(range(len(tasks)), [t if t in searched else f"{t} (not searched)" for t in tasks])
     axes[0][0].invert_yaxis()  # the axes share y: once turns them all, suite order from the top
-    axes[0][-1].legend(title="scale", fontsize="small")
+    drawn = [_scale(s) for s in scales if _scale(s) in legend]  # every panel's scales, once, smallest first
+    axes[0][-1].legend([legend[text] for text in drawn], drawn, title="scale", fontsize="small")
     return figure
 
 
