@@ -46,6 +46,7 @@ from kernelforge_tui.proposers.base import (
     Proposal,
     ProposalContext,
     Proposer,
+    SpaceCounter,
 )
 from kernelforge_tui.store import RunStore, UnreadableRecord
 
@@ -309,11 +310,18 @@ class Search:
         return True
 
     def _nothing_left(self) -> str:
-        """Why the search ends with budget left: the proposer's own reason when it cannot serve the card at all."""
+        """Why the search ends with budget left: the proposer's own reason when it cannot serve the card at all, and
+        how much of its space the run covered when it can count it."""
         why = cannot_serve(self.proposer, self.card.spec)
         if why is not None:
             return f"{NOTHING_TO_PROPOSE}: the {self.proposer.name} proposer {why}"
-        return "nothing left to expand: every branch is exhausted, pruned or banned"
+        nothing_left = "nothing left to expand: every branch is exhausted, pruned or banned"
+        if isinstance(self.proposer, SpaceCounter):
+            tried = [node.params for node in self.tree.nodes.values()]
+            coverage = self.proposer.coverage(self.card.spec, tried)
+            if coverage is not None:
+                return coverage.reason(nothing_left)
+        return nothing_left
 
     async def _step(self) -> bool:
         """Start one expansion, if there is room and a node to expand; whether it started one."""

@@ -7,6 +7,7 @@ and answer with the same `Proposal` (device source plus a LaunchPlan: data, neve
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -129,4 +130,36 @@ class Proposer(Protocol):
 
     def seeds(self, card: Card) -> list[Proposal]:
         """The initial children of the root (the card's baseline kernel)."""
+        ...
+
+
+class SpaceCoverage(BaseModel):
+    """How much of a proposer's finite space of configurations a run has tried: the run's reason says it when the
+    tree runs out, so a person knows whether the space itself is spent or only the branches the search kept."""
+
+    space: str
+    """The space in words, e.g. "the templates' space for this card"."""
+    tried: int
+    valid: int
+    counted_all: bool = True
+    """False when the space was too large to count whole: `valid` is then a lower bound."""
+
+    def reason(self, nothing_left: str) -> str:
+        """The run's reason when no node is left to expand (`nothing_left` says so in general)."""
+        counts = f"{self.tried} configurations tried of {'' if self.counted_all else 'at least '}{self.valid} valid"
+        if self.counted_all and self.tried >= self.valid:
+            return f"{self.space} is exhausted: {counts}"
+        return f"{nothing_left} ({self.space}: {counts})"
+
+
+@runtime_checkable
+class SpaceCounter(Protocol):
+    """A proposer whose candidates come from a finite space it can count (optional: the search asks it, if it is
+    one, when no node is left to expand)."""
+
+    name: str
+
+    def coverage(self, card: OperatorCard, tried: Sequence[dict[str, ParamValue]]) -> SpaceCoverage | None:
+        """How many of the card's valid configurations the `tried` params (every node's, any proposer's) cover, or
+        None when the proposer has no space for the card."""
         ...

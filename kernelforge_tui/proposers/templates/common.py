@@ -8,11 +8,15 @@ divisibility and capacity in Python and never emit a kernel that is wrong for th
 
 from __future__ import annotations
 
+import itertools
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
+from typing import ClassVar, Literal, NamedTuple
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.models.nodes import ParamValue
+from kernelforge_tui.models.profiles import Bottleneck
 
 Params = dict[str, ParamValue]
 Space = dict[str, tuple[ParamValue, ...]]
@@ -23,6 +27,75 @@ SM_COUNT = 132
 """H200 streaming multiprocessors: grids sized in waves of resident blocks use it."""
 MAX_DYNAMIC_SHARED = 227 * 1024 - 1024
 """Hopper's per-block shared memory, less a margin for the templates' static reduction scratch."""
+FAST_MATH_MIN_RTOL = 1e-5
+"""The tightest output rtol under which a template may use fast intrinsics (__expf). __expf(x) errs by about
+(|x| + 4) * 2^-24 relative (the rounding of x * log2(e), then ex2.approx's 2 ulp): under 2e-6 wherever a softmax
+output stands above its atol, so fp32's 1e-5 holds with margin (the fp32 stress sets pass with it:
+tests/test_stress.py); a card that asks for less than 1e-5 gets the accurate expf only."""
+
+
+class Lever(NamedTuple):
+    """A parameter that addresses one bottleneck class: which way it helps along the space's order (`up`: towards
+    later values, `down`: earlier ones, `any`: a change either way) and why, in a few words for the mutation."""
+
+    param: str
+    toward: Literal["up", "down", "any"]
+    why: str
+
+    def pulled(self, values: Sequence[ParamValue], old: ParamValue, new: ParamValue) -> bool:
+        """Whether moving the parameter from `old` to `new` goes the lever's way."""
+        if old == new or old not in values or new not in values:
+            return False
+        step = values.index(new) - values.index(old)
+        return self.toward == "any" or (step > 0) == (self.toward == "up")
+
+
+Levers = Mapping[Bottleneck, tuple[Lever, ...]]
+"""Bottleneck class -> the levers that address it, the most telling first."""
+
+WELL_KNOWN_LEVERS: Levers = {
+    "memory_bandwidth": (
+        Lever("vec", "up", "wider accesses"),
+        Lever("storage", "down", "fewer passes over the data"),
+    ),
+    "memory_latency": (
+        Lever("unroll", "up", "more loads in flight"),
+        Lever("split", "up", "more blocks share the work"),
+        Lever("minb", "up", "more resident blocks"),
+        Lever("rpb", "any", "rows per block"),
+        Lever("tpr", "any", "threads per row"),
+        Lever("block", "any", "block size"),
+    ),
+    "compute": (
+        Lever("fast_exp", "up", "fast exp"),
+        Lever("vec", "up", "fewer instructions per element"),
+    ),
+}
+"""The levers of parameters whose names mean the same in every template: the default of a template that declares
+none (those its space lacks are ignored)."""
+
+STREAMING_LEVERS: Levers = {
+    "memory_bandwidth": (
+        Lever("vec", "up", "wider accesses"),
+        Lever("unroll", "up", "more bytes in flight per thread"),
+    ),
+    "memory_latency": (
+        Lever("unroll", "up", "more loads in flight"),
+        Lever("minb", "up", "more resident blocks"),
+        Lever("waves", "up", "more blocks in flight"),
+        Lever("block", "any", "block size"),
+    ),
+    "compute": (
+        Lever("vec", "up", "fewer instructions per element"),
+        Lever("unroll", "up", "fewer loop instructions per element"),
+    ),
+}
+"""The levers of `streaming_space`."""
+
+
+def fast_math_allowed(card: OperatorCard) -> bool:
+    """Whether every output's tolerance admits fast intrinsics (see FAST_MATH_MIN_RTOL)."""
+    return all(out.effective_tolerance().rtol >= FAST_MATH_MIN_RTOL for out in card.outputs)
 
 
 class Template(ABC):
@@ -30,6 +103,9 @@ class Template(ABC):
 
     families: tuple[str, ...] = ()
     entry = "kf_kernel"
+    levers: ClassVar[Levers] = WELL_KNOWN_LEVERS
+    """Which parameters address each bottleneck class: the proposer tries moves along them first for a parent
+    profiled in that class (levers of parameters a card's space lacks are ignored)."""
 
     @abstractmethod
     def unsupported(self, card: OperatorCard) -> str | None:
@@ -62,6 +138,22 @@ class Template(ABC):
             return None
         canon = self.canonical(card, params)
         return {k: canon[k] for k in space} if self.problem(card, canon) is None else None
+
+    def levers_of(self, card: OperatorCard, bottleneck: Bottleneck) -> tuple[Lever, ...]:
+        """The levers for the class that the card's space can move (a parameter with two values or more)."""
+        space = self.space(card)
+        return tuple(lever for lever in self.levers.get(bottleneck, ()) if len(space.get(lever.param, ())) > 1)
+
+    def count_valid(self, card: OperatorCard, cap: int) -> tuple[int, bool]:
+        """(distinct valid configurations, whether that is all of them): canonical forms of the first `cap`
+        combinations of the space, so a large space costs at most `cap` validity checks."""
+        space = self.space(card)
+        found: set[tuple[str, ...]] = set()
+        for values in itertools.islice(itertools.product(*space.values()), cap):
+            canon = self.canonical(card, dict(zip(space, values, strict=True)))
+            if self.problem(card, canon) is None:
+                found.add(tuple(str(canon[k]) for k in space))
+        return len(found), math.prod(len(v) for v in space.values()) <= cap
 
 
 def describe(params: Mapping[str, ParamValue]) -> str:
@@ -264,6 +356,13 @@ def streaming_space(card: OperatorCard) -> Space:
 def streaming_canonical(params: Params) -> Params:
     """waves only matters for grid_stride."""
     return {**params, "waves": 1} if params["loop"] == "one_per_thread" else dict(params)
+
+
+def streaming_loop(params: Params) -> str:
+    """The loop in words for the source's header. The waves are said because they only change the plan's grid: a
+    source without them would read as already tried (the proposer tells tried candidates by their source), and no
+    number of waves but the parent's would ever be offered."""
+    return f"grid_stride over {params['waves']} waves" if params["loop"] == "grid_stride" else str(params["loop"])
 
 
 def streaming_problem(params: Params) -> str | None:

@@ -15,8 +15,12 @@ aligned and there is no tail), `unroll`.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -35,6 +39,18 @@ MAX_LOADED = 32
 class GemvTemplate(Template):
     families = ("matmul",)
     entry = "kf_gemv"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (Lever("vec", "up", "wider accesses"),),
+        "memory_latency": (
+            Lever("unroll", "up", "more loads in flight"),
+            Lever("tpr", "any", "threads per row"),
+            Lever("block", "any", "block size"),
+        ),
+        "compute": (
+            Lever("vec", "up", "fewer instructions per element"),
+            Lever("unroll", "up", "independent accumulators"),
+        ),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         problem = naming_problem(card, ["A", "x"], ["y"], [])

@@ -18,9 +18,13 @@ x - mean is exact there, and one subtraction more per element costs nothing in a
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     C_TYPE,
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -37,6 +41,17 @@ SIZES = ("n", "c", "h", "w", "groups")
 class GroupNormTemplate(Template):
     families = ("group_norm",)
     entry = "kf_group_norm"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("welford", "up", "statistics in one pass: x read twice, not three times"),
+            Lever("vec", "up", "wider accesses"),
+        ),
+        "memory_latency": (
+            Lever("split", "up", "more blocks per group fill the SMs"),
+            Lever("block", "any", "threads per group"),
+        ),
+        "compute": (Lever("vec", "up", "fewer instructions per element"),),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         if len(card.inputs) != 3 or len(card.outputs) not in (1, 3):

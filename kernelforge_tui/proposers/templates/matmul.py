@@ -17,8 +17,12 @@ every load is aligned), `pad` (floats added to each shared row, against bank con
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -57,6 +61,25 @@ def _each(var: str, count: str, body: str, indent: str) -> str:
 class MatmulTemplate(Template):
     families = ("matmul",)
     entry = "kf_matmul"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("bm", "up", "bigger tiles: each element of B read fewer times"),
+            Lever("bn", "up", "bigger tiles: each element of A read fewer times"),
+            Lever("vec", "up", "wider tile loads"),
+        ),
+        "memory_latency": (
+            Lever("minb", "up", "more resident blocks"),
+            Lever("bk", "up", "more of K staged per barrier"),
+            Lever("bm", "down", "more blocks"),
+            Lever("bn", "down", "more blocks"),
+        ),
+        "compute": (
+            Lever("tm", "up", "more FMAs per shared load"),
+            Lever("tn", "up", "more FMAs per shared load"),
+            Lever("pad", "up", "no shared-memory bank conflicts"),
+            Lever("layout", "any", "shared reads across banks"),
+        ),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         problem = naming_problem(card, ["A", "B"], ["C"], [])

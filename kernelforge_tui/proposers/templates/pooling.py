@@ -17,9 +17,13 @@ the window) and one store. Parameters: `ow` (must divide w/2, so loads are align
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     ELEMENT_BYTES,
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -45,6 +49,22 @@ def _max_2x2(card: OperatorCard) -> bool:
 class PoolingTemplate(Template):
     families = ("pooling",)
     entry = "kf_avg_pool"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("vec", "up", "wider accesses"),
+            Lever("ow", "up", "wider loads and stores"),
+        ),
+        "memory_latency": (
+            Lever("tpr", "any", "threads per plane"),
+            Lever("unroll", "up", "more loads in flight"),
+            Lever("block", "any", "block size"),
+        ),
+        "compute": (
+            Lever("vec", "up", "fewer instructions per element"),
+            Lever("ow", "up", "fewer instructions per output"),
+        ),
+    }
+    """The average's (tpr, vec) and the max's (ow, unroll): each space has only its own."""
 
     def unsupported(self, card: OperatorCard) -> str | None:
         problem = naming_problem(card, ["x"], ["y"], ["n", "c", "h", "w"])

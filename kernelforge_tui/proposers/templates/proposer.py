@@ -6,9 +6,16 @@ over different parameters; then jumps and two-parameter moves. Exact repeats of 
 children are never offered, and changes that already failed from this parent are offered last.
 Randomness only breaks ties and comes from a generator seeded by (seed, card, parent params).
 
+A profiled parent's bottleneck class picks the moves tried first after the hints: those along the template's
+levers for that class (a memory-bandwidth-bound parent gets wider accesses and fewer passes, a latency-bound one
+more parallelism and loads in flight, a compute-bound one fast math where the card's tolerance allows), the
+nearest step of every lever before the next step of any; the mutation says why. Without a profile the order is the
+plain one above.
+
 It says what it understood: `read_hint` names the parameters and values a hint set (or that it understood
-nothing, listing the card's parameters), and `cannot_serve` says why a card has no template (its family is not
-in the library, or the card does not follow the template's naming), so the search can tell the person.
+nothing, listing the card's parameters), `cannot_serve` says why a card has no template (its family is not
+in the library, or the card does not follow the template's naming), and `coverage` how much of the card's space a
+run has tried, so the search can tell the person.
 """
 
 from __future__ import annotations
@@ -17,13 +24,15 @@ import hashlib
 import itertools
 import random
 import re
+from collections.abc import Sequence
 from functools import partial
 
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.nodes import ParamValue
-from kernelforge_tui.proposers.base import Proposal, ProposalContext, source_digest
-from kernelforge_tui.proposers.templates.common import Params, Template, changes, describe
+from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck
+from kernelforge_tui.proposers.base import Proposal, ProposalContext, SpaceCoverage, source_digest
+from kernelforge_tui.proposers.templates.common import Lever, Params, Space, Template, changes, describe
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.gemv import GemvTemplate
@@ -51,6 +60,9 @@ TEMPLATES: tuple[Template, ...] = (
     CopyTemplate(),
 )
 _HINT = re.compile(r"([A-Za-z_]+)\s*(?:=|:|->|to)\s*([A-Za-z0-9_.]+)")
+COUNT_CAP = 16384
+"""Combinations of a space checked at most when a run ends (about a second; every space is counted whole but
+matmul's 49152, whose count is then a lower bound)."""
 
 
 def template_for(card: OperatorCard) -> Template | None:
@@ -74,6 +86,15 @@ def _key(params: dict[str, ParamValue]) -> tuple[tuple[str, str], ...]:
 def _distance(values: tuple[ParamValue, ...], old: ParamValue, new: ParamValue) -> int:
     """Steps between two values of one parameter (values are ordered so that neighbours are small moves)."""
     return abs(values.index(new) - values.index(old))
+
+
+def _pulled(levers: tuple[Lever, ...], space: Space, parent: Params, candidate: Params) -> list[tuple[int, Lever]]:
+    """The levers the move from parent to candidate pulls, each with how many steps it moves its parameter; none
+    when it moves one of them the wrong way (a wider access paid for with one pass more is no bandwidth move)."""
+    moved = [lever for lever in levers if candidate[lever.param] != parent[lever.param]]
+    steps = [(_distance(space[lever.param], parent[lever.param], candidate[lever.param]), lever) for lever in moved]
+    pulled = all(lever.pulled(space[lever.param], parent[lever.param], candidate[lever.param]) for lever in moved)
+    return steps if pulled else []
 
 
 def _hint_targets(hints: list[str], space: dict[str, tuple[ParamValue, ...]]) -> tuple[dict[str, str], set[str]]:
@@ -198,25 +219,56 @@ class TemplateProposer:
         rng.shuffle(names)
         ladder = [c for column in itertools.zip_longest(*(singles[k] for k in names)) for c in column if c is not None]
 
-        def rank(candidate: Params) -> tuple[int, int]:
+        profile = ctx.parent.profile
+        bottleneck: Bottleneck | None = profile.hardware.bottleneck if profile is not None else None
+        levers = template.levers_of(card, bottleneck) if bottleneck is not None else ()
+
+        def rank(item: tuple[Params, Params | None]) -> tuple[int, int, int, int, bool, int]:
+            candidate, params = item
             moved = {k: str(v) for k, v in candidate.items() if v != parent[k]}
             hinted = sum(wanted.get(k) == v for k, v in moved.items()) * 2 + len(set(moved) & named)
-            return (-hinted, sum((k, v) in failed_moves for k, v in moved.items()))
+            failed = sum((k, v) in failed_moves for k, v in moved.items())
+            # Along the levers of the parent's class first, as the move will be made (canonical): every lever's
+            # nearest step (in the levers' order), then the next steps, a pair after the single moves of its step;
+            # then a lever with another parameter.
+            if params is None or not (pulls := _pulled(levers, space, parent, params)):
+                return (-hinted, failed, 2, 0, False, 0)
+            steps, lever = min((steps, levers.index(lever)) for steps, lever in pulls)
+            changed = sum(v != parent[k] for k, v in params.items())
+            return (-hinted, failed, int(len(pulls) < changed), steps, changed > 1, lever)
 
-        ordered = sorted(ladder + pairs, key=rank)  # stable: keeps the ladder order within a rank
+        candidates = [(candidate, template.valid(card, candidate)) for candidate in ladder + pairs]
+        ordered = sorted(candidates, key=rank)  # stable: keeps the ladder order within a rank
         proposals: list[Proposal] = []
-        for candidate in ordered:
-            params = template.valid(card, candidate)
+        for _, params in ordered:
             if params is None or _key(params) in tried:
                 continue
             tried.add(_key(params))
-            proposal = self._proposal(template, card, params, changes(parent, params))
+            mutation = changes(parent, params)
+            if bottleneck is not None and (pulls := _pulled(levers, space, parent, params)):
+                why = "; ".join(dict.fromkeys(lever.why for _, lever in pulls))
+                mutation += f" ({CLASS_NAMES[bottleneck]} parent: {why})"
+            proposal = self._proposal(template, card, params, mutation)
             if hashlib.sha256(proposal.source.encode()).hexdigest() in ctx.tried_sources:
                 continue
             proposals.append(proposal)
             if len(proposals) == n:
                 break
         return proposals
+
+    def coverage(self, card: OperatorCard, tried: Sequence[dict[str, ParamValue]]) -> SpaceCoverage | None:
+        """How many of the card's valid template configurations the tried params cover (None without a template)."""
+        template = template_for(card)
+        if template is None:
+            return None
+        valid, counted_all = template.count_valid(card, COUNT_CAP)
+        covered = {_key(p) for p in (template.valid(card, dict(t)) for t in tried) if p is not None}
+        return SpaceCoverage(
+            space=f"the {self.name}' space for this card",
+            tried=len(covered),
+            valid=max(valid, len(covered)),
+            counted_all=counted_all,
+        )
 
     def _rng_seed(self, card: OperatorCard, params: Params) -> int:
         text = repr((self.seed, card.name, _key(params)))

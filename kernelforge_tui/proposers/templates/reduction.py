@@ -23,11 +23,13 @@ its own accumulator, all loads issued before the math). The row reductions have 
 
 from __future__ import annotations
 
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     C_TYPE,
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -112,6 +114,21 @@ def _product(dims: list[str]) -> str:
 class ReductionTemplate(Template):
     families = ("reduction",)
     entry = "kf_reduction"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("vec", "up", "wider accesses"),
+            Lever("blocks", "up", "more SMs reading"),
+        ),
+        "memory_latency": (
+            Lever("blocks", "up", "more SMs reading"),
+            Lever("unroll", "up", "more loads in flight"),
+            Lever("block", "up", "more threads reading"),
+        ),
+        "compute": (
+            Lever("vec", "up", "fewer instructions per term"),
+            Lever("unroll", "up", "independent accumulators"),
+        ),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         problem = _common_problem(card, per_row=False)
@@ -286,6 +303,15 @@ class RowReductionTemplate(Template):
 
     families = ("reduction",)
     entry = "kf_row_reduction"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (Lever("tpr", "up", "a row's loads coalesce across more lanes"),),
+        "memory_latency": (
+            Lever("unroll", "up", "more loads in flight"),
+            Lever("block", "any", "block size"),
+            Lever("tpr", "any", "threads per row"),
+        ),
+        "compute": (Lever("unroll", "up", "independent accumulators"),),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         problem = _common_problem(card, per_row=True)

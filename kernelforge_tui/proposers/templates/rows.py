@@ -9,19 +9,25 @@ so every chunk of every row is aligned and there is no tail); `storage` of the r
 (registers: read once, needs cols <= TPR * ITEMS * VEC; smem: read once into dynamic shared memory;
 stream: read again from global/L2); `minb` (the __launch_bounds__ min blocks per SM); softmax adds
 `online` (max and sum in one pass and one reduction) and `fast_exp`; layer_norm adds `welford` (one
-reduction of (count, mean, M2) instead of mean then centred sum of squares).
+reduction of (count, mean, M2) instead of mean then centred sum of squares). `fast_exp` (__expf) is valid only
+where the card's tolerance admits it (`fast_math_allowed`).
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     ELEMENT_BYTES,
     MAX_DYNAMIC_SHARED,
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
     dtype_of,
+    fast_math_allowed,
     launch_bounds,
     naming_problem,
     prelude,
@@ -131,6 +137,24 @@ class RowTemplate(Template):
     """One kernel shape for all three: TPR threads per row, RPB rows per block, grid cdiv(rows, RPB)."""
 
     families = ("softmax", "rms_norm", "layer_norm")
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("storage", "down", "the row read once"),
+            Lever("vec", "up", "wider accesses"),
+            Lever("online", "up", "one pass fewer"),
+            Lever("welford", "up", "one pass fewer"),
+        ),
+        "memory_latency": (
+            Lever("minb", "up", "more resident blocks"),
+            Lever("block", "any", "threads per row"),
+            Lever("rpb", "any", "rows per block"),
+            Lever("strategy", "any", "how threads share rows"),
+        ),
+        "compute": (
+            Lever("fast_exp", "up", "fast exp"),
+            Lever("vec", "up", "fewer instructions per element"),
+        ),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         inputs, outputs = TENSORS[card.family]
@@ -177,6 +201,8 @@ class RowTemplate(Template):
             return f"{tpr} threads per row for {nvec} chunks leaves threads idle"
         if int(params["minb"]) * block > 2048:
             return f"minb {params['minb']} x block {block} exceeds 2048 threads per SM"
+        if params.get("fast_exp") and not fast_math_allowed(card):
+            return "fast_exp: the card's tolerance is tighter than __expf's error"
         if params["storage"] == "registers":
             items = -(-nvec // tpr)
             if items * vec > min(MAX_FLOATS_PER_THREAD, 16384 // block):
@@ -234,7 +260,7 @@ T* __restrict__ yr = y + (valid ? row : 0) * (long long)cols;
         vec = max(vec_widths(dtype_of(card)))
         extra: Params = {}
         if card.family == "softmax":
-            extra = {"online": 0, "fast_exp": int(dtype_of(card) != "float32")}
+            extra = {"online": 0, "fast_exp": int(dtype_of(card) != "float32" and fast_math_allowed(card))}
         if card.family == "layer_norm":
             extra = {"welford": 0}
         base: Params = {"rpb": 1, "vec": vec, "minb": 1, **extra}

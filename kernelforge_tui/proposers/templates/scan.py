@@ -21,8 +21,12 @@ ipt consecutive elements straight from global memory).
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -51,6 +55,21 @@ def _staged_bytes(chunk: int) -> int:
 class ScanTemplate(Template):
     families = ("scan",)
     entry = "kf_scan"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("ipt", "up", "bigger chunks: fewer re-reads for the carries"),
+            Lever("vec", "up", "wider carry loads"),
+            Lever("stage", "up", "coalesced chunk loads and stores"),
+        ),
+        "memory_latency": (
+            Lever("block", "up", "more threads sum each carry"),
+            Lever("vec", "up", "more bytes per carry load"),
+        ),
+        "compute": (
+            Lever("vec", "up", "fewer instructions per carry element"),
+            Lever("ipt", "up", "fewer carry re-reads"),
+        ),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         problem = naming_problem(card, ["x"], ["y"], ["n"])

@@ -10,8 +10,12 @@ or load neighbours straight from global memory through L1), and `ypt` (2D: rows 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -30,6 +34,22 @@ def _is_3d(card: OperatorCard) -> bool:
 
 class StencilTemplate(Template):
     families = ("stencil",)
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("smem", "up", "neighbours from a shared tile, not re-read"),
+            Lever("zpt", "up", "the plane below kept in a register"),
+            Lever("bx", "up", "wider rows per warp: whole cache lines"),
+        ),
+        "memory_latency": (
+            Lever("ypt", "up", "more rows in flight per thread"),
+            Lever("by", "any", "block shape"),
+            Lever("bx", "any", "block shape"),
+        ),
+        "compute": (
+            Lever("ypt", "up", "index math shared by more rows"),
+            Lever("zpt", "up", "index math shared by more planes"),
+        ),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         return naming_problem(card, ["u"], ["v"], ["nz", "ny", "nx"] if _is_3d(card) else ["ny", "nx"])
