@@ -266,8 +266,9 @@ def test_the_template_rules() -> None:
     odd_k = spmm.model_copy(update={"sizes": {**spmm.sizes, "k": 12}})
     assert "does not divide" in str(template.problem(odd_k, {"vec": 8, "split": 1, "rpb": 8, "unroll": 1}))
     assert "power of two" in str(template.problem(odd_k, {"vec": 4, "split": 1, "rpb": 32, "unroll": 1}))
-    assert "32..1024" in str(template.problem(csr, {"tpr": 1, "rpb": 16, "unroll": 1}))
-    assert "32..1024" in str(template.problem(csr, {"tpr": 32, "rpb": 64, "unroll": 1}))
+    lane_groups = {"strategy": "vector", "block": 128, "items": 4, "vec": 1, "hint": "plain", "minb": 1}
+    assert "32..1024" in str(template.problem(csr, {**lane_groups, "tpr": 1, "rpb": 16, "unroll": 1}))
+    assert "32..1024" in str(template.problem(csr, {**lane_groups, "tpr": 32, "rpb": 64, "unroll": 1}))
     narrow = ell.model_copy(update={"sizes": {**ell.sizes, "width": 8}})
     assert "lanes with no slot" in str(template.problem(narrow, {"tpr": 16, "rpb": 4, "unroll": 1, "pad": "stop"}))
     assert template.valid(narrow, {"tpr": 4, "rpb": 8, "unroll": 8, "pad": "skip"}) == {

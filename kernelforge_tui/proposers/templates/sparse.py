@@ -1,4 +1,5 @@
-"""Sparse products with fp32 accumulation: CSR SpMV (the warp-cooperative "vector" kernel), ELL SpMV, CSR SpMM.
+"""Sparse products with fp32 accumulation: CSR SpMV (a lane group per row, or a block's entries shared evenly by
+its threads), ELL SpMV, CSR SpMM.
 
 Conventions (the suite's sparse cards, kernelforge_tui/suite/tasks/sparse.py): index arrays int32, values and the
 dense operands of one float dtype;
@@ -14,13 +15,37 @@ warps, so a row's lanes never straddle a warp); `unroll`, how many of a lane's e
 slot (right because padding only trails, and a lane's slots ascend). SpMM replaces `tpr` with `vec` (columns of b
 and c per lane, one vector load: k / vec lanes cover a row of c) and `split` (lane groups that share out a row's
 entries, then add up by shuffles). Accumulation is always fp32: a 16-bit sum of a long row fails the tolerance.
+
+CSR SpMV has two strategies (`strategy`), because a lane group per row is only as fast as its longest row: the
+suite's timed matrices are power-law, whose entries spread evenly over row lengths from 1 to 65536 (as many in rows
+of 16-32 entries as in rows of 32768-65536), and a warp alone on a row of 44000 entries takes hundreds of load
+round trips while the GPU idles.
+- `vector`: the lane group per row above, loading `vec` consecutive entries at once from the multiple of vec at or
+  before the row's start (the neighbours' entries in a row's first and last chunk are read, never added);
+- `stream`: the block owns rpb rows and streams their entries in tiles of block * items, coalesced, `vec` entries a
+  load: products value * x[col] go to shared memory, then each thread sums `items` consecutive products row by row
+  (a binary search of the block's row pointers finds its first row), so every thread does the same work whatever
+  the rows' lengths; a row that ends inside a thread's share is added to its shared accumulator, the row still
+  going at a share's end is first added up across the warp (a segmented shuffle sum), then added once. The next
+  tile's loads are issued before the current tile is summed. Every row is summed within one block (a card gives
+  one launch, a poisoned y and no scratch memory, so blocks cannot combine partial rows), so a long row costs its
+  block several tiles; the hardware's block scheduler balances the uneven blocks. Sums run in another order than
+  a sequential loop's (shares, then shuffles and shared atomics): fp32's tolerance admits any order.
+Both take `hint` (`stream`: values and col_idx, read once, with evict-first loads, and x through the read-only
+path, so x stays in L2; `plain`: ordinary loads) and `minb` (the __launch_bounds__ blocks per SM). Vector loads
+need vec to divide nnz (a chunk from a multiple of vec then never passes the arrays' end; row_ptr[nrows] = nnz).
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     C_TYPE,
+    ELEMENT_BYTES,
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -31,7 +56,7 @@ from kernelforge_tui.proposers.templates.common import (
 )
 
 KINDS: dict[str, tuple[list[str], list[str], list[str]]] = {
-    "spmv_csr": (["values", "col_idx", "row_ptr", "x"], ["y"], ["nrows"]),
+    "spmv_csr": (["values", "col_idx", "row_ptr", "x"], ["y"], ["nrows", "nnz"]),
     "spmv_ell": (["values", "col_idx", "x"], ["y"], ["nrows", "width"]),
     "spmm_csr": (["values", "col_idx", "row_ptr", "b"], ["c"], ["nrows", "k"]),
 }
@@ -40,6 +65,20 @@ INDEX = ("col_idx", "row_ptr")
 POWERS = (1, 2, 4, 8, 16, 32)
 ROWS_PER_BLOCK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 UNROLLS = (1, 2, 4, 8)
+STRATEGIES = ("vector", "stream")
+BLOCKS = (128, 256, 512, 1024)
+ITEMS = (4, 8, 16, 32)
+"""stream: entries a thread loads, and then sums, per tile."""
+ENTRY_VECS = (1, 2, 4, 8)
+"""CSR: consecutive entries a load reads (values: 4 to 32 bytes, col_idx 4 to 32; above 16, two 16-byte loads)."""
+HINTS = ("plain", "stream")
+MIN_BLOCKS = (1, 2, 4)
+STATIC_SHARED = 48 * 1024
+"""The most shared memory a block may declare statically: the stream kernel's rows and tile stay within it."""
+THREADS_PER_SM = 2048
+UNUSED_BY_STREAM: Params = {"tpr": POWERS[0], "unroll": UNROLLS[0]}
+UNUSED_BY_VECTOR: Params = {"block": BLOCKS[0], "items": ITEMS[0]}
+"""CSR SpMV's parameters the other strategy has, at the values its canonical params fix them to."""
 
 
 def kind_of(card: OperatorCard) -> str | None:
@@ -54,15 +93,54 @@ def _kind(card: OperatorCard) -> str:
     return kind
 
 
+def _streams(card: OperatorCard, params: Params) -> bool:
+    """Whether the params pick CSR SpMV's stream strategy."""
+    return _kind(card) == "spmv_csr" and params["strategy"] == "stream"
+
+
 def _lanes(params: Params, card: OperatorCard) -> int:
-    """Lanes that share one row."""
+    """Lanes that share one row (lane-group kernels)."""
     if _kind(card) == "spmm_csr":
         return card.sizes["k"] // int(params["vec"]) * int(params["split"])
     return int(params["tpr"])
 
 
+def _threads(params: Params, card: OperatorCard) -> int:
+    """Threads a block."""
+    if _streams(card, params):
+        return int(params["block"])
+    return _lanes(params, card) * int(params["rpb"])
+
+
+def stream_shared_bytes(params: Params) -> int:
+    """The stream kernel's shared memory: the block's row pointers and sums, and a tile's products (a pad word
+    every 32, see SKEW)."""
+    rows, tile = int(params["rpb"]), int(params["block"]) * int(params["items"])
+    return 4 * ((rows + 1) + rows + tile + (tile - 1) // 32)
+
+
 class SparseTemplate(Template):
     families = ("sparse",)
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("vec", "up", "wider loads of the entries"),
+            Lever("hint", "up", "entries streamed past L2, x kept there"),
+            Lever("pad", "up", "padding slots not read"),
+        ),
+        "memory_latency": (
+            Lever("strategy", "up", "a block's entries shared evenly, not a row per lane group"),
+            Lever("unroll", "up", "more loads in flight"),
+            Lever("items", "up", "more entries in flight per thread"),
+            Lever("split", "up", "more lane groups share a row"),
+            Lever("minb", "up", "more resident blocks"),
+            Lever("tpr", "any", "threads per row"),
+            Lever("rpb", "any", "rows per block"),
+            Lever("block", "any", "block size"),
+        ),
+        "compute": (Lever("vec", "up", "fewer instructions per entry"),),
+    }
+    """CSR SpMV is bandwidth-bound when balanced (wider, streamed loads) and latency-bound when a lane group waits
+    on a long row (share the entries, more in flight); each space has only its own."""
 
     def unsupported(self, card: OperatorCard) -> str | None:
         kind = kind_of(card)
@@ -90,14 +168,27 @@ class SparseTemplate(Template):
                 "rpb": ROWS_PER_BLOCK,
                 "unroll": UNROLLS[:3],
             }
-        space: Space = {"tpr": POWERS, "rpb": ROWS_PER_BLOCK, "unroll": UNROLLS}
         if kind == "spmv_ell":
-            space["pad"] = ("skip", "stop")
-        return space
+            return {"tpr": POWERS, "rpb": ROWS_PER_BLOCK, "unroll": UNROLLS, "pad": ("skip", "stop")}
+        return {
+            "strategy": STRATEGIES,
+            "tpr": POWERS,
+            "rpb": ROWS_PER_BLOCK,
+            "unroll": UNROLLS,
+            "block": BLOCKS,
+            "items": ITEMS,
+            "vec": ENTRY_VECS,
+            "hint": HINTS,
+            "minb": MIN_BLOCKS,
+        }
 
     def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """ELL: a lane has width / tpr slots, so unrolling past them changes nothing."""
-        if _kind(card) != "spmv_ell":
+        """ELL: a lane has width / tpr slots, so unrolling past them changes nothing. CSR SpMV: the other strategy's
+        parameters are fixed at their first values."""
+        kind = _kind(card)
+        if kind == "spmv_csr":
+            return {**params, **(UNUSED_BY_STREAM if _streams(card, params) else UNUSED_BY_VECTOR)}
+        if kind != "spmv_ell":
             return dict(params)
         slots = card.sizes["width"] // int(params["tpr"])
         return {**params, "unroll": max(u for u in UNROLLS if u <= max(1, min(slots, int(params["unroll"]))))}
@@ -113,7 +204,17 @@ class SparseTemplate(Template):
                 return f"k / vec * split = {columns * int(params['split'])} lanes a row: not a power of two <= 32"
         elif kind == "spmv_ell" and int(params["tpr"]) > card.sizes["width"]:
             return f"tpr {params['tpr']} > width {card.sizes['width']}: lanes with no slot"
-        threads = _lanes(params, card) * int(params["rpb"])
+        elif kind == "spmv_csr":
+            vec, nnz = int(params["vec"]), card.sizes["nnz"]
+            if nnz % vec:
+                return f"vec {vec} does not divide nnz = {nnz}: the last chunk would read past the arrays"
+            if _streams(card, params) and int(params["items"]) % vec:
+                return f"items {params['items']} is not a whole number of vec {vec} chunks"
+            if _streams(card, params) and (shared := stream_shared_bytes(params)) > STATIC_SHARED:
+                return f"{shared} bytes of shared memory a block: over the {STATIC_SHARED} it may declare"
+            if int(params["minb"]) * _threads(params, card) > THREADS_PER_SM:
+                return f"minb {params['minb']} x {_threads(params, card)} threads exceeds {THREADS_PER_SM} an SM"
+        threads = _threads(params, card)
         if not 32 <= threads <= 1024:
             return f"{threads} threads a block (lanes a row x rpb) outside 32..1024"
         return None
@@ -121,22 +222,20 @@ class SparseTemplate(Template):
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
         kind = _kind(card)
         dtype = dtype_of(card)
-        lanes, rpb = _lanes(params, card), int(params["rpb"])
-        block = lanes * rpb
-        head = (
-            prelude(dtype, int(params.get("vec", 1)))
-            + f"""#define FULL_MASK 0xffffffffu
-#define LANES {lanes}  // lanes a row: whole warps a block, groups aligned within a warp
-#define RPB {rpb}
-"""
-        )
-        bounds = launch_bounds(block, 1)
+        rpb, block = int(params["rpb"]), _threads(params, card)
+        head = prelude(dtype, int(params.get("vec", 1))) + f"#define FULL_MASK 0xffffffffu\n#define RPB {rpb}\n"
+        if not _streams(card, params):
+            lanes = _lanes(params, card)
+            head += f"#define LANES {lanes}  // lanes a row: whole warps a block, groups aligned within a warp\n"
+        bounds = launch_bounds(block, int(params.get("minb", 1)))
         if kind == "spmm_csr":
             body, args = _spmm_csr(card, params, bounds), ["values", "col_idx", "row_ptr", "b", "c", "nrows"]
         elif kind == "spmv_ell":
             body, args = _spmv_ell(card, params, bounds), ["values", "col_idx", "x", "y", "nrows"]
         else:
-            body, args = _spmv_csr(params, bounds), ["values", "col_idx", "row_ptr", "x", "y", "nrows"]
+            body = _loads(str(params["hint"]))
+            body += _spmv_csr_stream(params, bounds) if _streams(card, params) else _spmv_csr(params, bounds)
+            args = ["values", "col_idx", "row_ptr", "x", "y", "nrows"]
         comment = f"// Sparse {kind} (fp32 accumulation): {', '.join(f'{k} {v}' for k, v in params.items())}.\n"
         comment += "// Generated by the template proposer.\n"
         source = comment + head + body
@@ -159,12 +258,37 @@ class SparseTemplate(Template):
                 {"tpr": 8, "rpb": 32, "unroll": 4, "pad": "stop"},
                 {"tpr": 32, "rpb": 8, "unroll": 1, "pad": "stop"},
             ]
-        return [
-            {"tpr": 1, "rpb": 256, "unroll": 1},
-            {"tpr": 4, "rpb": 64, "unroll": 2},
-            {"tpr": 8, "rpb": 32, "unroll": 2},
-            {"tpr": 32, "rpb": 8, "unroll": 4},
-        ]
+        return csr_seeds(card)
+
+
+def _rows_for(card: OperatorCard, entries: int) -> int:
+    """The rows per block whose entries, at the card's mean row length, make about `entries`."""
+    mean = max(1, card.sizes["nnz"] // max(1, card.sizes["nrows"]))
+    return max((r for r in ROWS_PER_BLOCK if r * mean <= entries), default=ROWS_PER_BLOCK[0])
+
+
+def csr_seeds(card: OperatorCard) -> list[Params]:
+    """CSR SpMV's seeds, the one expected fastest first: the stream strategy with 16-byte loads of the values (4 fp32
+    or 8 bf16 entries) in tiles of 4096 entries, rows per block sized so the average block fills one tile, 16
+    entries a thread; then bigger tiles (a long row takes fewer), then lane groups sized to the mean row (tpr 4 x
+    vec 4 and tpr 8 x vec 2 cover 16 entries a pass), a warp per row, and a thread per row (the baseline's shape)."""
+    wide = 16 // ELEMENT_BYTES[dtype_of(card)]
+    streams: list[Params] = [
+        {"block": 256, "items": 16, "rpb": _rows_for(card, 4096), "minb": 4},
+        {"block": 512, "items": 16, "rpb": _rows_for(card, 8192), "minb": 2},
+        {"block": 1024, "items": 8, "rpb": _rows_for(card, 8192), "minb": 2},
+        {"block": 128, "items": 32, "rpb": _rows_for(card, 4096), "minb": 4},
+    ]
+    vectors: list[Params] = [
+        {"tpr": 4, "rpb": 64, "unroll": 2, "vec": 4, "minb": 4},
+        {"tpr": 8, "rpb": 32, "unroll": 2, "vec": 2, "minb": 4},
+        {"tpr": 32, "rpb": 8, "unroll": 4, "vec": wide, "minb": 4},
+        {"tpr": 1, "rpb": 256, "unroll": 1, "vec": 1, "minb": 1, "hint": "plain"},
+    ]
+    return [
+        *({"strategy": "stream", "vec": wide, "hint": "stream", **UNUSED_BY_STREAM, **p} for p in streams),
+        *({"strategy": "vector", "hint": "stream", **UNUSED_BY_VECTOR, **p} for p in vectors),
+    ]
 
 
 ROW = """const int lane = threadIdx.x % LANES;
@@ -183,6 +307,54 @@ if (lane == 0 && r < nrows) {
 """
 
 
+def _loads(hint: str) -> str:
+    """How CSR SpMV reads: ONCE for values and col_idx (read once), GATHER for x, and Pack, VEC entries a load."""
+    once, gather, why = {
+        "stream": ("__ldcs(p)", "__ldg(p)", "evict-first, so x stays in L2; x through the read-only path"),
+        "plain": ("*(p)", "*(p)", "plain loads"),
+    }[hint]
+    return f"""
+// Entries are read once: {why}.
+#define ONCE(p) {once}
+#define GATHER(p) {gather}
+
+// Word<B>: what one load of B bytes reads (16 bytes and more: 16-byte words).
+template <int B>
+struct Word {{
+    typedef int4 type;
+}};
+template <>
+struct Word<8> {{
+    typedef int2 type;
+}};
+template <>
+struct Word<4> {{
+    typedef int type;
+}};
+template <>
+struct Word<2> {{
+    typedef unsigned short type;
+}};
+
+// VEC consecutive entries of values or col_idx from a multiple of VEC (so aligned), read as whole words.
+template <typename E>
+union Pack {{
+    typedef typename Word<sizeof(E) * VEC>::type W;
+    E e[VEC];
+    W w[sizeof(E) * VEC > 16 ? sizeof(E) * VEC / 16 : 1];
+
+    __device__ Pack() {{}}
+    __device__ __forceinline__ void load(const E* __restrict__ base, int q) {{
+        const W* words = reinterpret_cast<const W*>(base + q);
+#pragma unroll
+        for (int k = 0; k < int(sizeof(w) / sizeof(W)); ++k) {{
+            w[k] = ONCE(words + k);
+        }}
+    }}
+}};
+"""
+
+
 def _spmv_csr(params: Params, bounds: str) -> str:
     return (
         f"""
@@ -190,15 +362,161 @@ extern "C" __global__ void {bounds} kf_spmv_csr(const T* __restrict__ values, co
     const int* __restrict__ row_ptr, const T* __restrict__ x, T* __restrict__ y, int nrows) {{
 {ROW}float sum = 0.0f;
 if (r < nrows) {{
+    const int start = row_ptr[r];
     const int end = row_ptr[r + 1];
+    // Chunks from the multiple of VEC at or before the row's start: the neighbours' entries they hold are read,
+    // never added.
 #pragma unroll {params["unroll"]}
-    for (int p = row_ptr[r] + lane; p < end; p += LANES) {{
-        sum += to_f(values[p]) * to_f(x[col_idx[p]]);
+    for (int q = (start & ~(VEC - 1)) + lane * VEC; q < end; q += LANES * VEC) {{
+        Pack<T> v;
+        Pack<int> c;
+        v.load(values, q);
+        c.load(col_idx, q);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j) {{
+            if (q + j >= start && q + j < end) {{
+                sum += to_f(v.e[j]) * to_f(GATHER(x + c.e[j]));
+            }}
+        }}
     }}
 }}
 """
         + REDUCE
     )
+
+
+def _spmv_csr_stream(params: Params, bounds: str) -> str:
+    return f"""#define BLOCK {params["block"]}
+#define ITEMS {params["items"]}  // entries a thread loads, then sums, per tile
+#define CHUNKS (ITEMS / VEC)
+#define TILE (BLOCK * ITEMS)  // entries a block streams a step
+#define SKEW(i) ((i) + ((i) >> 5))  // a pad word every 32: a thread's ITEMS consecutive products in distinct banks
+
+// The block's row holding entry p (rp[0] <= p < rp[n]): the last of its n rows starting at or before p, never an
+// empty one.
+__device__ __forceinline__ int row_of(const int* rp, int n, int p) {{
+    int lo = 0;
+    int hi = n - 1;
+    while (lo < hi) {{
+        const int mid = (lo + hi + 1) >> 1;
+        if (rp[mid] <= p) {{
+            lo = mid;
+        }} else {{
+            hi = mid - 1;
+        }}
+    }}
+    return lo;
+}}
+
+// The tile from entry a (a multiple of VEC): chunk threadIdx.x + m * BLOCK (coalesced), those starting before last.
+// Chunks never pass the arrays' end: last <= nnz, a multiple of VEC.
+__device__ __forceinline__ void load_tile(const T* __restrict__ values, const int* __restrict__ col_idx, int a,
+                                          int last, Pack<T> (&v)[CHUNKS], Pack<int> (&c)[CHUNKS]) {{
+#pragma unroll
+    for (int m = 0; m < CHUNKS; ++m) {{
+        const int q = a + (threadIdx.x + m * BLOCK) * VEC;
+        if (q < last) {{
+            v[m].load(values, q);
+            c[m].load(col_idx, q);
+        }}
+    }}
+}}
+
+extern "C" __global__ void {bounds} kf_spmv_csr(const T* __restrict__ values, const int* __restrict__ col_idx,
+    const int* __restrict__ row_ptr, const T* __restrict__ x, T* __restrict__ y, int nrows) {{
+    __shared__ int rp[RPB + 1];  // the block's row pointers
+    __shared__ float acc[RPB];  // its rows' sums
+    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
+    const int r0 = blockIdx.x * RPB;
+    const int n = min(RPB, nrows - r0);
+    for (int i = threadIdx.x; i <= n; i += BLOCK) {{
+        rp[i] = row_ptr[r0 + i];
+    }}
+    for (int i = threadIdx.x; i < n; i += BLOCK) {{
+        acc[i] = 0.0f;  // an empty row's sum
+    }}
+    __syncthreads();
+    const int first = rp[0];
+    const int last = rp[n];
+    const int lane = threadIdx.x & 31;
+    Pack<T> v[CHUNKS];
+    Pack<int> c[CHUNKS];
+    int a = first & ~(VEC - 1);
+    load_tile(values, col_idx, a, last, v, c);
+    for (; a < last; a += TILE) {{  // the same trip count in every thread: rp is shared
+        // The products (chunk entries outside the block's rows are never summed), then the next tile's loads,
+        // in flight while this one is summed.
+#pragma unroll
+        for (int m = 0; m < CHUNKS; ++m) {{
+            const int k = threadIdx.x + m * BLOCK;
+            if (a + k * VEC < last) {{
+#pragma unroll
+                for (int j = 0; j < VEC; ++j) {{
+                    prod[SKEW(k * VEC + j)] = to_f(v[m].e[j]) * to_f(GATHER(x + c[m].e[j]));
+                }}
+            }}
+        }}
+        load_tile(values, col_idx, a + TILE, last, v, c);
+        __syncthreads();
+        // This thread's share: ITEMS consecutive entries, summed in order. A row ending inside is stored to acc if
+        // it also began inside (no other share has any of it), else added.
+        const int own = a + threadIdx.x * ITEMS;
+        const int lo = max(own, first);
+        const int hi = min(own + ITEMS, last);
+        int row = 0;
+        int end = 0;
+        bool alone = false;  // `row` began inside this share
+        if (lo < hi) {{
+            row = row_of(rp, n, lo);
+            end = rp[row + 1];
+            alone = rp[row] == lo;
+        }}
+        float s = 0.0f;
+        bool pending = false;  // s holds entries of `row` not yet in acc
+#pragma unroll
+        for (int j = 0; j < ITEMS; ++j) {{
+            const int p = own + j;
+            if (p >= lo && p < hi) {{
+                s += prod[SKEW(p - a)];
+                pending = true;
+                if (p + 1 == end) {{
+                    if (alone) {{
+                        acc[row] = s;
+                    }} else {{
+                        atomicAdd(&acc[row], s);
+                    }}
+                    s = 0.0f;
+                    pending = false;
+                    alone = true;
+                    do {{  // on to the row holding p + 1, past empty rows (which start and end there)
+                        ++row;
+                    }} while (row < n && rp[row + 1] == end);
+                    end = row < n ? rp[row + 1] : last;
+                }}
+            }}
+        }}
+        // The row still going at the share's end: equal keys are neighbours (shares ascend), so a segmented sum
+        // down the warp leaves each run's total in its first lane, which adds it once.
+        const int key = pending ? row : -1;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {{
+            const float below = __shfl_down_sync(FULL_MASK, s, o);
+            const int below_key = __shfl_down_sync(FULL_MASK, key, o);
+            if (lane + o < 32 && below_key == key) {{
+                s += below;
+            }}
+        }}
+        const int above_key = __shfl_up_sync(FULL_MASK, key, 1);
+        if (key >= 0 && (lane == 0 || above_key != key)) {{
+            atomicAdd(&acc[key], s);
+        }}
+        __syncthreads();  // acc complete for this tile, prod free for the next
+    }}
+    for (int i = threadIdx.x; i < n; i += BLOCK) {{
+        y[r0 + i] = from_f(acc[i]);
+    }}
+}}
+"""
 
 
 def _spmv_ell(card: OperatorCard, params: Params, bounds: str) -> str:

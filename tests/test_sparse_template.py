@@ -1,0 +1,584 @@
+"""CSR SpMV in the sparse template: the stream strategy (a block's entries shared evenly by its threads) and the lane
+group per row, both with vector loads and streaming hints.
+
+Their rules and canonical forms, the levers, the seeds (the stream strategy with 16-byte loads first, on the suite's
+cards and at 2^26 entries), nvcc builds of every seed without spills, and the kernels' logic on the CPU: a small
+emulator runs a launch with every CUDA thread a fiber (__syncthreads and warp shuffles are barriers, so a missing
+barrier, a divergent shuffle or a share summed twice shows), and its outputs must agree with the float64
+reference on the suite's input sets (power-law, uniform, banded) and on the cases that break SpMV kernels: empty
+rows and whole empty blocks, a row over many tiles, NaN and inf beside finite rows. The GPU test runs every seed
+through the evaluator (every seeded and fresh set) on the suite's 2^22 card.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelforge_tui.cards.dtypes import NUMPY
+from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.cards.plan import resolve
+from kernelforge_tui.config import Settings
+from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.gpu.detect import require_gpu
+from kernelforge_tui.gpu.evaluate import Evaluator
+from kernelforge_tui.gpu.source_check import check_source
+from kernelforge_tui.proposers.templates import TemplateProposer
+from kernelforge_tui.proposers.templates.common import Params
+from kernelforge_tui.proposers.templates.sparse import SparseTemplate, stream_shared_bytes
+from kernelforge_tui.suite import cards
+from kernelforge_tui.suite.registry import task
+from kernelforge_tui.suite.task import Arrays, Precision
+from kernelforge_tui.suite.tasks import sparse
+
+PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
+EMULATED_SCALE = 2**14
+"""1024 rows: blocks of 32 to 1024 rows, power-law rows up to 512 entries."""
+TEMPLATE = SparseTemplate()
+
+
+def card(precision: Precision, scale: int = EMULATED_SCALE) -> OperatorCard:
+    return cards.spec(task("spmv_csr"), precision, scale)
+
+
+def card_of_entries(precision: Precision, nnz: int) -> OperatorCard:
+    """The suite's card with nnz entries (16 a row): 2^26 is past the suite's scales; the template needs sizes only."""
+    spec = card(precision, 2**22)
+    return spec.model_copy(update={"sizes": sparse.CSR.sizes(nnz), "name": f"spmv_csr_{precision}_{nnz}"})
+
+
+def stream(**changes: int | str) -> Params:
+    params: Params = {"strategy": "stream", "tpr": 1, "rpb": 256, "unroll": 1, "block": 256, "items": 16}
+    return {**params, "vec": 4, "hint": "stream", "minb": 4, **changes}
+
+
+def vector(**changes: int | str) -> Params:
+    params: Params = {"strategy": "vector", "tpr": 4, "rpb": 64, "unroll": 2, "block": 128, "items": 4}
+    return {**params, "vec": 4, "hint": "stream", "minb": 4, **changes}
+
+
+def test_the_rules_of_the_two_strategies() -> None:
+    csr = card("float32")
+    assert TEMPLATE.problem(csr, stream()) is None and TEMPLATE.problem(csr, vector()) is None
+    odd = csr.model_copy(update={"sizes": {**csr.sizes, "nnz": 16380}})
+    assert "does not divide nnz" in str(TEMPLATE.problem(odd, stream(vec=8, items=8)))
+    assert TEMPLATE.problem(odd, stream(vec=4)) is None, "16380 = 4 x 4095"
+    assert "whole number of vec" in str(TEMPLATE.problem(csr, stream(vec=8, items=4)))
+    assert stream_shared_bytes(stream(block=1024, items=8, rpb=1024)) <= 48 * 1024
+    assert "shared memory" in str(TEMPLATE.problem(csr, stream(block=1024, items=16)))
+    assert "exceeds 2048" in str(TEMPLATE.problem(csr, stream(block=1024, items=8, minb=4)))
+    assert "exceeds 2048" in str(TEMPLATE.problem(csr, vector(tpr=32, rpb=32, minb=4)))
+    assert "32..1024" in str(TEMPLATE.problem(csr, vector(tpr=32, rpb=64, minb=1)))
+    # The other strategy's parameters are fixed, so twins compare equal (and the search does not try them twice).
+    assert TEMPLATE.valid(csr, stream(tpr=8, unroll=4)) == stream()
+    assert TEMPLATE.valid(csr, vector(block=512, items=32)) == vector()
+
+
+def test_the_levers_move_the_csr_parameters_that_address_each_bottleneck() -> None:
+    csr = card("float32")
+    bandwidth = [lever.param for lever in TEMPLATE.levers_of(csr, "memory_bandwidth")]
+    latency = [lever.param for lever in TEMPLATE.levers_of(csr, "memory_latency")]
+    assert bandwidth == ["vec", "hint"], "ELL's pad is not in CSR's space"
+    assert latency[:3] == ["strategy", "unroll", "items"] and {"minb", "tpr", "rpb", "block"} <= set(latency)
+    ell = cards.spec(task("spmv_ell"), "float32", EMULATED_SCALE)
+    assert [lever.param for lever in TEMPLATE.levers_of(ell, "memory_bandwidth")] == ["pad"]
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_the_seeds_start_with_the_stream_strategy_and_16_byte_loads(precision: Precision) -> None:
+    """A short search meets the kernel expected fastest first on every scale: the suite's and 2^26 entries."""
+    wide = {"float32": 4, "bfloat16": 8}[precision]
+    specs = [card(precision, scale) for scale in task("spmv_csr").scales] + [card_of_entries(precision, 2**26)]
+    for spec in specs:
+        seeds = TemplateProposer().seeds(spec)
+        assert seeds[0].params == stream(vec=wide), spec.name
+        assert seeds[0].plan.grid == ["cdiv(nrows, 256)"] and seeds[0].plan.block == [256]
+        assert {"tpr": 4, "vec": 4, "strategy": "vector"}.items() <= seeds[4].params.items()
+        assert {str(p.params["strategy"]) for p in seeds} == {"stream", "vector"}
+        for proposal in seeds:
+            args = resolve(proposal.plan, spec).args
+            errors = [e for e in check_source(proposal.source, proposal.plan.entry, args=args) if e.severity == "error"]
+            assert not errors, (spec.name, proposal.params, errors)
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory: pytest.TempPathFactory) -> Builder:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    work = tmp_path_factory.mktemp("csr-cubins")
+    return Builder(arch="sm_90", flags=("-O3",), cache_dir=work / "cache", work_dir=work)
+
+
+def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(builder: Builder) -> None:
+    """The seeds' sources depend on the dtype alone (rows per block follow the mean row, 16 at every scale), so the
+    small, 2^22 and 2^26 cards share them; each builds without spills, a stream kernel with the static shared memory
+    `stream_shared_bytes` budgets."""
+    specs = [card(p, s) for p in PRECISIONS for s in (2**10, 2**22)] + [card_of_entries(p, 2**26) for p in PRECISIONS]
+    built = {p.source: (p, resolve(p.plan, spec).args) for spec in specs for p in TemplateProposer().seeds(spec)}
+    assert len(built) == sum(len(TemplateProposer().seeds(card(p))) for p in PRECISIONS)
+
+    async def build_all() -> list[str]:
+        results = await asyncio.gather(*(builder.build(p.source, p.plan.entry, a) for p, a in built.values()))
+        problems = []
+        for (proposal, _), result in zip(built.values(), results, strict=True):
+            stats = result.ptxas.get(proposal.plan.entry)
+            if not result.ok or stats is None:
+                problems.append(f"{proposal.params}: {result.log[-1500:]}")
+            elif stats.spill_store_bytes or stats.spill_load_bytes:
+                problems.append(f"{proposal.params}: spills {stats}")
+            elif proposal.params["strategy"] == "stream" and stats.shared_bytes != stream_shared_bytes(proposal.params):
+                problems.append(f"{proposal.params}: {stats.shared_bytes} bytes of shared memory")
+        return problems
+
+    assert asyncio.run(build_all()) == []
+
+
+# -- the CPU emulator -----------------------------------------------------------------------------------------------
+
+EMULATOR = r"""
+// A CPU stand-in for CUDA launches: each thread of a block is a fiber (ucontext) run in turn on one OS thread,
+// switching only at __syncthreads and warp shuffles, which are barriers over the block and the warp; blocks run
+// one after another. A barrier some threads never reach, or a thread leaving while others wait at one, aborts.
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(8) int2 {
+    int x, y;
+};
+struct Dim3 {
+    unsigned x, y, z;
+};
+using std::max;
+using std::min;
+
+// bf16 as its bits, converted as the GPU does (round to nearest even, NaN kept a NaN).
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+inline float __bfloat162float(__nv_bfloat16 v) {
+    const uint32_t b = uint32_t(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+        return {uint16_t((b >> 16) | 0x40u)};
+    }
+    return {uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16)};
+}
+
+namespace emu {
+// A fiber's stack is set up once by makecontext (entered by swapcontext); after that fibers and the scheduler switch
+// by _setjmp/_longjmp, which skip swapcontext's signal-mask system calls.
+struct Fiber {
+    ucontext_t context;
+    jmp_buf jump;
+    std::vector<char> stack;
+    bool started, finished;
+};
+std::vector<Fiber> fibers;
+ucontext_t entry;
+jmp_buf scheduler;
+unsigned block_index, block_size, running;
+long events, block_generation, block_arrived;
+std::vector<long> warp_generation, warp_arrived;
+std::vector<uint64_t> slots[2];
+std::function<void()> kernel;
+
+[[noreturn]] void fail(const char* why) {
+    std::fprintf(stderr, "emulator: %s (block %u, thread %u)\n", why, block_index, running);
+    std::exit(3);
+}
+void yield() {
+    if (!_setjmp(fibers[running].jump)) _longjmp(scheduler, 1);
+}
+void start() {
+    kernel();
+    if (block_arrived != 0) fail("a thread left while others wait at __syncthreads");
+    fibers[running].finished = true;
+    ++events;
+    _longjmp(scheduler, 1);
+}
+void launch(unsigned grid, unsigned block, std::function<void()> body) {
+    if (block % 32 != 0) fail("a block of part of a warp");
+    kernel = std::move(body);
+    block_size = block;
+    fibers.resize(block);
+    for (Fiber& f : fibers) f.stack.resize(1 << 16);
+    for (block_index = 0; block_index < grid; ++block_index) {
+        block_generation = block_arrived = 0;
+        warp_generation.assign(block / 32, 0);
+        warp_arrived.assign(block / 32, 0);
+        slots[0].assign(block, 0);
+        slots[1].assign(block, 0);
+        for (Fiber& f : fibers) {
+            f.started = f.finished = false;
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = f.stack.data();
+            f.context.uc_stack.ss_size = f.stack.size();
+            f.context.uc_link = nullptr;
+            makecontext(&f.context, start, 0);
+        }
+        for (bool live = true; live;) {
+            const long before = events;
+            live = false;
+            for (running = 0; running < block; ++running) {
+                Fiber& f = fibers[running];
+                if (f.finished) continue;
+                if (!_setjmp(scheduler)) {
+                    if (f.started) _longjmp(f.jump, 1);
+                    f.started = true;
+                    swapcontext(&entry, &f.context);
+                }
+                live = live || !f.finished;
+            }
+            if (live && events == before) fail("deadlock: a barrier some threads never reach");
+        }
+    }
+}
+// A warp-wide exchange: every lane writes its value, waits for the 32, reads its source lane's. Values of two
+// consecutive shuffles go to alternate slots, so a lane running ahead never overwrites one not yet read.
+template <typename V>
+V exchange(unsigned mask, V value, int source) {
+    static_assert(sizeof(V) <= 8, "shuffled values are 4 or 8 bytes");
+    if (mask != 0xffffffffu) fail("a shuffle without the full mask");
+    const unsigned warp = running / 32;
+    const long generation = warp_generation[warp];
+    std::vector<uint64_t>& slot = slots[generation & 1];
+    uint64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof(V));
+    slot[running] = bits;
+    ++events;
+    if (++warp_arrived[warp] == 32) {
+        warp_arrived[warp] = 0;
+        ++warp_generation[warp];
+    } else {
+        while (warp_generation[warp] == generation) yield();
+    }
+    V out;
+    std::memcpy(&out, &slot[warp * 32 + source], sizeof(V));
+    return out;
+}
+}  // namespace emu
+
+#define threadIdx (Dim3{emu::running, 0, 0})
+#define blockIdx (Dim3{emu::block_index, 0, 0})
+#define blockDim (Dim3{emu::block_size, 0, 0})
+
+void __syncthreads() {
+    const long generation = emu::block_generation;
+    ++emu::events;
+    if (++emu::block_arrived == long(emu::block_size)) {
+        emu::block_arrived = 0;
+        ++emu::block_generation;
+    } else {
+        while (emu::block_generation == generation) emu::yield();
+    }
+}
+template <typename V>
+V __shfl_sync(unsigned mask, V v, int lane) {
+    return emu::exchange(mask, v, lane & 31);
+}
+template <typename V>
+V __shfl_xor_sync(unsigned mask, V v, int bits) {
+    return emu::exchange(mask, v, int(emu::running % 32) ^ bits);
+}
+template <typename V>
+V __shfl_down_sync(unsigned mask, V v, unsigned delta) {
+    const unsigned lane = emu::running % 32;
+    return emu::exchange(mask, v, int(lane + delta < 32 ? lane + delta : lane));
+}
+template <typename V>
+V __shfl_up_sync(unsigned mask, V v, unsigned delta) {
+    const unsigned lane = emu::running % 32;
+    return emu::exchange(mask, v, int(lane >= delta ? lane - delta : lane));
+}
+float atomicAdd(float* p, float v) {
+    const float old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename V>
+V __ldcs(const V* p) {
+    return *p;
+}
+template <typename V>
+V __ldg(const V* p) {
+    return *p;
+}
+float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, 4);
+    return f;
+}
+
+std::vector<char> slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A copy of the bytes at a 256-byte aligned address, as cudaMalloc gives.
+template <typename E>
+E* aligned(const std::vector<char>& bytes) {
+    void* p = std::aligned_alloc(256, (bytes.size() / 256 + 1) * 256);
+    std::memcpy(p, bytes.data(), bytes.size());
+    return static_cast<E*>(p);
+}
+"""
+
+RUNNER = r"""
+// The case in `dir` (values.bin, col_idx.bin, row_ptr.bin, x.bin) through the kernel; y.bin, poisoned with NaN
+// before the launch, written there.
+void run(unsigned grid, unsigned block, int nrows, const std::string& dir) {
+    const T* values = aligned<T>(slurp(dir + "/values.bin"));
+    const int* col_idx = aligned<int>(slurp(dir + "/col_idx.bin"));
+    const int* row_ptr = aligned<int>(slurp(dir + "/row_ptr.bin"));
+    const T* x = aligned<T>(slurp(dir + "/x.bin"));
+    T* y = aligned<T>(std::vector<char>(sizeof(T) * nrows));
+    for (int r = 0; r < nrows; ++r) y[r] = from_f(NAN);
+    emu::launch(grid, block, [&] { kf_spmv_csr(values, col_idx, row_ptr, x, y, nrows); });
+    std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * nrows);
+}
+"""
+
+
+C_LINKAGE = 'extern "C" '
+
+
+def emulation_source(kernels: list[str]) -> str:
+    """One program running any of the kernels: each in a namespace of its own (its macros undefined after it, its
+    C linkage dropped), chosen by argv[1]; argv[2..4] are grid, block and nrows, then a case directory a kernel."""
+    parts = [EMULATOR]
+    for index, source in enumerate(kernels):
+        macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
+        lines = [line for line in source.splitlines() if not line.startswith("#include")]
+        body = "\n".join(lines).replace(C_LINKAGE, "")
+        parts.append(f"namespace kernel_{index} {{\n{body}\n{RUNNER}}}\n")
+        parts.append("".join(f"#undef {name}\n" for name in macros))
+    runs = ", ".join(f"kernel_{i}::run" for i in range(len(kernels)))
+    parts.append(f"""
+int main(int argc, char** argv) {{
+    void (*runs[])(unsigned, unsigned, int, const std::string&) = {{{runs}}};
+    const unsigned grid = unsigned(std::atoi(argv[2]));
+    const unsigned block = unsigned(std::atoi(argv[3]));
+    for (int i = 5; i < argc; ++i) {{
+        runs[std::atoi(argv[1])](grid, block, std::atoi(argv[4]), argv[i]);
+    }}
+    return 0;
+}}
+""")
+    return "".join(parts)
+
+
+DIVERGENT = """typedef float T;
+__device__ __forceinline__ T from_f(float v) { return v; }
+// Half the warp shuffles: on a GPU undefined, in the emulator a deadlock it must report.
+extern "C" __global__ void kf_spmv_csr(const T* values, const int* col_idx, const int* row_ptr, const T* x, T* y,
+                                       int nrows) {
+    const int r = blockIdx.x * blockDim.x + threadIdx.x;
+    float sum = 0.0f;
+    if (threadIdx.x % 2 == 0) {
+        sum = __shfl_xor_sync(0xffffffffu, sum, 1);
+    }
+    if (r < nrows) {
+        y[r] = from_f(sum);
+    }
+}
+"""
+
+
+def variants(precision: Precision) -> list[Params]:
+    """Every seed in fp32; in bf16 (the same code but for the element's words and conversions) the first of each
+    strategy. Then past the seeds: scalar loads in tiles of 512 (a power-law block spans several), one block owning
+    every row, 32-byte loads (two 16-byte words in fp32), lane groups of 16 with plain loads, 1024-thread blocks."""
+    seeds = [p.params for p in TemplateProposer().seeds(card(precision))]
+    if precision == "bfloat16":
+        seeds = [next(p for p in seeds if p["strategy"] == strategy) for strategy in ("stream", "vector")]
+    return [
+        *seeds,
+        stream(vec=1, items=4, block=128, rpb=32, hint="plain", minb=1),
+        stream(vec=2, items=8, block=1024, rpb=1024, minb=1),
+        stream(vec=8, items=32, block=128, rpb=32, minb=1),
+        vector(tpr=16, rpb=2, unroll=8, vec=8, hint="plain", minb=1),
+        vector(tpr=2, rpb=512, unroll=4, vec=1, minb=1),
+    ]
+
+
+def suite_sets(precision: Precision) -> dict[str, Arrays]:
+    """The seeded sets (power-law) and a fresh set of each other pattern, drawn by the task's own generator."""
+    spmv = task("spmv_csr")
+    assert spmv.generate is not None
+    sizes = spmv.sizes(EMULATED_SCALE)
+    fresh = {sparse.pattern_of(np.random.default_rng(s)): s for s in range(3, 40)}
+    seeds = {"seed_1": 1, "seed_2": 2, **{f"fresh_{k}": s for k, s in fresh.items() if k != "power_law"}}
+    return {name: spmv.generate(np.random.default_rng(seed), sizes, precision) for name, seed in seeds.items()}
+
+
+def csr(lengths: np.ndarray, rng: np.random.Generator, precision: Precision) -> Arrays:
+    """A matrix of the given row lengths, columns random, values and x uniform in [-1, 1]."""
+    nnz = int(lengths.sum())
+    assert nnz % 8 == 0, "every vec divides nnz"
+    dtype = NUMPY[precision]
+    return {
+        "values": rng.uniform(-1, 1, nnz).astype(dtype),
+        "col_idx": rng.integers(0, lengths.size, nnz).astype(np.int32),
+        "row_ptr": np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32),
+        "x": rng.uniform(-1, 1, lengths.size).astype(dtype),
+    }
+
+
+def hard_sets(precision: Precision, nrows: int) -> dict[str, Arrays]:
+    """Empty leading, trailing and whole blocks of rows around a row of 10000 entries (tiles of 512 to 8192), and
+    NaN and inf entries and x beside finite rows (a chunk that straddles two rows must not leak them)."""
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(0, 40, nrows)
+    lengths[:100] = 0
+    lengths[-124:] = 0
+    lengths[400:700] = 0
+    lengths[300] = 10000
+    lengths[301] += (-lengths.sum()) % 8
+    long_row = csr(lengths, rng, precision)
+
+    lengths = rng.integers(1, 33, nrows)
+    lengths[-1] += (-lengths.sum()) % 8
+    specials = csr(lengths, rng, precision)
+    starts = specials["row_ptr"]
+    values = specials["values"]
+    values[starts[10]] = np.nan
+    values[starts[20] + 1] = np.inf
+    values[starts[30]], values[starts[30] + 1] = np.inf, -np.inf
+    values[starts[40] : starts[41]] = -np.inf
+    specials["x"][specials["col_idx"][starts[50]]] = np.inf
+
+    lone = np.zeros(nrows, np.int64)
+    lone[-1] = 40
+    return {"long_row_and_empty_blocks": long_row, "nan_inf": specials, "only_the_last_row": csr(lone, rng, precision)}
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[Precision, list[Params]]]]:
+    """One program per precision running every variant (built once: g++ parses the headers once); the fp32 one
+    runs DIVERGENT after them."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed")
+    work = tmp_path_factory.mktemp("csr-emulator")
+    chosen = {precision: variants(precision) for precision in PRECISIONS}
+    flags = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE"]
+    compiling = []
+    for precision, params in chosen.items():
+        program = work / f"{precision}.cpp"
+        kernels = [TEMPLATE.render(card(precision), p)[0] for p in params]
+        program.write_text(emulation_source(kernels + [DIVERGENT] * (precision == "float32")))
+        command = ["g++", *flags, str(program), "-o", str(work / precision)]
+        compiling.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
+    for process in compiling:
+        _, errors = process.communicate()
+        assert process.returncode == 0, errors[-3000:]
+    yield work, chosen
+
+
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_every_variant_agrees_with_the_reference_on_the_suite_and_the_hard_sets_in_emulation(
+    emulator: tuple[Path, dict[Precision, list[Params]]], precision: Precision
+) -> None:
+    work, chosen = emulator
+    spec = card(precision)
+    spmv = task("spmv_csr")
+    nrows = spec.sizes["nrows"]
+    sets = {**suite_sets(precision), **hard_sets(precision, nrows)}
+    directories = {}
+    for name, inputs in sets.items():
+        directory = work / f"{precision}-{name}"
+        directory.mkdir(exist_ok=True)
+        for tensor, array in inputs.items():
+            (directory / f"{tensor}.bin").write_bytes(np.ascontiguousarray(array).tobytes())
+        directories[name] = directory
+    tolerance = spmv.tolerance[precision]
+    wrong = []
+    for index, params in enumerate(chosen[precision]):
+        launch = resolve(TEMPLATE.render(spec, params)[1], spec)
+        command = [str(work / precision), str(index), str(launch.grid[0]), str(launch.threads_per_block), str(nrows)]
+        ran = subprocess.run([*command, *map(str, directories.values())], capture_output=True, text=True)
+        assert ran.returncode == 0, (params, ran.stderr)
+        for name, directory in directories.items():
+            y = np.frombuffer((directory / "y.bin").read_bytes(), NUMPY[precision])
+            want = spmv.reference(sets[name], spec.sizes)["y"]
+            off = np.count_nonzero(~tolerance.accepts(y, want))
+            if off:
+                wrong.append(f"{params} on {name}: {off} rows off")
+    assert wrong == []
+
+
+def test_the_emulator_reports_a_shuffle_that_half_the_warp_skips(
+    emulator: tuple[Path, dict[Precision, list[Params]]],
+) -> None:
+    work, chosen = emulator
+    case = work / "divergent"
+    case.mkdir(exist_ok=True)
+    for tensor, array in csr(np.full(64, 8), np.random.default_rng(0), "float32").items():
+        (case / f"{tensor}.bin").write_bytes(array.tobytes())
+    command = [str(work / "float32"), str(len(chosen["float32"])), "2", "32", "64", str(case)]
+    ran = subprocess.run(command, capture_output=True, text=True)
+    assert ran.returncode == 3 and "deadlock" in ran.stderr, ran.stderr
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("precision", PRECISIONS)
+def test_every_csr_seed_passes_every_set_of_the_suites_largest_card_and_is_timed(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path, precision: Precision
+) -> None:
+    """On the H200: the 2^22-entry card (2^18 rows, power-law seeded sets, three fresh sets of any pattern); the
+    times are printed (`-s`) for comparing the strategies against the baseline and cuSPARSE."""
+    written = cards.write(task("spmv_csr"), precision, 2**22, tmp_path)
+    settings = Settings.model_validate({"eval": {"timeout_s": 30.0, "fresh_seeds": 3}})
+    evaluator = Evaluator(written, Builder(arch="sm_90"), settings, require_gpu()[0])
+    seeds = TemplateProposer().seeds(written)
+
+    async def run() -> list[str]:
+        await evaluator.start()
+        try:
+            failed = []
+            for seed in seeds:
+                evaluation = await evaluator.evaluate(seed.source, seed.plan)
+                result = evaluation.result
+                if not evaluation.ok or result is None or result.candidate is None:
+                    failed.append(f"{seed.params}: {evaluation.failure}: {evaluation.reason}")
+                    continue
+                baseline = result.baseline.median_us if result.baseline else float("nan")
+                print(f"{precision} {result.candidate.median_us:8.1f} us (baseline {baseline:.1f}) {seed.params}")
+            return failed
+        finally:
+            await evaluator.close()
+
+    assert loop.run_until_complete(run()) == []
