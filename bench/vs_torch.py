@@ -48,9 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kernelforge_tui.capture import load_capture
 from kernelforge_tui.capture.run import CaptureRequest
 from kernelforge_tui.cards import load_card
-from kernelforge_tui.cards.dtypes import NUMPY
-from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.cards.store import Card, save_card
+from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.engine.backend import GpuBackend
 from kernelforge_tui.engine.bench import VendorResult, VendorTimer, vendor_result
@@ -353,43 +351,10 @@ def the_card(workload: Workload, capture_dir: Path, shape: Sequence[int]) -> Car
 
 
 def write_suite_card(task: Task, precision: Precision, scale: int, parent: Path) -> Card:
-    """The task's card at `scale` in `parent/<task>_<precision>_s<log2 scale>`, even beyond the task's scales.
-
-    Why not `suite.cards.write`: it refuses a scale outside the task's list, and a Task holds 2^10..2^22 only, while
-    the goals lie at 2^24 (4096^3) and 2^26 (8192^2, 2^22 rows). So the card is written at the task's largest scale
-    (its baseline, reference module, seeded sets, tolerances and stress skips as the suite has them) and then given
-    the goal's sizes and name; its bytes are the task's formula, or every tensor once at the new sizes (what
-    `suite.cards.spec` computes). Nothing is drawn here: the card's sets are seeded and drawn where they are used."""
-    if scale in task.scales:
-        return suite_cards.write(task, precision, scale, parent)
-    largest = max(task.scales)
-    staged = suite_cards.write(task, precision, largest, parent / f".{task.name}.staging")
-    spec = staged.spec
-    sizes = task.sizes(scale)
-    formula = task.bytes_at(precision)
-    tensors = [*spec.inputs, *spec.outputs]
-    moved = formula if formula is not None else sum(t.numel(sizes) * NUMPY[t.dtype].itemsize for t in tensors)
-    beyond = (
-        f"\nWritten by bench/vs_torch.py at scale 2^{_log2(scale)}, beyond the task's scales "
-        f"(2^{_log2(min(task.scales))}..2^{_log2(largest)}): the check and tolerance are the task's, set for those."
-    )
-    resized = OperatorCard.model_validate(
-        spec.model_dump()
-        | {
-            "name": suite_cards.card_name(task, precision, scale),
-            "sizes": sizes,
-            "cost": {"flops": spec.cost.flops, "bytes": moved},
-            "description": spec.description + beyond,
-        }
-    )
-    root = parent / resized.name
-    if root.exists():
-        shutil.rmtree(root)
-    staged.root.rename(root)
-    shutil.rmtree(staged.root.parent)
-    reference = root / "reference.py"
-    reference.write_text(reference.read_text().replace(f"scale 2^{_log2(largest)}", f"scale 2^{_log2(scale)}", 1))
-    return save_card(resized, root, {})
+    """The task's card at `scale` in `parent/<task>_<precision>_s<log2 scale>`, also beyond the task's scales (the
+    goals lie at 2^24, 4096^3, and 2^26, 8192^2 and 2^22 rows; the suite's tasks stop at 2^22). Nothing is drawn
+    here: the card's sets are seeded and drawn where they are used."""
+    return suite_cards.write(task, precision, scale, parent, beyond=True)
 
 
 def _log2(value: int) -> int:

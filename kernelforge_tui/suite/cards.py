@@ -8,7 +8,6 @@ draws every seeded, fresh and stress set through the same file.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from kernelforge_tui.capture.baselines import prelude
@@ -61,11 +60,14 @@ def _tensor(tensor: Tensor, precision: Precision) -> dict[str, object]:
     }
 
 
-def spec(task: Task, precision: Precision, scale: int) -> OperatorCard:
-    """The card of a task at one precision and scale (validated like any card.toml)."""
+def spec(task: Task, precision: Precision, scale: int, *, beyond: bool = False) -> OperatorCard:
+    """The card of a task at one precision and scale (validated like any card.toml). `beyond`: a power-of-two scale
+    outside the task's list is allowed (a benchmark's goal shape, e.g. 2^26), and the card says its check and
+    tolerances were set for the task's own scales."""
     if precision not in task.precisions:
         raise ValueError(f"task {task.name} has no {precision} variant: {task.no_bf16}")
-    if scale not in task.scales:
+    outside = scale not in task.scales
+    if outside and not (beyond and scale > 0 and scale & (scale - 1) == 0):
         raise ValueError(f"task {task.name} runs at scales {list(task.scales)}, not {scale}")
     sizes = task.sizes(scale)
     inputs = [TensorSpec.model_validate(_tensor(t, precision)) for t in task.inputs]
@@ -78,7 +80,13 @@ def spec(task: Task, precision: Precision, scale: int) -> OperatorCard:
         )
     moved = sum(t.numel(sizes) * NUMPY[t.dtype].itemsize for t in [*inputs, *outputs])
     b = task.baseline
-    described = "\n".join(filter(None, (task.summary, task.description, f"Check: {task.check}")))
+    note = (
+        f"Written at scale 2^{_log2(scale)}, beyond the task's scales (2^{_log2(min(task.scales))}.."
+        f"2^{_log2(max(task.scales))}): its check and tolerances were set for those."
+        if outside
+        else ""
+    )
+    described = "\n".join(filter(None, (task.summary, task.description, f"Check: {task.check}", note)))
     return OperatorCard(
         name=card_name(task, precision, scale),
         family=task.family,
@@ -102,19 +110,23 @@ def spec(task: Task, precision: Precision, scale: int) -> OperatorCard:
     )
 
 
+def _log2(scale: int) -> int:
+    return scale.bit_length() - 1
+
+
 def baseline_source(task: Task, precision: Precision) -> str:
     """The baseline's CUDA: the dtype prelude, then the task's kernel."""
     return prelude(precision, f"{task.name}: {task.summary}", author="the suite") + task.baseline.source
 
 
-def write(task: Task, precision: Precision, scale: int, parent: Path) -> Card:
-    """Write the card directory `parent/<card name>` and load it back."""
-    card = spec(task, precision, scale)
+def write(task: Task, precision: Precision, scale: int, parent: Path, *, beyond: bool = False) -> Card:
+    """Write the card directory `parent/<card name>` and load it back (`beyond`: as `spec` says)."""
+    card = spec(task, precision, scale, beyond=beyond)
     root = parent / card.name
     root.mkdir(parents=True, exist_ok=True)
     (root / "baseline.cu").write_text(baseline_source(task, precision))
     draws = " and its input generator (structured inputs)" if task.generate is not None else ""
     (root / "reference.py").write_text(
-        REFERENCE.format(name=task.name, precision=precision, log=int(math.log2(scale)), draws=draws)
+        REFERENCE.format(name=task.name, precision=precision, log=_log2(scale), draws=draws)
     )
     return save_card(card, root, {})
