@@ -167,6 +167,36 @@ def test_the_captured_group_norm_reference_is_the_exact_one_on_every_stress_set(
         assert tol.accepts(outputs["y"], exact.to(torch.bfloat16).float().numpy()).all(), name
 
 
+def _silu_mul_in_float32(gate: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """What eager PyTorch and the card's baseline compute: silu in float32 as x / (1 + exp(-x)), times up."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        g, u = gate.astype(np.float32), up.astype(np.float32)
+        return np.asarray(g / (np.float32(1) + np.exp(-g)) * u, dtype=np.float32)
+
+
+def test_a_captured_elementwise_reference_computes_as_the_operator_does_in_float32(
+    decoder: tuple[CaptureManifest, Path],
+) -> None:
+    """On the H200 a captured silu(gate) * up card [16384x11008] refused its own baseline on stress:large: where a
+    gate lies near -90 to -100, float32's exp(-x) is inf and silu is 0 (eager PyTorch's answer, and any fp32
+    kernel's), while a float64 reference gave a tiny value that a large `up` made visible. An elementwise card's
+    reference computes in the op's opmath, float32, and agrees with the float32 arithmetic on every stress set."""
+    card = load_card(decoder[1] / "silu_mul_bf16_2x16x96")
+    assert 'PRECISION = "opmath"' in (card.root / "reference.py").read_text()
+    tol = card.spec.outputs[0].effective_tolerance()
+    shape = [card.spec.outputs[0].dims(card.spec.sizes)[0], -1]
+    gate = np.full(card.spec.inputs[0].dims(card.spec.sizes), 3.0, dtype=np.float32)
+    up = np.full_like(gate, 2.0)
+    gate.reshape(shape)[0, :4], up.reshape(shape)[0, :4] = [-95.0, -90.0, -1.0, 40.0], [1e30, 1e33, 5.0, -3.0]
+    bf16 = {"gate": gate.astype(ml_dtypes.bfloat16), "up": up.astype(ml_dtypes.bfloat16)}
+    expected = _silu_mul_in_float32(bf16["gate"], bf16["up"])
+    assert (expected.reshape(shape)[0, :2] == 0).all(), "float32 overflows there: silu is 0"
+    assert tol.accepts(card.reference(bf16)["y"].reshape(expected.shape), expected).all()
+    for name, inputs, outputs in card.stress_sets():
+        got = _silu_mul_in_float32(inputs["gate"], inputs["up"]).reshape(outputs["y"].shape)
+        assert tol.accepts(got, outputs["y"]).all(), name
+
+
 def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -> None:
     manifest, root = resnet
     cards = carded(manifest)

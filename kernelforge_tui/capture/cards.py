@@ -39,7 +39,9 @@ STRESS_SEED = 1000
 SEEDED_SETS = 1
 """Seeded sets (drawn from the fitted distributions, referenced by the torch reference) beside the stored ones."""
 PRECISIONS = ("float64", "captured")
-PRECISION_WORDS = {"float64": "float64", "captured": "the captured dtypes"}
+ELEMENTWISE_PRECISIONS = ("opmath", *PRECISIONS)
+"""An elementwise op's reference tries its opmath first (see `capture.reference`): what the operator computes."""
+PRECISION_WORDS = {"float64": "float64", "opmath": "float32 (the operator's opmath)", "captured": "the captured dtypes"}
 
 
 def fit(arrays: list[np.ndarray], dtype: str) -> tuple[Distribution, str]:
@@ -221,7 +223,7 @@ def write_card(
     (root / "baseline.cu").write_text(plan.source)
     bindings = plan.bindings()
     problems: list[str] = []
-    for precision in PRECISIONS:
+    for precision in ELEMENTWISE_PRECISIONS if plan.family == "elementwise" else PRECISIONS:
         (root / "reference.py").write_text(reference.source(name, steps, bindings, precision))
         card = save_card(spec, root, stored)
         try:

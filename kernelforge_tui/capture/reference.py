@@ -1,13 +1,16 @@
 """The reference a captured card carries: `reference.py`, which re-runs the captured aten call(s) with torch.
 
-Why torch and not NumPy: the reference must be the operator the model runs (its eps, its dtype rules, how it
-treats NaN and inf), and the surest way is to call that very overload again, with the captured scalar arguments,
-on the card's inputs reshaped to the captured shapes. It computes in float64 on the CPU where the op allows
-(floating inputs and dtype arguments raised to float64, `half_to_float` off), like the built-in NumPy references,
-and in the captured dtypes otherwise; `kernelforge capture` checks either against the eager outputs it stored and
-keeps the first that agrees. The file is self-contained (the graph is data inside it; it imports only NumPy and
-torch), so the card stays a directory a person can read, and needs torch wherever the card's fresh and stress sets
-are referenced: a machine without torch gets an error saying how to install it.
+Why torch and not NumPy: the reference must be the operator the model runs (its eps, its dtype rules, how it treats
+NaN and inf), and the surest way is to call that very overload again, with the captured scalar arguments, on the
+card's inputs reshaped to the captured shapes. It computes in float64 on the CPU where the op allows (floating
+inputs and dtype arguments raised to float64, `half_to_float` off), like the built-in NumPy references, and in the
+captured dtypes otherwise. An elementwise op computes first in its opmath, float32 for bf16, fp16 and fp32 data, as
+PyTorch's kernels do: it accumulates nothing, so float64 buys no accuracy there, and it would disagree with the
+operator where float32 itself overflows (silu's exp(-x) past x = -88 is inf, so silu is 0 in float32 and a tiny
+number in float64, which a large `up` then makes visible). `kernelforge capture` checks each against the eager
+outputs it stored and keeps the first that agrees. The file is self-contained (the graph is data inside it; it
+imports only NumPy and torch), so the card stays a directory a person can read, and needs torch wherever the card's
+fresh and stress sets are referenced: a machine without torch gets an error saying how to install it.
 """
 
 from __future__ import annotations
@@ -90,7 +93,8 @@ TEMPLATE = '''"""Reference of card {name}, written by `kernelforge capture` (cap
 Re-runs the captured aten call(s) with torch on the CPU, on the card's inputs reshaped to the captured shapes:
 {calls}
 Precision: {precision} ("float64": floating tensors and dtype arguments raised to float64, as the built-in NumPy
-references compute; "captured": the captured dtypes). Needs torch (pip install 'kernelforge-tui[torch]').
+references compute; "opmath": raised to float32, as the operator computes; "captured": the captured dtypes). Needs
+torch (pip install 'kernelforge-tui[torch]').
 """
 
 from __future__ import annotations
@@ -100,6 +104,11 @@ import json
 import numpy as np
 
 PRECISION = "{precision}"
+RAISED = {{
+    "float64": lambda torch, dtype: torch.float64,
+    "opmath": lambda torch, dtype: torch.float64 if dtype == torch.float64 else torch.float32,
+}}
+"""What a floating dtype argument becomes in each raised precision."""
 GRAPH = json.loads(
     r"""
 {graph}
@@ -120,7 +129,10 @@ def _torch():
 
 def _tensor(torch, array, shape):
     array = np.ascontiguousarray(array)
-    if array.dtype.name == "bfloat16":
+    floating = array.dtype.kind == "f" or array.dtype.name == "bfloat16"
+    if floating and PRECISION == "opmath":
+        tensor = torch.from_numpy(array.astype(np.float64 if array.dtype == np.float64 else np.float32))
+    elif array.dtype.name == "bfloat16":
         wide = torch.from_numpy(array.astype(np.float64 if PRECISION == "float64" else np.float32))
         tensor = wide if PRECISION == "float64" else wide.to(torch.bfloat16)
     elif array.dtype.kind == "f" and PRECISION == "float64":
@@ -143,7 +155,9 @@ def _value(torch, spec, inputs, results):
         return float(spec["float"])
     if "dtype" in spec:
         dtype = getattr(torch, spec["dtype"])
-        return torch.float64 if PRECISION == "float64" and dtype.is_floating_point else dtype
+        if dtype.is_floating_point and PRECISION in RAISED:
+            return RAISED[PRECISION](torch, dtype)
+        return dtype
     if "device" in spec:
         return torch.device("cpu")
     if "layout" in spec:
