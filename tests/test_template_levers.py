@@ -15,17 +15,19 @@ from pathlib import Path
 import pytest
 
 from kernelforge_tui.cards import Card, OperatorCard
+from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.engine.backend import SimulatedBackend
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.models.evaluation import BuildResult
+from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck, HardwareReport, NodeProfile, ProfileReport
 from kernelforge_tui.proposers.base import Proposal, SpaceCounter, source_digest
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates import proposer as proposer_module
-from kernelforge_tui.proposers.templates.common import Params, Template
+from kernelforge_tui.proposers.templates.common import Params, Template, describe
 from kernelforge_tui.store import RunStore
 from tests.test_search import run_settings
 from tests.test_templates import _card, _context, synthetic_cards
@@ -189,10 +191,40 @@ async def test_the_number_of_waves_is_offered_though_only_the_grid_changes() -> 
 
 
 def avg_pool_card() -> OperatorCard:
-    """Average pooling of 7x7 fp32 planes: every (tpr, block) of the template is valid with vec 1 only (2 and 4 do
-    not divide 49), so its space holds 6 x 4 = 24 configurations."""
+    """Average pooling of 7x7 fp32 planes (served by GridTemplate in these tests)."""
     return _card("avg_pool_f32", "pooling", {"n": 4, "c": 8, "h": 7, "w": 7}, [("x", "float32", NCHW)],
                  [("y", "float32", ["n", "c"])])  # fmt: skip
+
+
+class GridTemplate(Template):
+    """A pooling template with a known space, so the counts below do not move when the real pooling template grows:
+    6 tpr x 4 blocks x 3 vecs, valid with vec 1 only (the others do not divide 49): 24 of 72 configurations; six
+    seeds, more than the 4 valid among the first 12 combinations (the capped count below)."""
+
+    families = ("pooling",)
+
+    def unsupported(self, card: OperatorCard) -> str | None:
+        return None
+
+    def space(self, card: OperatorCard) -> dict[str, tuple[ParamValue, ...]]:
+        return {"tpr": (1, 2, 4, 8, 16, 32), "block": (64, 128, 256, 512), "vec": (1, 2, 4)}
+
+    def problem(self, card: OperatorCard, params: Params) -> str | None:
+        return None if params["vec"] == 1 else "vec must divide the plane's 49 elements"
+
+    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        source = f'extern "C" __global__ void pool() {{}}  // {describe(params)}\n'
+        return source, LaunchPlan(entry="pool", grid=["1"], block=[params["block"]], args=[])
+
+    def seed_params(self, card: OperatorCard) -> list[Params]:
+        return [
+            {"tpr": t, "block": b, "vec": 1} for t, b in ((1, 128), (2, 256), (4, 64), (8, 512), (16, 128), (32, 256))
+        ]
+
+
+@pytest.fixture
+def grid_template(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(proposer_module, "TEMPLATES", (GridTemplate(),))
 
 
 def with_baseline(spec: OperatorCard, root: Path) -> Card:
@@ -213,6 +245,7 @@ class NoCompiler(Builder):
         return BuildResult(ok=True, cubin_path=Path(f"{key}.cubin"), key=key)
 
 
+@pytest.mark.usefixtures("grid_template")
 async def test_a_search_that_spends_the_template_space_says_so(tmp_path: Path) -> None:
     card = with_baseline(avg_pool_card(), tmp_path / "card")
     backend = SimulatedBackend(card, NoCompiler(), eval_seconds=0.001)
@@ -225,6 +258,7 @@ async def test_a_search_that_spends_the_template_space_says_so(tmp_path: Path) -
     assert info.reason == "the templates' space for this card is exhausted: 24 configurations tried of 24 valid"
 
 
+@pytest.mark.usefixtures("grid_template")
 def test_coverage_of_a_partly_tried_space_and_of_one_too_large_to_count(monkeypatch: pytest.MonkeyPatch) -> None:
     proposer = TemplateProposer()
     assert isinstance(proposer, SpaceCounter)
