@@ -1,26 +1,37 @@
-"""Dense matrix products C = A B through shared-memory tiles, products and sums in fp32.
+"""Dense matrix products C = A B: fp32 FMAs on CUDA cores, or bf16/fp16 mma.sync on tensor cores; sums in fp32.
 
 Convention: inputs A [M, K] and B [K, N], output C [M, N], row-major, one dtype (fp32, bf16 or fp16). M, N and K
 are read from the tensors' shapes, so a square card's single size serves as all three; the plan passes the
 shapes' own formulas.
 
-Each block computes a bm x bn tile of C, stepping through K bk at a time: it stages A's bm x bk tile (transposed,
-so that a thread's column of it is a row in shared memory) and B's bk x bn tile in shared memory as fp32, then
-every thread accumulates a tm x tn micro-tile of C in registers with fused multiply-adds.
+`strategy` fma: each block computes a bm x bn tile of C, stepping through K bk at a time: it stages A's bm x bk
+tile (transposed, so that a thread's column of it is a row in shared memory) and B's bk x bn tile in shared memory
+as fp32, then every thread accumulates a tm x tn micro-tile of C in registers with fused multiply-adds. `bm`, `bn`,
+`bk` must divide their sizes (no edge checks), `tm`, `tn` (the micro-tile: (bm/tm) x (bn/tn) threads), `layout`
+(blocked: a thread's rows and columns are adjacent, its stores vectorised; strided: they lie bm/tm and bn/tn apart,
+so a warp's shared reads fall in distinct banks and its stores coalesce), `vec` (elements per global load of a tile
+row, at most 16 bytes: must divide bk and bn, so every load is aligned), `pad` (floats added to each shared row).
 
-Parameters: `bm`, `bn`, `bk` (the tiles: each must divide its size, so no kernel needs edge checks), `tm`, `tn`
-(the micro-tile: (bm/tm) x (bn/tn) threads), `layout` (blocked: a thread's rows and columns are adjacent, its
-stores vectorised; strided: they lie bm/tm and bn/tn apart, so a warp's shared reads fall in distinct banks and
-its stores coalesce), `vec` (elements per global load of a tile row, at most 16 bytes: must divide bk and bn, so
-every load is aligned), `pad` (floats added to each shared row, against bank conflicts), `minb`.
+`strategy` tc (bf16 and fp16; fp32 cards keep fma: TF32 inputs fail the sums' tolerance): a bm x bn x bk block tile
+over (bm/wm) x (bn/wn) warps, each warp a wm x wn tile of m16n8k16 `mma.sync` products with fp32 accumulators, fed
+by `ldmatrix` (B transposed on the way) from a `stages`-deep ring of shared tiles that `cp.async` fills 16 bytes a
+copy while the tensor cores work on the oldest; `swizzle` xor stores chunk c of row r at c ^ f(r) so each 8-row
+ldmatrix phase hits 8 distinct bank groups, `pad` adds 16 bytes a row instead. Edges: copies past M, N or K fill
+zeros (zeros add nothing to a sum, and never meet an inf of a real element), stores past M or N are skipped, so
+any M works and N, K need only be multiples of 8 (whole 16-byte chunks). The epilogue rounds C's tile to the dtype
+in shared memory and writes it 16 bytes a store. Shared memory is dynamic (the worker opts in above 48 KiB).
+`minb` bounds the registers for resident blocks per SM in both strategies.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
+    ELEMENT_BYTES,
+    MAX_DYNAMIC_SHARED,
     Lever,
     Levers,
     Params,
@@ -38,6 +49,93 @@ MAX_STATIC_SHARED = 48 * 1024
 MAX_ACCUMULATORS = 64
 """A micro-tile of 8 x 8 floats per thread: more spills at the register counts a full block allows."""
 MAX_GRID_Y = 65535
+TENSOR_CORE_TYPES = {"bfloat16": ("bf16", "__nv_bfloat162", "__floats2bfloat162_rn"),
+                     "float16": ("f16", "__half2", "__floats2half2_rn")}  # fmt: skip
+"""The mma operand type, the pair type and its rounding constructor of each dtype tensor cores take here."""
+CHUNK = 8
+"""Elements of one 16-byte cp.async copy, ldmatrix row and epilogue store (bf16 and fp16)."""
+REGISTERS_PER_SM = 65536
+MAX_REGISTERS = 255
+ADDRESS_REGISTERS = 40
+"""Registers a tc thread needs beside its accumulators and fragments (indices, addresses, loop counters): enough
+that every variant the budget admits built without spills (tests/test_matmul_tensor_core.py)."""
+
+
+@dataclass(frozen=True)
+class TensorCoreTiling:
+    """The tc kernel's shape: every constant the source gets, and what the tests model, from one place."""
+
+    bm: int
+    bn: int
+    bk: int
+    wm: int
+    wn: int
+    stages: int
+    swizzle: bool
+
+    @classmethod
+    def of(cls, params: Params) -> TensorCoreTiling:
+        bm, bn, bk, wm, wn, stages = (int(params[k]) for k in ("bm", "bn", "bk", "wm", "wn", "stages"))
+        return cls(bm, bn, bk, wm, wn, stages, swizzle=params["swizzle"] == "xor")
+
+    @property
+    def warps_m(self) -> int:
+        return self.bm // self.wm
+
+    @property
+    def warps_n(self) -> int:
+        return self.bn // self.wn
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps_m * self.warps_n
+
+    @property
+    def mi(self) -> int:
+        """m16 tiles per warp."""
+        return self.wm // 16
+
+    @property
+    def ni(self) -> int:
+        """n8 tiles per warp (an even count: one ldmatrix.x4.trans loads two)."""
+        return self.wn // 8
+
+    @property
+    def a_stride(self) -> int:
+        """Elements of a shared row of A's tile (bk, plus a chunk when padded)."""
+        return self.bk + (0 if self.swizzle else CHUNK)
+
+    @property
+    def b_stride(self) -> int:
+        return self.bn + (0 if self.swizzle else CHUNK)
+
+    @property
+    def c_stride(self) -> int:
+        """The epilogue's rows are always padded: a warp's pair stores then span 8 bank groups."""
+        return self.bn + CHUNK
+
+    def xor_bits(self, chunks: int) -> tuple[int, int]:
+        """(shift, mask) of the swizzle of a row of `chunks` 16-byte chunks: chunk c of row r lies at
+        c ^ ((r >> shift) & mask). Rows of 8 chunks or more spread 8 consecutive rows over the low 3 bits; a row of
+        4 (2) chunks shares 128 bytes with the next 1 (3) rows, so rows 2 (4) apart take the next mask value."""
+        if not self.swizzle:
+            return 0, 0
+        if chunks >= 8:
+            return 0, 7
+        return (8 // chunks).bit_length() - 1, chunks - 1
+
+    def shared_bytes(self, element_bytes: int) -> int:
+        """The ring of A and B tiles, or C's tile in the epilogue, which reuses it."""
+        ring = self.stages * (self.bm * self.a_stride + self.bk * self.b_stride)
+        return max(ring, self.bm * self.c_stride) * element_bytes
+
+    def registers(self) -> int:
+        """Registers a thread needs: accumulators, one k16 step's A and B fragments, addresses."""
+        return self.wm * self.wn // 32 + self.mi * 4 + self.ni * 2 + ADDRESS_REGISTERS
+
+    def register_budget(self, minb: int) -> int:
+        """Registers a thread may use so that minb blocks stay resident (allocated in steps of 8)."""
+        return min(MAX_REGISTERS, REGISTERS_PER_SM // (minb * self.threads) // 8 * 8)
 
 
 def _dims(card: OperatorCard) -> tuple[int, int, int]:
@@ -68,12 +166,20 @@ class MatmulTemplate(Template):
             Lever("vec", "up", "wider tile loads"),
         ),
         "memory_latency": (
+            Lever("stages", "up", "more tiles in flight"),
             Lever("minb", "up", "more resident blocks"),
             Lever("bk", "up", "more of K staged per barrier"),
             Lever("bm", "down", "more blocks"),
             Lever("bn", "down", "more blocks"),
         ),
         "compute": (
+            Lever("strategy", "up", "tensor cores"),
+            Lever("bm", "up", "more mma per tile loaded"),
+            Lever("bn", "up", "more mma per tile loaded"),
+            Lever("wm", "up", "more mma per ldmatrix"),
+            Lever("wn", "up", "more mma per ldmatrix"),
+            Lever("stages", "any", "shared memory against resident blocks"),
+            Lever("swizzle", "any", "ldmatrix across banks"),
             Lever("tm", "up", "more FMAs per shared load"),
             Lever("tn", "up", "more FMAs per shared load"),
             Lever("pad", "up", "no shared-memory bank conflicts"),
@@ -95,26 +201,41 @@ class MatmulTemplate(Template):
 
     def space(self, card: OperatorCard) -> Space:
         """Every vec (8 at most) divides every bk and bn, and every tm and tn fits every bm and bn: a tile's rows
-        split into whole aligned chunks, and a block has whole micro-tiles."""
+        split into whole aligned chunks, and a block has whole micro-tiles. The tc parameters have one value where
+        tensor cores do not serve the dtype; strategy comes last, so a seed that does not fit
+        a card is moved to its nearest valid params within its own strategy first."""
+        tensor_cores = dtype_of(card) in TENSOR_CORE_TYPES
         return {
-            "bm": (16, 32, 64, 128),
-            "bn": (16, 32, 64, 128),
-            "bk": (8, 16, 32),
+            "bm": (16, 32, 64, 128, 256),
+            "bn": (16, 32, 64, 128, 256),
+            "bk": (8, 16, 32, 64),
             "tm": (1, 2, 4, 8),
             "tn": (1, 2, 4, 8),
             "layout": ("blocked", "strided"),
             "vec": vec_widths(dtype_of(card)),
             "pad": (0, 1),
+            "wm": (16, 32, 64) if tensor_cores else (16,),
+            "wn": (16, 32, 64) if tensor_cores else (16,),
+            "stages": (2, 3, 4) if tensor_cores else (2,),
+            "swizzle": ("xor", "pad") if tensor_cores else ("xor",),
             "minb": (1, 2),
+            "strategy": ("fma", "tc") if tensor_cores else ("fma",),
         }
 
     def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """A 1 x 1 micro-tile is the same kernel in both layouts."""
+        """Each strategy fixes the other's parameters; a 1 x 1 micro-tile is the same kernel in both layouts."""
+        space = self.space(card)
+        if params["strategy"] == "tc":
+            fma_fixed: Params = {"tm": 1, "tn": 1, "layout": "strided", "vec": space["vec"][-1], "pad": 0}
+            return {**params, **fma_fixed}
+        fixed: Params = {**params, **{key: space[key][0] for key in ("wm", "wn", "stages", "swizzle")}}
         if params["tm"] == 1 and params["tn"] == 1:
-            return {**params, "layout": "strided"}
-        return dict(params)
+            fixed["layout"] = "strided"
+        return fixed
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
+        if params["strategy"] == "tc":
+            return self._tensor_core_problem(card, params)
         bm, bn, bk = int(params["bm"]), int(params["bn"]), int(params["bk"])
         tm, tn, pad = int(params["tm"]), int(params["tn"]), int(params["pad"])
         m, n, k = _dims(card)
@@ -134,7 +255,37 @@ class MatmulTemplate(Template):
             return f"grid y {m // bm} exceeds {MAX_GRID_Y}"
         return None
 
+    def _tensor_core_problem(self, card: OperatorCard, params: Params) -> str | None:
+        dtype = dtype_of(card)
+        if dtype not in TENSOR_CORE_TYPES:
+            return f"tensor cores take bf16 or fp16 here, not {dtype}"
+        m, n, k = _dims(card)
+        if n % CHUNK or k % CHUNK:
+            return f"tc copies {CHUNK}-element chunks: N = {n} and K = {k} must be multiples of {CHUNK}"
+        tiling = TensorCoreTiling.of(params)
+        if tiling.bk % 16:
+            return f"bk {tiling.bk} is not a multiple of mma's k16"
+        if tiling.bm % tiling.wm or tiling.bn % tiling.wn:
+            return f"warp tile {tiling.wm} x {tiling.wn} does not divide block tile {tiling.bm} x {tiling.bn}"
+        if tiling.threads > 512:
+            return f"{tiling.threads // 32} warps per block (at most 16)"
+        minb = int(params["minb"])
+        if minb * tiling.threads > 2048:
+            return f"minb {minb} x {tiling.threads} threads exceeds 2048 threads per SM"
+        if (shared := tiling.shared_bytes(ELEMENT_BYTES[dtype])) * minb > MAX_DYNAMIC_SHARED:
+            return f"minb {minb} x {shared} bytes of shared memory exceed {MAX_DYNAMIC_SHARED}"
+        if tiling.registers() > (budget := tiling.register_budget(minb)):
+            return f"about {tiling.registers()} registers a thread, {budget} allowed for {minb} blocks per SM"
+        if -(-m // tiling.bm) > MAX_GRID_Y:
+            return f"grid y {-(-m // tiling.bm)} exceeds {MAX_GRID_Y}"
+        return None
+
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        if params["strategy"] == "tc":
+            return self._render_tensor_cores(card, params)
+        return self._render_fma(card, params)
+
+    def _render_fma(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
         bm, bn, bk = int(params["bm"]), int(params["bn"]), int(params["bk"])
         tm, tn, vec, pad = int(params["tm"]), int(params["tn"]), int(params["vec"]), int(params["pad"])
@@ -208,15 +359,225 @@ float acc[TM][TN];
         )
         return source, plan
 
+    def _render_tensor_cores(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+        dtype = dtype_of(card)
+        mma_type, pair, round_pair = TENSOR_CORE_TYPES[dtype]
+        t = TensorCoreTiling.of(params)
+        a_shift, a_mask = t.xor_bits(t.bk // CHUNK)
+        b_shift, b_mask = t.xor_bits(t.bn // CHUNK)
+        shared_bytes = t.shared_bytes(ELEMENT_BYTES[dtype])
+        banks = "XOR-swizzled" if t.swizzle else "padded"
+        source = f"""// C = A B ({dtype} in and out, fp32 sums on tensor cores): a {t.bm}x{t.bn} tile of C per block,
+// K in steps of {t.bk} through {t.stages} cp.async stages of {banks} shared tiles, {t.warps_m}x{t.warps_n} warps of
+// {t.wm}x{t.wn} mma.sync m16n8k16 tiles fed by ldmatrix.
+// Generated by the template proposer.
+{prelude(dtype, CHUNK)}#define BM {t.bm}
+#define BN {t.bn}
+#define BK {t.bk}
+#define WM {t.wm}
+#define WN {t.wn}
+#define WARPS_N {t.warps_n}
+#define MI {t.mi}
+#define NI {t.ni}
+#define STAGES {t.stages}
+#define THREADS {t.threads}
+#define A_STRIDE {t.a_stride}
+#define B_STRIDE {t.b_stride}
+#define C_STRIDE {t.c_stride}
+#define A_SHIFT {a_shift}
+#define A_MASK {a_mask}
+#define B_SHIFT {b_shift}
+#define B_MASK {b_mask}
+#define A_STAGE (BM * A_STRIDE)
+#define STAGE (A_STAGE + BK * B_STRIDE)
+
+// Element offset of 16-byte chunk `chunk` of row `row` in a tile of rows `stride` apart, the chunk swizzled by
+// XOR with bits of the row (mask 0: padded rows instead), so an ldmatrix phase's 8 rows hit distinct banks.
+__device__ __forceinline__ int at(int row, int chunk, int stride, int shift, int mask) {{
+    return row * stride + ((chunk ^ ((row >> shift) & mask)) << 3);
+}}
+
+// 16 bytes global -> shared, bypassing L1; src_size 0 writes zeros (the tile's edge past M, N or K).
+__device__ __forceinline__ void copy16(uint32_t dst, const T* src, bool inside) {{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\\n" ::"r"(dst), "l"(src), "r"(inside ? 16 : 0));
+}}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t address) {{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];\\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+}}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[2], uint32_t (&s)[2], uint32_t address) {{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{%0, %1, %2, %3}}, [%4];\\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(s[0]), "=r"(s[1]) : "r"(address));
+}}
+
+__device__ __forceinline__ void mma(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {{
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.{mma_type}.{mma_type}.f32 {{%0, %1, %2, %3}}, "
+                 "{{%4, %5, %6, %7}}, {{%8, %9}}, {{%0, %1, %2, %3}};\\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}}
+
+// Stage `stage` <- A's rows row0.. and B's columns col0.. of K tile `kt`, one commit group per call.
+__device__ __forceinline__ void load_tiles(uint32_t tiles, int stage, int kt, const T* __restrict__ A,
+                                           const T* __restrict__ B, int row0, int col0, int M, int N, int K) {{
+    const uint32_t a_tile = tiles + stage * STAGE * 2;
+    const uint32_t b_tile = a_tile + A_STAGE * 2;
+    const int k0 = kt * BK;
+#pragma unroll
+    for (int i = 0; i < (BM * BK / 8 + THREADS - 1) / THREADS; ++i) {{
+        const int c = threadIdx.x + i * THREADS;
+        if (BM * BK / 8 % THREADS == 0 || c < BM * BK / 8) {{
+            const int r = c / (BK / 8);
+            const int chunk = c % (BK / 8);
+            const bool inside = row0 + r < M && k0 + chunk * 8 < K;
+            const T* src = inside ? A + (long long)(row0 + r) * K + k0 + chunk * 8 : A;
+            copy16(a_tile + at(r, chunk, A_STRIDE, A_SHIFT, A_MASK) * 2, src, inside);
+        }}
+    }}
+#pragma unroll
+    for (int i = 0; i < (BK * BN / 8 + THREADS - 1) / THREADS; ++i) {{
+        const int c = threadIdx.x + i * THREADS;
+        if (BK * BN / 8 % THREADS == 0 || c < BK * BN / 8) {{
+            const int r = c / (BN / 8);
+            const int chunk = c % (BN / 8);
+            const bool inside = k0 + r < K && col0 + chunk * 8 < N;
+            const T* src = inside ? B + (long long)(k0 + r) * N + col0 + chunk * 8 : B;
+            copy16(b_tile + at(r, chunk, B_STRIDE, B_SHIFT, B_MASK) * 2, src, inside);
+        }}
+    }}
+    asm volatile("cp.async.commit_group;\\n" ::);
+}}
+
+extern "C" __global__ void {launch_bounds(t.threads, int(params["minb"]))} {self.entry}(
+    const T* __restrict__ A, const T* __restrict__ B, T* __restrict__ C, int M, int N, int K) {{
+    extern __shared__ __align__(128) unsigned char smem[];
+    const uint32_t tiles = (uint32_t)__cvta_generic_to_shared(smem);
+    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32;
+    const int warp_row = warp / WARPS_N * WM;
+    const int warp_col = warp % WARPS_N * WN;
+    const int row0 = blockIdx.y * BM;
+    const int col0 = blockIdx.x * BN;
+    const int tiles_k = (K + BK - 1) / BK;
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {{
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {{
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {{
+                acc[i][j][e] = 0.0f;
+            }}
+        }}
+    }}
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {{
+        if (s < tiles_k) {{
+            load_tiles(tiles, s, s, A, B, row0, col0, M, N, K);
+        }} else {{
+            asm volatile("cp.async.commit_group;\\n" ::);  // empty groups keep the wait counts uniform
+        }}
+    }}
+    for (int kt = 0; kt < tiles_k; ++kt) {{
+        asm volatile("cp.async.wait_group %0;\\n" ::"n"(STAGES - 2));
+        __syncthreads();  // tile kt landed for every thread; every warp is done with the stage refilled next
+        const int next = kt + STAGES - 1;
+        if (next < tiles_k) {{
+            load_tiles(tiles, next % STAGES, next, A, B, row0, col0, M, N, K);
+        }} else {{
+            asm volatile("cp.async.commit_group;\\n" ::);
+        }}
+        const uint32_t a_tile = tiles + kt % STAGES * STAGE * 2;
+        const uint32_t b_tile = a_tile + A_STAGE * 2;
+#pragma unroll
+        for (int kk = 0; kk < BK / 16; ++kk) {{
+            uint32_t a[MI][4];
+            uint32_t b[NI][2];
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {{
+                const int r = warp_row + i * 16 + lane % 16;
+                ldmatrix_x4(a[i], a_tile + at(r, kk * 2 + lane / 16, A_STRIDE, A_SHIFT, A_MASK) * 2);
+            }}
+#pragma unroll
+            for (int j = 0; j < NI; j += 2) {{
+                const int r = kk * 16 + lane % 16;
+                const int chunk = (warp_col + j * 8) / 8 + lane / 16;
+                ldmatrix_x4_trans(b[j], b[j + 1], b_tile + at(r, chunk, B_STRIDE, B_SHIFT, B_MASK) * 2);
+            }}
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {{
+#pragma unroll
+                for (int j = 0; j < NI; ++j) {{
+                    mma(acc[i][j], a[i], b[j]);
+                }}
+            }}
+        }}
+    }}
+    asm volatile("cp.async.wait_group 0;\\n" ::);
+    __syncthreads();  // the ring is free: C's tile reuses it
+    T* tile_c = reinterpret_cast<T*>(smem);
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {{
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {{
+            const int r = warp_row + i * 16 + lane / 4;
+            const int c = warp_col + j * 8 + lane % 4 * 2;
+            *reinterpret_cast<{pair}*>(tile_c + r * C_STRIDE + c) = {round_pair}(acc[i][j][0], acc[i][j][1]);
+            *reinterpret_cast<{pair}*>(tile_c + (r + 8) * C_STRIDE + c) = {round_pair}(acc[i][j][2], acc[i][j][3]);
+        }}
+    }}
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < (BM * BN / 8 + THREADS - 1) / THREADS; ++i) {{
+        const int c = threadIdx.x + i * THREADS;
+        if (BM * BN / 8 % THREADS == 0 || c < BM * BN / 8) {{
+            const int r = c / (BN / 8);
+            const int chunk = c % (BN / 8);
+            if (row0 + r < M && col0 + chunk * 8 < N) {{
+                *reinterpret_cast<uint4*>(C + (long long)(row0 + r) * N + col0 + chunk * 8) =
+                    *reinterpret_cast<const uint4*>(tile_c + r * C_STRIDE + chunk * 8);
+            }}
+        }}
+    }}
+}}
+"""
+        m, n, k = _formulas(card)
+        plan = LaunchPlan(
+            entry=self.entry,
+            grid=[f"cdiv({n}, {t.bn})", f"cdiv({m}, {t.bm})"],
+            block=[t.threads],
+            shared_bytes=shared_bytes,
+            args=["A", "B", "C", m, n, k],
+        )
+        return source, plan
+
     def seed_params(self, card: OperatorCard) -> list[Params]:
+        """Tensor cores first (the fastest expected at 4096^3 leading), then the CUDA-core kernels, the textbook
+        shared-tile kernel last (it fits every suite size)."""
+        space = self.space(card)
         vec = max(vec_widths(dtype_of(card)))
-        base: Params = {
-            "bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "layout": "strided", "vec": vec, "pad": 1, "minb": 1,
+        fma: Params = {
+            "strategy": "fma", "bm": 64, "bn": 64, "bk": 16, "tm": 4, "tn": 4, "layout": "strided", "vec": vec,
+            "pad": 1, **{key: space[key][0] for key in ("wm", "wn", "stages", "swizzle")}, "minb": 1,
         }  # fmt: skip
+        tc: Params = {
+            **fma, "strategy": "tc", "bm": 128, "bn": 128, "bk": 32, "tm": 1, "tn": 1, "pad": 0,
+            "wm": 64, "wn": 32, "stages": 4, "swizzle": "xor", "minb": 2,
+        }  # fmt: skip
+        tensor_cores = [
+            tc,
+            {**tc, "bn": 256, "wn": 64, "stages": 3, "minb": 1},
+            {**tc, "wn": 64, "stages": 3},
+            {**tc, "bm": 64, "wm": 32, "stages": 3},
+            {**tc, "bm": 32, "bn": 32, "wm": 16, "wn": 16, "stages": 2, "minb": 1},  # small cards: more blocks
+        ]
         return [
-            base,
-            {**base, "bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "layout": "blocked", "pad": 0},
-            {**base, "bm": 128, "tm": 8, "minb": 2},
-            {**base, "bm": 32, "bn": 32, "bk": 32, "tm": 2, "tn": 2, "layout": "blocked"},
-            {**base, "bm": 16, "bn": 16, "tm": 1, "tn": 1, "vec": 1, "pad": 0},  # the textbook shared-tile kernel
+            *(tensor_cores if "tc" in space["strategy"] else []),
+            fma,
+            {**fma, "bm": 128, "bn": 128, "bk": 8, "tm": 8, "tn": 8, "layout": "blocked", "pad": 0},
+            {**fma, "bm": 128, "tm": 8, "minb": 2},
+            {**fma, "bm": 32, "bn": 32, "bk": 32, "tm": 2, "tn": 2, "layout": "blocked"},
+            {**fma, "bm": 16, "bn": 16, "tm": 1, "tn": 1, "vec": 1, "pad": 0},  # the textbook shared-tile kernel
         ]
