@@ -1,0 +1,161 @@
+"""Group norm kept on chip: the strategies that read x once (a cluster's blocks each keep a slice of the group in
+registers or shared memory) render, pass the source check and build for sm_90 without spills on the H200's captured
+card and on small ones, fit Hopper's shared memory, seed first, and cover every element of every group once."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kernelforge_tui.cards import OperatorCard, resolve
+from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.gpu.source_check import check_source
+from kernelforge_tui.proposers.templates import TemplateProposer
+from kernelforge_tui.proposers.templates.common import ELEMENT_BYTES, Params
+from kernelforge_tui.proposers.templates.group_norm import ON_CHIP, GroupNormTemplate, kept_bytes, kept_items
+from tests.test_templates import _card
+
+NCHW = ["n", "c", "h", "w"]
+HOPPER_SHARED_PER_BLOCK = 227 * 1024
+TEMPLATE = GroupNormTemplate()
+
+
+def group_norm_card(name: str, dtype: str, sizes: dict[str, int], stats: bool) -> OperatorCard:
+    outputs = [("y", dtype, NCHW)] + [(k, dtype, ["n", "groups"]) for k in ("mean", "rstd")] * stats
+    inputs = [("x", dtype, NCHW), ("gamma", dtype, ["c"]), ("beta", dtype, ["c"])]
+    return _card(name, "group_norm", sizes, inputs, outputs)
+
+
+CAPTURED = group_norm_card("group_norm_bf16_8x512x128x128", "bfloat16",
+                           {"n": 8, "c": 512, "h": 128, "w": 128, "groups": 32}, stats=False)  # fmt: skip
+SMALL = [
+    group_norm_card("diffusion_bf16_2x64x8x8", "bfloat16", {"n": 2, "c": 64, "h": 8, "w": 8, "groups": 32}, False),
+    group_norm_card("diffusion_stats_bf16", "bfloat16", {"n": 2, "c": 64, "h": 8, "w": 8, "groups": 32}, True),
+    group_norm_card("odd_stats_f32_2x64x9x9", "float32", {"n": 2, "c": 64, "h": 9, "w": 9, "groups": 8}, True),
+    group_norm_card("stress_f16_2x64x32x32", "float16", {"n": 2, "c": 64, "h": 32, "w": 32, "groups": 32}, False),
+]
+CARDS = [CAPTURED, *SMALL]
+
+
+def on_chip(card: OperatorCard) -> list[Params]:
+    """Every valid configuration of the card that keeps x on chip."""
+    space = {**TEMPLATE.space(card), "strategy": ON_CHIP}
+    found = (TEMPLATE.valid(card, dict(zip(space, v, strict=True))) for v in itertools.product(*space.values()))
+    return [p for p in found if p is not None]
+
+
+def variants(card: OperatorCard) -> list[Params]:
+    """What to build (nvcc takes one to four seconds each): on the captured card one per (strategy, split, welford)
+    it allows; on a small card each strategy once, one at split 1 and the other at split 8 (in turns, card by card),
+    welford 1 and 0; the widest vector and largest block of each."""
+    turn = SMALL.index(card) % 2 if card in SMALL else 0
+    wanted = {ON_CHIP[turn]: (1, 1), ON_CHIP[1 - turn]: (8, 0)}
+    chosen: dict[tuple[object, ...], Params] = {}
+    for params in sorted(on_chip(card), key=lambda p: (int(p["vec"]), int(p["block"]))):
+        if card is CAPTURED or (params["split"], params["welford"]) == wanted[str(params["strategy"])]:
+            chosen[params["strategy"], params["split"], params["welford"]] = params
+    return list(chosen.values())
+
+
+@pytest.fixture(scope="module")
+def cubin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    return tmp_path_factory.mktemp("group-norm-cubins")
+
+
+async def test_every_on_chip_variant_builds_for_sm90_without_spills(cubin_cache: Path) -> None:
+    """The captured card keeps its 512 KB groups as 4 or 8 slices (split 1 and 2 do not fit); small cards, odd
+    spans and the statistics outputs take split 1 and 8. ptxas must not spill (a spilled slice is read twice)."""
+    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache)
+    jobs = [(card, params) for card in CARDS[:-1] for params in variants(card)]  # the fp16 card: its model only
+    # 128 KB slices fit shared memory but not 1024 threads' registers (64 values each beside the working set).
+    captured = {(p["strategy"], p["split"]) for c, p in jobs if c is CAPTURED}
+    assert captured == {("smem", 4), ("smem", 8), ("registers", 8)}
+    renders = [TEMPLATE.render(card, params) for card, params in jobs]
+    for (card, params), (source, plan) in zip(jobs, renders, strict=True):
+        assert not [p for p in check_source(source, plan.entry) if p.severity == "error"], (card.name, params)
+        assert resolve(plan, card).grid[0] == card.sizes["n"] * card.sizes["groups"] * int(params["split"])
+    results = await asyncio.gather(*(builder.build(source, plan.entry) for source, plan in renders))
+    for (card, params), (_, plan), result in zip(jobs, renders, results, strict=True):
+        assert result.ok, (card.name, params, result.log[-2000:])
+        stats = result.ptxas[plan.entry]
+        assert stats.spill_store_bytes == 0, (card.name, params, stats)
+        assert stats.shared_bytes + resolve(plan, card).shared_bytes <= HOPPER_SHARED_PER_BLOCK
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.name)
+def test_the_kept_slice_fits_shared_memory_and_the_plan_asks_for_it(card: OperatorCard) -> None:
+    configurations = on_chip(card)
+    assert configurations
+    for params in configurations:
+        _, plan = TEMPLATE.render(card, params)
+        shared = resolve(plan, card).shared_bytes
+        if params["strategy"] == "smem":
+            assert shared == kept_bytes(card, params) <= HOPPER_SHARED_PER_BLOCK - 1024, params
+        else:
+            assert shared == 0, params
+
+
+def test_slices_that_cannot_stay_on_chip_are_refused() -> None:
+    base: Params = {"block": 1024, "vec": 8, "welford": 1}
+    for strategy in ON_CHIP:
+        assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 2}) is not None  # 256 KB a block
+        assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 8}) is None
+    odd = SMALL[2]  # 81-element planes: vec 1, 4-byte fp32 chunks; bf16's 2-byte chunks are no cp.async size
+    assert TEMPLATE.problem(odd, {**base, "strategy": "smem", "split": 8, "vec": 1}) is None
+    bf16_odd = group_norm_card("odd_bf16", "bfloat16", {**odd.sizes}, False)
+    assert "cp.async" in str(TEMPLATE.problem(bf16_odd, {**base, "strategy": "smem", "split": 8, "vec": 1}))
+    # 128 values a thread (block 256, split 8, vec 8) would need more than the 255 registers ptxas allows.
+    assert "registers" in str(TEMPLATE.problem(CAPTURED, {**base, "strategy": "registers", "split": 8, "block": 128}))
+
+
+def test_the_seeds_start_with_the_slice_kept_in_shared_memory_across_a_cluster_of_eight() -> None:
+    seeds = TemplateProposer().seeds(CAPTURED)
+    assert seeds[0].params == {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 1}
+    assert seeds[1].params["strategy"] == "registers"
+    assert {s.params["strategy"] for s in seeds[2:]} >= {"reread"}  # what worked before stays in the search
+    first = seeds[0].source
+    assert "__cluster_dims__(8, 1, 1)" in first and "__pipeline_memcpy_async" in first
+    assert "__launch_bounds__(256, 3)" in first  # three 64 KB slices an SM
+    assert "fmaf(f[j] - mean, g, b)" in first  # the form that keeps a constant group's beta exact
+    assert "f[j] - pivot" in first
+
+
+def owners(card: OperatorCard, params: Params, items: int) -> np.ndarray:
+    """For every chunk of one group, how many (block rank, thread, k) of the kernel's loops keep it: block r of the
+    cluster keeps chunks [nchunk * r / split, nchunk * (r + 1) / split), thread t its chunks t + k * block."""
+    split, block, vec = int(params["split"]), int(params["block"]), int(params["vec"])
+    nchunk = card.sizes["c"] // card.sizes["groups"] * card.sizes["h"] * card.sizes["w"] // vec
+    counts = np.zeros(nchunk, dtype=np.int64)
+    offsets = (np.arange(block)[:, None] + np.arange(items)[None, :] * block).ravel()
+    for rank in range(split):
+        lo, hi = nchunk * rank // split, nchunk * (rank + 1) // split
+        kept = offsets[offsets < hi - lo]
+        counts += np.bincount(lo + kept, minlength=nchunk)
+    return counts
+
+
+@pytest.mark.parametrize("card", CARDS, ids=lambda c: c.name)
+def test_every_element_of_a_group_is_kept_and_written_by_exactly_one_thread(card: OperatorCard) -> None:
+    """The NumPy model of the loops the source has (checked below), with ITEMS as the template renders it; one
+    item fewer would leave chunks uncovered. A chunk never straddles two channels (vec divides h*w)."""
+    hw = card.sizes["h"] * card.sizes["w"]
+    for params in on_chip(card):
+        source, _ = TEMPLATE.render(card, params)
+        items = kept_items(card, params)
+        assert f"#define ITEMS {items}\n" in source and f"#define HW {hw}\n" in source
+        assert "const long long lo = nchunk * rank / SPLIT;" in source
+        assert (
+            source.count("const int r = threadIdx.x + k * BLOCK;\n if (r < kept_chunks)") == 4
+        )  # keep, 2 statistics passes, normalise
+        assert np.array_equal(owners(card, params, items), np.ones_like(owners(card, params, items))), params
+        if items > 1:
+            assert owners(card, params, items - 1).min() == 0
+        assert hw % int(params["vec"]) == 0
+        assert ELEMENT_BYTES[card.outputs[0].dtype] * int(params["vec"]) <= 16
