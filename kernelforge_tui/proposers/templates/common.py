@@ -27,6 +27,10 @@ SM_COUNT = 132
 """H200 streaming multiprocessors: grids sized in waves of resident blocks use it."""
 MAX_DYNAMIC_SHARED = 227 * 1024 - 1024
 """Hopper's per-block shared memory, less a margin for the templates' static reduction scratch."""
+STATIC_SHARED = 48 * 1024
+"""The most shared memory a block may declare statically (without opting in to dynamic shared memory)."""
+THREADS_PER_SM = 2048
+"""Resident threads an SM holds at most: `minb` blocks of a size must fit in it."""
 FAST_MATH_MIN_RTOL = 1e-5
 """The tightest output rtol under which a template may use fast intrinsics (__expf). __expf(x) errs by about
 (|x| + 4) * 2^-24 relative (the rounding of x * log2(e), then ex2.approx's 2 ulp): under 2e-6 wherever a softmax

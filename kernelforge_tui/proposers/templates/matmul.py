@@ -32,6 +32,7 @@ from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     ELEMENT_BYTES,
     MAX_DYNAMIC_SHARED,
+    STATIC_SHARED,
     Lever,
     Levers,
     Params,
@@ -44,8 +45,6 @@ from kernelforge_tui.proposers.templates.common import (
     vec_widths,
 )
 
-MAX_STATIC_SHARED = 48 * 1024
-"""Static shared memory a block may declare without opting in."""
 MAX_ACCUMULATORS = 64
 """A micro-tile of 8 x 8 floats per thread: more spills at the register counts a full block allows."""
 MAX_GRID_Y = 65535
@@ -249,8 +248,8 @@ class MatmulTemplate(Template):
             return f"{tm * tn} accumulators per thread (at most {MAX_ACCUMULATORS})"
         if int(params["minb"]) * threads > 2048:
             return f"minb {params['minb']} x {threads} threads exceeds 2048 threads per SM"
-        if (shared := bk * (bm + bn + 2 * pad) * 4) > MAX_STATIC_SHARED:
-            return f"{shared} bytes of shared tiles exceed {MAX_STATIC_SHARED}"
+        if (shared := bk * (bm + bn + 2 * pad) * 4) > STATIC_SHARED:
+            return f"{shared} bytes of shared tiles exceed {STATIC_SHARED}"
         if m // bm > MAX_GRID_Y:
             return f"grid y {m // bm} exceeds {MAX_GRID_Y}"
         return None

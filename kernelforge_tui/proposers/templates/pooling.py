@@ -30,6 +30,8 @@ from typing import ClassVar
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     ELEMENT_BYTES,
+    STATIC_SHARED,
+    THREADS_PER_SM,
     Lever,
     Levers,
     Params,
@@ -43,7 +45,6 @@ from kernelforge_tui.proposers.templates.common import (
     vec_widths,
 )
 from kernelforge_tui.proposers.templates.elementwise import operation_in
-from kernelforge_tui.proposers.templates.sparse import STATIC_SHARED, THREADS_PER_SM
 
 MAX_POOL = ("max_pool", "max_pooling")
 """Words in a card's reference function or name that make it a max pooling."""

@@ -61,8 +61,8 @@ TEMPLATES: tuple[Template, ...] = (
 )
 _HINT = re.compile(r"([A-Za-z_]+)\s*(?:=|:|->|to)\s*([A-Za-z0-9_.]+)")
 COUNT_CAP = 16384
-"""Combinations of a space checked at most when a run ends (about a second); a larger space (matmul's 49152, CSR
-SpMV's 202752) is counted over its first combinations only, so its count is a lower bound and says "at least"."""
+"""Combinations of a space checked at most when a run ends (about a second); a larger space (matmul's, CSR SpMV's,
+the 2D stencil's) is counted over its first combinations only, so its count is a lower bound and says "at least"."""
 
 
 def template_for(card: OperatorCard) -> Template | None:

@@ -25,6 +25,7 @@ from typing import ClassVar
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
+    STATIC_SHARED,
     Lever,
     Levers,
     Params,
@@ -38,8 +39,6 @@ from kernelforge_tui.proposers.templates.common import (
     vec_widths,
 )
 
-STATIC_SHARED = 48 * 1024
-"""The staged chunk is a static shared array, which may not pass 48 KiB."""
 SMALLEST_CHUNK = 128
 MOST_REREADS = 4096
 """A chunk must be at least n / 4096: smaller ones re-read x more than n / 2 / CHUNK = 2048 times over (the suite's

@@ -44,6 +44,8 @@ from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     C_TYPE,
     ELEMENT_BYTES,
+    STATIC_SHARED,
+    THREADS_PER_SM,
     Lever,
     Levers,
     Params,
@@ -73,9 +75,6 @@ ENTRY_VECS = (1, 2, 4, 8)
 """CSR: consecutive entries a load reads (values: 4 to 32 bytes, col_idx 4 to 32; above 16, two 16-byte loads)."""
 HINTS = ("plain", "stream")
 MIN_BLOCKS = (1, 2, 4)
-STATIC_SHARED = 48 * 1024
-"""The most shared memory a block may declare statically: the stream kernel's rows and tile stay within it."""
-THREADS_PER_SM = 2048
 UNUSED_BY_STREAM: Params = {"tpr": POWERS[0], "unroll": UNROLLS[0]}
 UNUSED_BY_VECTOR: Params = {"block": BLOCKS[0], "items": ITEMS[0]}
 """CSR SpMV's parameters the other strategy has, at the values its canonical params fix them to."""

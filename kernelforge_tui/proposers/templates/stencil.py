@@ -23,6 +23,7 @@ from typing import ClassVar
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     ELEMENT_BYTES,
+    THREADS_PER_SM,
     Lever,
     Levers,
     Params,
@@ -36,7 +37,6 @@ from kernelforge_tui.proposers.templates.common import (
 )
 
 MAX_GRID_YZ = 65535
-MAX_THREADS_PER_SM = 2048
 WORD = {2: "unsigned short", 4: "unsigned int", 8: "uint2", 16: "uint4"}
 """The unsigned type of a strip's access of vec elements, by its bytes: __ldg, __ldcs and __stcs take these."""
 BITS = {
@@ -104,8 +104,8 @@ class StencilTemplate(Template):
             return "grid z exceeds 65535" if -(-card.sizes["nz"] // int(params["zpt"])) > MAX_GRID_YZ else None
         if card.sizes["nx"] % int(params["vec"]):
             return f"vec {params['vec']} does not divide nx: rows would start misaligned for vector accesses"
-        if int(params["minb"]) * threads > MAX_THREADS_PER_SM:
-            return f"minb x bx x by exceeds {MAX_THREADS_PER_SM} threads per SM"
+        if int(params["minb"]) * threads > THREADS_PER_SM:
+            return f"minb x bx x by exceeds {THREADS_PER_SM} threads per SM"
         return None
 
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
