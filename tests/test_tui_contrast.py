@@ -17,7 +17,7 @@ dark or a light terminal, or on Solarized, whose bright black is its background)
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import pytest
 from rich.color import Color as RichColor
@@ -35,7 +35,7 @@ from kernelforge_tui.tui.widgets import MetricsPane, SearchTree
 from .fakes.synthetic import SyntheticSource
 from .fakes.tui import SVG_DEFAULT_BACKGROUND, Drawn, drawn, settle
 
-Step = Callable[[KernelForgeApp, Pilot[None]], object]
+Step = Callable[[KernelForgeApp, Pilot[None]], Awaitable[None]]
 GRAPHICS = {chr(c) for c in range(0x2500, 0x25A0)} | {" "}
 """Box drawing and block elements: borders, guides, scroll bars, bars and charts."""
 
@@ -55,25 +55,31 @@ async def _profiled(app: KernelForgeApp, pilot: Pilot[None]) -> None:
     await settle(app, pilot)
 
 
-async def _keys(app: KernelForgeApp, pilot: Pilot[None], *keys: str) -> None:
-    await pilot.press(*keys)
-    await settle(app, pilot)
+def press(*keys: str) -> Step:
+    """A step that presses the keys, then waits for the app's reads."""
+
+    async def step(app: KernelForgeApp, pilot: Pilot[None]) -> None:
+        await pilot.press(*keys)
+        await settle(app, pilot)
+
+    return step
 
 
-SCREENS: list[tuple[str, tuple[int, int], list[str]]] = [
-    ("main", (160, 48), []),
-    ("main, narrow", (80, 24), []),
-    ("side by side", (160, 48), ["s"]),
-    ("whole file", (160, 48), ["o"]),
-    ("failures", (160, 48), ["f", "f"]),
-    ("zoomed diff", (80, 24), ["tab", "z"]),
-    ("help", (80, 24), ["question_mark"]),
-    ("help, end", (80, 24), ["question_mark", "end"]),
-    ("chart", (100, 30), ["v"]),
-    ("hint", (100, 30), ["h"]),
-    ("export", (100, 30), ["m"]),
-    ("editor", (100, 30), ["e"]),
-]
+Screen = tuple[str, Step, Step | None]
+"""A screen by name, the step that opens it from the one before, and the step back to the main screen (None: the
+next screen goes on from this one, or it is the session's last)."""
+SESSIONS: list[tuple[tuple[int, int], str | None, list[Screen]]] = [
+    ((160, 48), "main", [("side by side", press("s"), press("s")), ("whole file", press("o"), press("o")),
+                         ("profiled node", _profiled, None)]),
+    ((160, 48), None, [("failures", press("f", "f"), None)]),  # the filter moves the selection: no way back
+    ((80, 24), "main, narrow", [("zoomed diff", press("tab", "z"), press("z", "shift+tab")),
+                                ("help", press("question_mark"), None), ("help, end", press("end"), press("escape"))]),
+    ((100, 30), None, [("chart", press("v"), press("escape")), ("hint", press("h"), press("escape")),
+                       ("export", press("m"), press("escape")), ("editor", press("e"), press("escape"))]),
+]  # fmt: skip
+"""The screens a person meets, drawn by one app per session (an app's start costs more than the screens it draws):
+each screen's way back must restore the main screen as it was drawn first (checked), so every screen is drawn as it
+would be by a fresh app given the same keys."""
 
 
 def on_top(app: KernelForgeApp, runs: list[Drawn]) -> list[Drawn]:
@@ -85,20 +91,23 @@ def on_top(app: KernelForgeApp, runs: list[Drawn]) -> list[Drawn]:
     return [r for r in runs if box.y <= r.row < box.bottom and box.x <= r.col < box.right]
 
 
-async def screens(theme: str, source: SyntheticSource | None = None) -> dict[str, list[Drawn]]:
+async def screens(theme: str) -> dict[str, list[Drawn]]:
     """What each screen draws, by name."""
     out: dict[str, list[Drawn]] = {}
-    for name, size, keys in SCREENS:
-        app = KernelForgeApp(source or SyntheticSource(40), TuiSettings(theme=theme))
+    for size, main, shown in SESSIONS:
+        app = KernelForgeApp(SyntheticSource(40), TuiSettings(theme=theme))
         async with app.run_test(size=size) as pilot:
             await settle(app, pilot)
-            await _keys(app, pilot, *keys)
-            out[name] = on_top(app, drawn(app.export_screenshot()))
-    profiled = KernelForgeApp(SyntheticSource(40), TuiSettings(theme=theme))
-    async with profiled.run_test(size=(160, 48)) as pilot:
-        await settle(profiled, pilot)
-        await _profiled(profiled, pilot)
-        out["profiled node"] = drawn(profiled.export_screenshot())
+            start = drawn(app.export_screenshot())
+            if main is not None:
+                out[main] = start
+            for name, step, back in shown:
+                await step(app, pilot)
+                out[name] = on_top(app, drawn(app.export_screenshot()))
+                if back is not None:
+                    await back(app, pilot)
+                    restored = drawn(app.export_screenshot()) == start
+                    assert restored, f"{theme}: the way back from {name!r} did not restore the main screen"
     finished = KernelForgeApp(SyntheticSource(40, steerable=False, state="finished"), TuiSettings(theme=theme))
     async with finished.run_test(size=(160, 48)) as pilot:
         await settle(finished, pilot)
