@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -16,10 +17,31 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 
 
+@pytest.fixture(scope="session")
+def session_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory the whole session shares: under xdist, the one holding every worker's own (pytest-N)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_bytecode(session_dir: Path) -> Iterator[None]:
+    """The Python processes tests start (the CLI, workers, tools) compile the package once for the session, not
+    each on its own: their bytecode goes to a cache in the session's directory, also where the environment
+    (PYTHONDONTWRITEBYTECODE) would have every process compile every module again."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPYCACHEPREFIX", str(session_dir / "pycache"))
+        patch.delenv("PYTHONDONTWRITEBYTECODE", raising=False)
+        yield
+
+
 @pytest.fixture(autouse=True)
-def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Cubin cache shared by the session (builds are slow), data and config per test."""
-    monkeypatch.setenv("KERNELFORGE_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+def isolated_dirs(
+    session_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[None]:
+    """Cubin cache shared by the session, every xdist worker included (builds are slow; the builder writes its
+    entries atomically, so one worker's build serves the others), data and config per test."""
+    monkeypatch.setenv("KERNELFORGE_CACHE_DIR", str(session_dir / "cache"))
     monkeypatch.setenv("KERNELFORGE_DATA_DIR", str(tmp_path_factory.mktemp("data")))
     monkeypatch.setenv("KERNELFORGE_CONFIG", str(tmp_path_factory.mktemp("config") / "config.toml"))
     yield
