@@ -319,6 +319,29 @@ async def test_a_build_cancelled_while_nvcc_starts_leaves_no_process(
     assert alive_in(groups) == [] and processes_mentioning(marker) == []
 
 
+async def test_a_build_cancelled_as_nvcc_ends_is_cancelled(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelled in the moment between nvcc's output being read and the build resuming (as a search's end cancels
+    its build workers): Python 3.11's `asyncio.wait_for` swallowed such a cancel, and the worker went on waiting
+    for work that never came, so the search never ended (a resumed time-capped run hung in CI)."""
+    real_communicate = asyncio.subprocess.Process.communicate
+    read, gate = asyncio.Event(), asyncio.get_running_loop().create_future()
+
+    async def gated(self: asyncio.subprocess.Process, input: bytes | None = None) -> tuple[bytes, bytes]:
+        out = await real_communicate(self, input)
+        read.set()
+        await gate
+        return out
+
+    monkeypatch.setattr(asyncio.subprocess.Process, "communicate", gated)
+    nvcc = fake_nvcc(tmp_path, "exit 1")
+    task = asyncio.create_task(builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(ADD, "add"))
+    await asyncio.wait_for(read.wait(), 30)
+    gate.set_result(None)  # nvcc's output is in; the build resumes at the next turn of the loop, cancelled
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
 @pytest.mark.parametrize("sandbox", modes(), ids=lambda s: s.mode)
 async def test_nvcc_killed_by_a_signal_is_not_cached(tmp_path: Path, sandbox: SandboxStatus) -> None:
     """As the OOM killer would: SIGKILL to nvcc itself. The next request builds again."""

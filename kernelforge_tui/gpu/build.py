@@ -239,7 +239,8 @@ class Builder:
                     raise
                 leftovers = asyncio.create_task(_kill_leftovers(proc))
                 try:
-                    out, _ = await asyncio.wait_for(proc.communicate(), self.timeout_s)
+                    async with asyncio.timeout(self.timeout_s):  # not wait_for: 3.11's could swallow a cancel
+                        out, _ = await proc.communicate()
                 except TimeoutError:
                     await _kill_group(proc)
                     return _failed(key, "timeout", f"nvcc ran longer than {self.timeout_s:g} s and was stopped")
