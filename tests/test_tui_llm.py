@@ -152,6 +152,15 @@ async def pump(app: KernelForgeApp, pilot: Pilot[None]) -> None:
     await settle(app, pilot)
 
 
+async def drawn(app: KernelForgeApp, pilot: Pilot[None], text: str) -> None:
+    """Wait until the terminal shows `text`: a loaded machine may draw the streamed pane a frame later."""
+    for _ in range(100):
+        if text in screen_text(app):
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"{text!r} never drawn")
+
+
 def streaming(app: KernelForgeApp) -> bool:
     stream, diff = app.query_one(StreamPane), app.query_one(DiffPane)
     assert stream.display != diff.display  # one of the two has the place
@@ -429,6 +438,7 @@ def test_stream_in_place_of_the_diff_snapshot(snap_compare: Any) -> None:
         source.start("k1", app.selected)
         source.text("k1", REPLY[:60], REPLY[60:])
         await pump(app, pilot)
+        await drawn(app, pilot, "// float4 loads")
 
     assert snap_compare(snapshot_app(), terminal_size=(160, 48), run_before=writing)
 
