@@ -191,7 +191,8 @@ async def _drive(search: Search, console: Console, quiet: bool) -> RunInfo:
             while not task.done():
                 batch: list[EngineEvent] = []
                 with contextlib.suppress(TimeoutError):
-                    batch.append(await asyncio.wait_for(queue.get(), 0.25))
+                    async with asyncio.timeout(0.25):
+                        batch.append(await queue.get())
                 while not queue.empty():
                     batch.append(queue.get_nowait())
                 state.apply(batch)

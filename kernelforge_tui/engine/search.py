@@ -278,7 +278,8 @@ class Search:
             if left is not None and not self.paused:
                 timeout = max(0.005, min(timeout, left))  # the time cap is noticed when it is reached
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self.wake.wait()
 
     def _withdraw(self) -> None:
         """A clock cap is reached: no new work starts. The candidates not yet on a GPU and the queued profiles are
