@@ -652,7 +652,8 @@ class VendorTimer:
         try:
             process.stdin.write(request.model_dump_json().encode() + b"\n")
             await process.stdin.drain()
-            line = await asyncio.wait_for(process.stdout.readline(), self.timeout_s)
+            async with asyncio.timeout(self.timeout_s):
+                line = await process.stdout.readline()
         except TimeoutError:
             await self.close()
             return VendorReply(error=f"no answer within {self.timeout_s:g} s: the vendor timing was killed")

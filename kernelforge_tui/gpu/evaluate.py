@@ -104,7 +104,8 @@ class GpuWorker:
         try:
             process.stdin.write(message.model_dump_json().encode() + b"\n")
             await process.stdin.drain()
-            line = await asyncio.wait_for(process.stdout.readline(), timeout_s)
+            async with asyncio.timeout(timeout_s):
+                line = await process.stdout.readline()
         except TimeoutError:
             await self.kill()
             raise WorkerTimeout(f"no answer within {timeout_s:g} s: the worker was killed") from None
@@ -127,10 +128,12 @@ class GpuWorker:
     async def wait_exit(self) -> None:
         if self.process is not None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.process.wait(), 10)
+                async with asyncio.timeout(10):
+                    await self.process.wait()
             if self._stderr_task is not None:
                 with contextlib.suppress(TimeoutError, asyncio.CancelledError):
-                    await asyncio.wait_for(self._stderr_task, 2)
+                    async with asyncio.timeout(2):
+                        await self._stderr_task
 
     async def kill(self) -> None:
         """Kill the whole process group (the worker and anything it started)."""
@@ -144,7 +147,8 @@ class GpuWorker:
             assert self.process.stdin is not None
             self.process.stdin.close()
             try:
-                await asyncio.wait_for(self.process.wait(), 10)
+                async with asyncio.timeout(10):
+                    await self.process.wait()
             except TimeoutError:
                 await self.kill()
         await self.wait_exit()

@@ -167,12 +167,14 @@ async def _run(command: Sequence[str], timeout_s: float, env: Mapping[str, str])
         start_new_session=True,
     )
     try:
-        stdout, stderr = await asyncio.wait_for(process.communicate(), timeout_s)
+        async with asyncio.timeout(timeout_s):
+            stdout, stderr = await process.communicate()
     except (TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError, asyncio.TimeoutError):
-            await asyncio.wait_for(process.wait(), 10)
+            async with asyncio.timeout(10):
+                await process.wait()
         raise
     assert process.returncode is not None
     return process.returncode, stdout.decode(errors="replace"), stderr.decode(errors="replace")
