@@ -58,6 +58,7 @@ from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.gpu.evaluate import cached_ceilings
 from kernelforge_tui.gpu.statistics import robust_stats
+from kernelforge_tui.gpu.subprocess_worker import kill_group, spawn_worker, tail_text
 from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.models.events import BestImproved
 from kernelforge_tui.models.runs import RunInfo
@@ -79,6 +80,8 @@ VENDOR_REPS = 100
 VENDOR_TIMEOUT_S = 600.0
 """A vendor subprocess that has not answered in this long is killed (torch's start-up and cuFFT/cuDNN plans
 included, ten minutes is far beyond any honest call)."""
+VENDOR_STDERR_LINES = 4
+"""The last lines of a vendor process's stderr that its error quotes (a traceback's last lines say what failed)."""
 NO_TEMPLATE = "no template"
 SIMULATED_VENDOR = "not timed: a simulated bench runs nothing on a GPU"
 
@@ -618,30 +621,14 @@ class VendorTimer:
         self.process: asyncio.subprocess.Process | None = None
         self.started = 0
         """Processes started so far (one per lane while nothing goes wrong)."""
-        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=4)
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=VENDOR_STDERR_LINES)
         self._drain: asyncio.Task[None] | None = None
 
     async def _start(self) -> asyncio.subprocess.Process:
-        env = dict(os.environ) if self.gpu is None else dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.gpu))
         self.started += 1
         self.stderr_tail.clear()
-        process = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            limit=16 * 1024 * 1024,
-        )
-        self._drain = asyncio.create_task(self._keep_stderr(process))
+        process, self._drain = await spawn_worker(self.argv, self.stderr_tail, self.gpu)
         return process
-
-    async def _keep_stderr(self, process: asyncio.subprocess.Process) -> None:
-        """Read stderr as it comes (a full pipe would stall the process), keeping its last lines for the error."""
-        assert process.stderr is not None
-        async for line in process.stderr:
-            self.stderr_tail.append(line.decode(errors="replace").rstrip())
 
     async def time(self, request: VendorRequest) -> VendorReply:
         """The request's reply; a crash or a hang is the reply's error."""
@@ -666,7 +653,7 @@ class VendorTimer:
             reply = VendorReply.model_validate_json(line)
         except ValidationError:
             await self.close()
-            tail = " | ".join(line for line in self.stderr_tail if line)
+            tail = tail_text(self.stderr_tail, VENDOR_STDERR_LINES)
             return VendorReply(error=f"the vendor timing exited {process.returncode} without a reply: {tail}")
         if reply.error:
             await self.close()
@@ -677,9 +664,7 @@ class VendorTimer:
         process, self.process = self.process, None
         if process is None:
             return
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, 9)
+        kill_group(process)
         await process.wait()
         if self._drain is not None:
             await self._drain  # stderr ends with the process: its last lines are all kept

@@ -15,7 +15,6 @@ import contextlib
 import json
 import os
 import secrets
-import signal
 import sys
 from collections.abc import Sequence
 from importlib import resources
@@ -41,6 +40,7 @@ from kernelforge_tui.gpu.protocol import (
     RequestEnvelope,
     WorkerFailure,
 )
+from kernelforge_tui.gpu.subprocess_worker import kill_group, spawn_worker, tail_text
 from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, Evaluation
 from kernelforge_tui.models.nodes import FailureKind
 
@@ -76,22 +76,9 @@ class GpuWorker:
         return self.process is not None and self.process.returncode is None
 
     async def start(self) -> None:
-        env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(self.gpu_index), PYTHONUNBUFFERED="1")
-        self.process = await asyncio.create_subprocess_exec(
-            *self.argv,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-            limit=16 * 1024 * 1024,
+        self.process, self._stderr_task = await spawn_worker(
+            self.argv, self.stderr_tail, self.gpu_index, env={"PYTHONUNBUFFERED": "1"}
         )
-        self._stderr_task = asyncio.create_task(self._drain_stderr(self.process))
-
-    async def _drain_stderr(self, process: asyncio.subprocess.Process) -> None:
-        assert process.stderr is not None
-        async for line in process.stderr:
-            self.stderr_tail.append(line.decode(errors="replace").rstrip())
 
     async def request(self, message: RequestEnvelope, timeout_s: float) -> BaseModel:
         """Send one request and wait for its reply; WorkerTimeout or WorkerDied when none comes."""
@@ -122,7 +109,7 @@ class GpuWorker:
 
     def _death_note(self) -> str:
         code = self.process.returncode if self.process else None
-        tail = " | ".join(line for line in list(self.stderr_tail)[-6:] if line.strip())
+        tail = tail_text(self.stderr_tail, 6)
         return f"the GPU worker exited (code {code}) while running the request" + (f": {tail}" if tail else "")
 
     async def wait_exit(self) -> None:
@@ -137,9 +124,8 @@ class GpuWorker:
 
     async def kill(self) -> None:
         """Kill the whole process group (the worker and anything it started)."""
-        if self.process is not None and self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
+        if self.process is not None:
+            kill_group(self.process)
         await self.wait_exit()
 
     async def close(self) -> None:
