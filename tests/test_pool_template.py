@@ -6,7 +6,7 @@ Its rules and canonical forms, the levers, the seeds (stream first, 16-byte load
 builds on that card and on small shapes (7x7, 8x8, 1x1, 14x14, 5x3, odd channel counts, partial last runs), a NumPy
 model of the work split evaluated from the very C expressions the kernel is rendered with (every element loaded
 once, from an aligned chunk, and summed once into its own plane's mean, by lanes of one shuffle group), and the
-kernels on the CPU (tests/test_sparse_template.py's emulator: every CUDA thread a fiber) against the float64 mean
+kernels on the CPU (tests/cuda_emulator.py: every CUDA thread a fiber) against the float64 mean
 on the seeded, fresh and every stress set of the pooling family.
 """
 
@@ -32,7 +32,7 @@ from kernelforge_tui.proposers.templates import pooling as template_module
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate, stream_counts
 
-from .test_sparse_template import C_LINKAGE, EMULATOR
+from .cuda_emulator import build, emulation_source, kernel_namespace
 
 TEMPLATE = PoolingTemplate()
 SMALL_SHAPES = [(3, 37, 7, 7), (2, 5, 8, 8), (4, 9, 1, 1), (1, 6, 14, 14), (2, 3, 5, 3)]
@@ -250,6 +250,8 @@ void run(const std::string& dir) {{
     std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * {planes});
 }}
 """
+EXPF = "inline float __expf(float v) { return std::exp(v); }\n"
+"""The intrinsic the pooling kernels use that the emulator lacks."""
 EMULATED_DTYPES = ("bfloat16", "float32")
 EMULATED_SHAPES = [(3, 37, 7, 7), (2, 5, 8, 8), (4, 9, 1, 1), (1, 6, 14, 14), (2, 3, 5, 3)]
 
@@ -271,17 +273,14 @@ def emulated_variants(spec: OperatorCard) -> list[Params]:
     return chosen
 
 
-def kernel_namespace(index: int, spec: OperatorCard, params: Params) -> str:
+def variant_namespace(index: int, spec: OperatorCard, params: Params) -> str:
+    """The variant's kernel with a runner of its own: its launch (grid, block, arguments) is fixed at compile time."""
     source, plan = TEMPLATE.render(spec, params)
     launch = resolve(plan, spec)
     args = ", ".join(a.name if a.kind == "tensor" else f"{a.value}LL" for a in launch.args)
     runner = RUNNER.format(planes=spec.sizes["n"] * spec.sizes["c"], grid=launch.grid[0],
                            block=launch.threads_per_block, entry=plan.entry, args=args)  # fmt: skip
-    macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
-    body = "\n".join(line for line in source.splitlines() if not line.startswith("#include"))
-    body = body.replace(C_LINKAGE, "")
-    undefs = "".join(f"#undef {name}\n" for name in macros)
-    return f"namespace kernel_{index} {{\n{body}\n{runner}}}\n{undefs}"
+    return kernel_namespace(index, source, runner)
 
 
 @pytest.fixture(scope="module")
@@ -289,30 +288,14 @@ def emulator(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[Path, dict[str, list[tuple[OperatorCard, Params]]]]]:
     """One program a dtype running every variant of every shape (argv[1] the variant, then case directories)."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not installed")
     work = tmp_path_factory.mktemp("pool-emulator")
-    flags = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE"]
     chosen = {d: [(spec, p) for s in EMULATED_SHAPES for spec in [card(*s, d)] for p in emulated_variants(spec)]
               for d in EMULATED_DTYPES}  # fmt: skip
-    compiling = []
+    programs = {}
     for dtype, variants in chosen.items():
-        kernels = "".join(kernel_namespace(i, spec, params) for i, (spec, params) in enumerate(variants))
-        runs = ", ".join(f"kernel_{i}::run" for i in range(len(variants)))
-        main = f"""
-int main(int argc, char** argv) {{
-    void (*runs[])(const std::string&) = {{{runs}}};
-    for (int i = 2; i < argc; ++i) runs[std::atoi(argv[1])](argv[i]);
-    return 0;
-}}
-"""
-        program = work / f"{dtype}.cpp"
-        program.write_text(EMULATOR + "inline float __expf(float v) { return std::exp(v); }\n" + kernels + main)
-        command = ["g++", *flags, str(program), "-o", str(work / dtype)]
-        compiling.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
-    for process in compiling:
-        _, errors = process.communicate()
-        assert process.returncode == 0, errors[-3000:]
+        namespaces = [variant_namespace(i, spec, params) for i, (spec, params) in enumerate(variants)]
+        programs[dtype] = emulation_source(namespaces, prelude=EXPF)
+    build(work, programs)
     yield work, chosen
 
 

@@ -2,12 +2,12 @@
 group per row, both with vector loads and streaming hints.
 
 Their rules and canonical forms, the levers, the seeds (the stream strategy with 16-byte loads first, on the suite's
-cards and at 2^26 entries), nvcc builds of every seed without spills, and the kernels' logic on the CPU: a small
-emulator runs a launch with every CUDA thread a fiber (__syncthreads and warp shuffles are barriers, so a missing
-barrier, a divergent shuffle or a share summed twice shows), and its outputs must agree with the float64
-reference on the suite's input sets (power-law, uniform, banded) and on the cases that break SpMV kernels: empty
-rows and whole empty blocks, a row over many tiles, NaN and inf beside finite rows. The GPU test runs every seed
-through the evaluator (every seeded and fresh set) on the suite's 2^22 card.
+cards and at 2^26 entries), nvcc builds of every seed without spills, and the kernels' logic on the CPU: the
+emulator (tests/cuda_emulator.py) runs a launch with every CUDA thread a fiber (__syncthreads and warp shuffles are
+barriers, so a missing barrier, a divergent shuffle or a share summed twice shows), and its outputs must agree with
+the float64 reference on the suite's input sets (power-law, uniform, banded) and on the cases that break SpMV
+kernels: empty rows and whole empty blocks, a row over many tiles, NaN and inf beside finite rows. The GPU test runs
+every seed through the evaluator (every seeded and fresh set) on the suite's 2^22 card.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Arrays, Precision
 from kernelforge_tui.suite.tasks import sparse
+
+from .cuda_emulator import build, emulation_source, kernel_namespace
 
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 EMULATED_SCALE = 2**14
@@ -141,222 +143,6 @@ def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(build
 
 # -- the CPU emulator -----------------------------------------------------------------------------------------------
 
-EMULATOR = r"""
-// A CPU stand-in for CUDA launches: each thread of a block is a fiber (ucontext) run in turn on one OS thread,
-// switching only at __syncthreads and warp shuffles, which are barriers over the block and the warp; blocks run
-// one after another. A barrier some threads never reach, or a thread leaving while others wait at one, aborts.
-#include <setjmp.h>
-#include <ucontext.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <functional>
-#include <iterator>
-#include <string>
-#include <vector>
-
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __shared__ static
-#define __launch_bounds__(...)
-#define __align__(n) alignas(n)
-
-struct alignas(16) int4 {
-    int x, y, z, w;
-};
-struct alignas(8) int2 {
-    int x, y;
-};
-struct Dim3 {
-    unsigned x, y, z;
-};
-using std::max;
-using std::min;
-
-// bf16 as its bits, converted as the GPU does (round to nearest even, NaN kept a NaN).
-struct __nv_bfloat16 {
-    uint16_t bits;
-};
-inline float __bfloat162float(__nv_bfloat16 v) {
-    const uint32_t b = uint32_t(v.bits) << 16;
-    float f;
-    std::memcpy(&f, &b, 4);
-    return f;
-}
-inline __nv_bfloat16 __float2bfloat16_rn(float f) {
-    uint32_t b;
-    std::memcpy(&b, &f, 4);
-    if ((b & 0x7fffffffu) > 0x7f800000u) {
-        return {uint16_t((b >> 16) | 0x40u)};
-    }
-    return {uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16)};
-}
-
-namespace emu {
-// A fiber's stack is set up once by makecontext (entered by swapcontext); after that fibers and the scheduler switch
-// by _setjmp/_longjmp, which skip swapcontext's signal-mask system calls.
-struct Fiber {
-    ucontext_t context;
-    jmp_buf jump;
-    std::vector<char> stack;
-    bool started, finished;
-};
-std::vector<Fiber> fibers;
-ucontext_t entry;
-jmp_buf scheduler;
-unsigned block_index, block_size, running;
-long events, block_generation, block_arrived;
-std::vector<long> warp_generation, warp_arrived;
-std::vector<uint64_t> slots[2];
-std::function<void()> kernel;
-
-[[noreturn]] void fail(const char* why) {
-    std::fprintf(stderr, "emulator: %s (block %u, thread %u)\n", why, block_index, running);
-    std::exit(3);
-}
-void yield() {
-    if (!_setjmp(fibers[running].jump)) _longjmp(scheduler, 1);
-}
-void start() {
-    kernel();
-    if (block_arrived != 0) fail("a thread left while others wait at __syncthreads");
-    fibers[running].finished = true;
-    ++events;
-    _longjmp(scheduler, 1);
-}
-void launch(unsigned grid, unsigned block, std::function<void()> body) {
-    if (block % 32 != 0) fail("a block of part of a warp");
-    kernel = std::move(body);
-    block_size = block;
-    fibers.resize(block);
-    for (Fiber& f : fibers) f.stack.resize(1 << 16);
-    for (block_index = 0; block_index < grid; ++block_index) {
-        block_generation = block_arrived = 0;
-        warp_generation.assign(block / 32, 0);
-        warp_arrived.assign(block / 32, 0);
-        slots[0].assign(block, 0);
-        slots[1].assign(block, 0);
-        for (Fiber& f : fibers) {
-            f.started = f.finished = false;
-            getcontext(&f.context);
-            f.context.uc_stack.ss_sp = f.stack.data();
-            f.context.uc_stack.ss_size = f.stack.size();
-            f.context.uc_link = nullptr;
-            makecontext(&f.context, start, 0);
-        }
-        for (bool live = true; live;) {
-            const long before = events;
-            live = false;
-            for (running = 0; running < block; ++running) {
-                Fiber& f = fibers[running];
-                if (f.finished) continue;
-                if (!_setjmp(scheduler)) {
-                    if (f.started) _longjmp(f.jump, 1);
-                    f.started = true;
-                    swapcontext(&entry, &f.context);
-                }
-                live = live || !f.finished;
-            }
-            if (live && events == before) fail("deadlock: a barrier some threads never reach");
-        }
-    }
-}
-// A warp-wide exchange: every lane writes its value, waits for the 32, reads its source lane's. Values of two
-// consecutive shuffles go to alternate slots, so a lane running ahead never overwrites one not yet read.
-template <typename V>
-V exchange(unsigned mask, V value, int source) {
-    static_assert(sizeof(V) <= 8, "shuffled values are 4 or 8 bytes");
-    if (mask != 0xffffffffu) fail("a shuffle without the full mask");
-    const unsigned warp = running / 32;
-    const long generation = warp_generation[warp];
-    std::vector<uint64_t>& slot = slots[generation & 1];
-    uint64_t bits = 0;
-    std::memcpy(&bits, &value, sizeof(V));
-    slot[running] = bits;
-    ++events;
-    if (++warp_arrived[warp] == 32) {
-        warp_arrived[warp] = 0;
-        ++warp_generation[warp];
-    } else {
-        while (warp_generation[warp] == generation) yield();
-    }
-    V out;
-    std::memcpy(&out, &slot[warp * 32 + source], sizeof(V));
-    return out;
-}
-}  // namespace emu
-
-#define threadIdx (Dim3{emu::running, 0, 0})
-#define blockIdx (Dim3{emu::block_index, 0, 0})
-#define blockDim (Dim3{emu::block_size, 0, 0})
-
-void __syncthreads() {
-    const long generation = emu::block_generation;
-    ++emu::events;
-    if (++emu::block_arrived == long(emu::block_size)) {
-        emu::block_arrived = 0;
-        ++emu::block_generation;
-    } else {
-        while (emu::block_generation == generation) emu::yield();
-    }
-}
-template <typename V>
-V __shfl_sync(unsigned mask, V v, int lane) {
-    return emu::exchange(mask, v, lane & 31);
-}
-template <typename V>
-V __shfl_xor_sync(unsigned mask, V v, int bits) {
-    return emu::exchange(mask, v, int(emu::running % 32) ^ bits);
-}
-template <typename V>
-V __shfl_down_sync(unsigned mask, V v, unsigned delta) {
-    const unsigned lane = emu::running % 32;
-    return emu::exchange(mask, v, int(lane + delta < 32 ? lane + delta : lane));
-}
-template <typename V>
-V __shfl_up_sync(unsigned mask, V v, unsigned delta) {
-    const unsigned lane = emu::running % 32;
-    return emu::exchange(mask, v, int(lane >= delta ? lane - delta : lane));
-}
-float atomicAdd(float* p, float v) {
-    const float old = *p;
-    *p = old + v;
-    return old;
-}
-template <typename V>
-V __ldcs(const V* p) {
-    return *p;
-}
-template <typename V>
-V __ldg(const V* p) {
-    return *p;
-}
-float __int_as_float(int i) {
-    float f;
-    std::memcpy(&f, &i, 4);
-    return f;
-}
-
-std::vector<char> slurp(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// A copy of the bytes at a 256-byte aligned address, as cudaMalloc gives.
-template <typename E>
-E* aligned(const std::vector<char>& bytes) {
-    void* p = std::aligned_alloc(256, (bytes.size() / 256 + 1) * 256);
-    std::memcpy(p, bytes.data(), bytes.size());
-    return static_cast<E*>(p);
-}
-"""
-
 RUNNER = r"""
 // The case in `dir` (values.bin, col_idx.bin, row_ptr.bin, x.bin) through the kernel; y.bin, poisoned with NaN
 // before the launch, written there.
@@ -371,34 +157,8 @@ void run(unsigned grid, unsigned block, int nrows, const std::string& dir) {
     std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * nrows);
 }
 """
-
-
-C_LINKAGE = 'extern "C" '
-
-
-def emulation_source(kernels: list[str]) -> str:
-    """One program running any of the kernels: each in a namespace of its own (its macros undefined after it, its
-    C linkage dropped), chosen by argv[1]; argv[2..4] are grid, block and nrows, then a case directory a kernel."""
-    parts = [EMULATOR]
-    for index, source in enumerate(kernels):
-        macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
-        lines = [line for line in source.splitlines() if not line.startswith("#include")]
-        body = "\n".join(lines).replace(C_LINKAGE, "")
-        parts.append(f"namespace kernel_{index} {{\n{body}\n{RUNNER}}}\n")
-        parts.append("".join(f"#undef {name}\n" for name in macros))
-    runs = ", ".join(f"kernel_{i}::run" for i in range(len(kernels)))
-    parts.append(f"""
-int main(int argc, char** argv) {{
-    void (*runs[])(unsigned, unsigned, int, const std::string&) = {{{runs}}};
-    const unsigned grid = unsigned(std::atoi(argv[2]));
-    const unsigned block = unsigned(std::atoi(argv[3]));
-    for (int i = 5; i < argc; ++i) {{
-        runs[std::atoi(argv[1])](grid, block, std::atoi(argv[4]), argv[i]);
-    }}
-    return 0;
-}}
-""")
-    return "".join(parts)
+ARGUMENTS = ("unsigned", "unsigned", "int")
+"""The runner's grid, block and nrows: the program's argv[2..4]."""
 
 
 DIVERGENT = """typedef float T;
@@ -490,21 +250,14 @@ def hard_sets(precision: Precision, nrows: int) -> dict[str, Arrays]:
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[Precision, list[Params]]]]:
     """One program per precision running every variant (built once: g++ parses the headers once); the fp32 one
     runs DIVERGENT after them."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not installed")
     work = tmp_path_factory.mktemp("csr-emulator")
     chosen = {precision: variants(precision) for precision in PRECISIONS}
-    flags = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE"]
-    compiling = []
+    programs = {}
     for precision, params in chosen.items():
-        program = work / f"{precision}.cpp"
-        kernels = [TEMPLATE.render(card(precision), p)[0] for p in params]
-        program.write_text(emulation_source(kernels + [DIVERGENT] * (precision == "float32")))
-        command = ["g++", *flags, str(program), "-o", str(work / precision)]
-        compiling.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
-    for process in compiling:
-        _, errors = process.communicate()
-        assert process.returncode == 0, errors[-3000:]
+        kernels = [TEMPLATE.render(card(precision), p)[0] for p in params] + [DIVERGENT] * (precision == "float32")
+        namespaces = [kernel_namespace(index, source, RUNNER) for index, source in enumerate(kernels)]
+        programs[precision] = emulation_source(namespaces, ARGUMENTS)
+    build(work, programs)
     yield work, chosen
 
 

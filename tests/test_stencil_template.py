@@ -3,7 +3,7 @@ columns, every row of it loaded once into registers, x-neighbours by warp shuffl
 
 Its rules and canonical forms beside the point kernels it joins (every configuration the template had stays), the
 levers, the seeds (strips with 16-byte accesses first on the 8192^2 card), nvcc builds of the seeds without spills,
-and the kernel's logic on the CPU: the sparse template's emulator (every CUDA thread a fiber, warp shuffles
+and the kernel's logic on the CPU: the emulator of tests/cuda_emulator.py (every CUDA thread a fiber, warp shuffles
 barriers) runs strip kernels on grids of awkward sizes (odd nx and ny, nx under a warp's span, ny under a strip's
 rows, a last block partly past the grid), whose outputs must agree with the suite's float64 reference on normal
 inputs and on the stress sets the stencil runs (tiny, NaN and inf).
@@ -32,7 +32,8 @@ from kernelforge_tui.proposers.templates.stencil import StencilTemplate
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Arrays, Precision
-from tests.test_sparse_template import C_LINKAGE, EMULATOR
+
+from .cuda_emulator import build, emulation_source, kernel_namespace
 
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 TEMPLATE = StencilTemplate()
@@ -177,27 +178,8 @@ void run(unsigned grid_x, unsigned grid_y, unsigned block, int ny, int nx, const
 """
 
 
-def emulation_source(kernels: list[str]) -> str:
-    """One program running any of the kernels, each in a namespace of its own (its macros undefined after it),
-    chosen by argv[1]; argv[2..6] are grid x, grid y, block, ny and nx, then the case directories."""
-    parts = [EMULATOR, EXTRAS]
-    for index, source in enumerate(kernels):
-        macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
-        body = "\n".join(line for line in source.splitlines() if not line.startswith("#include"))
-        parts.append(f"namespace kernel_{index} {{\n{body.replace(C_LINKAGE, '')}\n{RUNNER}}}\n")
-        parts.append("".join(f"#undef {name}\n" for name in macros))
-    runs = ", ".join(f"kernel_{i}::run" for i in range(len(kernels)))
-    parts.append(f"""
-int main(int argc, char** argv) {{
-    void (*runs[])(unsigned, unsigned, unsigned, int, int, const std::string&) = {{{runs}}};
-    for (int i = 7; i < argc; ++i) {{
-        runs[std::atoi(argv[1])](unsigned(std::atoi(argv[2])), unsigned(std::atoi(argv[3])),
-                                 unsigned(std::atoi(argv[4])), std::atoi(argv[5]), std::atoi(argv[6]), argv[i]);
-    }}
-    return 0;
-}}
-""")
-    return "".join(parts)
+ARGUMENTS = ("unsigned", "unsigned", "unsigned", "int", "int")
+"""The runner's grid x, grid y, block, ny and nx: the program's argv[2..6]."""
 
 
 GRIDS = ((37, 70), (64, 128), (5, 9), (19, 260), (66, 8))
@@ -233,20 +215,14 @@ def case_sets(spec: OperatorCard) -> dict[str, Arrays]:
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[Precision, list[Params]]]]:
     """One program per precision running every variant, both compiled at once."""
-    if shutil.which("g++") is None:
-        pytest.skip("g++ not installed")
     work = tmp_path_factory.mktemp("stencil-emulator")
     chosen = {precision: variants(precision) for precision in PRECISIONS}
-    flags = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE"]
-    compiling = []
+    programs = {}
     for precision, params in chosen.items():
-        program = work / f"{precision}.cpp"
-        program.write_text(emulation_source([TEMPLATE.render(card(precision), p)[0] for p in params]))
-        command = ["g++", *flags, str(program), "-o", str(work / precision)]
-        compiling.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
-    for process in compiling:
-        _, errors = process.communicate()
-        assert process.returncode == 0, errors[-3000:]
+        kernels = [TEMPLATE.render(card(precision), p)[0] for p in params]
+        namespaces = [kernel_namespace(index, source, RUNNER) for index, source in enumerate(kernels)]
+        programs[precision] = emulation_source(namespaces, ARGUMENTS, prelude=EXTRAS)
+    build(work, programs)
     yield work, chosen
 
 

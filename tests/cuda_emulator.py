@@ -1,0 +1,279 @@
+"""A CPU stand-in for CUDA launches, for the template tests that check a kernel's logic without a GPU: every CUDA
+thread of a block a fiber, __syncthreads and warp shuffles barriers (so a missing barrier, a divergent shuffle or a
+share summed twice shows). A test renders its kernels, gives each a runner (its launch, reading the case's inputs
+from a directory and writing the outputs there), and `build` compiles them into one program per name with g++.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+EMULATOR = r"""
+// A CPU stand-in for CUDA launches: each thread of a block is a fiber (ucontext) run in turn on one OS thread,
+// switching only at __syncthreads and warp shuffles, which are barriers over the block and the warp; blocks run
+// one after another. A barrier some threads never reach, or a thread leaving while others wait at one, aborts.
+#include <setjmp.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __shared__ static
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+
+struct alignas(16) int4 {
+    int x, y, z, w;
+};
+struct alignas(8) int2 {
+    int x, y;
+};
+struct Dim3 {
+    unsigned x, y, z;
+};
+using std::max;
+using std::min;
+
+// bf16 as its bits, converted as the GPU does (round to nearest even, NaN kept a NaN).
+struct __nv_bfloat16 {
+    uint16_t bits;
+};
+inline float __bfloat162float(__nv_bfloat16 v) {
+    const uint32_t b = uint32_t(v.bits) << 16;
+    float f;
+    std::memcpy(&f, &b, 4);
+    return f;
+}
+inline __nv_bfloat16 __float2bfloat16_rn(float f) {
+    uint32_t b;
+    std::memcpy(&b, &f, 4);
+    if ((b & 0x7fffffffu) > 0x7f800000u) {
+        return {uint16_t((b >> 16) | 0x40u)};
+    }
+    return {uint16_t((b + 0x7fffu + ((b >> 16) & 1u)) >> 16)};
+}
+
+namespace emu {
+// A fiber's stack is set up once by makecontext (entered by swapcontext); after that fibers and the scheduler switch
+// by _setjmp/_longjmp, which skip swapcontext's signal-mask system calls.
+struct Fiber {
+    ucontext_t context;
+    jmp_buf jump;
+    std::vector<char> stack;
+    bool started, finished;
+};
+std::vector<Fiber> fibers;
+ucontext_t entry;
+jmp_buf scheduler;
+unsigned block_index, block_size, running;
+long events, block_generation, block_arrived;
+std::vector<long> warp_generation, warp_arrived;
+std::vector<uint64_t> slots[2];
+std::function<void()> kernel;
+
+[[noreturn]] void fail(const char* why) {
+    std::fprintf(stderr, "emulator: %s (block %u, thread %u)\n", why, block_index, running);
+    std::exit(3);
+}
+void yield() {
+    if (!_setjmp(fibers[running].jump)) _longjmp(scheduler, 1);
+}
+void start() {
+    kernel();
+    if (block_arrived != 0) fail("a thread left while others wait at __syncthreads");
+    fibers[running].finished = true;
+    ++events;
+    _longjmp(scheduler, 1);
+}
+void launch(unsigned grid, unsigned block, std::function<void()> body) {
+    if (block % 32 != 0) fail("a block of part of a warp");
+    kernel = std::move(body);
+    block_size = block;
+    fibers.resize(block);
+    for (Fiber& f : fibers) f.stack.resize(1 << 16);
+    for (block_index = 0; block_index < grid; ++block_index) {
+        block_generation = block_arrived = 0;
+        warp_generation.assign(block / 32, 0);
+        warp_arrived.assign(block / 32, 0);
+        slots[0].assign(block, 0);
+        slots[1].assign(block, 0);
+        for (Fiber& f : fibers) {
+            f.started = f.finished = false;
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = f.stack.data();
+            f.context.uc_stack.ss_size = f.stack.size();
+            f.context.uc_link = nullptr;
+            makecontext(&f.context, start, 0);
+        }
+        for (bool live = true; live;) {
+            const long before = events;
+            live = false;
+            for (running = 0; running < block; ++running) {
+                Fiber& f = fibers[running];
+                if (f.finished) continue;
+                if (!_setjmp(scheduler)) {
+                    if (f.started) _longjmp(f.jump, 1);
+                    f.started = true;
+                    swapcontext(&entry, &f.context);
+                }
+                live = live || !f.finished;
+            }
+            if (live && events == before) fail("deadlock: a barrier some threads never reach");
+        }
+    }
+}
+// A warp-wide exchange: every lane writes its value, waits for the 32, reads its source lane's. Values of two
+// consecutive shuffles go to alternate slots, so a lane running ahead never overwrites one not yet read.
+template <typename V>
+V exchange(unsigned mask, V value, int source) {
+    static_assert(sizeof(V) <= 8, "shuffled values are 4 or 8 bytes");
+    if (mask != 0xffffffffu) fail("a shuffle without the full mask");
+    const unsigned warp = running / 32;
+    const long generation = warp_generation[warp];
+    std::vector<uint64_t>& slot = slots[generation & 1];
+    uint64_t bits = 0;
+    std::memcpy(&bits, &value, sizeof(V));
+    slot[running] = bits;
+    ++events;
+    if (++warp_arrived[warp] == 32) {
+        warp_arrived[warp] = 0;
+        ++warp_generation[warp];
+    } else {
+        while (warp_generation[warp] == generation) yield();
+    }
+    V out;
+    std::memcpy(&out, &slot[warp * 32 + source], sizeof(V));
+    return out;
+}
+}  // namespace emu
+
+#define threadIdx (Dim3{emu::running, 0, 0})
+#define blockIdx (Dim3{emu::block_index, 0, 0})
+#define blockDim (Dim3{emu::block_size, 0, 0})
+
+void __syncthreads() {
+    const long generation = emu::block_generation;
+    ++emu::events;
+    if (++emu::block_arrived == long(emu::block_size)) {
+        emu::block_arrived = 0;
+        ++emu::block_generation;
+    } else {
+        while (emu::block_generation == generation) emu::yield();
+    }
+}
+template <typename V>
+V __shfl_sync(unsigned mask, V v, int lane) {
+    return emu::exchange(mask, v, lane & 31);
+}
+template <typename V>
+V __shfl_xor_sync(unsigned mask, V v, int bits) {
+    return emu::exchange(mask, v, int(emu::running % 32) ^ bits);
+}
+template <typename V>
+V __shfl_down_sync(unsigned mask, V v, unsigned delta) {
+    const unsigned lane = emu::running % 32;
+    return emu::exchange(mask, v, int(lane + delta < 32 ? lane + delta : lane));
+}
+template <typename V>
+V __shfl_up_sync(unsigned mask, V v, unsigned delta) {
+    const unsigned lane = emu::running % 32;
+    return emu::exchange(mask, v, int(lane >= delta ? lane - delta : lane));
+}
+float atomicAdd(float* p, float v) {
+    const float old = *p;
+    *p = old + v;
+    return old;
+}
+template <typename V>
+V __ldcs(const V* p) {
+    return *p;
+}
+template <typename V>
+V __ldg(const V* p) {
+    return *p;
+}
+float __int_as_float(int i) {
+    float f;
+    std::memcpy(&f, &i, 4);
+    return f;
+}
+
+std::vector<char> slurp(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// A copy of the bytes at a 256-byte aligned address, as cudaMalloc gives.
+template <typename E>
+E* aligned(const std::vector<char>& bytes) {
+    void* p = std::aligned_alloc(256, (bytes.size() / 256 + 1) * 256);
+    std::memcpy(p, bytes.data(), bytes.size());
+    return static_cast<E*>(p);
+}
+"""
+
+
+C_LINKAGE = 'extern "C" '
+FLAGS = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE"]
+
+
+def kernel_namespace(index: int, source: str, runner: str) -> str:
+    """The kernel and its runner in a namespace of their own (`kernel_<index>`): its #includes dropped (the
+    emulator stands in for them), its C linkage dropped (a namespace could not hold it), its macros undefined after
+    it (the next kernel may define them again)."""
+    macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
+    body = "\n".join(line for line in source.splitlines() if not line.startswith("#include"))
+    undefs = "".join(f"#undef {name}\n" for name in macros)
+    return f"namespace kernel_{index} {{\n{body.replace(C_LINKAGE, '')}\n{runner}}}\n{undefs}"
+
+
+def emulation_source(namespaces: Sequence[str], arguments: Sequence[str] = (), prelude: str = "") -> str:
+    """One program running any of the kernels (`kernel_namespace`s): argv[1] picks one, the next arguments are its
+    runner's (of the C++ types in `arguments`), the rest case directories, run in turn. `prelude` adds what these
+    kernels use beyond the emulator."""
+    parameters = ", ".join([*arguments, "const std::string&"])
+    parsed = "".join(f"{kind}(std::atoi(argv[{2 + i}])), " for i, kind in enumerate(arguments))
+    runs = ", ".join(f"kernel_{i}::run" for i in range(len(namespaces)))
+    main = f"""
+int main(int argc, char** argv) {{
+    void (*runs[])({parameters}) = {{{runs}}};
+    for (int i = {2 + len(arguments)}; i < argc; ++i) {{
+        runs[std::atoi(argv[1])]({parsed}argv[i]);
+    }}
+    return 0;
+}}
+"""
+    return EMULATOR + prelude + "".join(namespaces) + main
+
+
+def build(work: Path, programs: Mapping[str, str]) -> None:
+    """Compile each program (name: source) into `work`/name, one g++ each, all at once; the test is skipped where
+    g++ is missing."""
+    if shutil.which("g++") is None:
+        pytest.skip("g++ not installed")
+    compiling = []
+    for name, source in programs.items():
+        program = work / f"{name}.cpp"
+        program.write_text(source)
+        command = ["g++", *FLAGS, str(program), "-o", str(work / name)]
+        compiling.append(subprocess.Popen(command, stderr=subprocess.PIPE, text=True))
+    for process in compiling:
+        _, errors = process.communicate()
+        assert process.returncode == 0, errors[-3000:]
