@@ -413,6 +413,20 @@ class FileSettings(BaseSettings):
         return (init_settings, env_settings, file)
 
 
+class ClusterSettings(Section):
+    """`[cluster]`: a search's builds and evaluations on a Dask cluster (`--cluster tcp://scheduler:8786`)."""
+
+    address: str | None = None
+    """The scheduler to use when a command is given no --cluster (None: this machine's GPUs)."""
+    wait_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    """How long a search waits at its start for a worker with the GPU resource before it gives up."""
+    poll_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
+    """How often the scheduler is asked which workers are there (workers that come and go are picked up)."""
+    resubmits: int = Field(default=3, ge=0)
+    """A task the cluster lost as a whole (the scheduler restarted) is sent again this many times. A worker that
+    dies is Dask's own business: it runs the task elsewhere (`distributed.scheduler.allowed-failures` times)."""
+
+
 class Settings(FileSettings):
     """Everything a user can set. Nested fields use `__` in environment variables."""
 
@@ -423,6 +437,7 @@ class Settings(FileSettings):
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     reward: RewardWeights = Field(default_factory=RewardWeights)
     llm: LlmSettings = Field(default_factory=LlmSettings)
+    cluster: ClusterSettings = Field(default_factory=ClusterSettings)
 
 
 S = TypeVar("S", bound=BaseSettings)

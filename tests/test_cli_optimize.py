@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TOY = "tests.test_search:ToyProposer"
 
 
-def kernelforge(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def kernelforge(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "kernelforge_tui.cli", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=timeout, env=os.environ | {"COLUMNS": "200"})  # fmt: skip
+                          text=True, timeout=timeout, env=os.environ | {"COLUMNS": "200"} | (env or {}))  # fmt: skip
 
 
 def test_optimize_simulated_json_then_runs_lists_it(tmp_path: Path) -> None:

@@ -207,7 +207,7 @@ async def test_open_says_how_to_continue_a_run_that_is_over_and_steers_its_flags
     assert any(isinstance(e, NodeChanged) and e.node.id == 2 and e.node.pinned for e in events)
     assert any("expand acts only on a running search: continue the run with" in line for line in logs(events))
     await source.close()
-    with pytest.raises(BadInput, match="budgets and --simulate are for continuing the run: add --resume"):
+    with pytest.raises(BadInput, match="budgets, --simulate and --cluster are for continuing the run: add --resume"):
         open_run(str(h.run_dir), budget=Budget(max_iterations=5))
 
 

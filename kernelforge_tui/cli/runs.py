@@ -154,6 +154,7 @@ async def _optimize(args: argparse.Namespace, console: Console) -> RunInfo:
         strategy=args.strategy,
         simulate=args.simulate,
         simulate_seconds=simulate_seconds_from(args),
+        cluster=args.cluster,
     )
     search = prepare_run(Path(args.card) if args.card else None, load_settings(), options)
     try:
@@ -395,6 +396,7 @@ def cmd_tui(args: argparse.Namespace, console: Console) -> int:
         proposer=args.proposer,
         simulate=args.simulate,
         simulate_seconds=simulate_seconds_from(args),
+        cluster=args.cluster,
     )
     if run_dir:
         console.print(
@@ -416,6 +418,7 @@ def cmd_open(args: argparse.Namespace, console: Console) -> int:
         budget=budget_from(args),
         simulate=args.simulate,
         simulate_seconds=simulate_seconds_from(args),
+        cluster=args.cluster,
     )
     if note:
         console.print(escape(note))

@@ -24,7 +24,7 @@ from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.errors import BadInput, BaselineFailed
 from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.detect import GpuInfo
+from kernelforge_tui.gpu.detect import GpuInfo, gpu_label
 from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
 from kernelforge_tui.gpu.profile import ProfilingUnavailable
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
@@ -66,6 +66,15 @@ class PipelinedBackend(EvaluationBackend, Protocol):
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
         """None when the candidate built; else the failed Evaluation (compile or launch plan)."""
+        ...
+
+
+@runtime_checkable
+class ElasticBackend(PipelinedBackend, Protocol):
+    """A backend whose GPUs come and go (a cluster's workers): the pipeline keeps one lane per GPU there now."""
+
+    async def lanes_changed(self, lanes: int) -> int:
+        """Wait until the backend has a number of lanes other than `lanes`, and return it (at least 1)."""
         ...
 
 
@@ -169,7 +178,8 @@ class GpuBackend:
 
     async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation:
         async with self._lanes.lane() as evaluator:
-            return await evaluator.evaluate(source, plan)
+            evaluation = await evaluator.evaluate(source, plan)
+        return evaluation.model_copy(update={"measured_on": gpu_label(evaluator.gpu)})
 
     async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile:
         """Profile one launch with ncu on a free GPU, holding its lane (no evaluation runs there meanwhile)."""

@@ -108,6 +108,7 @@ class Meter:
         self.budget = budget
         self.usage = usage
         self.lanes = lanes
+        """GPU lanes now (a cluster's change): the busy share is of this many GPUs over the session."""
         self._accounted = time.monotonic()
         self._session_candidates = 0
         self._session_gpu_s = 0.0
@@ -178,6 +179,9 @@ class Meter:
 
     def may_propose(self, in_flight: int) -> bool:
         return self.usage.may_propose(self.budget, in_flight)
+
+    def set_lanes(self, lanes: int) -> None:
+        self.lanes = lanes
 
     def session_stats(self) -> tuple[float, float]:
         """(candidates per minute, GPU busy share) of this session's active time so far (pauses left out)."""

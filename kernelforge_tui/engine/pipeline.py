@@ -17,9 +17,10 @@ import hashlib
 import itertools
 from collections.abc import Callable
 from enum import IntEnum
+from typing import Any
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.engine.backend import EvaluationBackend, PipelinedBackend
+from kernelforge_tui.engine.backend import ElasticBackend, EvaluationBackend, PipelinedBackend
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import PipelineSettings
 from kernelforge_tui.engine.tree import Tree
@@ -95,8 +96,11 @@ class Pipeline:
         self.settings = settings
         self.running = running
         self.on_done = on_done
-        self.lanes = backend.lanes if isinstance(backend, PipelinedBackend) else 1
-        self.max_in_flight = settings.max_in_flight or settings.build_parallel + 2 * self.lanes
+        self.lanes = 1
+        self.max_in_flight = 1
+        self.on_lanes: list[Callable[[int], None]] = []
+        """Told the number of GPU lanes whenever it changes (the meter's busy share divides by it)."""
+        self._resize(backend.lanes if isinstance(backend, PipelinedBackend) else 1)
         self.flying: set[int] = set()
         """Nodes handed to the pipeline and not yet recorded."""
         self.closed = False
@@ -182,10 +186,49 @@ class Pipeline:
         self.bus.emit(NodeChanged(node=self.store.queue_node(node_id, max(0, attempts - 1))))
         self.landed(node_id)
 
+    def _resize(self, lanes: int) -> None:
+        """As many GPU lanes as the backend has GPUs; the candidates in flight follow, unless set by hand."""
+        self.lanes = lanes
+        self.max_in_flight = self.settings.max_in_flight or self.settings.build_parallel + 2 * lanes
+        for listener in self.on_lanes:
+            listener(lanes)
+
     def tasks(self) -> list[asyncio.Task[None]]:
-        """The build workers and one evaluation loop per GPU lane."""
+        """The build workers and the GPU lanes."""
         builds = [asyncio.create_task(self._builder(), name=f"build-{i}") for i in range(self.settings.build_parallel)]
-        return builds + [asyncio.create_task(self._gpu_lane(), name=f"gpu-{i}") for i in range(self.lanes)]
+        return [*builds, asyncio.create_task(self._lanes(), name="gpu-lanes")]
+
+    async def _lanes(self) -> None:
+        """One evaluation loop per GPU lane. An elastic backend's lanes follow its GPUs: a lane is added for a GPU
+        that comes, and one retires (after the candidate it holds) when a GPU goes; the work waits in between."""
+        backend = self.backend
+        if isinstance(backend, PipelinedBackend):
+            self._resize(backend.lanes)  # a backend knows its GPUs once started
+        running: dict[int, asyncio.Task[None]] = {}
+        watch = asyncio.create_task(backend.lanes_changed(self.lanes)) if isinstance(backend, ElasticBackend) else None
+        try:
+            while True:
+                for index in range(self.lanes):
+                    if index not in running:
+                        running[index] = asyncio.create_task(self._gpu_lane(index), name=f"gpu-{index}")
+                waiting: set[asyncio.Task[Any]] = set(running.values())
+                if watch is not None:
+                    waiting.add(watch)
+                done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                for index, task in list(running.items()):
+                    if task in done:
+                        del running[index]
+                        task.result()  # a lane's own error ends the search, as any task's
+                if watch is not None and watch in done:
+                    assert isinstance(backend, ElasticBackend)
+                    self._resize(watch.result())
+                    self.bus.log(f"GPU lanes: {self.lanes} (the cluster's GPUs now)")
+                    watch = asyncio.create_task(backend.lanes_changed(self.lanes))
+        finally:
+            leftover: list[asyncio.Task[Any]] = [*running.values(), *([watch] if watch is not None else [])]
+            for task in leftover:
+                task.cancel()
+            await asyncio.gather(*leftover, return_exceptions=True)
 
     async def _builder(self) -> None:
         """Build ahead of the GPU: a failed build is recorded here and never reaches a GPU lane."""
@@ -212,9 +255,9 @@ class Pipeline:
                 continue
             self._gpu_q.put_nowait((priority, seq, node_id))
 
-    async def _gpu_lane(self) -> None:
-        """One evaluation at a time per GPU; a pause holds the next one back."""
-        while True:
+    async def _gpu_lane(self, index: int) -> None:
+        """One evaluation at a time per GPU; a pause holds the next one back. Ends when the lanes shrink below it."""
+        while index < self.lanes:
             await self.running.wait()
             _, _, node_id = await self._gpu_q.get()
             await self.running.wait()

@@ -95,6 +95,7 @@ class Search:
         self.commands = CommandHandler(self)
         restored = restore(store, self.tree, self.pipeline)
         self.meter = Meter(settings.budget, restored.usage, self.pipeline.lanes)
+        self.pipeline.on_lanes.append(self.meter.set_lanes)
         self.profiles.profiled = restored.profiled
         self._in_flight_at_start = restored.in_flight
         self.champion = restored.champion

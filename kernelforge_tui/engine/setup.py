@@ -20,6 +20,8 @@ from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import LlmSettings, Settings, config_file
 from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import CAP_OPTIONS, Budget, BudgetUsage
+from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend
+from kernelforge_tui.engine.cluster.remote import Simulation
 from kernelforge_tui.engine.router import past_records, rank_coders
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
@@ -63,6 +65,9 @@ class RunOptions(BaseModel):
     """Use at most this many of the visible GPUs (default: all)."""
     gpus: list[int] | None = None
     """Use only the GPUs with these indices (nvidia-smi's; default: all), e.g. one card per GPU in a bench."""
+    cluster: str | None = None
+    """A Dask scheduler's address (tcp://host:8786): builds and evaluations on its workers, the store here. Default:
+    `[cluster] address` of the settings, else this machine's GPUs."""
 
 
 @dataclass(frozen=True)
@@ -268,10 +273,17 @@ def load_proposer(spec: str) -> Proposer:
 
 
 def make_backend(
-    card: Card, settings: Settings, options: RunOptions, resumed: bool = False
-) -> SimulatedBackend | GpuBackend:
-    """The simulation (real builds, invented timings) or the visible GPUs; NoGpuError when there is none (for a
+    card: Card, settings: Settings, options: RunOptions, resumed: bool = False, cluster: Cluster | None = None
+) -> SimulatedBackend | GpuBackend | ClusterBackend:
+    """The simulation (real builds, invented timings), the visible GPUs, or a Dask cluster's (`cluster`, shared by a
+    bench's searches, else the address of the options or settings); NoGpuError when there is no GPU here (for a
     resumed run measured on a GPU, the message says it continues only where a GPU is)."""
+    address = options.cluster or settings.cluster.address
+    if cluster is not None or address is not None:
+        simulation = Simulation(eval_seconds=options.simulate_seconds) if options.simulate else None
+        shared = cluster is not None
+        cluster = cluster or Cluster(str(address), settings)
+        return ClusterBackend(card, settings, cluster, simulation=simulation, owns_cluster=not shared)
     if options.simulate:
         return SimulatedBackend(card, make_builder(settings), eval_seconds=options.simulate_seconds)
     try:

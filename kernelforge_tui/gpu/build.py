@@ -148,6 +148,33 @@ class Builder:
             self.sandbox = found.model_copy(update={"limits": Limits(cpu_seconds=math.ceil(self.timeout_s) + 10)})
         return self.sandbox
 
+    async def toolchain(self) -> tuple[str | None, str | None]:
+        """(nvcc, its version) that builds here: nvcc None when there is none, the version None when it does not run.
+        The version is part of every cache key; a cluster's builder answers for the nvcc of its workers."""
+        if self.nvcc is None:
+            return None, None
+        try:
+            return self.nvcc, await asyncio.to_thread(nvcc_version, self.nvcc)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            return self.nvcc, None
+
+    def adopt(self, result: BuildResult, cubin: bytes | None) -> BuildResult:
+        """A build made elsewhere (on a cluster worker), its cubin written into this cache: the result as if built
+        here. The entry's metadata is stored by `build` (a failure outside the source is not), or by `remember`."""
+        if not result.ok or cubin is None:
+            return result.model_copy(update={"cubin_path": None})
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        target = self.cache_dir / f"{result.key}.cubin"
+        _atomic_write(target, cubin)
+        return result.model_copy(update={"cubin_path": target})
+
+    def remember(self, result: BuildResult, cubin: bytes | None) -> BuildResult:
+        """`adopt`, then store the entry: the next `build` of the same source finds it without nvcc."""
+        adopted = self.adopt(result, cubin)
+        if adopted.failure not in NOT_CACHED:
+            self._store(adopted)
+        return adopted
+
     def cache_key(self, source: str, entry: str, arch: str, version: str) -> str:
         """sha256 over everything that changes the cubin or the verdict."""
         payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, self.max_cubin_bytes, source])
@@ -167,12 +194,7 @@ class Builder:
         """
         started = time.perf_counter()
         arch = await self.arch()
-        version: str | None = None
-        if self.nvcc is not None:
-            try:
-                version = await asyncio.to_thread(nvcc_version, self.nvcc)
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                version = None
+        nvcc, version = await self.toolchain()
         key, problems = await asyncio.to_thread(self._check, source, entry, args, arch, version or "no nvcc")
         if problems:
             return BuildResult(
@@ -183,8 +205,8 @@ class Builder:
                 diagnostics=[_from_problem(p, source) for p in problems],
                 log="\n".join(f"{SOURCE_NAME}:{p.line}:{p.column}: {p.rule}: {p.message}" for p in problems),
             )
-        if self.nvcc is None or version is None:
-            help_text = NVCC_MISSING_HELP if self.nvcc is None else f"{self.nvcc} does not run; {NVCC_MISSING_HELP}"
+        if nvcc is None or version is None:
+            help_text = NVCC_MISSING_HELP if nvcc is None else f"{nvcc} does not run; {NVCC_MISSING_HELP}"
             return BuildResult(
                 ok=False,
                 key=key,
@@ -199,12 +221,13 @@ class Builder:
             hit = self._load(key)
             if hit is not None:
                 return hit.model_copy(update={"cached": True, "seconds": time.perf_counter() - started})
-            result = await self._compile(self.nvcc, source, arch, key)
+            result = await self.compile(nvcc, source, arch, key)
             if result.failure not in NOT_CACHED:
                 self._store(result)
         return result.model_copy(update={"seconds": time.perf_counter() - started})
 
-    async def _compile(self, nvcc: str, source: str, arch: str, key: str) -> BuildResult:
+    async def compile(self, nvcc: str, source: str, arch: str, key: str) -> BuildResult:
+        """nvcc on this machine, in its sandbox; a subclass may build elsewhere (a cluster) or not at all."""
         sandbox = await self.sandboxing()
         async with self._slots:
             if self.work_dir is not None:
@@ -243,7 +266,7 @@ class Builder:
                         out, _ = await proc.communicate()
                 except TimeoutError:
                     await _kill_group(proc)
-                    return _failed(key, "timeout", f"nvcc ran longer than {self.timeout_s:g} s and was stopped")
+                    return build_failure(key, "timeout", f"nvcc ran longer than {self.timeout_s:g} s and was stopped")
                 except BaseException:  # cancelled: no nvcc may outlive the search that asked for it
                     await _kill_group(proc)
                     raise
@@ -256,13 +279,13 @@ class Builder:
     ) -> BuildResult:
         """Judge a finished nvcc: sandbox trouble, a signal, a compile error, an oversized cubin, or a cubin."""
         if (status == SETUP_FAILED and "kernelforge sandbox:" in raw) or raw.startswith("bwrap: "):
-            return _failed(key, "sandbox", f"the nvcc sandbox did not start: {raw.strip()[-300:]}")
+            return build_failure(key, "sandbox", f"the nvcc sandbox did not start: {raw.strip()[-300:]}")
         # A signal: the status (negative; 128 + n through bubblewrap or a shell) or nvcc's word about a tool.
         number = -status if status is not None and status < 0 else tool_signal(raw)
         if number is None and status is not None and 128 < status <= 128 + signal.SIGRTMAX:
             number = status - 128
         if number is not None:
-            return _failed(key, "killed", _killed_message(number, sandbox.limits))
+            return build_failure(key, "killed", _killed_message(number, sandbox.limits))
         log = candidate_messages(raw)
         diagnostics = parse_diagnostics(log, source)
         ptxas = parse_ptxas(log)
@@ -310,7 +333,8 @@ class Builder:
         _atomic_write(self.cache_dir / f"{result.key}.json", result.model_dump_json(indent=1).encode("utf-8"))
 
 
-def _failed(key: str, failure: BuildFailure, message: str) -> BuildResult:
+def build_failure(key: str, failure: BuildFailure, message: str) -> BuildResult:
+    """A failed build that produced no nvcc output of its own: the message is its log and its one diagnostic."""
     return BuildResult(
         ok=False,
         key=key,

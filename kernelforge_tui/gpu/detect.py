@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 
 from pydantic import BaseModel
@@ -23,6 +24,11 @@ class GpuInfo(BaseModel):
     @property
     def arch(self) -> str:
         return "sm_" + self.capability.replace(".", "")
+
+
+def gpu_label(gpu: GpuInfo) -> str:
+    """Which GPU of which machine, as a run records who measured a candidate."""
+    return f"{socket.gethostname()} GPU {gpu.index} {gpu.name}"
 
 
 class NoGpuError(NoGpu):

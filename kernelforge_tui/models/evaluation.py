@@ -137,6 +137,9 @@ class Evaluation(BaseModel):
     result: EvalResult | None = None
     ceiling_share: float | None = None
     """The larger of achieved bandwidth over the copy ceiling and achieved FLOP rate over the FMA ceiling."""
+    measured_on: str | None = None
+    """The machine and GPU that proved and timed it (`host GPU 1 NVIDIA H200`): a run on several GPUs, or a
+    cluster of mixed ones, says which GPU measured what (each against the baseline on that same GPU)."""
 
     @property
     def speedup(self) -> float | None:

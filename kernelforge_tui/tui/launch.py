@@ -33,17 +33,22 @@ def new_search(
     proposer: str | None = None,
     simulate: bool = False,
     simulate_seconds: float = 0.01,
+    cluster: str | None = None,
 ) -> Search:
     """A search on a new run of the card, set up as `optimize` sets one up: the same proposers (an LLM team's
-    calls included) and budgets (whoever runs it closes its store)."""
+    calls included), budgets and backend (whoever runs it closes its store)."""
     from kernelforge_tui.config import load_settings
     from kernelforge_tui.engine.setup import RunOptions, prepare_run
 
-    options = RunOptions(budget=budget, proposer=proposer, simulate=simulate, simulate_seconds=simulate_seconds)
+    options = RunOptions(
+        budget=budget, proposer=proposer, simulate=simulate, simulate_seconds=simulate_seconds, cluster=cluster
+    )
     return prepare_run(card_dir, load_settings(), options)
 
 
-def continued_search(run: str, budget: Budget, *, simulate: bool = False, simulate_seconds: float = 0.01) -> Search:
+def continued_search(
+    run: str, budget: Budget, *, simulate: bool = False, simulate_seconds: float = 0.01, cluster: str | None = None
+) -> Search:
     """A recorded run continued in this process as `optimize --resume` continues it: its card, settings and kind of
     backend (a simulated run goes on simulated, `--simulate` or not; one measured on a GPU needs a GPU here). New caps
     replace the recorded ones; a cap the run has spent must be raised (the refusal says which)."""
@@ -54,7 +59,11 @@ def continued_search(run: str, budget: Budget, *, simulate: bool = False, simula
     recorded = recorded_run(run)
     simulated = simulate or recorded.info.backend == SIMULATED
     options = RunOptions(
-        resume=str(recorded.run_dir), budget=budget, simulate=simulated, simulate_seconds=simulate_seconds
+        resume=str(recorded.run_dir),
+        budget=budget,
+        simulate=simulated,
+        simulate_seconds=simulate_seconds,
+        cluster=cluster,
     )
     return prepare_run(None, load_settings(), options)
 
@@ -80,11 +89,14 @@ def run_tui(
     proposer: str | None = None,
     simulate: bool = False,
     simulate_seconds: float = 0.01,
+    cluster: str | None = None,
 ) -> str:
     """Search a card under the TUI; the run directory (resumable with `optimize --resume` or `open --resume`)."""
     apply_ssh_defaults()
     settings = load_tui_settings(theme=theme)
-    search = new_search(card_dir, budget, proposer=proposer, simulate=simulate, simulate_seconds=simulate_seconds)
+    search = new_search(
+        card_dir, budget, proposer=proposer, simulate=simulate, simulate_seconds=simulate_seconds, cluster=cluster
+    )
     return _drive(search, settings)
 
 
@@ -96,6 +108,7 @@ def open_run(
     budget: Budget | None = None,
     simulate: bool = False,
     simulate_seconds: float = 0.01,
+    cluster: str | None = None,
 ) -> str | None:
     """Open a run: follow it live in another process, view it when it is over, or (`resume`) continue it here under
     the TUI. Returns what to tell the person when the TUI closes (how to continue a run that is over), or None."""
@@ -104,12 +117,13 @@ def open_run(
     from kernelforge_tui.tui.app import KernelForgeApp
 
     budget = budget or Budget()
-    if not resume and (budget != Budget() or simulate):
-        raise BadInput("budgets and --simulate are for continuing the run: add --resume")
+    if not resume and (budget != Budget() or simulate or cluster):
+        raise BadInput("budgets, --simulate and --cluster are for continuing the run: add --resume")
     apply_ssh_defaults()
     settings = load_tui_settings(theme=theme)
     if resume:
-        run_dir = _drive(continued_search(run, budget, simulate=simulate, simulate_seconds=simulate_seconds), settings)
+        search = continued_search(run, budget, simulate=simulate, simulate_seconds=simulate_seconds, cluster=cluster)
+        run_dir = _drive(search, settings)
         return f"run stored in {run_dir}: continue it again with `kernelforge open {run_dir} --resume`"
     source = open_source(run)
     KernelForgeApp(source, settings).run()
