@@ -225,14 +225,28 @@ def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
     return EXIT_OK
 
 
-def _llm_totals(run_dir: Path) -> LlmTotals | None:
-    """A run's LLM use (None when it made no call, or its store cannot be read now)."""
+@dataclass
+class StoredExtras:
+    """What `runs` reads from a run's store beyond its run row."""
+
+    llm: LlmTotals | None
+    """Its LLM use; None when it made no call, or its store cannot be read now."""
+    measured_on: dict[str, int]
+    """Evaluations per GPU that measured them (`RunStore.measured_on`); empty for old runs."""
+
+
+def _stored_extras(run_dir: Path) -> StoredExtras:
     try:
         with RunStore.open(run_dir, readonly=True) as store:
-            totals = store.llm_totals()
+            totals, measured_on = store.llm_totals(), store.measured_on()
     except StoreError:
-        return None
-    return totals if totals.calls else None
+        return StoredExtras(None, {})
+    return StoredExtras(totals if totals.calls else None, measured_on)
+
+
+def gpus_text(measured_on: dict[str, int]) -> str:
+    """The listing's GPUs column: how many GPUs measured the run's candidates, "-" where none is recorded."""
+    return str(len(measured_on)) if measured_on else "-"
 
 
 def cmd_runs(args: argparse.Namespace, console: Console) -> int:
@@ -242,13 +256,15 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
     infos = listing.runs
     if args.models:
         return _models(infos, args, console)
-    llm = {i.run_dir: _llm_totals(i.run_dir) for i in infos}
+    extras = {i.run_dir: _stored_extras(i.run_dir) for i in infos}
+    llm = {run_dir: found.llm for run_dir, found in extras.items()}
     if args.json:
         rows = []
         for i in infos:
             row = i.model_dump(mode="json")
             totals = llm[i.run_dir]
             row["llm"] = None if totals is None else {**totals.model_dump(), "cost_usd": totals.cost_usd}
+            row["measured_on"] = extras[i.run_dir].measured_on
             rows.append(row)
         print(json.dumps(rows, indent=2))
         return EXIT_OK
@@ -257,7 +273,7 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     table = Table(title="kernelforge runs")
     with_llm = any(totals is not None for totals in llm.values())
-    columns = ["run", "card", "backend", "state", "best", "ceiling", "nodes", "failed", *(["llm"] * with_llm)]
+    columns = ["run", "card", "backend", "GPUs", "state", "best", "ceiling", "nodes", "failed", *(["llm"] * with_llm)]
     for column in [*columns, "started"]:
         table.add_column(column)
     for i in infos:
@@ -275,6 +291,7 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
             escape(i.run_id),
             escape(i.card_name),
             backend,
+            gpus_text(extras[i.run_dir].measured_on),
             i.state,
             best,
             ceiling,

@@ -172,6 +172,17 @@ class NodeQueries(Database):
         rows = self._read("SELECT evaluation FROM measurements WHERE node = ? ORDER BY id DESC LIMIT 1", (node_id,))
         return parsed_or_none(Evaluation, rows[0]["evaluation"]) if rows else None
 
+    def measured_on(self) -> dict[str, int]:
+        """How many evaluations each GPU measured (`Evaluation.measured_on` -> count), most first: the GPUs of a run
+        on several, or on a cluster. Evaluations without the label (old runs, failures before a GPU) and damaged
+        rows are not counted. One query: the label is read out of the stored JSON by SQLite."""
+        rows = self._read(
+            "SELECT label, COUNT(*) AS n FROM (SELECT CASE WHEN json_valid(evaluation)"
+            " THEN json_extract(evaluation, '$.measured_on') END AS label FROM measurements)"
+            " WHERE label IS NOT NULL GROUP BY label ORDER BY n DESC, label"
+        )
+        return {str(r["label"]): int(r["n"]) for r in rows}
+
     # ---- profiles -----------------------------------------------------------------------------------
 
     def save_profile(self, node_id: int, profile: NodeProfile) -> None:
