@@ -51,9 +51,10 @@ from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.engine.backend import GpuBackend
-from kernelforge_tui.engine.bench import VendorResult, VendorTimer, vendor_result
+from kernelforge_tui.engine.bench import VendorResult, vendor_result
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.setup import RunOptions, prepare_run, recorded_run
+from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import BadInput, KernelForgeError, NoGpu
 from kernelforge_tui.gpu.detect import GpuInfo, require_gpu
 from kernelforge_tui.gpu.evaluate import cached_ceilings

@@ -33,13 +33,13 @@ from kernelforge_tui.engine.bench import (
     BenchManifest,
     BenchOptions,
     VendorResult,
-    VendorTimer,
     load_manifest,
     open_manifest,
     plan_cards,
     run_bench,
     vendor_result,
 )
+from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.statistics import robust_stats
 from kernelforge_tui.models.evaluation import Ceilings, EvalResult, Evaluation, SetCheck

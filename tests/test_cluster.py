@@ -14,6 +14,7 @@ import distributed
 import pytest
 
 from kernelforge_tui.config import Settings, load_settings
+from kernelforge_tui.engine.bench import BenchManifest
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend, ClusterUnavailable
 from kernelforge_tui.engine.cluster.remote import Simulation
@@ -21,6 +22,7 @@ from kernelforge_tui.engine.search import Search
 from kernelforge_tui.models.events import LogLine
 from kernelforge_tui.store import RunStore
 
+from .test_bench_gpus import bench
 from .test_cli_optimize import TOY, kernelforge
 from .test_search import BLOCKS, VECS, Harness, ToyProposer, make_card, run_settings, toy_speedup
 
@@ -193,3 +195,29 @@ def test_optimize_on_a_cluster_from_the_command_line(tmp_path: Path, two_gpus: s
     refused = kernelforge("optimize", str(card.root), "--simulate", "--cluster", "tcp://127.0.0.1:9", "--json",
                           "--run-dir", str(tmp_path / "nowhere"), env={"KERNELFORGE_CLUSTER__WAIT_S": "1"})  # fmt: skip
     assert refused.returncode == 3 and "no Dask scheduler answers at tcp://127.0.0.1:9" in refused.stdout
+
+
+def test_a_bench_spreads_its_cards_over_the_cluster_with_the_results_of_one_machine(
+    tmp_path: Path, two_gpus: str
+) -> None:
+    lines: list[str] = []
+    spread = bench(tmp_path / "cluster", 2, lines, iterations=4, cluster=two_gpus)
+    assert spread.gpus == 2 and all(c.state == "finished" for c in spread.cards)
+    starts = [c.started_at or 0 for c in spread.cards]
+    ends = [c.ended_at or 0 for c in spread.cards]
+    assert max(starts) < min(ends), "the two cards searched at once"
+    assert f"2 cards at once on the Dask cluster at {two_gpus} (simulated)" in lines[0]
+    assert spread.gpu_name == f"Dask cluster at {two_gpus}"
+    measured: set[str | None] = set()
+    for card in spread.cards:
+        assert card.run_dir is not None
+        with RunStore.open(card.run_dir, readonly=True) as store:
+            measured |= {store.evaluation(n.id).measured_on for n in store.nodes()}  # type: ignore[union-attr]
+    assert len(measured) == 2, "both GPU workers measured"
+
+    one = bench(tmp_path / "local", 1, iterations=4)
+
+    def content(manifest: BenchManifest) -> list[tuple[object, ...]]:
+        return [(c.card, c.state, c.candidates, c.best_speedup, c.baseline_us, c.best_us) for c in manifest.cards]
+
+    assert content(spread) == content(one)

@@ -23,6 +23,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelforge_tui.cli.bench_report import md_cell, write_report
+from kernelforge_tui.cli.cluster_option import add_cluster_option
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK, fail
 from kernelforge_tui.cli.runs import simulate_seconds_from
 from kernelforge_tui.config import load_settings
@@ -81,6 +82,7 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         metavar="N",
         help="search up to N cards at once, each on its own GPU (default: every GPU here; 1 with --simulate)",
     )
+    add_cluster_option(bench)
     bench.add_argument("-o", "--out", default=DEFAULT_OUT, metavar="DIR", help=f"bench directory (./{DEFAULT_OUT})")
     bench.add_argument(
         "--simulate", action="store_true", help="no GPU: real nvcc builds, INVENTED timings (for trying it and CI)"
@@ -131,6 +133,7 @@ def options_from(args: argparse.Namespace) -> BenchOptions:
         simulate=args.simulate,
         simulate_seconds=simulate_seconds_from(args),
         max_gpus=args.gpus,
+        cluster=args.cluster,
     )
 
 

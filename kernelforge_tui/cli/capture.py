@@ -223,6 +223,7 @@ def options_from(args: argparse.Namespace) -> CaptureOptimizeOptions:
         simulate=args.simulate,
         simulate_seconds=args.simulate_seconds,
         root=Path(args.root) if args.root else None,
+        cluster=args.cluster,
     )
 
 

@@ -18,6 +18,7 @@ from kernelforge_tui.cards.spec import DTYPES, FAMILIES
 from kernelforge_tui.cli.bench import add_bench_parser, cmd_bench
 from kernelforge_tui.cli.capture import add_capture_parser, cmd_capture
 from kernelforge_tui.cli.cast import CAST_COMMANDS, add_cast_parsers
+from kernelforge_tui.cli.cluster_option import add_cluster_option
 from kernelforge_tui.cli.doctor import cmd_doctor
 from kernelforge_tui.cli.evaluate import cmd_eval
 from kernelforge_tui.cli.new import cmd_new
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="simulated GPU seconds per evaluation (with --simulate)",
     )
-    _cluster(opt)
+    add_cluster_option(opt)
     opt.add_argument("--proposer", metavar="NAME", help=PROPOSER_HELP)
     opt.add_argument("--strategy", choices=sorted(STRATEGIES), help="selection strategy (default: mcts)")
     opt.add_argument(
@@ -92,7 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     tui.add_argument("--budget-minutes", type=float, metavar="M", help="stop after M minutes of search")
     _llm_budgets(tui)
     tui.add_argument("--proposer", metavar="NAME", help=PROPOSER_HELP)
-    _cluster(tui)
+    add_cluster_option(tui)
     tui.add_argument(
         "--simulate", action="store_true", help="no GPU: real nvcc builds, INVENTED timings (for trying the tool)"
     )
@@ -124,7 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     opn.add_argument(
         "--simulate-seconds", type=float, default=0.01, metavar="S", help="with --resume: simulated GPU seconds each"
     )
-    _cluster(opn, "with --resume: ")
+    add_cluster_option(opn, "with --resume: ")
     prof = sub.add_parser("profile", help="profile a run's node (or a kernel file) with Nsight Compute and classify it")
     prof.add_argument("target", help="a run (directory or id), or a card directory")
     prof.add_argument("what", help="the node id in the run, or a CUDA source file for the card")
@@ -141,16 +142,6 @@ PROPOSER_HELP = (
     "where candidates come from: 'templates' (the built-in library, the default, no LLM), 'agents' (the LLM team "
     "of [llm] in the config), 'hybrid' (templates and agents side by side, the tree deciding), or module:Class"
 )
-
-
-def _cluster(parser: argparse.ArgumentParser, prefix: str = "") -> None:
-    parser.add_argument(
-        "--cluster",
-        metavar="ADDRESS",
-        help=f"{prefix}build and evaluate on a Dask cluster (tcp://scheduler:8786; its GPU workers offer "
-        "--resources GPU=1); the run's store stays here. Default: [cluster] address in the config, else this "
-        "machine's GPUs",
-    )
 
 
 def _llm_budgets(parser: argparse.ArgumentParser) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import contextvars
 import hashlib
 import math
 import random
@@ -33,6 +34,9 @@ from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck, 
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.profiles import NodeProfile
 
+EVALUATING: contextvars.ContextVar[int | None] = contextvars.ContextVar("evaluating", default=None)
+"""The node a GPU lane is evaluating (set by the pipeline): a backend that shows where its work is (a cluster)
+names it without every backend taking a node id it does not need."""
 SIMULATED = "simulated"
 SIMULATED_REPS = 20
 """Launches a simulated evaluation times each of candidate and baseline (a real one takes 20 or more)."""

@@ -34,13 +34,11 @@ bench times no vendor (no GPU ran anything) and says so.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import os
 import shutil
-import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -48,17 +46,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
-from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend
+from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.capture_search import MIN_MINUTES, SEARCH_OVERHEAD_MINUTES, split_budget
+from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend, time_vendor
 from kernelforge_tui.engine.feedback import cannot_serve
 from kernelforge_tui.engine.search import Search
-from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, load_proposer, make_backend, prepare_run
+from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, load_proposer, prepare_run
+from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.gpu.evaluate import cached_ceilings
 from kernelforge_tui.gpu.statistics import robust_stats
-from kernelforge_tui.gpu.subprocess_worker import kill_group, spawn_worker, tail_text
 from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.models.events import BestImproved
 from kernelforge_tui.models.runs import RunInfo
@@ -77,11 +76,6 @@ REPORT = "report"
 DEFAULT_MINUTES_PER_TASK = 2.0
 """Wall minutes per task, over its cards, when none is given: the 50-task suite in a little under two hours."""
 VENDOR_REPS = 100
-VENDOR_TIMEOUT_S = 600.0
-"""A vendor subprocess that has not answered in this long is killed (torch's start-up and cuFFT/cuDNN plans
-included, ten minutes is far beyond any honest call)."""
-VENDOR_STDERR_LINES = 4
-"""The last lines of a vendor process's stderr that its error quotes (a traceback's last lines say what failed)."""
 NO_TEMPLATE = "no template"
 SIMULATED_VENDOR = "not timed: a simulated bench runs nothing on a GPU"
 
@@ -110,6 +104,9 @@ class BenchOptions(BaseModel):
     max_gpus: int | None = Field(default=None, ge=1)
     """`--gpus N`: cards run at once, each pinned to its own GPU (None: every GPU detected; 1 without one or
     simulated)."""
+    cluster: str | None = None
+    """A Dask scheduler's address: the cards' searches spread over its GPU workers (as many at once as it has GPUs,
+    or `--gpus`), the runs, the manifest and the report here."""
 
 
 class VendorResult(BaseModel):
@@ -346,16 +343,22 @@ class _Bench:
         self.settings = settings
         self.manifest = manifest
         self.progress = progress or (lambda _m, _line: None)
+        self.cluster: Cluster | None = None
+        """The Dask cluster the searches share (with `--cluster`): one connection, one pool of GPUs."""
 
     def say(self, line: str) -> None:
         """Save, then tell the view: synchronous, so no other card's change comes between (the one writer)."""
         save_manifest(self.manifest, self.out)
         self.progress(self.manifest, line)
 
-    def devices(self) -> list[int | None]:
+    async def devices(self) -> list[int | None]:
         """The GPUs cards run on, one card each at a time: `--gpus N` of those detected, numbered lanes in a simulated
-        bench, and [None] where none is detected (the card's search then says why it cannot run)."""
+        bench or on a cluster (as many as its GPUs), and [None] where none is detected (the card's search then says
+        why it cannot run)."""
         wanted = self.manifest.options.max_gpus
+        if self.cluster is not None:
+            gpus = await self.cluster.wait_for_gpus()  # connects: a bad address ends the bench before any card
+            return list(range(wanted or gpus))
         if self.manifest.simulated:
             return list(range(wanted or 1))
         found: list[int | None] = [gpu.index for gpu in detect_gpus()]
@@ -364,7 +367,16 @@ class _Bench:
     async def run(self, selected: set[str]) -> None:
         """Run the selected cards not done yet, in order, as many at once as there are GPUs (the manifest's other
         cards stay as they are, in the report)."""
-        devices = self.devices()
+        address = self.manifest.options.cluster or self.settings.cluster.address
+        self.cluster = Cluster(address, self.settings) if address else None
+        try:
+            await self._run(selected)
+        finally:
+            if self.cluster is not None:
+                await self.cluster.close()
+
+    async def _run(self, selected: set[str]) -> None:
+        devices = await self.devices()
         self.manifest.gpus = len(devices)
         done = sum(c.state in DONE for c in self.manifest.cards)
         self.say(f"bench {self.out}: {done} of {len(self.manifest.cards)} cards done; {self._spread(devices)}")
@@ -377,7 +389,7 @@ class _Bench:
             for lane in lanes:
                 lane.cancel()
             await asyncio.gather(*lanes, return_exceptions=True)
-        if not self.manifest.simulated and self.manifest.ceilings is None:  # every card was done before this session
+        if self.cluster is None and not self.manifest.simulated and self.manifest.ceilings is None:  # all done before
             self.manifest.ceilings = next(filter(None, (cached_ceilings(gpu.uuid) for gpu in detect_gpus())), None)
         self.manifest.ended_at = time.time()
         self.say(f"bench {self.out}: done")
@@ -386,6 +398,9 @@ class _Bench:
         wanted = self.manifest.options.max_gpus
         if devices == [None]:
             return "no GPU detected"
+        if self.cluster is not None:
+            simulated = " (simulated)" if self.manifest.simulated else ""
+            return f"{len(devices)} cards at once on the Dask cluster at {self.cluster.address}{simulated}"
         kind = "simulated GPU" if self.manifest.simulated else "GPU"
         fewer = f" (--gpus {wanted}: only {len(devices)} here)" if wanted is not None and wanted > len(devices) else ""
         if len(devices) == 1:
@@ -394,7 +409,7 @@ class _Bench:
 
     async def _lane(self, device: int | None, queue: Iterator[BenchCard], overheads: list[float]) -> None:
         """One GPU's share: the next card nobody has taken, searched there, until none is left."""
-        vendor = VendorTimer(device)
+        vendor = VendorTimer(device)  # started at its first request: never on a cluster
         try:
             for card in queue:
                 began = time.monotonic()
@@ -453,7 +468,7 @@ class _Bench:
         self._note_roof(written)
         run_dir = self.out / RUNS / card.card
         card.run_dir = run_dir
-        card.gpu = device
+        card.gpu = device if self.cluster is None else None  # on a cluster, each candidate's run says which GPU
         info = _recorded(run_dir)
         if info is None or info.state != "finished":
             if info is None:
@@ -485,8 +500,7 @@ class _Bench:
     def _note_roof(self, card: Card) -> None:
         """The simulated bench's invented ceiling, known before any search (the GPU's comes from its workers)."""
         if self.manifest.simulated and self.manifest.simulated_ceiling_us is None:
-            backend = make_backend(card, self.settings, RunOptions(simulate=True))
-            assert isinstance(backend, SimulatedBackend)
+            backend = SimulatedBackend(card, make_builder(self.settings))
             self.manifest.simulated_ceiling_us = backend.baseline_us / backend.max_speedup
             self.manifest.gpu_name = backend.gpu_name
 
@@ -501,10 +515,11 @@ class _Bench:
             simulate=options.simulate,
             simulate_seconds=options.simulate_seconds,
             gpus=None if card.gpu is None else [card.gpu],
+            max_gpus=1 if self.cluster is not None else None,  # one card per GPU, as on one machine
         )
         if not resume and run_dir.exists():
             shutil.rmtree(run_dir)  # a run that never got its store (killed while being created): start afresh
-        search = prepare_run(written.root, self.settings, run_options)
+        search = prepare_run(written.root, self.settings, run_options, cluster=self.cluster)
         queue = search.subscribe()
 
         async def follow() -> None:
@@ -531,6 +546,9 @@ class _Bench:
             self.manifest.gpu_name = backend.gpu_name
             measured = next((e.ceilings for e in backend.evaluators if e.ceilings is not None), None)
             self.manifest.ceilings = measured or self.manifest.ceilings
+        elif isinstance(backend, ClusterBackend):
+            self.manifest.gpu_name = f"Dask cluster at {backend.cluster.address}"
+            self.manifest.ceilings = self.manifest.ceilings or backend.ceilings
 
     def _collect(self, card: BenchCard, run_dir: Path) -> None:
         """The run's promoted best and the baseline timed beside it."""
@@ -563,7 +581,10 @@ class _Bench:
             reps=VENDOR_REPS,
             flush_bytes=self.settings.eval.flush_bytes,
         )  # "cuda": the timer's process sees the lane's GPU only
-        reply = await timer.time(request)
+        if self.cluster is not None:
+            reply = await time_vendor(self.cluster, written, request)
+        else:
+            reply = await timer.time(request)
         card.vendor = vendor_result(vendor.library, reply)
 
 
@@ -603,68 +624,3 @@ def vendor_result(library: str, reply: VendorReply) -> VendorResult:
         timing = robust_stats(reply.samples_us)
         result.median_us, result.cv, result.reps = timing.median_us, timing.cv, timing.reps
     return result
-
-
-class VendorTimer:
-    """The vendor timing process of one GPU lane (`python -m kernelforge_tui.suite.vendor_timing`), kept for the
-    lane's cards so torch's import and CUDA start-up are paid once. It is pinned to the lane's GPU as the evaluation
-    worker is (CUDA_VISIBLE_DEVICES). A process that answers with an error (a faulting vendor call may leave its CUDA
-    context unusable), hangs past the timeout or dies is ended; the next card starts a fresh one."""
-
-    def __init__(
-        self, gpu: int | None = None, timeout_s: float = VENDOR_TIMEOUT_S, argv: Sequence[str] | None = None
-    ) -> None:
-        """`argv` replaces the process's command (tests run stand-ins that die)."""
-        self.gpu = gpu
-        self.timeout_s = timeout_s
-        self.argv = list(argv or [sys.executable, "-m", "kernelforge_tui.suite.vendor_timing"])
-        self.process: asyncio.subprocess.Process | None = None
-        self.started = 0
-        """Processes started so far (one per lane while nothing goes wrong)."""
-        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=VENDOR_STDERR_LINES)
-        self._drain: asyncio.Task[None] | None = None
-
-    async def _start(self) -> asyncio.subprocess.Process:
-        self.started += 1
-        self.stderr_tail.clear()
-        process, self._drain = await spawn_worker(self.argv, self.stderr_tail, self.gpu)
-        return process
-
-    async def time(self, request: VendorRequest) -> VendorReply:
-        """The request's reply; a crash or a hang is the reply's error."""
-        if self.process is None or self.process.returncode is not None:
-            self.process = await self._start()
-        process = self.process
-        assert process.stdin is not None and process.stdout is not None
-        try:
-            process.stdin.write(request.model_dump_json().encode() + b"\n")
-            await process.stdin.drain()
-            async with asyncio.timeout(self.timeout_s):
-                line = await process.stdout.readline()
-        except TimeoutError:
-            await self.close()
-            return VendorReply(error=f"no answer within {self.timeout_s:g} s: the vendor timing was killed")
-        except (BrokenPipeError, ConnectionResetError):
-            line = b""
-        except asyncio.CancelledError:
-            await self.close()
-            raise
-        try:
-            reply = VendorReply.model_validate_json(line)
-        except ValidationError:
-            await self.close()
-            tail = tail_text(self.stderr_tail, VENDOR_STDERR_LINES)
-            return VendorReply(error=f"the vendor timing exited {process.returncode} without a reply: {tail}")
-        if reply.error:
-            await self.close()
-        return reply
-
-    async def close(self) -> None:
-        """End the process (its process group: whatever it started goes with it)."""
-        process, self.process = self.process, None
-        if process is None:
-            return
-        kill_group(process)
-        await process.wait()
-        if self._drain is not None:
-            await self._drain  # stderr ends with the process: its last lines are all kept

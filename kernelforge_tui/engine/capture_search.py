@@ -69,6 +69,9 @@ class CaptureOptimizeOptions(BaseModel):
     root: Path | None = None
     """Where the runs go (default: CAPTURE_DIR/runs)."""
     max_gpus: int | None = Field(default=None, ge=1)
+    cluster: str | None = None
+    """A Dask scheduler's address: each variant's search uses every GPU of the cluster (one search at a time, as the
+    budget is split between them in order)."""
 
 
 class VariantResult(BaseModel):
@@ -362,6 +365,7 @@ async def _search(
         simulate=options.simulate,
         simulate_seconds=options.simulate_seconds,
         max_gpus=options.max_gpus,
+        cluster=options.cluster,
     )
     search = prepare_run(card, settings, run_options)
     result.run_dir = search.store.run_dir

@@ -20,7 +20,7 @@ from enum import IntEnum
 from typing import Any
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.engine.backend import ElasticBackend, EvaluationBackend, PipelinedBackend
+from kernelforge_tui.engine.backend import EVALUATING, ElasticBackend, EvaluationBackend, PipelinedBackend
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import PipelineSettings
 from kernelforge_tui.engine.tree import Tree
@@ -265,6 +265,7 @@ class Pipeline:
                 self._give_back(node_id)
                 continue
             source, plan = self.store.node_source(node_id)
+            EVALUATING.set(node_id)
             try:
                 evaluation = await self.backend.evaluate(source, plan)
             except Exception as exc:  # a backend that raises fails this candidate, not the search

@@ -92,9 +92,12 @@ def _recorded(store: RunStore) -> RecordedRun:
     return RecordedRun(store.run_dir, store.card_dir(), store.settings(RunSettings), store.run_info())
 
 
-def prepare_run(card_dir: Path | None, settings: Settings, options: RunOptions) -> Search:
+def prepare_run(
+    card_dir: Path | None, settings: Settings, options: RunOptions, cluster: Cluster | None = None
+) -> Search:
     """A search ready to `run()` on a new run of the card in `card_dir`, or (`options.resume`) on the recorded
-    run continued (`card_dir` then only says where the card moved); the caller closes `search.store`.
+    run continued (`card_dir` then only says where the card moved); the caller closes `search.store`. `cluster`: a
+    connection the caller shares between several searches (a bench), instead of the options' address.
 
     BadInput for what cannot run as given; NoGpuError when no GPU can evaluate (found out before a new run's
     directory is made, so none is left behind). A resume becomes the run's one writer first, so a run live
@@ -115,7 +118,7 @@ def prepare_run(card_dir: Path | None, settings: Settings, options: RunOptions) 
         if llm is not None:
             pipeline = run_settings.pipeline.model_copy(update={"max_expanding": settings.llm.agents.expansions})
             run_settings = run_settings.model_copy(update={"pipeline": pipeline})
-        backend = make_backend(card, settings, options, resumed=store is not None)
+        backend = make_backend(card, settings, options, resumed=store is not None, cluster=cluster)
         if store is not None:
             store.set_settings(run_settings)
         else:
@@ -283,7 +286,9 @@ def make_backend(
         simulation = Simulation(eval_seconds=options.simulate_seconds) if options.simulate else None
         shared = cluster is not None
         cluster = cluster or Cluster(str(address), settings)
-        return ClusterBackend(card, settings, cluster, simulation=simulation, owns_cluster=not shared)
+        return ClusterBackend(
+            card, settings, cluster, simulation=simulation, owns_cluster=not shared, max_lanes=options.max_gpus
+        )
     if options.simulate:
         return SimulatedBackend(card, make_builder(settings), eval_seconds=options.simulate_seconds)
     try:

@@ -1,5 +1,5 @@
 """The long-lived Python subprocesses that answer JSON lines on stdin/stdout: the GPU worker (`evaluate.GpuWorker`)
-and the bench's vendor timing (`engine.bench.VendorTimer`) start and kill theirs here, so both are pinned, isolated
+and the vendor timing (`engine.vendor_timer.VendorTimer`) start and kill theirs here, so both are pinned, isolated
 and drained the same way.
 """
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from kernelforge_tui.models.events import LogLine
 
@@ -62,3 +62,29 @@ class UnreadableRow(BaseModel):
 
     def log_line(self) -> LogLine:
         return LogLine(level="warning", text=f"{self.table} row {self.row_id} ({self.kind}) skipped: {self.error}")
+
+
+class WorkerStatus(BaseModel):
+    """One worker of a Dask cluster as a search's coordinator sees it."""
+
+    address: str
+    host: str
+    gpus: int
+    """GPU resources it offers (0: a CPU worker, for builds)."""
+    running: list[str] = Field(default_factory=list)
+    """What its GPUs work on now: `card #node` per evaluation or profile in flight."""
+    evaluations: int = 0
+    """Evaluations it finished for this process."""
+
+
+class ClusterStatus(BaseModel):
+    """A cluster at a glance, for the views: its workers, what each GPU is on, and the throughput."""
+
+    address: str
+    workers: list[WorkerStatus]
+    evaluations_per_minute: float
+    """Evaluations finished per minute since this process connected."""
+
+    @property
+    def gpus(self) -> int:
+        return sum(w.gpus for w in self.workers)

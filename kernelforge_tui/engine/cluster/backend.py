@@ -16,14 +16,16 @@ GPUs as it would on one machine.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
-from kernelforge_tui.engine.backend import SIMULATED, Lanes
+from kernelforge_tui.engine.backend import EVALUATING, SIMULATED
 from kernelforge_tui.engine.cluster.remote import (
     CardPackage,
     Hosting,
@@ -37,6 +39,7 @@ from kernelforge_tui.engine.cluster.remote import (
     nvcc_here,
     pack_card,
     profile_remote,
+    vendor_remote,
 )
 from kernelforge_tui.errors import BadInput, BaselineFailed, NoGpu
 from kernelforge_tui.gpu.build import DEFAULT_ARCH, Builder, build_failure
@@ -51,8 +54,10 @@ from kernelforge_tui.gpu.profile import (
     ProfilingUnavailable,
 )
 from kernelforge_tui.gpu.profiling import build_for_profile
-from kernelforge_tui.models.evaluation import BuildResult, Evaluation
+from kernelforge_tui.models.evaluation import BuildResult, Ceilings, Evaluation
 from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.models.runs import ClusterStatus, WorkerStatus
+from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
 
 GPU = "GPU"
 """The Dask resource a worker offers per GPU it owns, and every evaluation and profile asks for."""
@@ -77,27 +82,39 @@ class Cluster:
         """A `distributed.Client` (Dask is an optional extra, and only partly typed)."""
         self._workers: dict[str, dict[str, Any]] = {}
         self._changed = asyncio.Event()
+        self._connecting = asyncio.Lock()
         self._watcher: asyncio.Task[None] | None = None
         self._version: str | None = None
+        self.slots = GpuSlots()
+        """The GPUs, shared by every search of this process that uses the cluster."""
+        self.running: dict[str, list[str]] = collections.defaultdict(list)
+        """Worker address -> what its GPUs work on now (`card #node`)."""
+        self.finished: collections.Counter[str] = collections.Counter()
+        """Worker address -> evaluations it finished for this process."""
+        self._since = time.monotonic()
 
     async def client(self) -> Any:
         """The client, connected at the first call (the address is checked then, with a clear error)."""
-        if self._client is None:
-            try:
-                import distributed
-            except ImportError:
-                raise BadInput(DASK_MISSING) from None
-            connect: Any = distributed.Client
-            try:
-                self._client = await connect(self.address, asynchronous=True, timeout=self.settings.wait_s)
-            except (OSError, TimeoutError) as exc:
-                raise ClusterUnavailable(
-                    f"no Dask scheduler answers at {self.address} ({exc}): start one with `dask scheduler` and give "
-                    "its address (tcp://host:8786) to --cluster"
-                ) from None
-            await self._refresh()
-            self._watcher = asyncio.create_task(self._watch(), name="cluster-watch")
+        async with self._connecting:  # the searches of a bench start at once: one connection for them all
+            if self._client is None:
+                await self._connect()
         return self._client
+
+    async def _connect(self) -> None:
+        try:
+            import distributed
+        except ImportError:
+            raise BadInput(DASK_MISSING) from None
+        connect: Any = distributed.Client
+        try:
+            self._client = await connect(self.address, asynchronous=True, timeout=self.settings.wait_s)
+        except (OSError, TimeoutError) as exc:
+            raise ClusterUnavailable(
+                f"no Dask scheduler answers at {self.address} ({exc}): start one with `dask scheduler` and give "
+                "its address (tcp://host:8786) to --cluster"
+            ) from None
+        await self._refresh()
+        self._watcher = asyncio.create_task(self._watch(), name="cluster-watch")
 
     async def _refresh(self) -> None:
         assert self._client is not None
@@ -105,6 +122,7 @@ class Cluster:
         workers: dict[str, dict[str, Any]] = identity.get("workers", {})
         changed = set(workers) != set(self._workers) or self.gpus(workers) != self.gpus()
         self._workers = workers
+        self.slots.follow(workers)
         if changed:
             self._changed.set()
 
@@ -119,6 +137,23 @@ class Cluster:
         """How many GPU resources the cluster's workers offer now."""
         found = self._workers if workers is None else workers
         return sum(int(w.get("resources", {}).get(GPU, 0)) for w in found.values())
+
+    def status(self) -> ClusterStatus:
+        """The workers, what each GPU is on, and the throughput: for the views."""
+        minutes = max(1e-9, (time.monotonic() - self._since) / 60)
+        workers = [
+            WorkerStatus(
+                address=addr,
+                host=str(info.get("host", "")),
+                gpus=int(info.get("resources", {}).get(GPU, 0)),
+                running=list(self.running.get(addr, [])),
+                evaluations=self.finished[addr],
+            )
+            for addr, info in sorted(self._workers.items())
+        ]
+        return ClusterStatus(
+            address=self.address, workers=workers, evaluations_per_minute=sum(self.finished.values()) / minutes
+        )
 
     def workers(self) -> dict[str, dict[str, Any]]:
         """The scheduler's last word on its workers (address -> its identity), for the views."""
@@ -172,40 +207,77 @@ class Cluster:
             self._client = None
 
 
+Slot = tuple[str, int]
+"""A GPU of the cluster: its worker's address and that worker's generation (a worker that went and came back at
+the same address is a new generation: the slots of the old one are void)."""
+
+
 class GpuSlots:
-    """The cluster's GPUs as slots (a worker's address, once per GPU it offers), handed out first come, first
-    served. A slot is tagged with its worker's generation: when a worker goes, its slots (free or in use) are void,
-    and the same address coming back brings new ones."""
+    """The cluster's GPUs as slots (a worker's address, once per GPU it offers), handed out first come, first served,
+    to the searches of this process. A search asks for the worker it used last (its card is loaded there), and gets
+    it when it is free; a slot that comes back goes to a waiter that asked for its worker, else to the longest one."""
 
     def __init__(self) -> None:
-        self._lanes: Lanes[tuple[str, int]] = Lanes()
+        self._free: list[Slot] = []
+        self._waiters: collections.deque[tuple[str | None, asyncio.Future[Slot]]] = collections.deque()
         self._offered: dict[str, int] = {}
         self._generation: dict[str, int] = {}
 
     def follow(self, workers: dict[str, dict[str, Any]]) -> None:
         """Add the slots of workers that came (or offer more GPUs), void those of workers that went."""
         offered = {addr: int(w.get("resources", {}).get(GPU, 0)) for addr, w in workers.items()}
+        offered = {addr: count for addr, count in offered.items() if count}
         for addr in set(self._offered) - set(offered):
             self._generation[addr] = self._generation.get(addr, 0) + 1
-        for addr, count in offered.items():
-            for _ in range(count - self._offered.get(addr, 0)):
-                self._lanes.release((addr, self._generation.get(addr, 0)))
-        self._offered = {addr: count for addr, count in offered.items() if count}
+        added = [
+            (addr, self._generation.get(addr, 0))
+            for addr, count in offered.items()
+            for _ in range(count - self._offered.get(addr, 0))
+        ]
+        self._offered = offered
+        self._free = [slot for slot in self._free if self._valid(slot)]
+        for slot in added:
+            self._hand_over(slot)
 
-    def _valid(self, slot: tuple[str, int]) -> bool:
+    def _valid(self, slot: Slot) -> bool:
         addr, generation = slot
         return addr in self._offered and self._generation.get(addr, 0) == generation
 
+    def _hand_over(self, slot: Slot) -> None:
+        """A free slot: to a waiter that asked for its worker, else to the longest waiter, else to the free list."""
+        live = [w for w in self._waiters if not w[1].done()]
+        chosen = next((w for w in live if w[0] == slot[0]), live[0] if live else None)
+        self._waiters = collections.deque(live)
+        if chosen is None:
+            self._free.append(slot)
+            return
+        self._waiters.remove(chosen)
+        chosen[1].set_result(slot)
+
+    async def _acquire(self, prefer: str | None) -> Slot:
+        if self._free and not any(not w[1].done() for w in self._waiters):
+            slot = next((s for s in self._free if s[0] == prefer), self._free[0])
+            self._free.remove(slot)
+            return slot
+        waiter: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
+        self._waiters.append((prefer, waiter))
+        try:
+            return await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._hand_over(waiter.result())  # handed over just as we were cancelled: pass it on
+            raise
+
     @contextlib.asynccontextmanager
-    async def slot(self) -> AsyncIterator[str]:
-        """A free GPU's worker, held for the block."""
-        while not self._valid(slot := await self._lanes.acquire()):
+    async def slot(self, prefer: str | None = None) -> AsyncIterator[str]:
+        """A free GPU's worker (`prefer`'s when it is free), held for the block."""
+        while not self._valid(slot := await self._acquire(prefer)):
             pass  # its worker went: the slot is dropped
         try:
             yield slot[0]
         finally:
             if self._valid(slot):
-                self._lanes.release(slot)
+                self._hand_over(slot)
 
 
 class ClusterBuilder(Builder):
@@ -250,14 +322,19 @@ class ClusterBackend:
         *,
         simulation: Simulation | None = None,
         owns_cluster: bool = True,
+        max_lanes: int | None = None,
     ) -> None:
         """`simulation`: workers simulate timings (the simulated backend's, on fake GPU resources) instead of
-        measuring on their GPUs. `owns_cluster`: `close` closes the connection too (not when a bench shares it)."""
+        measuring on their GPUs. `owns_cluster`: `close` closes the connection too (not when a bench shares it).
+        `max_lanes`: evaluations at once at most (a bench runs one card per GPU: one each)."""
         self.card = card
         self.settings = settings
         self.cluster = cluster
         self.simulation = simulation
         self.owns_cluster = owns_cluster
+        self.max_lanes = max_lanes
+        self.ceilings: Ceilings | None = None
+        """The first GPU's measured ceilings that came back with an evaluation (a bench's report uses them)."""
         self.name = SIMULATED if simulation is not None else "gpu"
         self.lanes = 1
         self.gpu_name = f"cluster {cluster.address}"
@@ -266,15 +343,13 @@ class ClusterBackend:
         self._package: Any = None
         """The card's package on the cluster: a `distributed.Future` that every GPU task depends on."""
         self._sending = asyncio.Lock()
-        self._slots = GpuSlots()
+        self._last_worker: str | None = None
+        """Where this search's last task ran: its card is loaded there, so the next one goes there when it can."""
         self._hosting: Hosting | None = None
-        self.measured_on: dict[str, int] = {}
-        """Evaluations per GPU (`host GPU n name`) in this session: the views show where the work went."""
 
     async def start(self) -> None:
         """Wait for a GPU worker, build the harness's helpers and the baseline, send the card to the cluster."""
-        self.lanes = await self.cluster.wait_for_gpus()
-        self._slots.follow(self.cluster.workers())
+        self.lanes = self._capped(await self.cluster.wait_for_gpus())
         arch = self.settings.build.arch
         if arch is None and self.simulation is None:
             arch = await self.cluster.first_gpu_arch()
@@ -302,13 +377,13 @@ class ClusterBackend:
     async def lanes_changed(self, lanes: int) -> int:
         """Wait until the cluster's GPU count is not `lanes` any more; the new count (at least 1: with none, the
         work waits here until a GPU worker comes)."""
-        while True:
-            self._slots.follow(self.cluster.workers())
-            if max(1, self.cluster.gpus()) != lanes:
-                break
+        while self._capped(self.cluster.gpus()) == lanes:
             await self.cluster.changed()
-        self.lanes = max(1, self.cluster.gpus())
+        self.lanes = self._capped(self.cluster.gpus())
         return self.lanes
+
+    def _capped(self, gpus: int) -> int:
+        return max(1, min(gpus, self.max_lanes or gpus))
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
         assert self.builder is not None, "start() first"
@@ -324,7 +399,9 @@ class ClusterBackend:
         verdict = await self._on_a_gpu(evaluate_remote, shipped(built), source, plan.model_dump_json())
         assert verdict.evaluation is not None
         evaluation = Evaluation.model_validate_json(verdict.evaluation)
-        self.measured_on[verdict.measured_on] = self.measured_on.get(verdict.measured_on, 0) + 1
+        self.cluster.finished[verdict.worker] += 1
+        if verdict.ceilings is not None and self.ceilings is None:
+            self.ceilings = Ceilings.model_validate_json(verdict.ceilings)
         return evaluation.model_copy(update={"build": built, "measured_on": verdict.measured_on})
 
     async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile:
@@ -352,7 +429,11 @@ class ClusterBackend:
         resubmits = self.settings.cluster.resubmits
         while True:
             package = self._package
-            async with self._slots.slot() as worker:
+            async with self.cluster.slots.slot(self._last_worker) as worker:
+                self._last_worker = worker
+                node = EVALUATING.get()
+                doing = self.card.spec.name + (f" #{node}" if node is not None else "")
+                self.cluster.running[worker].append(doing)
                 future = client.submit(
                     task, package, self._hosting, *args, resources={GPU: 1}, workers=[worker], allow_other_workers=True
                 )
@@ -365,6 +446,7 @@ class ClusterBackend:
                     resubmits -= 1
                 finally:
                     future.release()
+                    self.cluster.running[worker].remove(doing)
             await self._send_card(package)
 
     async def _send_card(self, lost: Any = None) -> None:
@@ -383,3 +465,24 @@ class ClusterBackend:
             self._package.release()
         if self.owns_cluster:
             await self.cluster.close()
+
+
+async def time_vendor(cluster: Cluster, card: Card, request: VendorRequest) -> VendorReply:
+    """The card's vendor library timed on a free GPU of the cluster (the bench's column beside each search)."""
+    package = await asyncio.to_thread(pack_card, card, [])
+    client = await cluster.client()
+    async with cluster.slots.slot() as worker:
+        cluster.running[worker].append(f"{card.spec.name} (vendor)")
+        try:
+            reply = await client.submit(
+                vendor_remote,
+                package,
+                request.model_dump_json(),
+                resources={GPU: 1},
+                workers=[worker],
+                allow_other_workers=True,
+                pure=False,
+            )
+        finally:
+            cluster.running[worker].remove(f"{card.spec.name} (vendor)")
+    return VendorReply.model_validate_json(reply)

@@ -34,6 +34,7 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.backend import SimulatedBackend
+from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import KernelForgeError
 from kernelforge_tui.gpu.build import Builder, build_failure
 from kernelforge_tui.gpu.detect import detect_gpus, gpu_label
@@ -42,6 +43,7 @@ from kernelforge_tui.gpu.profile import ProfileError
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
 from kernelforge_tui.models.evaluation import BuildResult, Evaluation
 from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
 
 T = TypeVar("T")
 
@@ -98,6 +100,10 @@ class Verdict(BaseModel):
     profile: str | None = None
     refusal: ProfileRefusal | None = None
     measured_on: str
+    worker: str
+    """The Dask worker's address."""
+    ceilings: str | None = None
+    """The GPU's measured ceilings (`Ceilings` as JSON), None when simulated: a bench's report needs them."""
     """`host GPU-index name` (or `host simulated`): which GPU measured it."""
 
 
@@ -139,9 +145,6 @@ class HostedCard:
     """One card on one worker: unpacked once, its evaluation backend started once."""
 
     def __init__(self, package: CardPackage, hosting: Hosting, root: Path, worker: str) -> None:
-        root.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(package.data)) as archive:
-            archive.extractall(root, filter="data")
         self.card = load_card(root / "card")
         self.settings = Settings.model_validate_json(hosting.settings)
         self.builder = ShippedBuilder(hosting.toolchain, root / "cubins")
@@ -191,11 +194,23 @@ class WorkerHost:
         self.cards: collections.OrderedDict[str, HostedCard] = collections.OrderedDict()
         self.root = Path(tempfile.mkdtemp(prefix="kernelforge-worker-"))
         self.lock = asyncio.Lock()
+        self.vendor: VendorTimer | None = None
+        """The vendor library's timing process on this worker's GPU (made at the first vendor task)."""
 
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run `work` on the host's loop and wait for it (called from a Dask task's thread)."""
         done: Future[T] = asyncio.run_coroutine_threadsafe(work, self.loop)
         return done.result()
+
+    def unpacked(self, package: CardPackage) -> Path:
+        """Where the package's card directory is on this worker (`root/card`), unpacked at its first task."""
+        root = self.root / package.digest[:16]
+        if not (root / "card").is_dir():
+            scratch = Path(tempfile.mkdtemp(dir=self.root))
+            with tarfile.open(fileobj=io.BytesIO(package.data)) as archive:
+                archive.extractall(scratch, filter="data")
+            scratch.rename(root)
+        return root
 
     async def card(self, package: CardPackage, hosting: Hosting, build: ShippedBuild | None) -> HostedCard:
         """The card hosted and started, with `build` (the candidate's) in its cache."""
@@ -203,7 +218,8 @@ class WorkerHost:
         async with self.lock:
             hosted = self.cards.get(key)
             if hosted is None:
-                hosted = HostedCard(package, hosting, self.root / key, self.worker)
+                root = await asyncio.to_thread(self.unpacked, package)
+                hosted = HostedCard(package, hosting, root, self.worker)
                 self.cards[key] = hosted
                 while len(self.cards) > HOSTED_CARDS:
                     _, oldest = self.cards.popitem(last=False)
@@ -271,7 +287,13 @@ async def _evaluate(
     hosted = await host().card(package, hosting, build)
     backend = await hosted.started()
     evaluation: Evaluation = await backend.evaluate(source, plan)
-    return Verdict(evaluation=evaluation.model_dump_json(), measured_on=hosted.measured_on)
+    ceilings = backend.ceilings.model_dump_json() if isinstance(backend, Evaluator) and backend.ceilings else None
+    return Verdict(
+        evaluation=evaluation.model_dump_json(),
+        measured_on=hosted.measured_on,
+        worker=hosted.worker,
+        ceilings=ceilings,
+    )
 
 
 def profile_remote(
@@ -300,8 +322,21 @@ async def _profile(
             profile = await service.profile(kernel, measured_us)
     except ProfileError as exc:
         refusal = ProfileRefusal(kind=type(exc).__name__, message=exc.message, fix=exc.fix)
-        return Verdict(refusal=refusal, measured_on=hosted.measured_on)
-    return Verdict(profile=profile.model_dump_json(), measured_on=hosted.measured_on)
+        return Verdict(refusal=refusal, measured_on=hosted.measured_on, worker=hosted.worker)
+    return Verdict(profile=profile.model_dump_json(), measured_on=hosted.measured_on, worker=hosted.worker)
+
+
+def vendor_remote(package: CardPackage, request: str) -> str:
+    """A vendor timing task (on a worker with the GPU resource): the card's vendor library timed on that GPU by the
+    worker's own timing process (pinned as the worker is, by its CUDA_VISIBLE_DEVICES); the reply as JSON."""
+    return host().run(_vendor(package, VendorRequest.model_validate_json(request))).model_dump_json()
+
+
+async def _vendor(package: CardPackage, request: VendorRequest) -> VendorReply:
+    here = host()
+    root = await asyncio.to_thread(here.unpacked, package)
+    here.vendor = here.vendor or VendorTimer()
+    return await here.vendor.time(request.model_copy(update={"card_dir": root / "card"}))
 
 
 def nvcc_here() -> str | None:
