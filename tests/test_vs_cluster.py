@@ -1,0 +1,44 @@
+"""bench/vs_cluster.py without a GPU: a scheduler and two workers started with Dask's own commands (fake GPUs), the
+same search on the in-process lanes and through the cluster, a small bench through it, and the table."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from kernelforge_tui.suite import cards as suite_cards
+from kernelforge_tui.suite.registry import task
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("vs_cluster", ROOT / "bench" / "vs_cluster.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["vs_cluster"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_search_through_the_cluster_against_the_in_process_lanes(tmp_path: Path) -> None:
+    vs_cluster = load_script()
+    card = suite_cards.write(task("vector_add"), "float32", 2**10, tmp_path / "cards")
+    out = tmp_path / "out"
+    assert vs_cluster.main([str(card.root), "--out", str(out), "--iters", "6", "--simulate", "--simulate-seconds",
+                            "0.1", "--bench-tasks", "vector_add", "--bench-iters", "3"]) == 0  # fmt: skip
+    result = json.loads((out / "vs_cluster.json").read_text())
+    local, cluster = result["searches"]
+    assert local["candidates"] == cluster["candidates"] == 6 and local["gpus"] == 1 and cluster["gpus"] == 2
+    assert local["measured_on"] == {}  # the in-process simulation names no GPU
+    assert len(cluster["measured_on"]) == 2 and sum(cluster["measured_on"].values()) == 7  # both workers, baseline too
+    assert all("(worker tcp://" in label for label in cluster["measured_on"])
+    bench = result["bench"]
+    assert bench["cards"] == bench["finished"] == 2 and bench["overlapping"] and len(bench["measured_on"]) == 2
+    table = (out / "vs_cluster.md").read_text()
+    assert "SIMULATED" in table and "| cluster (2 workers) | 2 | 6 |" in table
+    assert "2 of 2 cards finished" in table and "cards searched at the same time" in table
+    assert not list(out.glob("scheduler.json")) or json.loads((out / "scheduler.json").read_text())["address"]
