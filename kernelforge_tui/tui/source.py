@@ -3,8 +3,9 @@
 The app knows a run only as a `RunSource`, with two implementations: `LiveSearchSource` wraps a search
 running in this process (its event queue, its `send`); `StoreSource` follows a run's SQLite store,
 finished or written live by another process, and steers it by recording commands there. The reads
-(`snapshot`, `node_source`, `evaluation`, `profile`, and the LLM reads of `LlmReads`) block on SQLite, so the
-app makes them from thread workers and never on the UI loop; `poll_events` never blocks the loop. No Textual here.
+(`snapshot`, `node_source`, `evaluation`, `profile`, `measured_on`, and the LLM reads of `LlmReads`) block on
+SQLite, so the app makes them from thread workers and never on the UI loop; `poll_events` and `cluster_status` (the
+workers of a cluster the search in this process measures on) never block the loop. No Textual here.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from kernelforge_tui.models.events import EngineEvent, StateChanged
 from kernelforge_tui.models.llm import LlmCall, ModelRecord
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.rewards import Reward
-from kernelforge_tui.models.runs import UnreadableRow
+from kernelforge_tui.models.runs import ClusterStatus, UnreadableRow
 from kernelforge_tui.store import RunStore, UnknownNode, UnreadableRecord
 
 T = TypeVar("T")
@@ -112,6 +113,15 @@ class RunSource(Protocol):
         blocking: call it from a thread). BadInput when the directory cannot be written."""
         ...
 
+    def cluster_status(self) -> ClusterStatus | None:
+        """The cluster the search measures on, now: its workers, what each GPU is on, the throughput (no I/O).
+        None unless the search runs on a cluster in this process (only its coordinator knows its workers)."""
+        ...
+
+    def measured_on(self) -> dict[str, int]:
+        """How many evaluations each GPU measured, from the store (blocking: call it from a thread)."""
+        ...
+
 
 class AgentFacts(BaseModel):
     """What the agents left on a node: the judge's score of its edit, and the failed node it repairs."""
@@ -155,8 +165,24 @@ def llm_reads(source: object) -> LlmReads:
     return source if isinstance(source, LlmReads) else NoLlmReads()
 
 
+class ClusterStatusReader(Protocol):
+    def status(self) -> ClusterStatus: ...
+
+
+@runtime_checkable
+class OnACluster(Protocol):
+    """A backend that measures on a cluster: engine.cluster's ClusterBackend, known here by its shape (the TUI never
+    imports the cluster's side, which needs Dask)."""
+
+    @property
+    def cluster(self) -> ClusterStatusReader: ...
+
+
 class InProcessSearch(Protocol):
-    """What the TUI needs of a search it drives: its events and its commands."""
+    """What the TUI needs of a search it drives: its events, its commands, and its backend (a cluster's status)."""
+
+    @property
+    def backend(self) -> object: ...
 
     def subscribe(self) -> asyncio.Queue[EngineEvent]: ...
 
@@ -226,6 +252,9 @@ class _StoreReads:
             return AgentFacts(judge_score=record.judge_score, repair_of=record.repair_of)
 
         return self._use(read)
+
+    def measured_on(self) -> dict[str, int]:
+        return self._use(lambda store: store.measured_on()) or {}
 
 
 class StoreSource(_StoreReads):
@@ -310,6 +339,10 @@ class StoreSource(_StoreReads):
     async def run(self) -> None:
         return None
 
+    def cluster_status(self) -> ClusterStatus | None:
+        """None: the workers are known only to the process that runs the search."""
+        return None
+
     async def close(self) -> None:
         """Detach: the other process's search carries on untouched."""
         await asyncio.to_thread(self._close)
@@ -356,6 +389,10 @@ class LiveSearchSource(_StoreReads):
 
     async def send(self, command: EngineCommand) -> None:
         await self.search.send(command)
+
+    def cluster_status(self) -> ClusterStatus | None:
+        backend = self.search.backend
+        return backend.cluster.status() if isinstance(backend, OnACluster) else None
 
     async def run(self) -> None:
         try:

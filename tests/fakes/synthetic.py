@@ -48,6 +48,7 @@ from kernelforge_tui.models.events import (
 from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.models.profiles import Metric, NodeProfile, ProfileReport, Unit
 from kernelforge_tui.models.rewards import Reward, RewardTerm
+from kernelforge_tui.models.runs import ClusterStatus
 from kernelforge_tui.tui.source import NodeSource, ProfileRead
 
 T0 = 1_700_000_000.0
@@ -323,6 +324,13 @@ class SyntheticSource:
 
     async def run(self) -> None:
         return None
+
+    def cluster_status(self) -> ClusterStatus | None:
+        return None
+
+    def measured_on(self) -> dict[str, int]:
+        self._reading()
+        return {}
 
     async def close(self) -> None:
         self.closed = True
