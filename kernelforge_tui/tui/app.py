@@ -53,6 +53,7 @@ from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, bindings
 from kernelforge_tui.tui.screens import (
     ChartScreen,
+    ClusterScreen,
     ConversationScreen,
     EditorScreen,
     ExportScreen,
@@ -64,6 +65,7 @@ from kernelforge_tui.tui.screens.editor import edit_externally, keep_edit, uncha
 from kernelforge_tui.tui.source import NodeSource, RunSource, llm_reads
 from kernelforge_tui.tui.themes import load_themes, resolve_theme
 from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, RunHeaderBar, SearchTree, StreamPane
+from kernelforge_tui.tui.widgets.cluster import cluster_text
 from kernelforge_tui.tui.widgets.diff import DIFF_BASES, DiffBase
 from kernelforge_tui.tui.widgets.metrics import NodeDetail
 from kernelforge_tui.tui.widgets.stream import WAITING_ELSEWHERE, WAITING_HERE
@@ -166,6 +168,8 @@ class KernelForgeApp(App[None]):
         if self.ssh:
             self.animation_level = "none"
         self.quitting = False
+        self.cluster = ""
+        """Where the search measures, as the header says it (`cluster_text`); empty when not on a cluster here."""
         self._enabled: tuple[bool, str | None] | None = None
         """(steerable, the selected node's status) as the footer last showed it; None until the first focus."""
 
@@ -198,10 +202,13 @@ class KernelForgeApp(App[None]):
             self.query_one(DiffPane).show_message("waiting for the first candidate")
         self._enabled = self._enabled_state()
         tree.focus()  # a focus change redraws the footer's keys, as check_action answers now
-        hz = self.settings.ssh_refresh_hz if self.ssh else self.settings.refresh_hz
-        self.set_interval(1 / hz, self.pump, name="pump")
+        self.set_interval(1 / self._refresh_hz, self.pump, name="pump")
         if self.source.in_process:
             self.drive_engine()
+
+    @property
+    def _refresh_hz(self) -> float:
+        return self.settings.ssh_refresh_hz if self.ssh else self.settings.refresh_hz
 
     @work(thread=True, group="reads")
     def _read_snapshot(self) -> Snapshot:
@@ -217,6 +224,7 @@ class KernelForgeApp(App[None]):
         log.add(list(self.state.logs))
         self.query_one(StreamPane).waiting_note = WAITING_HERE if self.source.in_process else WAITING_ELSEWHERE
         self._update_header()
+        self._follow_cluster()
         self._update_stream()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -247,10 +255,19 @@ class KernelForgeApp(App[None]):
             self.exit()
 
     async def pump(self) -> None:
-        """Fold pending events in (called a few times a second)."""
+        """Fold pending events in, and follow the cluster the search measures on (called a few times a second)."""
         events = await self.source.poll_events()
         if events:
             self.apply_events(events)
+        self._follow_cluster()
+
+    def _follow_cluster(self) -> None:
+        """The header says where a search on a cluster measures now (its GPUs come and go, its throughput moves)."""
+        status = self.source.cluster_status()
+        cluster = cluster_text(status) if status is not None else ""
+        if cluster != self.cluster:
+            self.cluster = cluster
+            self._update_header()
 
     def apply_events(self, events: Iterable[EngineEvent]) -> Changes:
         changes = self.state.apply(events)
@@ -412,7 +429,7 @@ class KernelForgeApp(App[None]):
     def _update_header(self) -> None:
         state = self.state
         self.query_one(RunHeaderBar).show(
-            state.header, state.budget, len(state.nodes), state.failures, self.note, state.spend()
+            state.header, state.budget, len(state.nodes), state.failures, self.note, state.spend(), self.cluster
         )
         self.sub_title = state.header.card_name
 
@@ -661,6 +678,17 @@ class KernelForgeApp(App[None]):
     def action_models(self) -> None:
         """The run's providers and models compared (the same key closes them)."""
         self.push_screen(ModelsScreen(self.llm.model_records, close_keys=self._active_keys()["models"]))
+
+    def action_cluster(self) -> None:
+        """Where the run measures: the live cluster's workers, or the store's count per GPU (the same key closes it)."""
+        screen = ClusterScreen(
+            self.source.cluster_status,
+            self.source.measured_on,
+            in_process=self.source.in_process,
+            every_s=1 / self._refresh_hz,
+            close_keys=self._active_keys()["cluster"],
+        )
+        self.push_screen(screen)
 
     def action_toggle_follow_writing(self) -> None:
         self.follow_writing = not self.follow_writing

@@ -154,6 +154,7 @@ ACTIONS: tuple[Action, ...] = (
         "Stream kernels being written for any node, not only the selected",
     ),
     Action("models", "M", "models", "Models", "Compare the run's LLM providers and models: success, speedup, cost"),
+    Action("cluster", "C", "cluster", "Cluster", "Where the run measures: workers, GPUs, what each is on, throughput"),
     Action(
         "quit", "q", "quit_app", "Quit", "Quit (a search in this process stops cleanly; q again quits now)", show=True
     ),

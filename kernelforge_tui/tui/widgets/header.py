@@ -1,4 +1,5 @@
-"""The header line: state, best speedup, card, budget (with the LLM cost and token meters), rate, GPU, run."""
+"""The header line: state, best speedup, card, budget (with the LLM cost and token meters), rate, GPU (or the
+cluster: its GPUs and throughput), run."""
 
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ class RunHeaderBar(Static):
         failures: int,
         note: str = "",
         spend: Spend | None = None,
+        cluster: str = "",
     ) -> None:
         # One line, full width: its size never changes, so no layout (a layout reflows the whole screen).
-        self.update(self.render_header(header, budget, nodes, failures, note, spend), layout=False)
+        self.update(self.render_header(header, budget, nodes, failures, note, spend, cluster), layout=False)
 
     def _meter(self, text: Text, shown: str, used: float, cap: float | None) -> None:
         """A meter in the muted colour, in the warning colour from NEAR_CAP of its cap on."""
@@ -71,7 +73,9 @@ class RunHeaderBar(Static):
         failures: int,
         note: str = "",
         spend: Spend | None = None,
+        cluster: str = "",
     ) -> Text:
+        """`cluster`: where a search on a cluster measures now (`cluster_text`), said in place of the GPU's name."""
         muted = self._style("muted")
         kind = {"running": "running", "paused": "paused"}.get(header.state, "stopped")
         text = Text(no_wrap=True, overflow="crop", end="")
@@ -102,9 +106,10 @@ class RunHeaderBar(Static):
             self._meter(text, spend.tokens_text(), spend.tokens, spend.max_tokens)
         if budget is not None:
             text.append(f"  {budget.candidates_per_minute:.1f}/min", muted)
-        if header.gpu_name:
-            text.append(f"  {header.gpu_name}", muted)
-        if header.backend and header.backend not in header.gpu_name:
+        where = cluster or header.gpu_name
+        if where:
+            text.append(f"  {where}", muted)
+        if header.backend and header.backend not in where:
             text.append(f" ({header.backend})", muted)
         if header.run_id:
             text.append(f"  run {header.run_id}", muted)
