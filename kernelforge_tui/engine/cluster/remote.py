@@ -148,6 +148,7 @@ class HostedCard:
         self.card = load_card(root / "card")
         self.settings = Settings.model_validate_json(hosting.settings)
         self.builder = ShippedBuilder(hosting.toolchain, root / "cubins")
+        self.shipped: set[str] = set()
         self.ship(package.builds)
         self.hosting = hosting
         self.backend: Evaluator | SimulatedBackend | None = None
@@ -155,8 +156,11 @@ class HostedCard:
         self.measured_on = ""
 
     def ship(self, builds: list[ShippedBuild]) -> None:
+        """Put the coordinator's builds in this card's cache (each once: a candidate's comes with every task)."""
         for result, cubin in builds:
-            self.builder.remember(BuildResult.model_validate_json(result), cubin)
+            if result not in self.shipped:
+                self.builder.remember(BuildResult.model_validate_json(result), cubin)
+                self.shipped.add(result)
 
     async def started(self) -> Evaluator | SimulatedBackend:
         if self.backend is None:
