@@ -72,7 +72,7 @@ async def test_a_search_on_the_cluster_measures_what_the_local_search_measures(t
     assert "nothing left to expand" in info.reason
 
     remote = Harness(tmp_path / "cluster")
-    search = cluster_search(remote, two_gpus, Budget(), eval_seconds=0.01)
+    search = cluster_search(remote, two_gpus, Budget(), eval_seconds=0.05)
     cluster_info = await search.run()
 
     assert cluster_info.node_count == info.node_count > 10
@@ -221,3 +221,14 @@ def test_a_bench_spreads_its_cards_over_the_cluster_with_the_results_of_one_mach
         return [(c.card, c.state, c.candidates, c.best_speedup, c.baseline_us, c.best_us) for c in manifest.cards]
 
     assert content(spread) == content(one)
+
+
+def test_doctor_checks_the_cluster(two_gpus: str) -> None:
+    out = kernelforge("doctor", "--json", "--cluster", two_gpus, timeout=120)
+    [check] = [c for c in json.loads(out.stdout) if c["name"] == "cluster"]
+    assert check["ok"] and f"{two_gpus}: 2 workers, 2 GPUs, nvcc 1" in check["detail"]
+    assert out.returncode in (0, 1)  # the cluster evaluates: no GPU here is no longer exit code 3
+    down = kernelforge("doctor", "--json", "--cluster", "tcp://127.0.0.1:9", env={"KERNELFORGE_CLUSTER__WAIT_S": "1"})
+    [check] = [c for c in json.loads(down.stdout) if c["name"] == "cluster"]
+    assert not check["ok"] and "no Dask scheduler answers" in check["detail"] and "--resources GPU=1" in check["fix"]
+    assert down.returncode == 3

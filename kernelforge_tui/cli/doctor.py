@@ -1,5 +1,6 @@
 """`kernelforge doctor`: what this machine has for each stage (Python, nvcc, the sandbox, GPU, pycuda, ncu, torch),
-and whether each configured LLM model answers: a one-token streamed request to its provider, and what is wrong when
+whether a Dask cluster (`--cluster`, or the configured one) answers with GPU workers, and whether each configured
+LLM model answers: a one-token streamed request to its provider, and what is wrong when
 it does not (unreachable, no key, bad key, unknown model, no streaming, timeout). The key itself is never shown.
 
 Its exit code says whether the main job, building, proving and timing kernels, can run here: 1 when nothing can be
@@ -37,7 +38,8 @@ from kernelforge_tui.config import (
     config_file,
     load_settings,
 )
-from kernelforge_tui.errors import NoGpu
+from kernelforge_tui.engine.cluster.backend import Cluster
+from kernelforge_tui.errors import KernelForgeError, NoGpu
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem
 from kernelforge_tui.gpu.sandbox import sandbox_status
@@ -62,8 +64,9 @@ class Check(BaseModel):
     rate_limited, server, bad_request, protocol, dropped."""
 
 
-def doctor_checks() -> list[Check]:
-    """What this machine has for each stage, and the fix for what it lacks."""
+def doctor_checks(cluster: str | None = None) -> list[Check]:
+    """What this machine has for each stage, and the fix for what it lacks; with a cluster (`cluster`, else the
+    configured `[cluster] address`), whether its scheduler answers and what its workers offer."""
     checks: list[Check] = []
 
     def add(name: str, ok: bool, detail: str, fix: str = "") -> None:
@@ -121,8 +124,37 @@ def doctor_checks() -> list[Check]:
         install_fix("torch") + " to capture PyTorch models",
     )
     if settings is not None:
+        address = cluster or settings.cluster.address
+        if address:
+            checks.append(asyncio.run(cluster_check(address, settings)))
         checks += llm_checks(settings.llm)
     return checks
+
+
+CLUSTER_PROBE_S = 10.0
+"""How long the doctor waits for the scheduler (and one worker's nvcc)."""
+
+
+async def cluster_check(address: str, settings: Settings) -> Check:
+    """The scheduler answers; its workers, their GPUs and their nvcc (asked of one): what a search there needs."""
+    probe = settings.cluster.model_copy(update={"wait_s": min(settings.cluster.wait_s, CLUSTER_PROBE_S)})
+    cluster = Cluster(address, settings.model_copy(update={"cluster": probe}))
+    fix = (
+        f"start one worker per GPU: CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads 2 --resources GPU=1 "
+        "(README: On a Dask cluster)"
+    )
+    try:
+        await cluster.client()
+        workers, gpus = len(cluster.workers()), cluster.gpus()
+        if gpus == 0:
+            return Check(name="cluster", ok=False, detail=f"{address}: {workers} workers, none offers a GPU", fix=fix)
+        async with asyncio.timeout(CLUSTER_PROBE_S):
+            version = await cluster.nvcc_version()
+    except (KernelForgeError, TimeoutError) as exc:
+        return Check(name="cluster", ok=False, detail=f"{address}: {exc}", fix=fix)
+    finally:
+        await cluster.close()
+    return Check(name="cluster", ok=True, detail=f"{address}: {workers} workers, {gpus} GPUs, nvcc {version}")
 
 
 def checkout() -> Path | None:
@@ -167,6 +199,10 @@ def verdict(checks: list[Check]) -> tuple[int, str]:
         return EXIT_FAILED, f"nothing can be built here: fix {', '.join(sorted(missing & ESSENTIAL))} first"
     if any(name.startswith("llm ") for name in missing):
         return EXIT_FAILED, "a configured LLM model does not answer: fix it, or search with --proposer templates"
+    if "cluster" in missing:
+        return NoGpu.exit_code, "the configured Dask cluster cannot evaluate: fix it, or search on this machine"
+    if any(c.name == "cluster" for c in checks):
+        return EXIT_OK, "ready: kernels are built and evaluated on the Dask cluster"
     if missing & TO_RUN:
         return NoGpu.exit_code, (
             f"kernels build here but cannot run (missing: {', '.join(sorted(missing & TO_RUN))}): eval and optimize "
@@ -269,7 +305,7 @@ def _version(dist: str) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
-    checks = doctor_checks()
+    checks = doctor_checks(args.cluster)
     if args.json:
         print(json.dumps([c.model_dump() for c in checks], indent=2))
     else:

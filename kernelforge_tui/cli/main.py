@@ -38,6 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor", help="check Python, nvcc, the GPU and driver, pycuda, ncu, and each configured LLM model"
     )
     doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.add_argument(
+        "--cluster", metavar="ADDRESS", help="also check a Dask scheduler and its GPU workers ([cluster] address)"
+    )
     _new_parser(sub)
     add_capture_parser(sub)
     ev = sub.add_parser("eval", help="build, prove correct and time one kernel against a card's baseline")
