@@ -372,13 +372,13 @@ async def test_a_node_without_calls_says_so_and_escape_closes() -> None:
 
 
 async def test_the_conversation_key_is_remappable_and_needs_a_node() -> None:
-    app = make_app(keymap={"conversation": "C"})
+    app = make_app(keymap={"conversation": "K"})
     async with app.run_test(size=(120, 40)) as pilot:
         await settle(app, pilot)
         await pilot.press("c")
         await pilot.pause()
         assert not isinstance(app.screen, ConversationScreen)
-        await open_conversation(app, pilot, "C")
+        await open_conversation(app, pilot, "K")
         app.pop_screen()
         app.selected = None
         assert app.check_action("conversation", ()) is None

@@ -440,6 +440,8 @@ class AgentSearch:
     def __init__(self, writer: AgentWriter) -> None:
         self.writer = writer
         self.stopped = asyncio.Event()
+        self.backend: object = None
+        """Not on a cluster: the TUI's cluster screen shows the store's counts."""
 
     def subscribe(self) -> asyncio.Queue[Any]:
         return self.writer.bus.subscribe()
