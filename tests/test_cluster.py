@@ -197,11 +197,13 @@ def test_optimize_on_a_cluster_from_the_command_line(tmp_path: Path, two_gpus: s
     assert refused.returncode == 3 and "no Dask scheduler answers at tcp://127.0.0.1:9" in refused.stdout
 
 
-def test_a_bench_spreads_its_cards_over_the_cluster_with_the_results_of_one_machine(
+def test_a_bench_spreads_its_tasks_over_the_cluster_with_the_results_of_one_machine(
     tmp_path: Path, two_gpus: str
 ) -> None:
+    tasks = {"tasks": ["vector_add", "relu"], "precisions": ["float32"], "iterations": 4}
     lines: list[str] = []
-    spread = bench(tmp_path / "cluster", 2, lines, iterations=4, cluster=two_gpus)
+    spread = bench(tmp_path / "cluster", 2, lines, cluster=two_gpus, **tasks)
+    assert [c.task for c in spread.cards] == ["vector_add", "relu"]
     assert spread.gpus == 2 and all(c.state == "finished" for c in spread.cards)
     starts = [c.started_at or 0 for c in spread.cards]
     ends = [c.ended_at or 0 for c in spread.cards]
@@ -215,7 +217,7 @@ def test_a_bench_spreads_its_cards_over_the_cluster_with_the_results_of_one_mach
             measured |= {store.evaluation(n.id).measured_on for n in store.nodes()}  # type: ignore[union-attr]
     assert len(measured) == 2, "both GPU workers measured"
 
-    one = bench(tmp_path / "local", 1, iterations=4)
+    one = bench(tmp_path / "local", 1, **tasks)
 
     def content(manifest: BenchManifest) -> list[tuple[object, ...]]:
         return [(c.card, c.state, c.candidates, c.best_speedup, c.baseline_us, c.best_us) for c in manifest.cards]

@@ -588,3 +588,16 @@ async def test_the_log_shows_its_last_line_when_a_sideways_scroll_bar_takes_a_ro
         log = app.query_one(LogPane)
         assert log.max_scroll_y > 0 and log.scroll_y == log.max_scroll_y
         assert "templates tried: vector width 1 -> 4" in screen_text(app)  # the snapshot's last log line
+
+
+async def test_a_pump_that_ends_after_the_widgets_are_gone_folds_nothing() -> None:
+    """The app's pump reads its source (a thread hop for a store) while the app may be closing: the events that come
+    back then are dropped, not folded into widgets that are gone (a closing app once failed on the missing tree)."""
+    source = SyntheticSource(5)
+    app = make_app(source)
+    async with app.run_test() as pilot:
+        await settle(app, pilot)
+        await source.send(Pause())  # an event pending for the next pump
+        await app.query_one(SearchTree).remove()
+        await app.pump()
+        assert not source.pending  # read, and dropped without an error

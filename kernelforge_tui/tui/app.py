@@ -257,6 +257,8 @@ class KernelForgeApp(App[None]):
     async def pump(self) -> None:
         """Fold pending events in, and follow the cluster the search measures on (called a few times a second)."""
         events = await self.source.poll_events()
+        if not self.query(SearchTree):
+            return  # the app closed while the source was read: its widgets are gone
         if events:
             self.apply_events(events)
         self._follow_cluster()
