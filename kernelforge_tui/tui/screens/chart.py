@@ -6,17 +6,16 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import ModalScreen
 
 from kernelforge_tui.engine.view import RunView
+from kernelforge_tui.tui.screens.closable import ClosableScreen
 from kernelforge_tui.tui.widgets.chart import ProgressChart, progress_of
 
 
-class ChartScreen(ModalScreen[None]):
+class ChartScreen(ClosableScreen):
     DEFAULT_CSS = """
     ChartScreen { align: center middle; background: $surface; }
     ChartScreen > Vertical { width: 100%; height: 100%; border: round $primary; background: $surface; }
@@ -26,8 +25,7 @@ class ChartScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,q", "close", "Close", id="chart_close")]
 
     def __init__(self, view: RunView, close_keys: str = "") -> None:
-        super().__init__()
-        self.close_keys = frozenset(close_keys.split(",")) - {""}
+        super().__init__(close_keys)
         """The keys that opened the screen (the app's, as remapped) close it too."""
         self._view = view
 
@@ -47,11 +45,3 @@ class ChartScreen(ModalScreen[None]):
         progress = progress_of(view)
         for chart in self.query(ProgressChart):
             chart.show(progress)
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key in self.close_keys:
-            event.stop()
-            self.dismiss(None)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

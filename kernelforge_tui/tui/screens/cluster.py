@@ -8,15 +8,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.worker import get_current_worker
 
 from kernelforge_tui.models.runs import ClusterStatus
+from kernelforge_tui.tui.screens.closable import ClosableScreen
 from kernelforge_tui.tui.widgets.cluster import GpuCounts, WorkerList, cluster_text
 
 COUNTS_EVERY_S = 2.0
@@ -28,7 +28,7 @@ ELSEWHERE = (
 NOT_ON_A_CLUSTER = "This search does not run on a cluster: these are the evaluations each GPU measured, from its store."
 
 
-class ClusterScreen(ModalScreen[None]):
+class ClusterScreen(ClosableScreen):
     DEFAULT_CSS = """
     ClusterScreen { align: center middle; }
     ClusterScreen > VerticalScroll {
@@ -54,8 +54,7 @@ class ClusterScreen(ModalScreen[None]):
     ) -> None:
         """`status`: the live cluster (no I/O), asked every `every_s`; `counts`: the store's per-GPU counts
         (blocking), read when there is no live cluster. `in_process`: the search runs here (says why no workers)."""
-        super().__init__()
-        self.close_keys = frozenset(close_keys.split(",")) - {""}
+        super().__init__(close_keys)
         """The keys that opened the screen (the app's, as remapped) close it too."""
         self._status = status
         self._read_counts = counts
@@ -96,11 +95,3 @@ class ClusterScreen(ModalScreen[None]):
     @on(CountsRead)
     def _show_counts(self, message: CountsRead) -> None:
         self.query_one(GpuCounts).show(message.counts, NOT_ON_A_CLUSTER if self._in_process else ELSEWHERE)
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key in self.close_keys:
-            event.stop()
-            self.dismiss(None)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

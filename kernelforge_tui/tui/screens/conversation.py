@@ -13,21 +13,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ClassVar
 
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from kernelforge_tui.engine.view import LiveCall, money_text
 from kernelforge_tui.models.llm import LlmCall
+from kernelforge_tui.tui.screens.closable import ClosableScreen
 from kernelforge_tui.tui.widgets.llm_call import CallView
 
 
-class ConversationScreen(ModalScreen[None]):
+class ConversationScreen(ClosableScreen):
     DEFAULT_CSS = """
     ConversationScreen { align: center middle; background: $surface; }
     ConversationScreen > Vertical { width: 100%; height: 100%; border: round $primary; background: $surface; }
@@ -54,8 +54,7 @@ class ConversationScreen(ModalScreen[None]):
         streamed: bool = True,
         close_keys: str = "",
     ) -> None:
-        super().__init__()
-        self.close_keys = frozenset(close_keys.split(",")) - {""}
+        super().__init__(close_keys)
         """The keys that opened the screen (the app's, as remapped) close it too."""
         self.node_id = node_id
         self._read_calls = read
@@ -160,11 +159,3 @@ class ConversationScreen(ModalScreen[None]):
 
     def action_previous_call(self) -> None:
         self._scroll_to_call(-1)
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key in self.close_keys:
-            event.stop()
-            self.dismiss(None)
-
-    def action_close(self) -> None:
-        self.dismiss(None)

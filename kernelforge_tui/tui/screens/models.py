@@ -10,20 +10,20 @@ from typing import ClassVar
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import VerticalScroll
 from textual.message import Message
-from textual.screen import ModalScreen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from kernelforge_tui.engine.view import money_text
 from kernelforge_tui.models.llm import ModelRecord, usd
+from kernelforge_tui.tui.screens.closable import ClosableScreen
 
 
-class ModelsScreen(ModalScreen[None]):
+class ModelsScreen(ClosableScreen):
     DEFAULT_CSS = """
     ModelsScreen { align: center middle; }
     ModelsScreen > VerticalScroll {
@@ -42,8 +42,7 @@ class ModelsScreen(ModalScreen[None]):
             self.records = records
 
     def __init__(self, read: Callable[[], list[ModelRecord]], close_keys: str = "") -> None:
-        super().__init__()
-        self.close_keys = frozenset(close_keys.split(",")) - {""}
+        super().__init__(close_keys)
         """The keys that opened the screen (the app's, as remapped) close it too."""
         self._read_records = read
         self.records: list[ModelRecord] | None = None
@@ -107,14 +106,6 @@ class ModelsScreen(ModalScreen[None]):
                 _per_kernel(r.cost_nanousd, r.kernels),
             )
         return table
-
-    def on_key(self, event: events.Key) -> None:
-        if event.key in self.close_keys:
-            event.stop()
-            self.dismiss(None)
-
-    def action_close(self) -> None:
-        self.dismiss(None)
 
 
 def _rate(correct: int, kernels: int) -> str:
