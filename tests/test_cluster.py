@@ -29,12 +29,12 @@ from .test_search import BLOCKS, VECS, Harness, ToyProposer, make_card, run_sett
 LANES = "GPU lanes: {} (the cluster's GPUs now)"
 
 
-def local_cluster(workers: int, gpu: bool = True) -> distributed.LocalCluster:
+def local_cluster(workers: int) -> distributed.LocalCluster:
     return distributed.LocalCluster(
         n_workers=workers,
         threads_per_worker=2,
         processes=True,
-        resources={"GPU": 1} if gpu else {},
+        resources={"GPU": 1},
         dashboard_address=":0",
         worker_dashboard_address=":0",
     )
@@ -128,7 +128,7 @@ def _drain(queue: asyncio.Queue[object]) -> list[object]:
 async def test_a_worker_that_joins_mid_search_gets_a_lane(tmp_path: Path) -> None:
     with local_cluster(1) as cluster:
         h = Harness(tmp_path)
-        search = cluster_search(h, cluster.scheduler_address, Budget(), eval_seconds=0.6)
+        search = cluster_search(h, cluster.scheduler_address, Budget(), eval_seconds=0.4)
         run = asyncio.create_task(search.run())
         for _ in range(400):
             if search.pipeline.lanes == 1 and h.store.nodes() and h.store.nodes()[0].speedup is not None:
@@ -155,12 +155,13 @@ async def test_no_scheduler_is_a_clear_error(tmp_path: Path) -> None:
 
 
 async def test_a_cluster_without_a_gpu_worker_says_how_to_start_one(tmp_path: Path) -> None:
-    with local_cluster(1, gpu=False) as cluster:
+    with local_cluster(0) as cluster:  # a scheduler alone: no worker, so none with a GPU
         settings = cluster_settings(wait_s=1)
         h = Harness(tmp_path)
         cluster_at = Cluster(cluster.scheduler_address, settings)
         backend = ClusterBackend(h.card, settings, cluster_at, simulation=Simulation())
-        with pytest.raises(ClusterUnavailable, match=r"offers a GPU after 1 s.*--resources GPU=1"):
+        no_gpu = r"no worker of the Dask cluster .* offers a GPU after 1 s.*--resources GPU=1"
+        with pytest.raises(ClusterUnavailable, match=no_gpu):
             await backend.start()
         await backend.close()
 

@@ -28,17 +28,17 @@ def test_the_search_through_the_cluster_against_the_in_process_lanes(tmp_path: P
     vs_cluster = load_script()
     card = suite_cards.write(task("vector_add"), "float32", 2**10, tmp_path / "cards")
     out = tmp_path / "out"
-    assert vs_cluster.main([str(card.root), "--out", str(out), "--iters", "6", "--simulate", "--simulate-seconds",
-                            "0.1", "--bench-tasks", "vector_add", "--bench-iters", "3"]) == 0  # fmt: skip
+    assert vs_cluster.main([str(card.root), "--out", str(out), "--iters", "4", "--simulate", "--simulate-seconds",
+                            "0.1", "--bench-tasks", "vector_add", "--bench-iters", "2"]) == 0  # fmt: skip
     result = json.loads((out / "vs_cluster.json").read_text())
     local, cluster = result["searches"]
-    assert local["candidates"] == cluster["candidates"] == 6 and local["gpus"] == 1 and cluster["gpus"] == 2
+    assert local["candidates"] == cluster["candidates"] == 4 and local["gpus"] == 1 and cluster["gpus"] == 2
     assert local["measured_on"] == {}  # the in-process simulation names no GPU
-    assert len(cluster["measured_on"]) == 2 and sum(cluster["measured_on"].values()) == 7  # both workers, baseline too
+    assert len(cluster["measured_on"]) == 2 and sum(cluster["measured_on"].values()) == 5  # both workers, baseline too
     assert all("(worker tcp://" in label for label in cluster["measured_on"])
     bench = result["bench"]
     assert bench["cards"] == bench["finished"] == 2 and bench["overlapping"] and len(bench["measured_on"]) == 2
     table = (out / "vs_cluster.md").read_text()
-    assert "SIMULATED" in table and "| cluster (2 workers) | 2 | 6 |" in table
+    assert "SIMULATED" in table and "| cluster (2 workers) | 2 | 4 |" in table
     assert "2 of 2 cards finished" in table and "cards searched at the same time" in table
     assert not list(out.glob("scheduler.json")) or json.loads((out / "scheduler.json").read_text())["address"]
