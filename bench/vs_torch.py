@@ -62,7 +62,7 @@ from kernelforge_tui.gpu.statistics import robust_stats
 from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.models.events import BestImproved
 from kernelforge_tui.models.runs import RunInfo
-from kernelforge_tui.store import DB_NAME, StoreError
+from kernelforge_tui.store import DB_NAME, RunStore, StoreError, UnreadableRecord
 from kernelforge_tui.store.lock import take_writer_lock
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task as suite_task
@@ -530,6 +530,8 @@ class Ours(BaseModel):
     baseline_us: float | None = None
     speedup: float | None = None
     """Over the card's baseline."""
+    profile: str = ""
+    """What Nsight Compute said of the best kernel (`HardwareReport.summary`): what is in the way of the goal."""
 
 
 class WorkloadResult(BaseModel):
@@ -820,7 +822,7 @@ class Bench:
                     raise
                 self.say(f"{workload.name}: its run is not resumed ({exc}): its results so far stand")
         result.ceilings = result.ceilings or cached_ceilings(gpu.uuid)
-        result.ours = ours(recorded_run(str(run_dir)).info)
+        result.ours = ours(run_dir)
 
     async def _run_search(
         self, workload: Workload, result: WorkloadResult, card: Card, gpu: GpuInfo, run_options: RunOptions
@@ -858,9 +860,17 @@ def recorded(run_dir: Path) -> RunInfo | None:
         return None
 
 
-def ours(info: RunInfo) -> Ours:
+def ours(run_dir: Path) -> Ours:
+    """The run's promoted best, and the profile of it when one was taken (profiling is on in the search)."""
+    with RunStore.open(run_dir, readonly=True) as store:
+        info = store.run_info()
+        try:
+            saved = store.profile(info.best_node_id) if info.best_node_id is not None else None
+        except UnreadableRecord:
+            saved = None
     best, speedup = info.best_latency_us, info.best_speedup
     return Ours(
+        profile=saved.hardware.summary() if saved is not None else "",
         run_dir=info.run_dir,
         state=info.state,
         reason=info.reason,
@@ -1089,9 +1099,10 @@ def table(manifest: Manifest) -> str:
                 notes.append(f"- {workload.name}, {timing.what}: {timing.note}")
         if result.ours is not None:
             how = f"{result.ours.state}: {result.ours.reason}" if result.ours.reason else result.ours.state
+            profile = f"; the best kernel's profile: {result.ours.profile}" if result.ours.profile else ""
             notes.append(
                 f"- {workload.name}: run {result.ours.run_dir} ({how}; {result.ours.candidates} candidates, "
-                f"{result.ours.speedup or 1:.3g}x over the card's baseline)"
+                f"{result.ours.speedup or 1:.3g}x over the card's baseline{profile})"
             )
     if notes:
         lines += ["", *notes]

@@ -38,6 +38,8 @@ from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite.registry import task
 
+from .test_store import profile_of
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -403,3 +405,22 @@ def test_the_bench_end_to_end_on_the_simulated_backend_and_continued(tmp_path: P
     assert not any("searching" in line or "resuming" in line for line in lines)
     assert again.result("softmax").error == "" and again.result("spmv_csr").error == ""
     assert again.result("softmax").wall_seconds > softmax.wall_seconds
+
+
+def test_the_table_says_what_the_best_kernels_profile_says(tmp_path: Path) -> None:
+    """Where a goal is missed the table's notes say what is in the way: the best kernel's Nsight Compute class and
+    headline numbers, from the run's store (none is made up for a run that was not profiled)."""
+    workloads = [vs.BY_NAME["softmax"].model_copy(update={"shape": (8, 64)})]
+    options = vs.Options(workloads=["softmax"], minutes=1.0, iterations=1, compile=False)
+    stand_ins = StandIns()
+    manifest = vs.open_manifest(tmp_path, options)
+    bench = vs.Bench(tmp_path, Settings(), manifest, lambda _line: None, True, stand_ins.torch, stand_ins.vendor)
+    asyncio.run(bench.run(workloads, [FAKE_GPU]))
+    result = bench.manifest.result("softmax")
+    assert result.ours is not None and result.ours.best_node is not None and result.ours.profile == ""
+    assert "profile" not in vs.table(bench.manifest)  # the simulated run was not profiled
+    with RunStore.resume(result.ours.run_dir) as store:
+        store.save_profile(result.ours.best_node, profile_of("softmax_rows"))
+    result.ours = vs.ours(result.ours.run_dir)
+    assert result.ours.profile == "memory-bandwidth-bound: SM 10%, memory 90% of peak"
+    assert "the best kernel's profile: memory-bandwidth-bound: SM 10%, memory 90% of peak" in vs.table(bench.manifest)
