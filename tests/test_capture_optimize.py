@@ -197,8 +197,7 @@ def test_a_search_that_overruns_its_share_leaves_the_next_ones_their_time(
         def time() -> float:
             return 1e9 + clock[0]
 
-    async def search(*args: Any) -> RunInfo:
-        budget, result = args[4], args[6]
+    async def search(_searches: Any, _variant: Any, budget: Budget, result: Any) -> RunInfo:
         budgets.append(budget.max_minutes)
         clock[0] += budget.max_minutes * 60 + 14.0  # its whole cap, and 14 s of start-up and closing
         result.candidates = 3
@@ -230,3 +229,29 @@ def test_split_budget_keeps_a_reserve_for_the_later_searches() -> None:
     first = split_budget(total, Budget(max_minutes=0.0, max_iterations=0), 0.861, 1.0, reserve_minutes=0.3)
     assert first is not None and first.max_minutes == pytest.approx(0.7 * 0.861)
     assert first.max_iterations == 86  # the reserve is minutes only
+
+
+def test_on_a_cluster_the_variants_are_searched_at_once(captured: tuple[CaptureManifest, Path], tmp_path: Path) -> None:
+    """One search per variant, as many at once as the cluster has GPUs (one GPU each), within the one budget."""
+    from .test_cluster import cluster_settings, local_cluster
+
+    _, root = captured
+    with local_cluster(2) as cluster:
+        options = CaptureOptimizeOptions(
+            budget=Budget(max_iterations=8), simulate=True, simulate_seconds=0.3, cluster=cluster.scheduler_address,
+            root=tmp_path / "runs",
+        )  # fmt: skip
+        report = asyncio.run(capture_search.optimize_capture(root, cluster_settings(), options))
+    runs = [r for r in report.results if r.run_dir is not None]
+    assert len(runs) >= 2 and all(r.state == "finished" for r in runs)
+    assert sum(r.candidates for r in report.results) <= 8
+    spans, measured = [], set()
+    for result in runs:
+        assert result.run_dir is not None
+        with RunStore.open(result.run_dir, readonly=True) as store:
+            info = store.run_info()
+            spans.append((info.started_at, info.ended_at or 0.0))
+            measured |= {store.evaluation(n.id).measured_on for n in store.nodes()}  # type: ignore[union-attr]
+    first, second = sorted(spans)[:2]
+    assert second[0] < first[1], "the first two variants' searches overlap in time"
+    assert len(measured) == 2 and all("(worker tcp://" in str(m) for m in measured)

@@ -8,7 +8,9 @@ and a search takes some beyond what its own cap counts (starting and closing its
 searches' start-up and shortest search are kept aside before the minutes are shared, and each search's cap leaves
 room for its own start-up, so that an early search cannot spend a later one's time (on the H200 the decoder's softmax
 search, given 52 of 60 s, took 66 and the next never ran). A capture whose carded variants have nothing to save
-(k = 1) is not a failure: the report says nothing is worth searching, and why.
+(k = 1) is not a failure: the report says nothing is worth searching, and why. On a Dask cluster (`--cluster`) as
+many variants are searched at once as it has GPUs, one GPU each, each taking its share when it starts (the minutes
+are then lane-minutes: the cluster's GPUs times the wall minutes).
 
 The projection: a searched variant's eager time per call (measured at capture) becomes the best candidate's
 measured latency when that is faster (min of the two), times its calls per forward pass; the projected end-to-end
@@ -35,6 +37,7 @@ from kernelforge_tui.capture.manifest import CaptureManifest, Variant, card_dir,
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.budget import Budget
+from kernelforge_tui.engine.cluster.backend import Cluster
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run
 from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.models.events import BestImproved
@@ -296,78 +299,143 @@ async def optimize_capture(
         skipped=skipped,
     )
     say = progress or (lambda _: None)
-    root = options.root or capture_dir / "runs"
-    used = Budget(max_iterations=0, max_minutes=0.0, max_gpu_seconds=0.0, max_money=0.0, max_tokens=0)
-    started = time.monotonic()
-    weights = [max(v.expected_saving, 1e-9) for v in chosen]
-    overheads: list[float] = []  # measured: each finished search's wall minutes beyond its own time cap's count
-    for k, (variant, result) in enumerate(zip(chosen, report.results, strict=True)):
-        overhead = max(overheads) if overheads else SEARCH_OVERHEAD_MINUTES
-        later = len(chosen) - k - 1
-        budget = split_budget(options.budget, used, weights[k], sum(weights[k:]), later * (overhead + MIN_MINUTES))
-        if budget is None:
-            result.state, result.reason = "not-run", "the budget was spent on the variants before it"
-            continue
-        if budget.max_minutes is not None:  # the minutes pay for this search's own start-up too
-            budget = budget.model_copy(update={"max_minutes": max(MIN_MINUTES, budget.max_minutes - overhead)})
-        result.budget = budget
-        began = time.monotonic()
-        result.state = "running"
-        _write(report, capture_dir)
-        say(report)
+    address = options.cluster or settings.cluster.address
+    cluster = Cluster(address, settings) if address else None
+    try:
+        lanes = 1 if cluster is None else min(options.max_gpus or len(chosen), await cluster.wait_for_gpus())
+        searches = _Variants(capture_dir, settings, options, chosen, report, say, cluster, lanes)
+        tasks = [asyncio.create_task(searches.lane()) for _ in range(lanes)]
         try:
-            info = await _search(capture_dir, variant, settings, options, budget, root, result, report, say)
-        except (asyncio.CancelledError, NoGpu):  # nothing else can run either
-            result.state, result.reason = "failed", "interrupted"
-            _write(report, capture_dir)
-            raise
-        except Exception as exc:  # one variant's failure (a baseline that does not build) must not end the others
-            result.state, result.reason = "failed", f"{type(exc).__name__}: {exc}"
-        else:
-            result.state, result.reason = "finished", info.reason
-            overheads.append(max(0.0, time.monotonic() - began - info.active_seconds) / 60)
-        result.wall_seconds = time.monotonic() - began
-        used = Budget(
-            max_iterations=(used.max_iterations or 0) + result.candidates,
-            max_minutes=(time.monotonic() - started) / 60,
-            max_gpu_seconds=(used.max_gpu_seconds or 0.0) + result.gpu_seconds,
-            max_money=(used.max_money or 0.0) + result.money_usd,
-            max_tokens=(used.max_tokens or 0) + result.tokens,
-        )
-        _project(result, options.simulate)
-        _write(report, capture_dir)
-        say(report)
+            await asyncio.gather(*tasks)
+        finally:  # one lane's end (NoGpu, Ctrl-C) ends the others: their variants are recorded as interrupted
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+    finally:
+        if cluster is not None:
+            await cluster.close()
     report.ended_at = time.time()
     _write(report, capture_dir)
     say(report)
     return report
 
 
-async def _search(
-    capture_dir: Path,
-    variant: Variant,
-    settings: Settings,
-    options: CaptureOptimizeOptions,
-    budget: Budget,
-    root: Path,
-    result: VariantResult,
-    report: CaptureOptimizeReport,
-    say: Progress,
-) -> RunInfo:
+class _Variants:
+    """The variants' searches, in order of expected saving, on `lanes` lanes: one after another on this machine
+    (each on all its GPUs), as many at once as a cluster has GPUs (one GPU each). A search's share is taken when it
+    starts, of what the finished searches left and the running ones have not been given; with several lanes the
+    minutes are lane-minutes (`lanes` times the wall minutes), so a cluster does more in the same wall time."""
+
+    def __init__(
+        self,
+        capture_dir: Path,
+        settings: Settings,
+        options: CaptureOptimizeOptions,
+        chosen: list[Variant],
+        report: CaptureOptimizeReport,
+        say: Callable[[CaptureOptimizeReport], None],
+        cluster: Cluster | None,
+        lanes: int,
+    ) -> None:
+        self.capture_dir = capture_dir
+        self.settings = settings
+        self.options = options
+        self.report = report
+        self.say = say
+        self.cluster = cluster
+        self.lanes = lanes
+        self.root = options.root or capture_dir / "runs"
+        self.queue = iter(enumerate(zip(chosen, report.results, strict=True)))
+        self.weights = [max(v.expected_saving, 1e-9) for v in chosen]
+        self.used = Budget(max_iterations=0, max_minutes=0.0, max_gpu_seconds=0.0, max_money=0.0, max_tokens=0)
+        """What the finished searches spent (minutes: their wall minutes, start-up included)."""
+        self.running: dict[int, Budget] = {}
+        """The budgets of the searches running now, with their start-up: kept from the ones that start later."""
+        self.overheads: list[float] = []
+        """Each finished search's wall minutes beyond its own time cap's count, measured."""
+
+    def _share(self, k: int) -> Budget | None:
+        """The share of variant `k` (None: a cap is spent), its minutes less its own start-up."""
+        overhead = max(self.overheads) if self.overheads else SEARCH_OVERHEAD_MINUTES
+        total = self.options.budget
+        if total.max_minutes is not None and self.lanes > 1:
+            total = total.model_copy(update={"max_minutes": total.max_minutes * self.lanes})
+        spent = self.used
+        for given in self.running.values():
+            minutes = (given.max_minutes or 0.0) + overhead
+            spent = _plus(spent, given.model_copy(update={"max_minutes": minutes}))
+        later = len(self.weights) - k - 1
+        budget = split_budget(total, spent, self.weights[k], sum(self.weights[k:]), later * (overhead + MIN_MINUTES))
+        if budget is not None and budget.max_minutes is not None:  # the minutes pay for this search's start-up too
+            budget = budget.model_copy(update={"max_minutes": max(MIN_MINUTES, budget.max_minutes - overhead)})
+        return budget
+
+    async def lane(self) -> None:
+        for k, (variant, result) in self.queue:
+            budget = self._share(k)
+            if budget is None:
+                result.state, result.reason = "not-run", "the budget was spent on the variants before it"
+                continue
+            result.budget = budget
+            self.running[k] = budget
+            began = time.monotonic()
+            result.state = "running"
+            _write(self.report, self.capture_dir)
+            self.say(self.report)
+            try:
+                info = await _search(self, variant, budget, result)
+            except (asyncio.CancelledError, NoGpu):  # nothing else can run either
+                result.state, result.reason = "failed", "interrupted"
+                _write(self.report, self.capture_dir)
+                raise
+            except Exception as exc:  # one variant's failure (a baseline that does not build) must not end the others
+                result.state, result.reason = "failed", f"{type(exc).__name__}: {exc}"
+            else:
+                result.state, result.reason = "finished", info.reason
+                self.overheads.append(max(0.0, time.monotonic() - began - info.active_seconds) / 60)
+            finally:
+                del self.running[k]
+            result.wall_seconds = time.monotonic() - began
+            spent = Budget(
+                max_iterations=result.candidates,
+                max_minutes=result.wall_seconds / 60,
+                max_gpu_seconds=result.gpu_seconds,
+                max_money=result.money_usd,
+                max_tokens=result.tokens,
+            )
+            self.used = _plus(self.used, spent)
+            _project(result, self.options.simulate)
+            _write(self.report, self.capture_dir)
+            self.say(self.report)
+
+
+def _plus(a: Budget, b: Budget) -> Budget:
+    """Two budgets' caps added (None counts as 0)."""
+    return Budget(
+        max_iterations=(a.max_iterations or 0) + (b.max_iterations or 0),
+        max_minutes=(a.max_minutes or 0.0) + (b.max_minutes or 0.0),
+        max_gpu_seconds=(a.max_gpu_seconds or 0.0) + (b.max_gpu_seconds or 0.0),
+        max_money=(a.max_money or 0.0) + (b.max_money or 0.0),
+        max_tokens=(a.max_tokens or 0) + (b.max_tokens or 0),
+    )
+
+
+async def _search(searches: _Variants, variant: Variant, budget: Budget, result: VariantResult) -> RunInfo:
+    capture_dir, options, report, say = searches.capture_dir, searches.options, searches.report, searches.say
     card = card_dir(capture_dir, variant)
     load_card(card)  # a broken card fails here, named, before a run directory is made
     run_options = RunOptions(
-        root=root,
+        root=searches.root,
         budget=budget,
         tree=options.tree,
         proposer=options.proposer,
         strategy=options.strategy,
         simulate=options.simulate,
         simulate_seconds=options.simulate_seconds,
-        max_gpus=options.max_gpus,
+        max_gpus=1 if searches.lanes > 1 else options.max_gpus,  # several at once: one GPU each, as in a bench
         cluster=options.cluster,
     )
-    search = prepare_run(card, settings, run_options)
+    search = prepare_run(card, searches.settings, run_options, cluster=searches.cluster)
     result.run_dir = search.store.run_dir
     queue = search.subscribe()
 
