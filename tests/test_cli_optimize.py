@@ -100,12 +100,18 @@ def _counts(run_dir: Path) -> tuple[int, int]:
 
 
 def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path) -> None:
+    kill_9_then_resume(tmp_path)
+
+
+def kill_9_then_resume(tmp_path: Path, *where: str) -> None:
+    """A search killed with SIGKILL mid-run, then resumed to its budget: nothing committed is lost or redone.
+    `where`: the backend's options for both commands (`--cluster ADDRESS`; this machine's simulation without)."""
     card = make_card(tmp_path / "card")
     run_dir = tmp_path / "runs" / "crashy"
     budget = "11"  # the toy space has 12 kernels: the run ends on the budget, not on an exhausted tree
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernelforge_tui.cli", "optimize", str(card.root), "--simulate", "--budget-iters",
-         budget, "--simulate-seconds", "0.3", "--run-dir", str(run_dir), "--proposer", TOY, "--json"],
+         budget, "--simulate-seconds", "0.3", "--run-dir", str(run_dir), "--proposer", TOY, "--json", *where],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )  # fmt: skip
     seen: list[int] = []
@@ -132,7 +138,7 @@ def test_kill_9_mid_run_then_resume_loses_nothing(tmp_path: Path) -> None:
     nodes, done = _counts(run_dir)
     assert done >= 4 and done < 12 and nodes == len(committed)
 
-    out = kernelforge("optimize", "--resume", str(run_dir), "--simulate", "--json")
+    out = kernelforge("optimize", "--resume", str(run_dir), "--simulate", "--json", *where, timeout=120)
     assert out.returncode == 0, out.stderr + out.stdout
     info = json.loads(out.stdout)
     assert info["state"] == "finished" and "iteration budget" in info["reason"]

@@ -23,7 +23,7 @@ from kernelforge_tui.models.events import LogLine
 from kernelforge_tui.store import RunStore
 
 from .test_bench_gpus import bench
-from .test_cli_optimize import TOY, kernelforge
+from .test_cli_optimize import TOY, kernelforge, kill_9_then_resume
 from .test_search import BLOCKS, VECS, Harness, ToyProposer, make_card, run_settings, toy_speedup
 
 LANES = "GPU lanes: {} (the cluster's GPUs now)"
@@ -235,3 +235,7 @@ def test_doctor_checks_the_cluster(two_gpus: str) -> None:
     [check] = [c for c in json.loads(down.stdout) if c["name"] == "cluster"]
     assert not check["ok"] and "no Dask scheduler answers" in check["detail"] and "--resources GPU=1" in check["fix"]
     assert down.returncode == 3
+
+
+def test_a_coordinator_killed_with_kill_9_resumes_on_the_cluster(tmp_path: Path, two_gpus: str) -> None:
+    kill_9_then_resume(tmp_path, "--cluster", two_gpus)
