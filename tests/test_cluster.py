@@ -19,6 +19,7 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend, ClusterUnavailable
 from kernelforge_tui.engine.cluster.remote import Simulation
 from kernelforge_tui.engine.search import Search
+from kernelforge_tui.gpu.profile import ProfilingUnavailable
 from kernelforge_tui.models.events import LogLine
 from kernelforge_tui.store import RunStore
 
@@ -166,7 +167,7 @@ async def test_a_cluster_without_a_gpu_worker_says_how_to_start_one(tmp_path: Pa
         await backend.close()
 
 
-async def test_a_compile_error_comes_back_from_the_worker_with_its_diagnostics(tmp_path: Path, two_gpus: str) -> None:
+async def test_a_compile_error_and_a_refused_profile_come_back_from_the_workers(tmp_path: Path, two_gpus: str) -> None:
     h = Harness(tmp_path, proposer=ToyProposer())
     settings = cluster_settings()
     backend = ClusterBackend(h.card, settings, Cluster(two_gpus, settings), simulation=Simulation())
@@ -178,6 +179,10 @@ async def test_a_compile_error_comes_back_from_the_worker_with_its_diagnostics(t
         assert not failed.ok and failed.failure == "compile" and "undeclared" in failed.reason
         assert failed.build is not None and any(d.line for d in failed.build.diagnostics)
         assert failed.measured_on is None  # it never reached a GPU
+        baseline = h.card.spec.baseline
+        assert baseline is not None
+        with pytest.raises(ProfilingUnavailable, match=r"no ncu numbers are invented.*\(on \S+ simulated \(worker tcp"):
+            await backend.profile(h.card.baseline_source(), baseline.plan)  # the worker's refusal, raised here
     finally:
         await backend.close()
 
