@@ -130,7 +130,7 @@ class Cluster:
         """Ask the scheduler for its workers every `poll_s` (workers come and go; the lanes follow)."""
         while True:
             await asyncio.sleep(self.settings.poll_s)
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(Exception):  # a scheduler that is away (restarting) is asked again next time
                 await self._refresh()
 
     def gpus(self, workers: dict[str, dict[str, Any]] | None = None) -> int:
@@ -174,7 +174,8 @@ class Cluster:
         except TimeoutError:
             raise ClusterUnavailable(
                 f"no worker of the Dask cluster at {self.address} offers a GPU after {self.settings.wait_s:g} s: "
-                "start one per GPU with `CUDA_VISIBLE_DEVICES=N dask worker ADDRESS --nthreads 2 --resources GPU=1`"
+                f"start one per GPU with `CUDA_VISIBLE_DEVICES=N dask worker {self.address} --nthreads 2 "
+                "--resources GPU=1`"
             ) from None
         return self.gpus()
 
@@ -372,7 +373,8 @@ class ClusterBackend:
         )
         self._packed = await asyncio.to_thread(pack_card, self.card, [shipped(b) for b in builds])
         await self._send_card()
-        self.gpu_name = f"cluster {self.cluster.address} ({self.lanes} GPUs at the start)"
+        gpus = self.cluster.gpus()
+        self.gpu_name = f"cluster {self.cluster.address} ({gpus} GPU{'s' * (gpus != 1)} at the start)"
 
     async def lanes_changed(self, lanes: int) -> int:
         """Wait until the cluster's GPU count is not `lanes` any more; the new count (at least 1: with none, the
