@@ -159,9 +159,15 @@ async def test_a_search_on_a_local_cluster_shows_its_two_workers(tmp_path: Path)
     with local_cluster(2) as cluster:
         h = Harness(tmp_path)
         search = cluster_search(h, cluster.scheduler_address, Budget(max_iterations=6), eval_seconds=0.5)
+        search.pause()  # held until two candidates are built, so that both GPUs start at once
         source = LiveSearchSource(search, h.store)
         app = make_app(source, refresh_hz=20)
         async with app.run_test(size=(120, 36)) as pilot:
+            deadline = time.monotonic() + 120
+            while sum(n.status == "built" for n in h.store.nodes()) < 2:
+                assert time.monotonic() < deadline, "the candidates were not built"
+                await pilot.pause(0.1)
+            search.resume()
             deadline = time.monotonic() + 120
             while app.state.header.state != "finished":
                 assert time.monotonic() < deadline, "the search on the cluster did not finish"
