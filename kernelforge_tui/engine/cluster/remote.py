@@ -8,8 +8,8 @@ across tasks on a thread of its own with its own event loop, so a card is loaded
 candidate, and the Dask worker's own event loop (its heartbeats) never waits on a GPU.
 
 No worker compiles what it evaluates: the coordinator ships each cubin with its candidate (and the helper and
-baseline cubins with the card), and the worker's builder only finds them in its cache. So GPU workers need no nvcc
-of the coordinator's version, and every lane runs exactly the bytes the coordinator cached.
+baseline cubins with the card), and the worker's builder only finds them in its cache. So every GPU lane runs
+exactly the bytes the coordinator cached, whichever worker built them (builds are tasks for any worker).
 """
 
 from __future__ import annotations
