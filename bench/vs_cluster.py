@@ -92,15 +92,6 @@ def kernelforge(*args: str, env: dict[str, str] | None = None) -> dict[str, obje
     return dict(json.loads(done.stdout))
 
 
-def measured(store: RunStore) -> dict[str, int]:
-    counts: collections.Counter[str] = collections.Counter()
-    for node in store.nodes():
-        evaluation = store.evaluation(node.id)
-        if evaluation is not None and evaluation.measured_on is not None:
-            counts[evaluation.measured_on] += 1
-    return dict(counts)
-
-
 def search_row(mode: str, run_dir: Path, gpus: int) -> SearchRow:
     with RunStore.open(run_dir, readonly=True) as store:
         info = store.run_info()
@@ -111,7 +102,7 @@ def search_row(mode: str, run_dir: Path, gpus: int) -> SearchRow:
             active_s=info.active_seconds,
             gpu_s=info.gpu_seconds,
             best_speedup=info.best_speedup,
-            measured_on=measured(store),
+            measured_on=store.measured_on(),
         )
 
 
@@ -195,7 +186,7 @@ def bench_row(bench_dir: Path, wall_s: float) -> BenchRow:
     for card in manifest.cards:
         if card.run_dir is not None:
             with RunStore.open(card.run_dir, readonly=True) as store:
-                counts.update(measured(store))
+                counts.update(store.measured_on())
     finished = sum(c.state == "finished" for c in manifest.cards)
     return BenchRow(
         cards=len(manifest.cards), finished=finished, wall_s=wall_s, overlapping=overlapping, measured_on=dict(counts)

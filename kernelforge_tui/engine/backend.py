@@ -100,7 +100,7 @@ def make_builder(settings: Settings, arch: str | None = None) -> Builder:
     return Builder(nvcc=b.nvcc, arch=b.arch or arch, flags=b.flags, timeout_s=b.timeout_s, max_parallel=b.max_parallel)
 
 
-async def _prebuild(card: Card, builder: Builder, source: str, plan: LaunchPlan) -> Evaluation | None:
+async def prebuild(card: Card, builder: Builder, source: str, plan: LaunchPlan) -> Evaluation | None:
     """The build stage of the pipeline: a failed Evaluation, or None when the candidate is ready for the GPU."""
     prepared = await build_candidate(card, builder, source, plan)
     return prepared if isinstance(prepared, Evaluation) else None
@@ -178,7 +178,7 @@ class GpuBackend:
             self._lanes.release(evaluator)
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
-        return await _prebuild(self.card, self.builder, source, plan)
+        return await prebuild(self.card, self.builder, source, plan)
 
     async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation:
         async with self._lanes.lane() as evaluator:
@@ -260,7 +260,7 @@ class SimulatedBackend:
             raise BaselineFailed(f"the card's baseline kernel does not build: {failed.reason}")
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
-        return await _prebuild(self.card, self.builder, source, plan)
+        return await prebuild(self.card, self.builder, source, plan)
 
     def true_speedup(self, source: str, plan: LaunchPlan) -> float:
         """The noiseless simulated speedup of a candidate (1.0 for the baseline)."""

@@ -20,12 +20,12 @@ import collections
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
-from kernelforge_tui.engine.backend import EVALUATING, SIMULATED
+from kernelforge_tui.engine.backend import EVALUATING, SIMULATED, prebuild
 from kernelforge_tui.engine.cluster.remote import (
     CardPackage,
     Hosting,
@@ -59,6 +59,8 @@ from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.runs import ClusterStatus, WorkerStatus
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
 
+T = TypeVar("T")
+
 GPU = "GPU"
 """The Dask resource a worker offers per GPU it owns, and every evaluation and profile asks for."""
 DASK_MISSING = "the cluster backend needs Dask: pip install 'kernelforge-tui[cluster]' (dask distributed)"
@@ -66,6 +68,11 @@ _REFUSALS: dict[str, type[ProfileError]] = {
     cls.__name__: cls
     for cls in (NcuMissing, NcuNotPermitted, NcuUnsupported, ProfileTimeout, ProfilingUnavailable, ProfileFailed)
 }
+
+
+def gpus_of(worker: dict[str, Any]) -> int:
+    """The GPU resources a worker offers, from the scheduler's identity of it (0: a CPU worker)."""
+    return int(worker.get("resources", {}).get(GPU, 0))
 
 
 class ClusterUnavailable(NoGpu):
@@ -136,7 +143,7 @@ class Cluster:
     def gpus(self, workers: dict[str, dict[str, Any]] | None = None) -> int:
         """How many GPU resources the cluster's workers offer now."""
         found = self._workers if workers is None else workers
-        return sum(int(w.get("resources", {}).get(GPU, 0)) for w in found.values())
+        return sum(gpus_of(w) for w in found.values())
 
     def status(self) -> ClusterStatus:
         """The workers, what each GPU is on, and the throughput: for the views."""
@@ -145,7 +152,7 @@ class Cluster:
             WorkerStatus(
                 address=addr,
                 host=str(info.get("host", "")),
-                gpus=int(info.get("resources", {}).get(GPU, 0)),
+                gpus=gpus_of(info),
                 running=list(self.running.get(addr, [])),
                 evaluations=self.finished[addr],
             )
@@ -192,6 +199,22 @@ class Cluster:
             self._version = str(found)
         return self._version
 
+    async def on_a_gpu(self, doing: str, prefer: str | None, task: Callable[..., T], *args: Any) -> tuple[T, str]:
+        """`task(*args)` on a worker with a free GPU (`prefer`'s when it is free), shown as `doing` while it runs there;
+        its result and the worker. Dask runs it elsewhere if that worker dies."""
+        client = await self.client()
+        async with self.slots.slot(prefer) as worker:
+            self.running[worker].append(doing)
+            future = client.submit(  # not pure: the same candidate timed again is a new measurement, not a cached one
+                task, *args, resources={GPU: 1}, workers=[worker], allow_other_workers=True, pure=False
+            )
+            try:
+                result: T = await future
+                return result, worker
+            finally:
+                future.release()
+                self.running[worker].remove(doing)
+
     async def first_gpu_arch(self) -> str | None:
         """The target of a GPU worker's first GPU (asked of one worker), None without a real GPU there."""
         client = await self.client()
@@ -226,7 +249,7 @@ class GpuSlots:
 
     def follow(self, workers: dict[str, dict[str, Any]]) -> None:
         """Add the slots of workers that came (or offer more GPUs), void those of workers that went."""
-        offered = {addr: int(w.get("resources", {}).get(GPU, 0)) for addr, w in workers.items()}
+        offered = {addr: gpus_of(w) for addr, w in workers.items()}
         offered = {addr: count for addr, count in offered.items() if count}
         for addr in set(self._offered) - set(offered):
             self._generation[addr] = self._generation.get(addr, 0) + 1
@@ -389,8 +412,7 @@ class ClusterBackend:
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
         assert self.builder is not None, "start() first"
-        prepared = await build_candidate(self.card, self.builder, source, plan)
-        return prepared if isinstance(prepared, Evaluation) else None
+        return await prebuild(self.card, self.builder, source, plan)
 
     async def evaluate(self, source: str, plan: LaunchPlan) -> Evaluation:
         assert self.builder is not None, "start() first"
@@ -427,28 +449,20 @@ class ClusterBackend:
         result is taken once."""
         from distributed.client import FutureCancelledError
 
-        client = await self.cluster.client()
+        node = EVALUATING.get()
+        doing = self.card.spec.name + (f" #{node}" if node is not None else "")
         resubmits = self.settings.cluster.resubmits
         while True:
             package = self._package
-            async with self.cluster.slots.slot(self._last_worker) as worker:
-                self._last_worker = worker
-                node = EVALUATING.get()
-                doing = self.card.spec.name + (f" #{node}" if node is not None else "")
-                self.cluster.running[worker].append(doing)
-                future = client.submit(
-                    task, package, self._hosting, *args, resources={GPU: 1}, workers=[worker], allow_other_workers=True
+            try:
+                verdict, self._last_worker = await self.cluster.on_a_gpu(
+                    doing, self._last_worker, task, package, self._hosting, *args
                 )
-                try:
-                    verdict: Verdict = await future
-                    return verdict
-                except FutureCancelledError:
-                    if resubmits == 0:
-                        raise
-                    resubmits -= 1
-                finally:
-                    future.release()
-                    self.cluster.running[worker].remove(doing)
+                return verdict
+            except FutureCancelledError:
+                if resubmits == 0:
+                    raise
+                resubmits -= 1
             await self._send_card(package)
 
     async def _send_card(self, lost: Any = None) -> None:
@@ -472,19 +486,6 @@ class ClusterBackend:
 async def time_vendor(cluster: Cluster, card: Card, request: VendorRequest) -> VendorReply:
     """The card's vendor library timed on a free GPU of the cluster (the bench's column beside each search)."""
     package = await asyncio.to_thread(pack_card, card, [])
-    client = await cluster.client()
-    async with cluster.slots.slot() as worker:
-        cluster.running[worker].append(f"{card.spec.name} (vendor)")
-        try:
-            reply = await client.submit(
-                vendor_remote,
-                package,
-                request.model_dump_json(),
-                resources={GPU: 1},
-                workers=[worker],
-                allow_other_workers=True,
-                pure=False,
-            )
-        finally:
-            cluster.running[worker].remove(f"{card.spec.name} (vendor)")
+    doing = f"{card.spec.name} (vendor)"
+    reply, _ = await cluster.on_a_gpu(doing, None, vendor_remote, package, request.model_dump_json())
     return VendorReply.model_validate_json(reply)

@@ -61,14 +61,15 @@ class Toolchain(BaseModel):
 
 
 class Simulation(BaseModel):
-    """The simulated backend's parameters (CI's fake GPUs): the same numbers on every worker as in one process."""
+    """The simulated backend's parameters (CI's fake GPUs): the same numbers on every worker as in one process.
+    A field left None is the backend's own default (`SimulatedBackend`'s, not a copy of it here)."""
 
-    seed: int = 0
-    baseline_us: float = 100.0
-    noise: float = 0.01
-    failure_rate: float = 0.0
-    eval_seconds: float = 0.01
-    max_speedup: float = 8.0
+    seed: int | None = None
+    baseline_us: float | None = None
+    noise: float | None = None
+    failure_rate: float | None = None
+    eval_seconds: float | None = None
+    max_speedup: float | None = None
 
 
 class Hosting(BaseModel):
@@ -166,7 +167,9 @@ class HostedCard:
         if self.backend is None:
             if self.hosting.kind == "simulated":
                 sim = self.hosting.simulation
-                backend: Evaluator | SimulatedBackend = SimulatedBackend(self.card, self.builder, **sim.model_dump())
+                backend: Evaluator | SimulatedBackend = SimulatedBackend(
+                    self.card, self.builder, **sim.model_dump(exclude_none=True)
+                )
                 where = f"{socket.gethostname()} simulated"
             else:
                 gpus = detect_gpus()
