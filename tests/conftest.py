@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from kernelforge_tui.gpu.build import Builder
 
 if TYPE_CHECKING:
     from .gpu_harness import Harness
@@ -62,3 +65,12 @@ def harness(loop: asyncio.AbstractEventLoop) -> Iterator[Harness]:
     h = Harness(loop)
     yield h
     h.close()
+
+
+@pytest.fixture
+def sm90_builder(tmp_path: Path) -> Builder:
+    """An nvcc builder for sm_90 with -O3 (no line info) and its own cache: the template tests that build their
+    variants and read ptxas's report (spills, shared memory). Skipped where nvcc is missing."""
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc not installed")
+    return Builder(arch="sm_90", flags=("-O3",), cache_dir=tmp_path / "cache", work_dir=tmp_path)

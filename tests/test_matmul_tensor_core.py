@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
-import shutil
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
@@ -119,12 +117,9 @@ BUILT: list[tuple[Precision | Literal["float16"], Params]] = [
 """The tc seeds, the padded rows with the widest K tile, the thinnest warp tile with the narrowest K tile, fp16."""
 
 
-def test_tensor_core_variants_build_without_spills_for_the_suite_and_4096_cards(tmp_path: Path) -> None:
+def test_tensor_core_variants_build_without_spills_for_the_suite_and_4096_cards(sm90_builder: Builder) -> None:
     """A source depends on the params and dtype only (sizes are arguments), so one build serves the 2^10, 2^22 and
     4096^3 cards; each card's arguments must match it, and its plan's shared memory must resolve."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=tmp_path / "cache", work_dir=tmp_path)
     jobs = []
     for precision, params in BUILT:
         specs = [card(n, precision, s) for n in ("matrix_mul", "square_matrix_mul") for s in cards_scales()]
@@ -138,7 +133,7 @@ def test_tensor_core_variants_build_without_spills_for_the_suite_and_4096_cards(
         jobs.append((params, source, plan, resolve(plan, specs[-1]).args))
 
     async def build_all() -> list[str]:
-        results = await asyncio.gather(*(builder.build(s, p.entry, a) for _, s, p, a in jobs))
+        results = await asyncio.gather(*(sm90_builder.build(s, p.entry, a) for _, s, p, a in jobs))
         problems = []
         for (params, _, plan, _), result in zip(jobs, results, strict=True):
             stats = result.ptxas.get(plan.entry)

@@ -13,7 +13,6 @@ on the seeded, fresh and every stress set of the pooling family.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -203,15 +202,7 @@ def test_the_work_split_model_sees_a_kernel_that_skips_the_last_chunk(monkeypatc
 # -- nvcc -------------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def builder(tmp_path_factory: pytest.TempPathFactory) -> Builder:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    work = tmp_path_factory.mktemp("pool-cubins")
-    return Builder(arch="sm_90", flags=("-O3",), cache_dir=work / "cache", work_dir=work)
-
-
-def test_the_stream_kernels_build_for_the_big_card_and_small_shapes_without_spills(builder: Builder) -> None:
+def test_the_stream_kernels_build_for_the_big_card_and_small_shapes_without_spills(sm90_builder: Builder) -> None:
     """The builder checks each plan's arguments against the kernel's parameters; ptxas's shared memory is the
     run's bytes (the template's budget)."""
     cases = [(BIG, p.params) for p in TemplateProposer().seeds(BIG) if p.params["strategy"] == "stream"]
@@ -223,7 +214,7 @@ def test_the_stream_kernels_build_for_the_big_card_and_small_shapes_without_spil
     async def build_all() -> list[str]:
         rendered = [(spec, params, *TEMPLATE.render(spec, params)) for spec, params in cases]
         results = await asyncio.gather(
-            *(builder.build(source, plan.entry, resolve(plan, spec).args) for spec, _, source, plan in rendered)
+            *(sm90_builder.build(source, plan.entry, resolve(plan, spec).args) for spec, _, source, plan in rendered)
         )
         problems = []
         for (spec, params, _, plan), result in zip(rendered, results, strict=True):

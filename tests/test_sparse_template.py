@@ -13,7 +13,6 @@ every seed through the evaluator (every seeded and fresh set) on the suite's 2^2
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -109,15 +108,7 @@ def test_the_seeds_start_with_the_stream_strategy_and_16_byte_loads(precision: P
             assert not errors, (spec.name, proposal.params, errors)
 
 
-@pytest.fixture(scope="module")
-def builder(tmp_path_factory: pytest.TempPathFactory) -> Builder:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    work = tmp_path_factory.mktemp("csr-cubins")
-    return Builder(arch="sm_90", flags=("-O3",), cache_dir=work / "cache", work_dir=work)
-
-
-def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(builder: Builder) -> None:
+def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(sm90_builder: Builder) -> None:
     """The seeds' sources depend on the dtype alone (rows per block follow the mean row, 16 at every scale), so the
     small, 2^22 and 2^26 cards share them; each builds without spills, a stream kernel with the static shared memory
     `stream_shared_bytes` budgets."""
@@ -126,7 +117,7 @@ def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(build
     assert len(built) == sum(len(TemplateProposer().seeds(card(p))) for p in PRECISIONS)
 
     async def build_all() -> list[str]:
-        results = await asyncio.gather(*(builder.build(p.source, p.plan.entry, a) for p, a in built.values()))
+        results = await asyncio.gather(*(sm90_builder.build(p.source, p.plan.entry, a) for p, a in built.values()))
         problems = []
         for (proposal, _), result in zip(built.values(), results, strict=True):
             stats = result.ptxas.get(proposal.plan.entry)

@@ -12,7 +12,6 @@ inputs and on the stress sets the stencil runs (tiny, NaN and inf).
 from __future__ import annotations
 
 import asyncio
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,19 +101,16 @@ def test_the_seeds_start_with_strips_of_the_widest_access_nx_allows(precision: P
             assert not errors, (spec.name, proposal.params, errors)
 
 
-def test_the_strip_seeds_build_without_spills(tmp_path: Path) -> None:
+def test_the_strip_seeds_build_without_spills(sm90_builder: Builder) -> None:
     """Every strip seed of the 8192^2 cards, and the first of cards of awkward sizes (the source depends on the
     dtype and vec only: sizes are arguments) and of an fp16 card."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=tmp_path / "cache", work_dir=tmp_path)
     chosen = [(spec, p) for spec in (card("float32"), card("bfloat16")) for p in TemplateProposer().seeds(spec)[:3]]
     chosen += [(spec, TemplateProposer().seeds(spec)[0]) for spec in (card("float32", 37, 70), card("bfloat16", 5, 9))]
     chosen.append((fp16_card(), TemplateProposer().seeds(fp16_card())[0]))
 
     async def build_all() -> list[str]:
         results = await asyncio.gather(
-            *(builder.build(p.source, p.plan.entry, resolve(p.plan, spec).args) for spec, p in chosen)
+            *(sm90_builder.build(p.source, p.plan.entry, resolve(p.plan, spec).args) for spec, p in chosen)
         )
         problems = []
         for (spec, proposal), result in zip(chosen, results, strict=True):
