@@ -2,15 +2,18 @@
 one worker per GPU, started with Dask's own commands, as README says), against the same search on the in-process
 GPU lanes, side by side in one table.
 
-    python bench/vs_cluster.py CARD --out DIR [--iters N | --minutes M] [--gpus N] [--bench-tasks TASK ...]
-                               [--bench-iters N] [--simulate [--simulate-seconds S]]
+    python bench/vs_cluster.py CARD --out DIR [--iters N | --minutes M] [--gpus N] [--worker-threads N]
+                               [--bench-tasks TASK ...] [--bench-iters N] [--simulate [--simulate-seconds S]]
 
 1. local: `kernelforge optimize CARD` on this machine's GPUs (one lane per GPU), its run in DIR/local.
 2. The cluster: `dask scheduler --scheduler-file DIR/scheduler.json`, then per GPU `CUDA_VISIBLE_DEVICES=i dask worker
-   --nthreads 2 --resources GPU=1` (with --simulate: --gpus workers offering fake GPUs, no device).
+   --nthreads N --resources GPU=1` (with --simulate: --gpus workers offering fake GPUs, no device). N is this
+   machine's cores per GPU (--worker-threads), as README advises: a GPU worker's threads run the cluster's builds
+   besides its evaluations, as the local search builds on every core.
 3. cluster: `kernelforge optimize CARD --cluster ADDRESS`, its run in DIR/cluster.
 4. bench: `kernelforge bench --cluster ADDRESS --tasks ... --scales 10 --budget-iters N -o DIR/bench`.
 
+Each search starts with an empty build cache of its own (DIR/<mode>-cache): neither finds the other's cubins.
 Per search, from its run store: candidates, active seconds, candidates per minute, the GPUs' busy share (GPU seconds
 of evaluation over active seconds times the GPUs it had), the best speedup, and which GPUs measured. The table goes
 to stdout and DIR/vs_cluster.md, the numbers to DIR/vs_cluster.json. Every command runs as a user would run it
@@ -25,6 +28,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -92,6 +96,12 @@ def kernelforge(*args: str, env: dict[str, str] | None = None) -> dict[str, obje
     return dict(json.loads(done.stdout))
 
 
+def fresh_cache(path: Path) -> dict[str, str]:
+    """The environment for a command that builds into an empty cache at `path` (emptied now)."""
+    shutil.rmtree(path, ignore_errors=True)
+    return {"KERNELFORGE_CACHE_DIR": str(path)}
+
+
 def search_row(mode: str, run_dir: Path, gpus: int) -> SearchRow:
     with RunStore.open(run_dir, readonly=True) as store:
         info = store.run_info()
@@ -107,7 +117,7 @@ def search_row(mode: str, run_dir: Path, gpus: int) -> SearchRow:
 
 
 @contextlib.contextmanager
-def local_cluster(out: Path, gpus: list[int | None]) -> Iterator[str]:
+def local_cluster(out: Path, gpus: list[int | None], threads: int) -> Iterator[str]:
     """A scheduler and one worker per GPU (None: a fake GPU, for --simulate), as README starts them; its address."""
     scheduler_file = out / "scheduler.json"
     scheduler_file.unlink(missing_ok=True)
@@ -132,7 +142,7 @@ def local_cluster(out: Path, gpus: list[int | None]) -> Iterator[str]:
             env = os.environ | ({"CUDA_VISIBLE_DEVICES": str(gpu)} if gpu is not None else {})
             processes.append(
                 subprocess.Popen(
-                    [*dask, "distributed.cli.dask_worker", address, "--nthreads", "2", "--resources", "GPU=1",
+                    [*dask, "distributed.cli.dask_worker", address, "--nthreads", str(threads), "--resources", "GPU=1",
                      "--dashboard-address", ":0", "--name", f"gpu-{gpu if gpu is not None else n}"],
                     stdout=subprocess.DEVNULL, stderr=(logs / f"worker-{n}.log").open("w"), env=env,
                 )
@@ -159,11 +169,13 @@ def run(args: argparse.Namespace) -> Result:
         raise SystemExit("vs_cluster: no GPU here: run it on the GPU machine, or with --simulate")
     rows = []
     local_dir = out / "local"
-    kernelforge("optimize", str(args.card), "--run-dir", str(local_dir), *budget, *simulate)
+    kernelforge("optimize", str(args.card), "--run-dir", str(local_dir), *budget, *simulate,
+                env=fresh_cache(out / "local-cache"))  # fmt: skip
     rows.append(search_row("local (in-process lanes)", local_dir, 1 if args.simulate else len(gpus)))
     bench = None
-    env = {"KERNELFORGE_CLUSTER__WAIT_S": str(SCHEDULER_WAIT_S)}
-    with local_cluster(out, gpus) as address:
+    env = {"KERNELFORGE_CLUSTER__WAIT_S": str(SCHEDULER_WAIT_S)} | fresh_cache(out / "cluster-cache")
+    threads = args.worker_threads or max(2, (os.cpu_count() or 2) // len(gpus))
+    with local_cluster(out, gpus, threads) as address:
         cluster_dir = out / "cluster"
         kernelforge("optimize", str(args.card), "--run-dir", str(cluster_dir), "--cluster", address, *budget, *simulate,
                     env=env)  # fmt: skip
@@ -229,6 +241,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     budget.add_argument("--iters", type=int, metavar="N", help="candidates per search")
     budget.add_argument("--minutes", type=float, default=2.0, metavar="M", help="minutes per search (2)")
     parser.add_argument("--gpus", type=int, metavar="N", help="GPUs (workers) to use (all here; 2 with --simulate)")
+    parser.add_argument("--worker-threads", type=int, metavar="N", help="threads per Dask worker (cores per GPU)")
     parser.add_argument("--bench-tasks", nargs="*", default=["vector_add"], metavar="TASK")
     parser.add_argument("--bench-iters", type=int, default=8, metavar="N", help="candidates per bench card (8)")
     parser.add_argument("--simulate", action="store_true", help="no GPU: fake GPU workers, invented timings")

@@ -36,6 +36,8 @@ def test_the_search_through_the_cluster_against_the_in_process_lanes(tmp_path: P
     assert local["measured_on"] == {}  # the in-process simulation names no GPU
     assert len(cluster["measured_on"]) == 2 and sum(cluster["measured_on"].values()) == 5  # both workers, baseline too
     assert all("(worker tcp://" in label for label in cluster["measured_on"])
+    for mode in ("local", "cluster"):  # each search built into its own empty cache (no hits on the other's cubins)
+        assert list((out / f"{mode}-cache" / "cubin").glob("*.cubin")), mode
     bench = result["bench"]
     assert bench["cards"] == bench["finished"] == 2 and bench["overlapping"] and len(bench["measured_on"]) == 2
     table = (out / "vs_cluster.md").read_text()

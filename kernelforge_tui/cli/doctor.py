@@ -38,7 +38,7 @@ from kernelforge_tui.config import (
     config_file,
     load_settings,
 )
-from kernelforge_tui.engine.cluster.backend import Cluster
+from kernelforge_tui.engine.cluster.backend import Cluster, worker_command
 from kernelforge_tui.errors import KernelForgeError, NoGpu
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem
@@ -139,10 +139,7 @@ async def cluster_check(address: str, settings: Settings) -> Check:
     """The scheduler answers; its workers, their GPUs and their nvcc (asked of one): what a search there needs."""
     probe = settings.cluster.model_copy(update={"wait_s": min(settings.cluster.wait_s, CLUSTER_PROBE_S)})
     cluster = Cluster(address, settings.model_copy(update={"cluster": probe}))
-    fix = (
-        f"start one worker per GPU: CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads 2 --resources GPU=1 "
-        "(README: On a Dask cluster)"
-    )
+    fix = f"start one worker per GPU: {worker_command(address)} (README: On a Dask cluster)"
     try:
         await cluster.client()
         workers, gpus = len(cluster.workers()), cluster.gpus()

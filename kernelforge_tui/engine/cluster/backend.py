@@ -75,6 +75,11 @@ def gpus_of(worker: dict[str, Any]) -> int:
     return int(worker.get("resources", {}).get(GPU, 0))
 
 
+def worker_command(address: str) -> str:
+    """How to start one GPU worker (README's way): its other threads build, so give it the cores of its GPU."""
+    return f"CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads CORES_PER_GPU --resources GPU=1"
+
+
 class ClusterUnavailable(NoGpu):
     """No scheduler at the address, or no worker there with a GPU: the message says how to start one."""
 
@@ -181,8 +186,7 @@ class Cluster:
         except TimeoutError:
             raise ClusterUnavailable(
                 f"no worker of the Dask cluster at {self.address} offers a GPU after {self.settings.wait_s:g} s: "
-                f"start one per GPU with `CUDA_VISIBLE_DEVICES=N dask worker {self.address} --nthreads 2 "
-                "--resources GPU=1`"
+                f"start one per GPU with `{worker_command(self.address)}`"
             ) from None
         return self.gpus()
 
