@@ -66,16 +66,16 @@ REREAD_STATS = {
 for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
  float f[VEC];
  load_chunk(xg, i, f);
- float cm = 0.0f, c2 = 0.0f;
+ float cs = 0.0f, c2 = 0.0f;
 #pragma unroll
- for (int j = 0; j < VEC; ++j) { cm += f[j]; }
- cm *= 1.0f / VEC;
+ for (int j = 0; j < VEC; ++j) { cs += f[j]; }
+ const float cm = cs * (1.0f / VEC);
 #pragma unroll
  for (int j = 0; j < VEC; ++j) { const float d = f[j] - cm; c2 += d * d; }
- acc = Welford::combine(acc, Welford{(float)VEC, cm, c2});
+ acc = Welford::combine(acc, Welford{(float)VEC, cs, c2});
 }
 acc = reduce_all(acc, red, &part);
-const float mean = acc.mean;
+const float mean = acc.mean();
 const float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);
 """,
     0: """float sum = 0.0f;
@@ -160,8 +160,9 @@ def _each(stmt: str) -> str:
 def _on_chip_stats(storage: str, welford: bool) -> str:
     """Statistics of the kept slice, summed about the group's first element (see the module's docstring).
 
-    welford: each thread's (count, mean, M2) from two passes over its own chunks, merged with Chan's formula in
-    one block and cluster reduction; else the group's mean, then the centred squares: two reductions, exact.
+    welford: each thread's (count, sum about the group's first element, M2) from two passes over its own chunks,
+    merged with Chan's formula in one block and cluster reduction; else the group's mean, then the centred squares:
+    two reductions, exact.
     """
     pivot = "const float pivot = to_f(xg[0]);\nfloat s = 0.0f;\n"
     if welford:
@@ -171,8 +172,8 @@ def _on_chip_stats(storage: str, welford: bool) -> str:
             + _over_kept(storage, _each("s += f[j] - pivot;") + " cnt += (float)VEC;\n")
             + "const float tmean = cnt > 0.0f ? pivot + s / cnt : 0.0f;\nfloat m2 = 0.0f;\n"
             + _over_kept(storage, _each("const float d = f[j] - tmean; m2 += d * d;"))
-            + "const Welford acc = reduce_all(Welford{cnt, tmean, m2}, red, &part);\n"
-            + "const float mean = acc.mean;\nconst float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);\n"
+            + "const Welford acc = reduce_all(Welford{cnt, s, m2}, red, &part);\n"
+            + "const float mean = pivot + acc.mean();\nconst float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);\n"
         )
     return (
         pivot

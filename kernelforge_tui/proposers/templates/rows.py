@@ -116,12 +116,12 @@ def _layer_norm(p: Params) -> tuple[str, str]:
     write = "float wf[VEC], bf[VEC];\n load_chunk(w, i, wf);\n load_chunk(b, i, bf);\n"
     write += _each("f[j] = (f[j] - mean) * rstd * wf[j] + bf[j];") + "store_chunk(yr, i, f);\n"
     if p["welford"]:
-        chunk = "float cm = 0.0f, c2 = 0.0f;\n" + _each("cm += f[j];") + "cm *= 1.0f / VEC;\n"
+        chunk = "float cs = 0.0f, c2 = 0.0f;\n" + _each("cs += f[j];") + "const float cm = cs * (1.0f / VEC);\n"
         chunk += _each("const float d = f[j] - cm; c2 += d * d;")
-        chunk += "acc = Welford::combine(acc, Welford{(float)VEC, cm, c2});\n"
+        chunk += "acc = Welford::combine(acc, Welford{(float)VEC, cs, c2});\n"
         body = "Welford acc = {0.0f, 0.0f, 0.0f};\n" + _pass(storage, True, chunk)
         body += "acc = group_reduce<TPR>(acc, red_w);\n"
-        body += "const float mean = acc.mean, rstd = rsqrtf(acc.m2 / (float)cols + EPS);\n"
+        body += "const float mean = acc.mean(), rstd = rsqrtf(acc.m2 / (float)cols + EPS);\n"
         return body + _pass(storage, False, write), "__shared__ Welford red_w[32];\n"
     body = "float sum = 0.0f;\n" + _pass(storage, True, _each("sum += f[j];"))
     body += "const float mean = group_reduce<TPR>(Sum{sum}, red_sum).s / (float)cols;\nfloat sq = 0.0f;\n"
