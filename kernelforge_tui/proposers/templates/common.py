@@ -286,29 +286,27 @@ struct MaxSum {
     }
 };
 
-// Welford state (count, sum, sum of squared deviations about the mean s / n), merged with Chan's formula. It
-// carries the sum, not the mean: a merged mean rounds at every merge by the size of the parts' means, which a mean
-// near zero of large values cannot afford (fp32 group_norm's mean output failed stress:large so on the H200); the
-// sum rounds as a plain sum does. The means inside a merge need only feed d * d (fast division suffices there).
+// Welford state (count, mean, sum of squared deviations), merged with Chan's formula, and the plain sum beside it.
+// Chan's merged mean rounds at every merge by the size of the parts' means: fine to centre on, but a mean near zero
+// of large values misses its own tolerance that way (fp32 group_norm's mean output failed stress:large so on the
+// H200). sum_mean() is the sum over the count, which rounds as the two-pass kernels' sums do.
 struct Welford {
-    float n, s, m2;
-    __device__ float mean() const { return n > 0.0f ? s / n : 0.0f; }
+    float n, mean, m2, s;
+    __device__ float sum_mean() const { return n > 0.0f ? s / n : 0.0f; }
     __device__ static Welford combine(Welford a, Welford b) {
-        if (a.n == 0.0f) {
-            return b;
-        }
-        if (b.n == 0.0f) {
-            return a;
-        }
         const float n = a.n + b.n;
-        const float d = __fdividef(b.s, b.n) - __fdividef(a.s, a.n);
-        return {n, a.s + b.s, a.m2 + b.m2 + d * d * (a.n * __fdividef(b.n, n))};
+        if (n == 0.0f) {
+            return {0.0f, 0.0f, 0.0f, 0.0f};
+        }
+        const float d = b.mean - a.mean;
+        const float r = b.n / n;
+        return {n, a.mean + d * r, a.m2 + b.m2 + d * d * a.n * r, a.s + b.s};
     }
     __device__ Welford shfl(int src, bool xr) const {
-        return xr ? Welford{__shfl_xor_sync(FULL_MASK, n, src), __shfl_xor_sync(FULL_MASK, s, src),
-                            __shfl_xor_sync(FULL_MASK, m2, src)}
-                  : Welford{__shfl_sync(FULL_MASK, n, src), __shfl_sync(FULL_MASK, s, src),
-                            __shfl_sync(FULL_MASK, m2, src)};
+        return xr ? Welford{__shfl_xor_sync(FULL_MASK, n, src), __shfl_xor_sync(FULL_MASK, mean, src),
+                            __shfl_xor_sync(FULL_MASK, m2, src), __shfl_xor_sync(FULL_MASK, s, src)}
+                  : Welford{__shfl_sync(FULL_MASK, n, src), __shfl_sync(FULL_MASK, mean, src),
+                            __shfl_sync(FULL_MASK, m2, src), __shfl_sync(FULL_MASK, s, src)};
     }
 };
 

@@ -62,7 +62,7 @@ def working_registers(params: Params) -> int:
 
 
 REREAD_STATS = {
-    1: """Welford acc = {0.0f, 0.0f, 0.0f};
+    1: """Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};
 for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
  float f[VEC];
  load_chunk(xg, i, f);
@@ -72,10 +72,10 @@ for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
  const float cm = cs * (1.0f / VEC);
 #pragma unroll
  for (int j = 0; j < VEC; ++j) { const float d = f[j] - cm; c2 += d * d; }
- acc = Welford::combine(acc, Welford{(float)VEC, cs, c2});
+ acc = Welford::combine(acc, Welford{(float)VEC, cm, c2, cs});
 }
 acc = reduce_all(acc, red, &part);
-const float mean = acc.mean();
+const float mean = acc.mean;
 const float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);
 """,
     0: """float sum = 0.0f;
@@ -96,6 +96,13 @@ for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
 const float rstd = rsqrtf(reduce_all(Sum{sq}, red, &part).s / (float)len + 1e-5f);
 """,
 }
+
+OUT_MEAN = {
+    True: "acc.sum_mean()",  # the plain sum's: Chan's merged mean normalises well but misses a mean near zero
+    False: "mean",
+}
+"""The statistics output's mean: normalising wants the mean about the pivot (a large mean), the output the one
+closest in relative terms (a large spread around zero: stress:large failed fp32's merged mean on the H200)."""
 
 KEEP = {
     "registers": """VecT kept[ITEMS];
@@ -160,20 +167,20 @@ def _each(stmt: str) -> str:
 def _on_chip_stats(storage: str, welford: bool) -> str:
     """Statistics of the kept slice, summed about the group's first element (see the module's docstring).
 
-    welford: each thread's (count, sum about the group's first element, M2) from two passes over its own chunks,
-    merged with Chan's formula in one block and cluster reduction; else the group's mean, then the centred squares:
-    two reductions, exact.
+    welford: each thread's (count, mean about the group's first element, M2, plain sum) from two passes over its own
+    chunks, merged with Chan's formula in one block and cluster reduction; else the group's mean, then the centred
+    squares: two reductions, exact.
     """
     pivot = "const float pivot = to_f(xg[0]);\nfloat s = 0.0f;\n"
     if welford:
         return (
             pivot
-            + "float cnt = 0.0f;\n"
-            + _over_kept(storage, _each("s += f[j] - pivot;") + " cnt += (float)VEC;\n")
+            + "float cnt = 0.0f, raw = 0.0f;\n"
+            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];") + " cnt += (float)VEC;\n")
             + "const float tmean = cnt > 0.0f ? pivot + s / cnt : 0.0f;\nfloat m2 = 0.0f;\n"
             + _over_kept(storage, _each("const float d = f[j] - tmean; m2 += d * d;"))
-            + "const Welford acc = reduce_all(Welford{cnt, s, m2}, red, &part);\n"
-            + "const float mean = pivot + acc.mean();\nconst float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);\n"
+            + "const Welford acc = reduce_all(Welford{cnt, tmean, m2, raw}, red, &part);\n"
+            + "const float mean = acc.mean;\nconst float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);\n"
         )
     return (
         pivot
@@ -323,7 +330,8 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
         if len(card.outputs) == 3:  # the statistics aten.native_group_norm returns beside y, rounded like y
             stat_params = "\n    T* __restrict__ mean_out, T* __restrict__ rstd_out,"
             stat_writes = (
-                "if (rank == 0 && threadIdx.x == 0) { mean_out[gid] = from_f(mean); rstd_out[gid] = from_f(rstd); }\n"
+                "if (rank == 0 && threadIdx.x == 0) { mean_out[gid] = from_f(" + OUT_MEAN[welford] + "); "
+                "rstd_out[gid] = from_f(rstd); }\n"
             )
         source = f"""// group_norm ({dtype}, fp32 math): {strategy}: {WHERE[strategy]}; {split} block(s) per group,
 // {vec}-element vectors, {state} statistics.

@@ -118,10 +118,10 @@ def _layer_norm(p: Params) -> tuple[str, str]:
     if p["welford"]:
         chunk = "float cs = 0.0f, c2 = 0.0f;\n" + _each("cs += f[j];") + "const float cm = cs * (1.0f / VEC);\n"
         chunk += _each("const float d = f[j] - cm; c2 += d * d;")
-        chunk += "acc = Welford::combine(acc, Welford{(float)VEC, cs, c2});\n"
-        body = "Welford acc = {0.0f, 0.0f, 0.0f};\n" + _pass(storage, True, chunk)
+        chunk += "acc = Welford::combine(acc, Welford{(float)VEC, cm, c2, cs});\n"
+        body = "Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};\n" + _pass(storage, True, chunk)
         body += "acc = group_reduce<TPR>(acc, red_w);\n"
-        body += "const float mean = acc.mean(), rstd = rsqrtf(acc.m2 / (float)cols + EPS);\n"
+        body += "const float mean = acc.sum_mean(), rstd = rsqrtf(acc.m2 / (float)cols + EPS);\n"
         return body + _pass(storage, False, write), "__shared__ Welford red_w[32];\n"
     body = "float sum = 0.0f;\n" + _pass(storage, True, _each("sum += f[j];"))
     body += "const float mean = group_reduce<TPR>(Sum{sum}, red_sum).s / (float)cols;\nfloat sq = 0.0f;\n"
