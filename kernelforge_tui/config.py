@@ -423,8 +423,12 @@ class ClusterSettings(Section):
     poll_s: float = Field(default=1.0, gt=0, allow_inf_nan=False)
     """How often the scheduler is asked which workers are there (workers that come and go are picked up)."""
     resubmits: int = Field(default=3, ge=0)
-    """A task the cluster lost as a whole (the scheduler restarted) is sent again this many times. A worker that
-    dies is Dask's own business: it runs the task elsewhere (`distributed.scheduler.allowed-failures` times)."""
+    """A task the cluster lost as a whole (the scheduler restarted), or that raised on its GPU worker (not the
+    candidate's fault: a failing candidate is an evaluation, not an error), is sent again this many times. A worker
+    that dies is Dask's own business: it runs the task elsewhere (`distributed.scheduler.allowed-failures` times)."""
+    strikes: int = Field(default=3, ge=1)
+    """A GPU worker whose tasks raise this many times in a row (no GPU after all, a driver or disk failing) is set
+    aside for the rest of the process: a broken worker fails fast, so it would otherwise draw most of the work."""
 
 
 class Settings(FileSettings):

@@ -16,7 +16,7 @@ import pytest
 from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.engine.bench import BenchManifest
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend, ClusterUnavailable
+from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend, ClusterUnavailable, GpuSlots
 from kernelforge_tui.engine.cluster.remote import Simulation
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.gpu.profile import ProfilingUnavailable
@@ -107,6 +107,52 @@ async def test_a_killed_worker_loses_and_duplicates_no_candidate(tmp_path: Path)
     lanes = [e.text for e in _drain(events) if isinstance(e, LogLine) and e.text.startswith("GPU lanes")]
     assert lanes[0] == LANES.format(1)  # the lost worker's lane went (a worker that comes: the next test)
     h.store.close()
+
+
+async def test_a_worker_whose_tasks_raise_is_set_aside_and_its_candidates_run_elsewhere(tmp_path: Path) -> None:
+    """A GPU worker that raises on every task (its GPU gone, say) fails fast, so it would draw most of the work:
+    after `strikes` in a row it gets none, and what it failed runs on the other worker."""
+
+    def lose_the_gpu() -> None:  # runs in the worker process (a nested function travels by value)
+        from kernelforge_tui.engine.cluster import remote
+
+        def broken() -> remote.WorkerHost:
+            raise RuntimeError("CUDA_ERROR_NO_DEVICE: the GPU fell off the bus")
+
+        remote.host = broken
+
+    with local_cluster(2) as cluster:
+        async with distributed.Client(cluster.scheduler_address, asynchronous=True) as client:
+            await client.wait_for_workers(2)
+            victim = sorted((await client.scheduler.identity())["workers"])[0]
+            await client.run(lose_the_gpu, workers=[victim])
+        h = Harness(tmp_path)
+        search = cluster_search(h, cluster.scheduler_address, Budget(), eval_seconds=0.05, strikes=2)
+        events = search.subscribe()
+        info = await two_lanes_busy(search)
+        backend = search.pipeline.backend
+        assert isinstance(backend, ClusterBackend)
+        status = backend.cluster.status()
+    assert info.node_count > 10 and all(n.status == "timed" for n in h.store.nodes())  # none lost to the fault
+    measured = {h.store.evaluation(n.id).measured_on for n in h.store.nodes()}  # type: ignore[union-attr]
+    assert len(measured) == 1 and victim not in str(measured)
+    why = {w.address: w.set_aside for w in status.workers}
+    assert why[victim] is not None and "2 tasks in a row" in why[victim] and "fell off the bus" in why[victim]
+    assert [w for w, reason in why.items() if reason is None] != [] and status.gpus == 1
+    lanes = [e.text for e in _drain(events) if isinstance(e, LogLine) and e.text.startswith("GPU lanes")]
+    assert lanes[-1] == LANES.format(1)
+    h.store.close()
+
+
+async def test_a_retry_goes_to_another_free_gpu_than_the_one_that_failed_it() -> None:
+    slots = GpuSlots()
+    slots.follow({addr: {"resources": {"GPU": 1}} for addr in ("tcp://a", "tcp://b")})
+    async with slots.slot(avoid="tcp://a") as first:
+        assert first == "tcp://b"
+    async with slots.slot(prefer="tcp://a", avoid="tcp://a") as second:  # its card is there: prefer still wins
+        assert second == "tcp://a"
+    async with slots.slot(avoid="tcp://b") as held, slots.slot(avoid="tcp://a") as only:  # the only one free
+        assert (held, only) == ("tcp://a", "tcp://b")
 
 
 async def _busy_worker(client: distributed.Client) -> str:

@@ -75,6 +75,8 @@ class WorkerStatus(BaseModel):
     """What its GPUs work on now: `card #node` per evaluation or profile in flight."""
     evaluations: int = 0
     """Evaluations it finished for this process."""
+    set_aside: str | None = None
+    """Why this process gives its GPUs no more work (its tasks kept raising), None while it is in use."""
 
 
 class ClusterStatus(BaseModel):
@@ -87,4 +89,5 @@ class ClusterStatus(BaseModel):
 
     @property
     def gpus(self) -> int:
-        return sum(w.gpus for w in self.workers)
+        """The GPUs in use (a worker set aside offers its GPUs to nobody here)."""
+        return sum(w.gpus for w in self.workers if w.set_aside is None)

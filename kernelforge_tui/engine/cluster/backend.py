@@ -80,6 +80,15 @@ def worker_command(address: str) -> str:
     return f"CUDA_VISIBLE_DEVICES=N dask worker {address} --nthreads CORES_PER_GPU --resources GPU=1"
 
 
+class WorkerFault(Exception):
+    """A task raised on its GPU worker: the worker's fault, not the candidate's (failing candidates are evaluations)."""
+
+    def __init__(self, worker: str, error: Exception) -> None:
+        super().__init__(f"on cluster worker {worker}: {type(error).__name__}: {error}")
+        self.worker = worker
+        self.error = error
+
+
 class ClusterUnavailable(NoGpu):
     """No scheduler at the address, or no worker there with a GPU: the message says how to start one."""
 
@@ -103,6 +112,9 @@ class Cluster:
         """Worker address -> what its GPUs work on now (`card #node`)."""
         self.finished: collections.Counter[str] = collections.Counter()
         """Worker address -> evaluations it finished for this process."""
+        self.set_aside: dict[str, str] = {}
+        """Worker address -> why its GPUs get no more work (`[cluster] strikes` failed tasks in a row)."""
+        self._strikes: collections.Counter[str] = collections.Counter()
         self._since = time.monotonic()
 
     async def client(self) -> Any:
@@ -134,7 +146,7 @@ class Cluster:
         workers: dict[str, dict[str, Any]] = identity.get("workers", {})
         changed = set(workers) != set(self._workers) or self.gpus(workers) != self.gpus()
         self._workers = workers
-        self.slots.follow(workers)
+        self.slots.follow(self._usable(workers))
         if changed:
             self._changed.set()
 
@@ -146,9 +158,22 @@ class Cluster:
                 await self._refresh()
 
     def gpus(self, workers: dict[str, dict[str, Any]] | None = None) -> int:
-        """How many GPU resources the cluster's workers offer now."""
-        found = self._workers if workers is None else workers
+        """How many GPU resources the cluster's workers offer now (those set aside left out)."""
+        found = self._usable(self._workers if workers is None else workers)
         return sum(gpus_of(w) for w in found.values())
+
+    def _usable(self, workers: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {addr: w for addr, w in workers.items() if addr not in self.set_aside}
+
+    def _struck(self, worker: str, error: Exception) -> None:
+        """A task raised on `worker`: after `strikes` in a row its GPUs get no more work (the lanes shrink)."""
+        self._strikes[worker] += 1
+        if self._strikes[worker] >= self.settings.strikes and worker not in self.set_aside:
+            self.set_aside[worker] = (
+                f"{self._strikes[worker]} tasks in a row raised, the last {type(error).__name__}: {error}"
+            )
+            self.slots.follow(self._usable(self._workers))
+            self._changed.set()
 
     def status(self) -> ClusterStatus:
         """The workers, what each GPU is on, and the throughput: for the views."""
@@ -160,6 +185,7 @@ class Cluster:
                 gpus=gpus_of(info),
                 running=list(self.running.get(addr, [])),
                 evaluations=self.finished[addr],
+                set_aside=self.set_aside.get(addr),
             )
             for addr, info in sorted(self._workers.items())
         ]
@@ -203,21 +229,32 @@ class Cluster:
             self._version = str(found)
         return self._version
 
-    async def on_a_gpu(self, doing: str, prefer: str | None, task: Callable[..., T], *args: Any) -> tuple[T, str]:
-        """`task(*args)` on a worker with a free GPU (`prefer`'s when it is free), shown as `doing` while it runs there;
-        its result and the worker. Dask runs it elsewhere if that worker dies."""
+    async def on_a_gpu(
+        self, doing: str, prefer: str | None, task: Callable[..., T], *args: Any, avoid: str | None = None
+    ) -> tuple[T, str]:
+        """`task(*args)` on a worker with a free GPU (`prefer`'s when it is free, another than `avoid`'s when one is),
+        shown as `doing` while it runs there; its result and the worker. Dask runs it elsewhere if that worker dies; a
+        task that raised there is WorkerFault (a strike against the worker)."""
+        from distributed.client import FutureCancelledError
+
         client = await self.client()
-        async with self.slots.slot(prefer) as worker:
+        async with self.slots.slot(prefer, avoid) as worker:
             self.running[worker].append(doing)
             future = client.submit(  # not pure: the same candidate timed again is a new measurement, not a cached one
                 task, *args, resources={GPU: 1}, workers=[worker], allow_other_workers=True, pure=False
             )
             try:
                 result: T = await future
-                return result, worker
+            except FutureCancelledError:
+                raise
+            except Exception as exc:
+                self._struck(worker, exc)
+                raise WorkerFault(worker, exc) from exc
             finally:
                 future.release()
                 self.running[worker].remove(doing)
+            self._strikes.pop(worker, None)
+            return result, worker
 
     async def first_gpu_arch(self) -> str | None:
         """The target of a GPU worker's first GPU (asked of one worker), None without a real GPU there."""
@@ -282,9 +319,10 @@ class GpuSlots:
         self._waiters.remove(chosen)
         chosen[1].set_result(slot)
 
-    async def _acquire(self, prefer: str | None) -> Slot:
+    async def _acquire(self, prefer: str | None, avoid: str | None) -> Slot:
         if self._free and not any(not w[1].done() for w in self._waiters):
-            slot = next((s for s in self._free if s[0] == prefer), self._free[0])
+            other = next((s for s in self._free if s[0] != avoid), self._free[0])
+            slot = next((s for s in self._free if s[0] == prefer), other)
             self._free.remove(slot)
             return slot
         waiter: asyncio.Future[Slot] = asyncio.get_running_loop().create_future()
@@ -297,9 +335,9 @@ class GpuSlots:
             raise
 
     @contextlib.asynccontextmanager
-    async def slot(self, prefer: str | None = None) -> AsyncIterator[str]:
-        """A free GPU's worker (`prefer`'s when it is free), held for the block."""
-        while not self._valid(slot := await self._acquire(prefer)):
+    async def slot(self, prefer: str | None = None, avoid: str | None = None) -> AsyncIterator[str]:
+        """A free GPU's worker (`prefer`'s when it is free, another than `avoid`'s when one is), held for the block."""
+        while not self._valid(slot := await self._acquire(prefer, avoid)):
             pass  # its worker went: the slot is dropped
         try:
             yield slot[0]
@@ -449,25 +487,32 @@ class ClusterBackend:
     async def _on_a_gpu(self, task: Callable[..., Verdict], *args: Any) -> Verdict:
         """Run a task on a worker with a free GPU (chosen here: Dask's scheduler counts a worker's resources, not
         which are in use, and would queue every task behind the worker that holds the card). Dask re-runs it
-        elsewhere when its worker dies; a task lost with the card's data is sent again (`resubmits` times), and its
-        result is taken once."""
+        elsewhere when its worker dies; a task lost with the card's data, or that raised on its worker, is sent again
+        (`resubmits` times in all), and its result is taken once."""
         from distributed.client import FutureCancelledError
 
         node = EVALUATING.get()
         doing = self.card.spec.name + (f" #{node}" if node is not None else "")
         resubmits = self.settings.cluster.resubmits
+        failed_on: str | None = None
         while True:
             package = self._package
             try:
                 verdict, self._last_worker = await self.cluster.on_a_gpu(
-                    doing, self._last_worker, task, package, self._hosting, *args
+                    doing, self._last_worker, task, package, self._hosting, *args, avoid=failed_on
                 )
                 return verdict
             except FutureCancelledError:
                 if resubmits == 0:
                     raise
                 resubmits -= 1
-            await self._send_card(package)
+                await self._send_card(package)
+            except WorkerFault as fault:
+                if resubmits == 0:
+                    raise
+                resubmits -= 1
+                failed_on = fault.worker  # elsewhere when another GPU is free
+                self._last_worker = None
 
     async def _send_card(self, lost: Any = None) -> None:
         """Scatter the card's package to the cluster: at the start, and again when the workers that held it died

@@ -21,14 +21,16 @@ def cluster_text(status: ClusterStatus) -> str:
 
 
 class WorkerList(Static):
-    """One row a worker: its address and host, its GPUs, what they are on now (`card #node`), evaluations done."""
+    """One row a worker: its address and host, its GPUs, what they are on now (`card #node`, or why they are set
+    aside), evaluations done."""
 
     DEFAULT_CSS = """
     WorkerList { height: auto; }
     WorkerList > .worker-list--label { color: $text-muted; }
     WorkerList > .worker-list--busy { color: $success; text-style: bold; }
+    WorkerList > .worker-list--set-aside { color: $error; }
     """
-    COMPONENT_CLASSES: ClassVar[set[str]] = {"worker-list--label", "worker-list--busy"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"worker-list--label", "worker-list--busy", "worker-list--set-aside"}
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"worker-list--{name}", partial=True)
@@ -47,11 +49,12 @@ class WorkerList(Static):
         table.add_column("running now", ratio=1, overflow="fold")
         table.add_column("evaluations", footer=str(sum(w.evaluations for w in status.workers)), justify="right")
         for worker in status.workers:
-            running = (
-                Text(", ".join(worker.running), style=self._style("busy"))
-                if worker.running
-                else Text("idle" if worker.gpus else "builds only (no GPU)", style=label)
-            )
+            if worker.set_aside is not None:
+                running = Text(f"set aside: {worker.set_aside}", style=self._style("set-aside"))
+            elif worker.running:
+                running = Text(", ".join(worker.running), style=self._style("busy"))
+            else:
+                running = Text("idle" if worker.gpus else "builds only (no GPU)", style=label)
             table.add_row(worker.address, worker.host, str(worker.gpus), running, str(worker.evaluations))
         return table
 
