@@ -17,7 +17,15 @@ from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates.common import ELEMENT_BYTES, Params
-from kernelforge_tui.proposers.templates.group_norm import ON_CHIP, GroupNormTemplate, kept_bytes, kept_items
+from kernelforge_tui.proposers.templates.group_norm import (
+    CP_ASYNC,
+    GPCS,
+    ON_CHIP,
+    SMS_PER_GPC,
+    GroupNormTemplate,
+    kept_bytes,
+    kept_items,
+)
 from tests.test_templates import _card
 
 NCHW = ["n", "c", "h", "w"]
@@ -51,10 +59,11 @@ def on_chip(card: OperatorCard) -> list[Params]:
 
 def variants(card: OperatorCard) -> list[Params]:
     """What to build (nvcc takes one to four seconds each): on the captured card one per (strategy, split, welford)
-    it allows; on a small card each strategy once, one at split 1 and the other at split 8 (in turns, card by card),
-    welford 1 and 0; the widest vector and largest block of each."""
+    it allows; on a small card each strategy once, registers and smem one at split 1 and the other at split 8 (in
+    turns, card by card), welford 1 and 0, pipelined at the other split of smem's; the widest vector and largest
+    block of each."""
     turn = SMALL.index(card) % 2 if card in SMALL else 0
-    wanted = {ON_CHIP[turn]: (1, 1), ON_CHIP[1 - turn]: (8, 0)}
+    wanted = {ON_CHIP[turn]: (1, 1), ON_CHIP[1 - turn]: (8, 0), "pipelined": (8 if turn else 1, turn)}
     chosen: dict[tuple[object, ...], Params] = {}
     for params in sorted(on_chip(card), key=lambda p: (int(p["vec"]), int(p["block"]))):
         if card is CAPTURED or (params["split"], params["welford"]) == wanted[str(params["strategy"])]:
@@ -76,11 +85,14 @@ async def test_every_on_chip_variant_builds_for_sm90_without_spills(cubin_cache:
     jobs = [(card, params) for card in CARDS[:-1] for params in variants(card)]  # the fp16 card: its model only
     # 128 KB slices fit shared memory but not 1024 threads' registers (64 values each beside the working set).
     captured = {(p["strategy"], p["split"]) for c, p in jobs if c is CAPTURED}
-    assert captured == {("smem", 4), ("smem", 8), ("registers", 8)}
+    assert captured == {("smem", 4), ("smem", 8), ("registers", 8), ("pipelined", 8)}  # two 128 KB slices: no
     renders = [TEMPLATE.render(card, params) for card, params in jobs]
     for (card, params), (source, plan) in zip(jobs, renders, strict=True):
         assert not [p for p in check_source(source, plan.entry) if p.severity == "error"], (card.name, params)
-        assert resolve(plan, card).grid[0] == card.sizes["n"] * card.sizes["groups"] * int(params["split"])
+        groups = card.sizes["n"] * card.sizes["groups"]
+        if params["strategy"] == "pipelined":  # persistent: as many clusters as every GPC holds at once, at most
+            groups = min(groups, GPCS * (SMS_PER_GPC // int(params["split"])))
+        assert resolve(plan, card).grid[0] == groups * int(params["split"])
     results = await asyncio.gather(*(builder.build(source, plan.entry) for source, plan in renders))
     for (card, params), (_, plan), result in zip(jobs, renders, results, strict=True):
         assert result.ok, (card.name, params, result.log[-2000:])
@@ -96,7 +108,7 @@ def test_the_kept_slice_fits_shared_memory_and_the_plan_asks_for_it(card: Operat
     for params in configurations:
         _, plan = TEMPLATE.render(card, params)
         shared = resolve(plan, card).shared_bytes
-        if params["strategy"] == "smem":
+        if params["strategy"] in CP_ASYNC:
             assert shared == kept_bytes(card, params) <= HOPPER_SHARED_PER_BLOCK - 1024, params
         else:
             assert shared == 0, params
@@ -115,12 +127,21 @@ def test_slices_that_cannot_stay_on_chip_are_refused() -> None:
     assert "registers" in str(TEMPLATE.problem(CAPTURED, {**base, "strategy": "registers", "split": 8, "block": 128}))
 
 
-def test_the_seeds_start_with_the_slice_kept_in_shared_memory_across_a_cluster_of_eight() -> None:
+def test_the_seeds_start_with_the_slices_double_buffered_by_persistent_clusters_of_eight() -> None:
     seeds = TemplateProposer().seeds(CAPTURED)
-    assert seeds[0].params == {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 1}
-    assert seeds[1].params["strategy"] == "registers"
-    assert {s.params["strategy"] for s in seeds[2:]} >= {"reread"}  # what worked before stays in the search
-    first = seeds[0].source
+    assert seeds[0].params == {"strategy": "pipelined", "block": 256, "vec": 8, "split": 8, "welford": 0}
+    assert seeds[1].params == {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 1}
+    assert seeds[2].params["strategy"] == "registers"
+    assert {s.params["strategy"] for s in seeds[3:]} >= {"reread"}  # what worked before stays in the search
+    pipelined = seeds[0].source
+    assert "__launch_bounds__(256, 1)" in pipelined  # two 64 KB slices: one block an SM
+    assert resolve(seeds[0].plan, CAPTURED).grid[0] == 16 * 8  # 2 clusters of 8 in each of the 8 GPCs
+    assert resolve(seeds[0].plan, CAPTURED).shared_bytes == 2 * 64 * 1024
+    # The copies of the next group go out before this one's wait, into the other buffer.
+    loop = pipelined[pipelined.index("for (; gid < total; gid += clusters, cur ^= 1)") :]
+    assert loop.index("load_slice(kept_buf + (cur ^ 1) * SLICE") < loop.index("__pipeline_wait_prior(1)")
+    assert loop.index("__pipeline_wait_prior(1)") < loop.index("widen(kept[r], f)")
+    first = seeds[1].source
     assert "__cluster_dims__(8, 1, 1)" in first and "__pipeline_memcpy_async" in first
     assert "__launch_bounds__(256, 3)" in first  # three 64 KB slices an SM
     assert "fmaf(f[j] - mean, g, b)" in first  # the form that keeps a constant group's beta exact

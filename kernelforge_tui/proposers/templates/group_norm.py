@@ -7,7 +7,9 @@ divisible by groups); one dtype, math in fp32. A (sample, group) is one contiguo
 
 Parameters: `strategy` (reread: statistics, then normalise reading x again from memory; registers or smem: each
 block keeps its slice of the group on chip, so x is read once: 256 MB at 4.2 TB/s is the floor of a [8, 512, 128,
-128] bf16 card, and reading it twice caps a kernel near two thirds of the copy ceiling), `block`, `vec` (must
+128] bf16 card, and reading it twice caps a kernel near two thirds of the copy ceiling; pipelined: as smem, with
+two slices a block and a persistent grid of clusters, each working through groups while the copies of its next
+group's slice are in flight, so loads and stores overlap and no last wave idles), `block`, `vec` (must
 divide h*w so a chunk never straddles two channels), `split` (blocks per group: a thread block cluster whose blocks
 merge their partial statistics through distributed shared memory, so a few large groups still fill 132 SMs and a
 512 KB group fits on chip as 8 slices of 64 KB), `welford` (one (count, mean, M2) reduction, or mean then centred
@@ -46,12 +48,18 @@ from kernelforge_tui.proposers.templates.common import (
 )
 
 SIZES = ("n", "c", "h", "w", "groups")
-ON_CHIP = ("registers", "smem")
+ON_CHIP = ("registers", "smem", "pipelined")
+CP_ASYNC = ("smem", "pipelined")
+"""The strategies that copy x into shared memory with cp.async."""
+GPCS = 8
+SMS_PER_GPC = 16
+"""The H200's graphics processing clusters and the fewest SMs one has (132 SMs: some have 18): a thread block cluster
+runs inside one GPC, so the pipelined strategy's persistent grid holds as many clusters as fit in every GPC at once."""
 REGISTERS_PER_SM = 64 * 1024
 SHARED_PER_SM = 228 * 1024
 """Hopper's shared memory per SM: how many blocks keeping their slice there can be resident."""
 CP_ASYNC_BYTES = (4, 8, 16)
-"""The copy sizes of cp.async (__pipeline_memcpy_async): the smem strategy copies whole vectors."""
+"""The copy sizes of cp.async (__pipeline_memcpy_async): the smem and pipelined strategies copy whole vectors."""
 
 
 def working_registers(params: Params) -> int:
@@ -126,8 +134,9 @@ WHERE = {
     "reread": "x read again to normalise",
     "registers": "slice kept in registers",
     "smem": "slice kept in shared memory",
+    "pipelined": "slices double-buffered in shared memory by persistent clusters",
 }
-KEPT_CHUNK = {"registers": "kept[k]", "smem": "kept[r]"}
+KEPT_CHUNK = {"registers": "kept[k]", "smem": "kept[r]", "pipelined": "kept[r]"}
 
 NORMALISE = """const float g = to_f(gamma[ch]) * rstd;
  const float b = to_f(beta[ch]);
@@ -149,6 +158,36 @@ const int kept_chunks = (int)(hi - lo);
 const int first = (int)lo * VEC;
 const VecT* __restrict__ xs = reinterpret_cast<const VecT*>(xg) + lo;
 T* __restrict__ ys = yg + first;
+"""
+
+
+LOAD_SLICE = """// Start the copies of one group's slice (chunks [lo, lo + kept_chunks) of the group at xg) into dst:
+// each thread copies the chunks it will read back, so no barrier guards the buffer, only the thread's own wait.
+__device__ __forceinline__ void load_slice(VecT* __restrict__ dst, const T* __restrict__ xg, long long lo,
+                                           int kept_chunks) {
+const VecT* __restrict__ xs = reinterpret_cast<const VecT*>(xg) + lo;
+#pragma unroll
+for (int k = 0; k < ITEMS; ++k) {
+ const int r = threadIdx.x + k * BLOCK;
+ if (r < kept_chunks) { __pipeline_memcpy_async(&dst[r], xs + r, sizeof(VecT)); }
+}
+}
+"""
+PIPELINED_LOOP = """// Persistent clusters: cluster k normalises groups k, k + clusters, ...; while it works on one,
+// the copies of its next group's slice are in flight into the other buffer, so reads and writes overlap.
+const int kept_chunks = (int)(hi - lo);
+const int first = (int)lo * VEC;
+const long long clusters = gridDim.x / SPLIT;
+const long long total = (long long)n * groups;
+long long gid = blockIdx.x / SPLIT;
+int cur = 0;
+if (gid < total) { load_slice(kept_buf, x + gid * len, lo, kept_chunks); }
+__pipeline_commit();
+for (; gid < total; gid += clusters, cur ^= 1) {
+VecT* __restrict__ kept = kept_buf + cur * SLICE;
+if (gid + clusters < total) { load_slice(kept_buf + (cur ^ 1) * SLICE, x + (gid + clusters) * len, lo, kept_chunks); }
+__pipeline_commit();
+__pipeline_wait_prior(1);  // this group's copies are done; the next group's may still be in flight
 """
 
 
@@ -204,8 +243,15 @@ def kept_items(card: OperatorCard, params: Params) -> int:
 
 
 def kept_bytes(card: OperatorCard, params: Params) -> int:
-    """Dynamic shared memory of the smem strategy: the largest slice."""
-    return slice_chunks(card, params) * int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
+    """Dynamic shared memory of the smem strategy: the largest slice (two for the pipelined one)."""
+    buffers = 2 if params["strategy"] == "pipelined" else 1
+    return buffers * slice_chunks(card, params) * int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
+
+
+def persistent_clusters(card: OperatorCard, params: Params) -> int:
+    """The pipelined strategy's clusters: as many as are resident at once in every GPC (a grid larger than that would
+    run its last clusters after the others, twice as long)."""
+    return GPCS * (SMS_PER_GPC * resident_blocks(card, params) // int(params["split"]))
 
 
 def kept_registers(card: OperatorCard, params: Params) -> int:
@@ -219,7 +265,7 @@ def resident_blocks(card: OperatorCard, params: Params) -> int:
     block, strategy = int(params["block"]), str(params["strategy"])
     if strategy == "registers":
         return max(1, min(2048 // block, REGISTERS_PER_SM // (block * kept_registers(card, params))))
-    if strategy == "smem":
+    if strategy in CP_ASYNC:
         by_registers = REGISTERS_PER_SM // (block * working_registers(params))
         return max(1, min(2048 // block, by_registers, SHARED_PER_SM // (kept_bytes(card, params) + 1024)))
     return 1
@@ -272,11 +318,11 @@ class GroupNormTemplate(Template):
         vec_bytes = vec * ELEMENT_BYTES[dtype_of(card)]
         if params["strategy"] == "registers" and kept_registers(card, params) > min(255, REGISTERS_PER_SM // block):
             return f"{kept_items(card, params) * vec} values a thread do not fit in registers at block {block}"
-        if params["strategy"] == "smem":
+        if params["strategy"] in CP_ASYNC:
             if vec_bytes not in CP_ASYNC_BYTES:
                 return f"cp.async copies {CP_ASYNC_BYTES} bytes, not a {vec_bytes}-byte vector"
             if kept_bytes(card, params) > MAX_DYNAMIC_SHARED:
-                return f"a slice of {kept_bytes(card, params)} bytes does not fit in shared memory"
+                return f"{kept_bytes(card, params)} bytes of kept slices do not fit in shared memory"
         return None
 
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
@@ -289,12 +335,16 @@ class GroupNormTemplate(Template):
             normalise = REREAD_NORMALISE
             kept, headers, defines, shared_bytes = "", "", "", 0
         else:
-            body = ON_CHIP_SLICE + KEEP[strategy] + _on_chip_stats(strategy, welford)
+            body = "" if strategy == "pipelined" else ON_CHIP_SLICE + KEEP[strategy]
+            body += _on_chip_stats(strategy, welford)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE)
-            kept = "extern __shared__ VecT kept[];\n" if strategy == "smem" else ""
-            headers = "#include <cuda_pipeline.h>\n" if strategy == "smem" else ""
-            shared_bytes = kept_bytes(card, params) if strategy == "smem" else 0
+            buffer = "kept_buf" if strategy == "pipelined" else "kept"
+            kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in CP_ASYNC else ""
+            headers = "#include <cuda_pipeline.h>\n" if strategy in CP_ASYNC else ""
+            shared_bytes = kept_bytes(card, params) if strategy in CP_ASYNC else 0
             defines = f"#define ITEMS {kept_items(card, params)}\n#define HW {card.sizes['h'] * card.sizes['w']}\n"
+            if strategy == "pipelined":
+                defines += f"#define SLICE {slice_chunks(card, params)}\n"
         if split > 1:
             cluster = """#include <cooperative_groups.h>
 namespace cg = cooperative_groups;
@@ -333,45 +383,54 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
                 "if (rank == 0 && threadIdx.x == 0) { mean_out[gid] = from_f(" + OUT_MEAN[welford] + "); "
                 "rstd_out[gid] = from_f(rstd); }\n"
             )
+        pipelined = strategy == "pipelined"
+        group = (
+            "const T* __restrict__ xg = x + gid * len;\nT* __restrict__ yg = y + gid * len;\n"
+            "const int c0 = (int)(gid % groups) * cpg;\n"
+        )
+        if pipelined:
+            kernel = f"{PIPELINED_LOOP}{group}T* __restrict__ ys = yg + first;\n{body}{stat_writes}{normalise}}}\n"
+        else:
+            kernel = f"const long long gid = blockIdx.x / SPLIT;\n{group}{body}{stat_writes}{normalise}"
         source = f"""// group_norm ({dtype}, fp32 math): {strategy}: {WHERE[strategy]}; {split} block(s) per group,
 // {vec}-element vectors, {state} statistics.
 // Generated by the template proposer.
 {headers}{prelude(dtype, vec)}#define BLOCK {block}
 #define SPLIT {split}
 {defines}{reduce_helpers(True)}
-{cluster}
+{cluster}{LOAD_SLICE if pipelined else ""}
 extern "C" {attribute}__global__ void {launch_bounds(block, resident_blocks(card, params))} {self.entry}(
     const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y,{stat_params}
-    int c, int hw, int groups) {{
+    int c, int hw, int groups{", int n" if pipelined else ""}) {{
 __shared__ {state} red[32];
 __shared__ {state} part;
 {kept}const int cpg = c / groups;
 const long long len = (long long)cpg * hw;
-const long long gid = blockIdx.x / SPLIT;
 const int rank = blockIdx.x % SPLIT;
 const long long nchunk = len / VEC;
 const long long lo = nchunk * rank / SPLIT;
 const long long hi = nchunk * (rank + 1) / SPLIT;
-const T* __restrict__ xg = x + gid * len;
-T* __restrict__ yg = y + gid * len;
-const int c0 = (int)(gid % groups) * cpg;
-{body}{stat_writes}{normalise}}}
+{kernel}}}
 """
         names = [t.name for t in [*card.inputs, *card.outputs]]
+        groups = f"min(n * groups, {persistent_clusters(card, params)})" if pipelined else "n * groups"
         plan = LaunchPlan(
             entry=self.entry,
-            grid=[f"n * groups * {split}"],
+            grid=[f"{groups} * {split}"],
             block=[block],
             shared_bytes=shared_bytes,
-            args=[*names, "c", "h * w", "groups"],
+            args=[*names, "c", "h * w", "groups", *(["n"] if pipelined else [])],
         )
         return source, plan
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
-        """Fastest expected first: x read once, a 512 KB group's slices of 64 KB kept across a cluster of 8, in
-        shared memory (3 blocks an SM), then in registers (1 block an SM); then the kernels that read x again."""
+        """Fastest expected first: x read once, a 512 KB group's slices of 64 KB kept across a cluster of 8 in
+        shared memory, double-buffered by persistent clusters (the next group loading while one is normalised),
+        then one group a cluster (3 blocks an SM: on the H200 the best at 51% of the copy ceiling, its load and
+        store phases apart), then in registers (1 block an SM); then the kernels that read x again."""
         vec = max(vec_widths(dtype_of(card)))
         return [
+            {"strategy": "pipelined", "block": 256, "vec": vec, "split": 8, "welford": 0},
             {"strategy": "smem", "block": 256, "vec": vec, "split": 8, "welford": 1},
             {"strategy": "registers", "block": 1024, "vec": vec, "split": 8, "welford": 1},
             {"strategy": "reread", "block": 1024, "vec": vec, "split": 2, "welford": 0},
