@@ -82,7 +82,7 @@ struct Fiber {
 std::vector<Fiber> fibers;
 ucontext_t entry;
 jmp_buf scheduler;
-unsigned block_index, block_size, running;
+unsigned block_index, block_size, grid_size, running;
 long events, block_generation, block_arrived;
 std::vector<long> warp_generation, warp_arrived;
 std::vector<uint64_t> slots[2];
@@ -106,6 +106,7 @@ void launch(unsigned grid, unsigned block, std::function<void()> body) {
     if (block % 32 != 0) fail("a block of part of a warp");
     kernel = std::move(body);
     block_size = block;
+    grid_size = grid;
     fibers.resize(block);
     for (Fiber& f : fibers) f.stack.resize(1 << 16);
     for (block_index = 0; block_index < grid; ++block_index) {
@@ -167,6 +168,7 @@ V exchange(unsigned mask, V value, int source) {
 #define threadIdx (Dim3{emu::running, 0, 0})
 #define blockIdx (Dim3{emu::block_index, 0, 0})
 #define blockDim (Dim3{emu::block_size, 0, 0})
+#define gridDim (Dim3{emu::grid_size, 0, 0})
 
 void __syncthreads() {
     const long generation = emu::block_generation;
@@ -208,6 +210,15 @@ V __ldcs(const V* p) {
 template <typename V>
 V __ldg(const V* p) {
     return *p;
+}
+// cp.async as a plain copy: the copying thread alone reads the bytes back, after its wait.
+void __pipeline_memcpy_async(void* dst, const void* src, size_t bytes) {
+    std::memcpy(dst, src, bytes);
+}
+void __pipeline_commit() {}
+void __pipeline_wait_prior(int) {}
+float rsqrtf(float v) {
+    return 1.0f / std::sqrt(v);
 }
 float __int_as_float(int i) {
     float f;

@@ -7,15 +7,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 import shutil
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from kernelforge_tui.cards import OperatorCard, resolve
+from kernelforge_tui.cards.dtypes import NUMPY
+from kernelforge_tui.cards.store import draw_inputs
+from kernelforge_tui.cards.stress import draw, running
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.source_check import check_source
-from kernelforge_tui.proposers.templates import TemplateProposer
+from kernelforge_tui.proposers.templates import TemplateProposer, group_norm
 from kernelforge_tui.proposers.templates.common import ELEMENT_BYTES, Params
 from kernelforge_tui.proposers.templates.group_norm import (
     CP_ASYNC,
@@ -27,6 +32,8 @@ from kernelforge_tui.proposers.templates.group_norm import (
     kept_items,
 )
 from tests.test_templates import _card
+
+from .cuda_emulator import build, emulation_source, kernel_namespace
 
 NCHW = ["n", "c", "h", "w"]
 HOPPER_SHARED_PER_BLOCK = 227 * 1024
@@ -180,3 +187,128 @@ def test_every_element_of_a_group_is_kept_and_written_by_exactly_one_thread(card
             assert owners(card, params, items - 1).min() == 0
         assert hw % int(params["vec"]) == 0
         assert ELEMENT_BYTES[card.outputs[0].dtype] * int(params["vec"]) <= 16
+
+
+# -- the CPU emulator (tests/cuda_emulator.py): the kernels' logic on every set, without clusters (split 1) ----------
+
+RUNNER = """
+void run(const std::string& dir) {{
+    const T* x = aligned<T>(slurp(dir + "/x.bin"));
+    const T* gamma = aligned<T>(slurp(dir + "/gamma.bin"));
+    const T* beta = aligned<T>(slurp(dir + "/beta.bin"));
+    T* y = aligned<T>(std::vector<char>(sizeof(T) * {elements}));
+    T* mean = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
+    T* rstd = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
+    emu::launch({grid}, {block}, [&] {{ {entry}({args}); }});
+    std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * {elements});
+    std::ofstream(dir + "/mean.bin", std::ios::binary).write(reinterpret_cast<const char*>(mean), sizeof(T) * {groups});
+    std::ofstream(dir + "/rstd.bin", std::ios::binary).write(reinterpret_cast<const char*>(rstd), sizeof(T) * {groups});
+}}
+"""
+EXPF = "inline float __expf(float v) { return std::exp(v); }\n"
+NORM_TOLERANCE = {"float32": {"rtol": 1e-5, "atol": 1e-5}, "bfloat16": {"rtol": 1.6e-2, "atol": 1e-3}}
+"""A centring norm's tolerance, as the suite's and the GPU test's cards give it (outputs near zero carry the mean's
+rounding)."""
+
+
+def norm_card(name: str, dtype: str, sizes: dict[str, int]) -> OperatorCard:
+    """A group norm card with the statistics outputs, each output at a centring norm's tolerance."""
+    data = group_norm_card(name, dtype, sizes, True).model_dump()
+    for output in data["outputs"]:
+        output["tolerance"] = NORM_TOLERANCE[dtype]
+    return OperatorCard.model_validate(data)
+
+
+EMULATED = [
+    norm_card("emulated_bf16_5x12x4x6", "bfloat16", {"n": 5, "c": 12, "h": 4, "w": 6, "groups": 3}),
+    norm_card("emulated_f32_4x8x5x5", "float32", {"n": 4, "c": 8, "h": 5, "w": 5, "groups": 4}),
+    norm_card("emulated_f32_2x64x32x32", "float32", {"n": 2, "c": 64, "h": 32, "w": 32, "groups": 32}),
+]
+EMULATED_CLUSTERS = 2
+"""The pipelined grid in emulation: two clusters, so each works through several groups, both buffers in turn (any
+grid must be right; the H200's size is a matter of speed)."""
+
+
+def emulated_variants(card: OperatorCard) -> list[Params]:
+    """Both shared memory strategies, both statistics, at the widest vector the card allows, split 1."""
+    chosen = []
+    for strategy, welford in itertools.product(CP_ASYNC, (0, 1)):
+        widths = sorted(TEMPLATE.space(card)["vec"], key=int, reverse=True)
+        params = ({"strategy": strategy, "block": 128, "vec": v, "split": 1, "welford": welford} for v in widths)
+        chosen.append(next(p for p in params if TEMPLATE.problem(card, p) is None))
+    return chosen
+
+
+def emulated_namespace(index: int, card: OperatorCard, params: Params) -> str:
+    """The variant with its runner; its dynamic shared memory made a static array (what the launch would size)."""
+    source, plan = TEMPLATE.render(card, params)
+    name = "kept_buf" if params["strategy"] == "pipelined" else "kept"
+    chunks = resolve(plan, card).shared_bytes // (int(params["vec"]) * ELEMENT_BYTES[card.inputs[0].dtype])
+    source = source.replace(f"extern __shared__ VecT {name}[];", f"static VecT {name}[{chunks}];")
+    launch = resolve(plan, card)
+    args = ", ".join(a.name if a.kind == "tensor" else f"{a.value}" for a in launch.args)
+    sizes = card.sizes
+    elements, groups = sizes["n"] * sizes["c"] * sizes["h"] * sizes["w"], sizes["n"] * sizes["groups"]
+    runner = RUNNER.format(elements=elements, groups=groups, grid=launch.grid[0], block=launch.threads_per_block,
+                           entry=plan.entry, args=args)  # fmt: skip
+    return kernel_namespace(index, source, runner)
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[tuple[OperatorCard, Params]]]]:
+    work = tmp_path_factory.mktemp("group-norm-emulator")
+    chosen = {c.name: [(c, p) for p in emulated_variants(c)] for c in EMULATED}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(group_norm, "persistent_clusters", lambda card, params: EMULATED_CLUSTERS)
+        programs = {
+            name: emulation_source([emulated_namespace(i, c, p) for i, (c, p) in enumerate(variants)], prelude=EXPF)
+            for name, variants in chosen.items()
+        }
+        rendered = TEMPLATE.render(EMULATED[0], chosen[EMULATED[0].name][2][1])[1]
+    assert resolve(rendered, EMULATED[0]).grid[0] == EMULATED_CLUSTERS  # the pipelined variant loops over groups
+    build(work, programs)
+    yield work, [v for variants in chosen.values() for v in variants]
+
+
+def group_norm_float64(inputs: dict[str, np.ndarray], sizes: dict[str, int]) -> dict[str, np.ndarray]:
+    x = inputs["x"].astype(np.float64)
+    spans = x.reshape(sizes["n"], sizes["groups"], -1)
+    mean = spans.mean(axis=-1)
+    rstd = 1.0 / np.sqrt(((spans - mean[..., None]) ** 2).mean(axis=-1) + 1e-5)
+    normed = ((spans - mean[..., None]) * rstd[..., None]).reshape(x.shape)
+    gamma, beta = (inputs[k].astype(np.float64)[:, None, None] for k in ("gamma", "beta"))
+    return {"y": normed * gamma + beta, "mean": mean.ravel(), "rstd": rstd.ravel()}
+
+
+@pytest.mark.parametrize("card", EMULATED, ids=lambda c: c.name)
+def test_the_shared_memory_kernels_match_float64_on_every_set_in_emulation(
+    emulator: tuple[Path, list[tuple[OperatorCard, Params]]], card: OperatorCard
+) -> None:
+    """The smem and pipelined kernels (both statistics) against a float64 group norm on the seeded, a fresh and
+    every stress set of the family; the statistics outputs too, but not on nan-inf (a mean of inf is the
+    implementation's own, as on the GPU test)."""
+    work, variants = emulator
+    base = draw_inputs(card, card.stress.seed)
+    sets = {"seeded": draw_inputs(card, 1), "fresh": draw_inputs(card, 9001)}
+    sets.update({f"stress-{p.name}": draw(card, p.name, base) for p in running(card)})
+    assert {"stress-large", "stress-large-mean", "stress-equal-rows", "stress-nan-inf"} <= set(sets)
+    for name, arrays in sets.items():
+        (work / f"{card.name}-{name}").mkdir(exist_ok=True)
+        for tensor, array in arrays.items():
+            (work / f"{card.name}-{name}" / f"{tensor}.bin").write_bytes(np.ascontiguousarray(array).tobytes())
+    wrong = []
+    directories = [work / f"{card.name}-{name}" for name in sets]
+    for index, params in enumerate(p for c, p in variants if c.name == card.name):
+        command = [str(work / card.name), str(index), *map(str, directories)]
+        ran = subprocess.run(command, capture_output=True, text=True)
+        assert ran.returncode == 0, (card.name, params, ran.stderr)
+        for (name, arrays), directory in zip(sets.items(), directories, strict=True):
+            with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+                want = group_norm_float64(arrays, card.sizes)
+            for output in card.outputs if name != "stress-nan-inf" else card.outputs[:1]:
+                got = np.frombuffer((directory / f"{output.name}.bin").read_bytes(), NUMPY[output.dtype])
+                expected = want[output.name].reshape(-1).astype(NUMPY[output.dtype])
+                off = np.count_nonzero(~output.effective_tolerance().accepts(got, expected))
+                if off:
+                    wrong.append(f"{params} on {name}: {output.name} {off} of {got.size} off")
+    assert wrong == []

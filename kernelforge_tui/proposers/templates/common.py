@@ -262,6 +262,16 @@ struct Sum {
     }
 };
 
+// Two sums in one reduction (group_norm's sum about its pivot and its plain sum, for the mean it outputs).
+struct Sum2 {
+    float s, t;
+    __device__ static Sum2 combine(Sum2 a, Sum2 b) { return {a.s + b.s, a.t + b.t}; }
+    __device__ Sum2 shfl(int src, bool xr) const {
+        return xr ? Sum2{__shfl_xor_sync(FULL_MASK, s, src), __shfl_xor_sync(FULL_MASK, t, src)}
+                  : Sum2{__shfl_sync(FULL_MASK, s, src), __shfl_sync(FULL_MASK, t, src)};
+    }
+};
+
 struct Max {
     float m;
     __device__ static Max combine(Max a, Max b) { return {fmaxf(a.m, b.m)}; }

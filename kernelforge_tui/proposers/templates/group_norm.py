@@ -105,12 +105,15 @@ const float rstd = rsqrtf(reduce_all(Sum{sq}, red, &part).s / (float)len + 1e-5f
 """,
 }
 
-OUT_MEAN = {
-    True: "acc.sum_mean()",  # the plain sum's: Chan's merged mean normalises well but misses a mean near zero
-    False: "mean",
-}
-"""The statistics output's mean: normalising wants the mean about the pivot (a large mean), the output the one
-closest in relative terms (a large spread around zero: stress:large failed fp32's merged mean on the H200)."""
+
+def output_mean(strategy: str, welford: bool) -> str:
+    """The statistics output's mean: the plain sum's. Normalising wants the mean about the pivot or Chan's merged
+    mean (a large mean swamps a plain sum), but either misses a mean near zero of large values by more than its own
+    tolerance (fp32's merged mean failed stress:large on the H200; the pivot's sum did in emulation)."""
+    if welford:
+        return "acc.sum_mean()"
+    return "mean" if strategy == "reread" else "sums.t / (float)len"
+
 
 KEEP = {
     "registers": """VecT kept[ITEMS];
@@ -203,12 +206,12 @@ def _each(stmt: str) -> str:
     return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
 
 
-def _on_chip_stats(storage: str, welford: bool) -> str:
+def _on_chip_stats(storage: str, welford: bool, stats: bool) -> str:
     """Statistics of the kept slice, summed about the group's first element (see the module's docstring).
 
     welford: each thread's (count, mean about the group's first element, M2, plain sum) from two passes over its own
     chunks, merged with Chan's formula in one block and cluster reduction; else the group's mean, then the centred
-    squares: two reductions, exact.
+    squares: two reductions, exact. With the statistics outputs the first also sums the plain values (`output_mean`).
     """
     pivot = "const float pivot = to_f(xg[0]);\nfloat s = 0.0f;\n"
     if welford:
@@ -221,10 +224,20 @@ def _on_chip_stats(storage: str, welford: bool) -> str:
             + "const Welford acc = reduce_all(Welford{cnt, tmean, m2, raw}, red, &part);\n"
             + "const float mean = acc.mean;\nconst float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);\n"
         )
+    if stats:
+        first = (
+            "float raw = 0.0f;\n"
+            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];"))
+            + "const Sum2 sums = reduce_all(Sum2{s, raw}, red2, &part2);\n"
+            + "const float mean = pivot + sums.s / (float)len;\n"
+        )
+    else:
+        first = _over_kept(storage, _each("s += f[j] - pivot;"))
+        first += "const float mean = pivot + reduce_all(Sum{s}, red, &part).s / (float)len;\n"
     return (
         pivot
-        + _over_kept(storage, _each("s += f[j] - pivot;"))
-        + "const float mean = pivot + reduce_all(Sum{s}, red, &part).s / (float)len;\nfloat q = 0.0f;\n"
+        + first
+        + "float q = 0.0f;\n"
         + _over_kept(storage, _each("const float d = f[j] - mean; q += d * d;"))
         + "const float rstd = rsqrtf(reduce_all(Sum{q}, red, &part).s / (float)len + 1e-5f);\n"
     )
@@ -330,13 +343,16 @@ class GroupNormTemplate(Template):
         block, vec, split = int(params["block"]), int(params["vec"]), int(params["split"])
         strategy, welford = str(params["strategy"]), bool(params["welford"])
         state = "Welford" if welford else "Sum"
+        stats = len(card.outputs) == 3  # the statistics aten.native_group_norm returns beside y, rounded like y
+        pairs = stats and not welford and strategy != "reread"
+        shared_pairs = "__shared__ Sum2 red2[32];\n__shared__ Sum2 part2;\n" if pairs else ""
         if strategy == "reread":
             body = REREAD_STATS[int(welford)]
             normalise = REREAD_NORMALISE
             kept, headers, defines, shared_bytes = "", "", "", 0
         else:
             body = "" if strategy == "pipelined" else ON_CHIP_SLICE + KEEP[strategy]
-            body += _on_chip_stats(strategy, welford)
+            body += _on_chip_stats(strategy, welford, stats)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE)
             buffer = "kept_buf" if strategy == "pipelined" else "kept"
             kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in CP_ASYNC else ""
@@ -377,10 +393,10 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
 """
             attribute = ""
         stat_params, stat_writes = "", ""
-        if len(card.outputs) == 3:  # the statistics aten.native_group_norm returns beside y, rounded like y
+        if stats:
             stat_params = "\n    T* __restrict__ mean_out, T* __restrict__ rstd_out,"
             stat_writes = (
-                "if (rank == 0 && threadIdx.x == 0) { mean_out[gid] = from_f(" + OUT_MEAN[welford] + "); "
+                f"if (rank == 0 && threadIdx.x == 0) {{ mean_out[gid] = from_f({output_mean(strategy, welford)}); "
                 "rstd_out[gid] = from_f(rstd); }\n"
             )
         pipelined = strategy == "pipelined"
@@ -404,7 +420,7 @@ extern "C" {attribute}__global__ void {launch_bounds(block, resident_blocks(card
     int c, int hw, int groups{", int n" if pipelined else ""}) {{
 __shared__ {state} red[32];
 __shared__ {state} part;
-{kept}const int cpg = c / groups;
+{shared_pairs}{kept}const int cpg = c / groups;
 const long long len = (long long)cpg * hw;
 const int rank = blockIdx.x % SPLIT;
 const long long nchunk = len / VEC;
