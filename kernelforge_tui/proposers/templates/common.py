@@ -302,7 +302,7 @@ struct MaxSum {
 // H200). sum_mean() is the sum over the count, which rounds as the two-pass kernels' sums do.
 struct Welford {
     float n, mean, m2, s;
-    __device__ float sum_mean() const { return n > 0.0f ? s / n : 0.0f; }
+    __device__ __forceinline__ float sum_mean() const { return n > 0.0f ? s / n : 0.0f; }
     __device__ static Welford combine(Welford a, Welford b) {
         const float n = a.n + b.n;
         if (n == 0.0f) {
