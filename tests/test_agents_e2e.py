@@ -64,15 +64,20 @@ expansions = 2
 """
 
 
-def replies() -> Script:
+def replies(proposer: str) -> Script:
+    """With the agents alone both first kernels fail to build, so the root is the only node the search can expand
+    and it does so only once a result came back: its expansion always sees a failed child (the debugger's turn),
+    however slowly a loaded machine builds. (With one good first kernel, expanding that one instead could spend
+    the budget before the broken kernel's build failed.)"""
+    first_source = BROKEN if proposer == "agents" else KERNEL
     return Script(
         {
-            "first@" + WRITER: [kernel("One block per row.", plan=plan(128))],
+            "first@" + WRITER: [kernel("One block per row.", source=first_source, plan=plan(128))],
             "first@" + JUDGE: [kernel("Rows in registers.", source=BROKEN, plan=plan(256))],
             "planner": [strategy(f"Block of {b} threads") for b in (512, 1024, 64, 32, 96, 160)],
             "coder": [kernel(f"Block {b}.", plan=plan(b)) for b in (512, 1024, 64, 32, 96, 160)],
             "judge": [verdict(0.8, "addresses the reads")] * 6,
-            "debugger": [kernel("Removed the stray `int int`.", plan=plan(256))] * 2,
+            "debugger": [kernel("Removed the stray `int int`.", plan=plan(b)) for b in (256, 128, 192, 320)],
         }
     )
 
@@ -84,7 +89,7 @@ def kernelforge(*args: str, env: dict[str, str], timeout: float = 180) -> subpro
 
 @pytest.mark.parametrize("proposer", ["agents", "hybrid"])
 def test_optimize_with_the_agent_team_end_to_end(tmp_path: Path, proposer: str) -> None:
-    script = replies()
+    script = replies(proposer)
     with LlmServer(responder=script) as server:
         (tmp_path / "config.toml").write_text(config(server.url))
         env = {"KERNELFORGE_CONFIG": str(tmp_path / "config.toml"), "KF_E2E_KEY": KEY}
