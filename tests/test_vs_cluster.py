@@ -34,8 +34,10 @@ def test_the_search_through_the_cluster_against_the_in_process_lanes(tmp_path: P
     local, cluster = result["searches"]
     assert local["candidates"] == cluster["candidates"] == 4 and local["gpus"] == 1 and cluster["gpus"] == 2
     assert local["measured_on"] == {}  # the in-process simulation names no GPU
-    assert len(cluster["measured_on"]) == 2 and sum(cluster["measured_on"].values()) == 5  # both workers, baseline too
-    assert all("(worker tcp://" in label for label in cluster["measured_on"])
+    # Every evaluation (the baseline's too) on a worker; which ones depends on how fast the empty cache's builds come
+    # (one at a time, they all go to the worker used last, where the card is loaded): the bench below uses both.
+    assert sum(cluster["measured_on"].values()) == 5
+    assert cluster["measured_on"] and all("(worker tcp://" in label for label in cluster["measured_on"])
     for mode in ("local", "cluster"):  # each search built into its own empty cache (no hits on the other's cubins)
         assert list((out / f"{mode}-cache" / "cubin").glob("*.cubin")), mode
     bench = result["bench"]
