@@ -6,12 +6,15 @@ from a directory and writing the outputs there), and `build` compiles them into 
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
+
+from kernelforge_tui.cards.plan import ResolvedLaunch
 
 EMULATOR = r"""
 // A CPU stand-in for CUDA launches: each thread of a block is a fiber (ucontext) run in turn on one OS thread,
@@ -245,14 +248,32 @@ C_LINKAGE = 'extern "C" '
 FLAGS = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-U_FORTIFY_SOURCE"]
 
 
-def kernel_namespace(index: int, source: str, runner: str) -> str:
+DYNAMIC_SHARED = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?(\w+(?: \w+)*) (\w+)\[\];")
+
+
+def kernel_namespace(index: int, source: str, runner: str, shared_bytes: int = 0) -> str:
     """The kernel and its runner in a namespace of their own (`kernel_<index>`): its #includes dropped (the
     emulator stands in for them), its C linkage dropped (a namespace could not hold it), its macros undefined after
-    it (the next kernel may define them again)."""
+    it (the next kernel may define them again), its dynamic shared memory `shared_bytes` of static storage (what the
+    launch would size; static in the kernel, so the block's fibers share it)."""
     macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
+    source = DYNAMIC_SHARED.sub(
+        lambda m: (
+            f"alignas(16) static unsigned char {m[2]}_bytes[{max(shared_bytes, 16)}];\n"
+            f"{m[1]}* const {m[2]} = reinterpret_cast<{m[1]}*>({m[2]}_bytes);"
+        ),
+        source,
+    )
     body = "\n".join(line for line in source.splitlines() if not line.startswith("#include"))
     undefs = "".join(f"#undef {name}\n" for name in macros)
     return f"namespace kernel_{index} {{\n{body.replace(C_LINKAGE, '')}\n{runner}}}\n{undefs}"
+
+
+def launch_call(entry: str, launch: ResolvedLaunch) -> str:
+    """The kernel's call with the launch's arguments: tensors by their names (the runner's variables), scalars as
+    64-bit literals (converted to the kernel's parameter types as a call converts them)."""
+    args = ", ".join(a.name if a.kind == "tensor" else f"{a.value}LL" for a in launch.args)
+    return f"{entry}({args})"
 
 
 def emulation_source(namespaces: Sequence[str], arguments: Sequence[str] = (), prelude: str = "") -> str:

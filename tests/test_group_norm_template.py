@@ -33,7 +33,7 @@ from kernelforge_tui.proposers.templates.group_norm import (
 )
 from tests.test_templates import _card
 
-from .cuda_emulator import build, emulation_source, kernel_namespace
+from .cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
 NCHW = ["n", "c", "h", "w"]
 HOPPER_SHARED_PER_BLOCK = 227 * 1024
@@ -199,7 +199,7 @@ void run(const std::string& dir) {{
     T* y = aligned<T>(std::vector<char>(sizeof(T) * {elements}));
     T* mean = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
     T* rstd = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
-    emu::launch({grid}, {block}, [&] {{ {entry}({args}); }});
+    emu::launch({grid}, {block}, [&] {{ {call}; }});
     std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * {elements});
     std::ofstream(dir + "/mean.bin", std::ios::binary).write(reinterpret_cast<const char*>(mean), sizeof(T) * {groups});
     std::ofstream(dir + "/rstd.bin", std::ios::binary).write(reinterpret_cast<const char*>(rstd), sizeof(T) * {groups});
@@ -240,18 +240,14 @@ def emulated_variants(card: OperatorCard) -> list[Params]:
 
 
 def emulated_namespace(index: int, card: OperatorCard, params: Params) -> str:
-    """The variant with its runner; its dynamic shared memory made a static array (what the launch would size)."""
+    """The variant with its runner (its launch fixed at compile time)."""
     source, plan = TEMPLATE.render(card, params)
-    name = "kept_buf" if params["strategy"] == "pipelined" else "kept"
-    chunks = resolve(plan, card).shared_bytes // (int(params["vec"]) * ELEMENT_BYTES[card.inputs[0].dtype])
-    source = source.replace(f"extern __shared__ VecT {name}[];", f"static VecT {name}[{chunks}];")
     launch = resolve(plan, card)
-    args = ", ".join(a.name if a.kind == "tensor" else f"{a.value}" for a in launch.args)
     sizes = card.sizes
     elements, groups = sizes["n"] * sizes["c"] * sizes["h"] * sizes["w"], sizes["n"] * sizes["groups"]
     runner = RUNNER.format(elements=elements, groups=groups, grid=launch.grid[0], block=launch.threads_per_block,
-                           entry=plan.entry, args=args)  # fmt: skip
-    return kernel_namespace(index, source, runner)
+                           call=launch_call(plan.entry, launch))  # fmt: skip
+    return kernel_namespace(index, source, runner, launch.shared_bytes)
 
 
 @pytest.fixture(scope="module")

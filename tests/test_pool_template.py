@@ -31,7 +31,7 @@ from kernelforge_tui.proposers.templates import pooling as template_module
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate, stream_counts
 
-from .cuda_emulator import build, emulation_source, kernel_namespace
+from .cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
 TEMPLATE = PoolingTemplate()
 SMALL_SHAPES = [(3, 37, 7, 7), (2, 5, 8, 8), (4, 9, 1, 1), (1, 6, 14, 14), (2, 3, 5, 3)]
@@ -237,7 +237,7 @@ void run(const std::string& dir) {{
     const T* x = aligned<T>(slurp(dir + "/x.bin"));
     T* y = aligned<T>(std::vector<char>(sizeof(T) * {planes}));
     for (long long p = 0; p < {planes}; ++p) y[p] = from_f(NAN);
-    emu::launch({grid}, {block}, [&] {{ {entry}({args}); }});
+    emu::launch({grid}, {block}, [&] {{ {call}; }});
     std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * {planes});
 }}
 """
@@ -268,9 +268,8 @@ def variant_namespace(index: int, spec: OperatorCard, params: Params) -> str:
     """The variant's kernel with a runner of its own: its launch (grid, block, arguments) is fixed at compile time."""
     source, plan = TEMPLATE.render(spec, params)
     launch = resolve(plan, spec)
-    args = ", ".join(a.name if a.kind == "tensor" else f"{a.value}LL" for a in launch.args)
     runner = RUNNER.format(planes=spec.sizes["n"] * spec.sizes["c"], grid=launch.grid[0],
-                           block=launch.threads_per_block, entry=plan.entry, args=args)  # fmt: skip
+                           block=launch.threads_per_block, call=launch_call(plan.entry, launch))  # fmt: skip
     return kernel_namespace(index, source, runner)
 
 

@@ -19,13 +19,13 @@ from kernelforge_tui.proposers.templates.rows import RowTemplate
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task
 
-from .cuda_emulator import build, emulation_source, kernel_namespace
+from .cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
 TEMPLATE = RowTemplate()
 RUNNER = """
 void run(const std::string& dir) {{
 {loads}    T* y = aligned<T>(std::vector<char>(sizeof(T) * {elements}));
-    emu::launch({grid}, {block}, [&] {{ {entry}({args}); }});
+    emu::launch({grid}, {block}, [&] {{ {call}; }});
     std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * {elements});
 }}
 """
@@ -34,19 +34,14 @@ CASES = [(family, dtype) for family in ("layer_norm", "rms_norm") for dtype in (
 
 
 def namespace(index: int, card: Card, params: Params) -> str:
-    """The seed with its runner; its dynamic shared memory (the smem storage) made a static array."""
+    """The seed with its runner (its launch fixed at compile time)."""
     source, plan = TEMPLATE.render(card.spec, params)
     launch = resolve(plan, card.spec)
-    source = source.replace(
-        "extern __shared__ __align__(16) unsigned char smem_raw[];",
-        f"alignas(16) static unsigned char smem_raw[{max(launch.shared_bytes, 16)}];",
-    )
     loads = "".join(f'    const T* {t.name} = aligned<T>(slurp(dir + "/{t.name}.bin"));\n' for t in card.spec.inputs)
-    args = ", ".join(a.name if a.kind == "tensor" else f"{a.value}" for a in launch.args)
     elements = card.spec.sizes["rows"] * card.spec.sizes["cols"]
     runner = RUNNER.format(loads=loads, elements=elements, grid=launch.grid[0], block=launch.threads_per_block,
-                           entry=plan.entry, args=args)  # fmt: skip
-    return kernel_namespace(index, source, runner)
+                           call=launch_call(plan.entry, launch))  # fmt: skip
+    return kernel_namespace(index, source, runner, launch.shared_bytes)
 
 
 @pytest.fixture(scope="module")

@@ -343,6 +343,7 @@ class GroupNormTemplate(Template):
         block, vec, split = int(params["block"]), int(params["vec"]), int(params["split"])
         strategy, welford = str(params["strategy"]), bool(params["welford"])
         state = "Welford" if welford else "Sum"
+        pipelined = strategy == "pipelined"
         stats = len(card.outputs) == 3  # the statistics aten.native_group_norm returns beside y, rounded like y
         pairs = stats and not welford and strategy != "reread"
         shared_pairs = "__shared__ Sum2 red2[32];\n__shared__ Sum2 part2;\n" if pairs else ""
@@ -351,15 +352,15 @@ class GroupNormTemplate(Template):
             normalise = REREAD_NORMALISE
             kept, headers, defines, shared_bytes = "", "", "", 0
         else:
-            body = "" if strategy == "pipelined" else ON_CHIP_SLICE + KEEP[strategy]
+            body = "" if pipelined else ON_CHIP_SLICE + KEEP[strategy]
             body += _on_chip_stats(strategy, welford, stats)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE)
-            buffer = "kept_buf" if strategy == "pipelined" else "kept"
+            buffer = "kept_buf" if pipelined else "kept"
             kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in CP_ASYNC else ""
             headers = "#include <cuda_pipeline.h>\n" if strategy in CP_ASYNC else ""
             shared_bytes = kept_bytes(card, params) if strategy in CP_ASYNC else 0
             defines = f"#define ITEMS {kept_items(card, params)}\n#define HW {card.sizes['h'] * card.sizes['w']}\n"
-            if strategy == "pipelined":
+            if pipelined:
                 defines += f"#define SLICE {slice_chunks(card, params)}\n"
         if split > 1:
             cluster = """#include <cooperative_groups.h>
@@ -399,7 +400,6 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
                 f"if (rank == 0 && threadIdx.x == 0) {{ mean_out[gid] = from_f({output_mean(strategy, welford)}); "
                 "rstd_out[gid] = from_f(rstd); }\n"
             )
-        pipelined = strategy == "pipelined"
         group = (
             "const T* __restrict__ xg = x + gid * len;\nT* __restrict__ yg = y + gid * len;\n"
             "const int c0 = (int)(gid % groups) * cpg;\n"
