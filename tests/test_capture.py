@@ -15,10 +15,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from kernelforge_tui.capture import families, load_capture
+from kernelforge_tui.capture import families, load_capture, reference
 from kernelforge_tui.capture.calls import Call, group_calls, link
 from kernelforge_tui.capture.cards import CardRefused, Written, write_card
-from kernelforge_tui.capture.manifest import ArgSpec, CaptureManifest, TensorMeta, Variant
+from kernelforge_tui.capture.manifest import ArgSpec, Binding, CaptureManifest, Step, TensorMeta, Variant
 from kernelforge_tui.capture.ranking import saving
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card, draw_inputs
@@ -195,6 +195,37 @@ def test_a_captured_elementwise_reference_computes_as_the_operator_does_in_float
     for name, inputs, outputs in card.stress_sets():
         got = _silu_mul_in_float32(inputs["gate"], inputs["up"]).reshape(outputs["y"].shape)
         assert tol.accepts(got, outputs["y"]).all(), name
+
+
+def _replay(op: str, precision: str) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The `reference` function capture writes for one captured float32 call `op(x)` over 6 elements."""
+    meta = TensorMeta(shape=[6], stride=[1], dtype="float32", device="cpu", contiguous=True)
+    step = Step(op=op, args=[ArgSpec(path="args[0]", kind="tensor", tensor=meta)], outputs=[meta])
+    bindings = [
+        Binding(tensor="x", role="input", step=0, path="args[0]", op_shape=[6], card_shape=[6]),
+        Binding(tensor="y", role="output", step=0, path="out[0]", op_shape=[6], card_shape=[6]),
+    ]
+    namespace: dict[str, object] = {}
+    exec(reference.source("replay", [step], bindings, precision), namespace)
+    replay = namespace["reference"]
+    return lambda inputs: replay(inputs, {})  # type: ignore[operator,no-any-return]
+
+
+def test_an_opmath_reference_takes_the_exact_value_where_float32_overflowed_inside_the_op() -> None:
+    """On the H200 host the captured gelu card [2^28] refused its own baseline: torch's CPU gelu in float32 gave NaN
+    or inf on 4 elements of stress:large near the bf16 maximum (that CPU's vector path; this VM's is finite), where
+    CUDA's gelu and the baseline are finite. sinc overflows the same way here: pi * x is inf past 1.1e38. An opmath
+    reference takes the float64 value where float32 went non-finite and the exact result fits in float32, and keeps
+    a real overflow (exp), a NaN input and float32's own finite answer."""
+    x = np.array([2e38, -3e38, 0.5, np.nan, 1e-3, 100.0], dtype=np.float32)
+    exact = torch.sinc(torch.from_numpy(x).double()).numpy()
+    assert np.isnan(torch.sinc(torch.from_numpy(x)).numpy()[:2]).all(), "float32 sinc overflows there on any CPU"
+    sinc = _replay("aten.sinc.default", "opmath")({"x": x})["y"]
+    np.testing.assert_array_equal(sinc[:2], exact[:2])
+    assert np.isnan(sinc[3]) and sinc[2] == np.float32(exact[2]), "float32's own finite values stay float32's"
+    exp = _replay("aten.exp.default", "opmath")({"x": x})["y"]
+    assert np.isinf(exp[[0, 5]]).all() and np.isnan(exp[3]), "exp(100) overflows float32 exactly too: inf stays"
+    assert np.isnan(_replay("aten.sinc.default", "captured")({"x": x})["y"][:2]).all(), "only opmath does this"
 
 
 def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -> None:

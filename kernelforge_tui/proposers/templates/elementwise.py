@@ -11,20 +11,24 @@ the output's shape. Each input is read in one of three layouts:
 
 Parameters: `vec` (elements per 16-byte-or-less access; n % vec leftovers go through a scalar tail),
 `block`, `unroll` (vector chunks per thread per step, loads issued before math), `loop` (grid_stride
-over a grid of `waves` x 132 SMs worth of blocks, or one_per_thread with a grid covering n), `minb`.
+over a grid of `waves` x 132 SMs worth of blocks, or one_per_thread with a grid covering n), `minb`, and
+`fast_math` for ops with a fast form (FAST_FORMS) that the card's tolerance admits.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Literal, NamedTuple
+from typing import ClassVar, Literal, NamedTuple
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     C_TYPE,
+    FAST_MATH_MIN_RTOL,
     SM_COUNT,
     STREAMING_LEVERS,
+    Lever,
+    Levers,
     Params,
     Space,
     Template,
@@ -121,17 +125,70 @@ def operands(card: OperatorCard) -> list[Operand] | str:
     return found
 
 
+FAST_SILU = "__fdividef(a0, 1.0f + __expf(-a0))"
+FAST_PHI = """// Phi(x) = 1 - Phi(-x), Phi(-a) = 0.5 erfc(a / sqrt 2) = 0.5 exp(-t^2) P(k), t = a / sqrt 2,
+// k = 1 / (1 + p t): Abramowitz and Stegun 7.1.26, |erfc error| <= 1.5e-7, one MUFU rcp and one ex2 (erff: a branch,
+// 7 FMAs, 6 selects and an ex2). erfc's form does not cancel for negative x, as 1 + erf does. t = inf gives k = 0
+// and exp 0: Phi(+inf) = 1, Phi(-inf) = 0 (gelu(-inf) = -inf * 0 = NaN, as torch's); NaN stays NaN.
+__device__ __forceinline__ float fast_phi(float x) {
+ const float t = fabsf(x) * 0.70710678118654752f;
+ const float k = __fdividef(1.0f, fmaf(0.3275911f, t, 1.0f));
+ const float p = k * fmaf(k, fmaf(k, fmaf(k, fmaf(k, 1.061405429f, -1.453152027f), 1.421413741f), -0.284496736f),
+                          0.254829592f);
+ const float h = 0.5f * p * __expf(-t * t);
+ return x < 0.0f ? h : 1.0f - h;
+}
+"""
+
+
+class FastForm(NamedTuple):
+    """An op's expression with fast intrinsics, the helpers it calls, and the least atol its error needs."""
+
+    expression: str
+    helpers: str = ""
+    min_atol: float = 0.0
+
+
+FAST_FORMS: dict[str, FastForm] = {
+    "silu_mul": FastForm(f"{FAST_SILU} * a1"),
+    "silu_and_mul": FastForm(f"{FAST_SILU} * a1"),
+    "swiglu": FastForm(f"{FAST_SILU} * a1"),
+    "silu": FastForm(FAST_SILU),
+    "sigmoid": FastForm("__fdividef(1.0f, 1.0f + __expf(-a0))"),  # 1 / inf: 0, as 1 / (1 + exp(-x)) saturates
+    # |gelu error| <= 0.21 of 1e-6 + 1e-5 |y| over [-12, 12] (worst near x = -3.1: 0.5 |x| * erfc's 1.5e-7); a card
+    # whose atol is under 1e-6 (a captured fp32 card's 1e-8) would hold the kernel to float32's own cancelling erf.
+    "gelu": FastForm("a0 * fast_phi(a0)", FAST_PHI, 1e-6),
+}
+"""Ops with a fast form. __expf and __fdividef err by a few ulp (FAST_MATH_MIN_RTOL); a form is offered only where
+every output's rtol is at least that and its atol at least `min_atol`: compute-heavy maps (gelu's erff is ~25
+instructions an element) then stream at the memory's pace instead of the issue rate's."""
+
+
+def fast_form(card: OperatorCard) -> FastForm | None:
+    """The card's op's fast form, when it has one that the card's tolerance admits."""
+    form = FAST_FORMS.get(operation(card) or "")
+    if form is None:
+        return None
+    tolerances = [out.effective_tolerance() for out in card.outputs]
+    if all(t.rtol >= FAST_MATH_MIN_RTOL and t.atol >= form.min_atol for t in tolerances):
+        return form
+    return None
+
+
 class ElementwiseTemplate(Template):
     families = ("elementwise",)
     entry = "kf_elementwise"
-    levers = STREAMING_LEVERS
+    levers: ClassVar[Levers] = {
+        **STREAMING_LEVERS,
+        "compute": (Lever("fast_math", "up", "fast math intrinsics"), *STREAMING_LEVERS["compute"]),
+    }
 
     def unsupported(self, card: OperatorCard) -> str | None:
         found = operands(card)
         return found if isinstance(found, str) else None
 
     def space(self, card: OperatorCard) -> Space:
-        return streaming_space(card)
+        return streaming_space(card) | ({"fast_math": (0, 1)} if fast_form(card) else {})
 
     def canonical(self, card: OperatorCard, params: Params) -> Params:
         return streaming_canonical(params)
@@ -139,6 +196,8 @@ class ElementwiseTemplate(Template):
     def problem(self, card: OperatorCard, params: Params) -> str | None:
         if operation(card) in SPLIT_OPS and (half := card.outputs[0].dims(card.sizes)[-1]) % int(params["vec"]):
             return f"vec {params['vec']} does not divide the half row h = {half} (a chunk would span two rows)"
+        if params.get("fast_math") and fast_form(card) is None:
+            return "fast_math: the op has no fast form, or the card's tolerance is tighter than its error"
         return streaming_problem(params)
 
     def _count(self, card: OperatorCard) -> str:
@@ -147,7 +206,8 @@ class ElementwiseTemplate(Template):
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
-        expression = OPS[op][1]
+        form = fast_form(card) if params.get("fast_math") else None
+        expression = form.expression if form else OPS[op][1]
         found = operands(card)
         assert not isinstance(found, str)
         dtype = dtype_of(card)
@@ -184,11 +244,12 @@ class ElementwiseTemplate(Template):
             if grid_stride
             else "{\n const long long base = first;\n"
         )
-        source = f"""// {op} ({dtype}): {vec}-element vectors, {unroll} per thread per step, {streaming_loop(params)}.
+        what = f"{op} ({dtype}{', fast math' if form else ''})"
+        source = f"""// {what}: {vec}-element vectors, {unroll} per thread per step, {streaming_loop(params)}.
 // Operands: {layouts}. Generated by the template proposer.
 {prelude(dtype, vec)}#define BLOCK {block}
 #define UNROLL {unroll}
-
+{form.helpers if form else ""}
 __device__ __forceinline__ float op({params_c}) {{ return {expression}; }}
 
 extern "C" __global__ void {launch_bounds(block, int(params["minb"]))} {self.entry}({signature}) {{
@@ -230,11 +291,13 @@ if (blockIdx.x == 0 && i < n) {{
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
         vec = max(vec_widths(dtype_of(card)))
-        base: Params = {"vec": vec, "block": 256, "unroll": 1, "loop": "grid_stride", "waves": 4, "minb": 1}
-        return [
+        fast: Params = {"fast_math": 1} if fast_form(card) else {}
+        base: Params = {"vec": vec, "block": 256, "unroll": 1, "loop": "grid_stride", "waves": 4, "minb": 1, **fast}
+        seeds = [
             base,
             {**base, "unroll": 2, "block": 512, "waves": 2, "minb": 2},
             {**base, "loop": "one_per_thread", "waves": 1},
             {**base, "loop": "one_per_thread", "waves": 1, "unroll": 4, "block": 128},
             {**base, "vec": 1, "block": 1024, "waves": 2},
         ]
+        return seeds + ([{**base, "fast_math": 0}] if fast else [])
