@@ -197,35 +197,58 @@ def test_a_captured_elementwise_reference_computes_as_the_operator_does_in_float
         assert tol.accepts(got, outputs["y"]).all(), name
 
 
-def _replay(op: str, precision: str) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
-    """The `reference` function capture writes for one captured float32 call `op(x)` over 6 elements."""
+Replayed = tuple[str, list[str | int | float]]
+"""A captured call of a replayed graph: its overload and arguments ("x", an earlier step's index, a scalar)."""
+
+
+def _replay(calls: list[Replayed], precision: str) -> Callable[[dict[str, np.ndarray]], dict[str, np.ndarray]]:
+    """The `reference` function capture writes for captured float32 calls over x (6 elements): the last one's
+    output is y."""
     meta = TensorMeta(shape=[6], stride=[1], dtype="float32", device="cpu", contiguous=True)
-    step = Step(op=op, args=[ArgSpec(path="args[0]", kind="tensor", tensor=meta)], outputs=[meta])
+
+    def argument(k: int, value: str | int | float) -> ArgSpec:
+        path = f"args[{k}]"
+        if value == "x":
+            return ArgSpec(path=path, kind="tensor", tensor=meta)
+        if isinstance(value, int):
+            return ArgSpec(path=path, kind="tensor", tensor=meta, source=(value, 0))
+        return ArgSpec(path=path, kind="scalar", value=value)
+
+    steps = [Step(op=op, args=[argument(k, a) for k, a in enumerate(args)], outputs=[meta]) for op, args in calls]
     bindings = [
-        Binding(tensor="x", role="input", step=0, path="args[0]", op_shape=[6], card_shape=[6]),
-        Binding(tensor="y", role="output", step=0, path="out[0]", op_shape=[6], card_shape=[6]),
+        *(
+            Binding(tensor="x", role="input", step=s, path=f"args[{k}]", op_shape=[6], card_shape=[6])
+            for s, (_, args) in enumerate(calls)
+            for k, a in enumerate(args)
+            if a == "x"
+        ),
+        Binding(tensor="y", role="output", step=len(calls) - 1, path="out[0]", op_shape=[6], card_shape=[6]),
     ]
     namespace: dict[str, object] = {}
-    exec(reference.source("replay", [step], bindings, precision), namespace)
+    exec(reference.source("replay", steps, bindings, precision), namespace)
     replay = namespace["reference"]
     return lambda inputs: replay(inputs, {})  # type: ignore[operator,no-any-return]
 
 
-def test_an_opmath_reference_takes_the_exact_value_where_float32_overflowed_inside_the_op() -> None:
-    """On the H200 host the captured gelu card [2^28] refused its own baseline: torch's CPU gelu in float32 gave NaN
-    or inf on 4 elements of stress:large near the bf16 maximum (that CPU's vector path; this VM's is finite), where
-    CUDA's gelu and the baseline are finite. sinc overflows the same way here: pi * x is inf past 1.1e38. An opmath
-    reference takes the float64 value where float32 went non-finite and the exact result fits in float32, and keeps
-    a real overflow (exp), a NaN input and float32's own finite answer."""
-    x = np.array([2e38, -3e38, 0.5, np.nan, 1e-3, 100.0], dtype=np.float32)
+def test_an_opmath_reference_takes_float64s_value_where_float32_overflowed_inside_the_op() -> None:
+    """On the H200 host the captured gelu card [2^28] refused its own baseline twice: torch's AVX-512 gelu in float32
+    gives NaN at +inf (stress:nan-inf) and inf at 3.3e38 (stress:large), where its scalar path, CUDA's gelu and the
+    baseline give inf and 3.3e38 (this VM's AVX2 path too). Two stand-ins that overflow on any CPU: sinc (pi * x is
+    inf past 1.1e38: NaN for a finite result) and x*x - x*x/2 (inf - inf: NaN for a result that overflows to inf).
+    An opmath reference takes float64's value, rounded to float32, where float32 went non-finite and float64 says
+    otherwise; it keeps a real overflow (exp), a NaN input and float32's own finite answers."""
+    x = np.array([2e38, -3e38, 0.5, np.nan, 1e20, 100.0], dtype=np.float32)
     exact = torch.sinc(torch.from_numpy(x).double()).numpy()
     assert np.isnan(torch.sinc(torch.from_numpy(x)).numpy()[:2]).all(), "float32 sinc overflows there on any CPU"
-    sinc = _replay("aten.sinc.default", "opmath")({"x": x})["y"]
+    sinc = _replay([("aten.sinc.default", ["x"])], "opmath")({"x": x})["y"]
     np.testing.assert_array_equal(sinc[:2], exact[:2])
     assert np.isnan(sinc[3]) and sinc[2] == np.float32(exact[2]), "float32's own finite values stay float32's"
-    exp = _replay("aten.exp.default", "opmath")({"x": x})["y"]
+    exp = _replay([("aten.exp.default", ["x"])], "opmath")({"x": x})["y"]
     assert np.isinf(exp[[0, 5]]).all() and np.isnan(exp[3]), "exp(100) overflows float32 exactly too: inf stays"
-    assert np.isnan(_replay("aten.sinc.default", "captured")({"x": x})["y"][:2]).all(), "only opmath does this"
+    half_square = [("aten.mul.Tensor", ["x", "x"]), ("aten.mul.Tensor", [0, 0.5]), ("aten.sub.Tensor", [0, 1])]
+    assert np.isnan(_replay(half_square, "captured")({"x": x})["y"][4]), "inf - inf in float32"
+    assert _replay(half_square, "opmath")({"x": x})["y"][4] == np.inf, "x^2 / 2 = 5e39: inf in float32, not NaN"
+    assert np.isnan(_replay([("aten.sinc.default", ["x"])], "captured")({"x": x})["y"][:2]).all(), "only opmath"
 
 
 def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -> None:

@@ -246,14 +246,12 @@ async def failing_seeds(card: Card) -> list[str]:
         await evaluator.close()
 
 
-@pytest.mark.parametrize(
-    ("name", "dtype"), [("gelu", "float32"), ("gelu", "bfloat16"), ("swiglu", "bfloat16"), ("sigmoid", "float32")]
-)
-def test_every_fast_math_seed_passes_every_stress_set(
-    loop: asyncio.AbstractEventLoop, tmp_path: Path, name: str, dtype: Literal["float32", "bfloat16"]
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_every_fast_math_gelu_seed_passes_every_stress_set(
+    loop: asyncio.AbstractEventLoop, tmp_path: Path, dtype: Literal["float32", "bfloat16"]
 ) -> None:
-    """The elementwise fast forms with the GPU's own intrinsics (ex2.approx, rcp.approx: the emulator's are exact)
-    pass every stress set of the suite's card, as the accurate seed does."""
-    card = suite_cards.write(task(name), dtype, 2**14, tmp_path)
+    """gelu's fast form with the GPU's own intrinsics (ex2.approx, rcp.approx: the emulator's are exact) passes every
+    stress set of the suite's card, as the accurate seed does."""
+    card = suite_cards.write(task("gelu"), dtype, 2**14, tmp_path)
     assert sum(bool(seed.params.get("fast_math")) for seed in TemplateProposer().seeds(card.spec)) >= 3
     assert loop.run_until_complete(failing_seeds(card)) == []
