@@ -35,7 +35,7 @@ from kernelforge_tui.models.commands import (
     Stop,
 )
 from kernelforge_tui.models.events import EngineEvent, LogLine, NodeAdded, NodeChanged
-from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer
+from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer, source_digest
 from kernelforge_tui.store import RunStore
 
 BASELINE = """\
@@ -502,3 +502,27 @@ def _drain(queue: asyncio.Queue[EngineEvent]) -> list[EngineEvent]:
     while not queue.empty():
         out.append(queue.get_nowait())
     return out
+
+
+class NeighbourProposer(ToyProposer):
+    """The toy's neighbours, less those anywhere in the tree (as the template proposer skips them): a node is
+    exhausted only when every neighbour of it has been tried."""
+
+    async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
+        everything = await super().propose(ctx, 7)
+        return [p for p in everything if source_digest(p.source) not in ctx.tried_sources][:n]
+
+
+async def test_pruned_branches_reopen_when_nothing_else_is_left_and_budget_remains(tmp_path: Path) -> None:
+    """On the H200 a silu*up search ended after 49 of 1152 configurations with most of its minute left: every branch
+    had been pruned for stagnation. With nothing else to expand, the pruned subtrees open again (said in the log),
+    so the budget buys the rest of the toy grid; the run ends only when the reopened branches bring nothing new."""
+    h = Harness(tmp_path, NeighbourProposer())
+    search = h.search(Budget(max_iterations=40), prune_after=1, widening_k=1.0)
+    events = search.subscribe()
+    info = await search.run()
+    tried = {(n.params["block"], n.params["vec"]) for n in search.tree.nodes.values() if n.params}
+    assert tried == {(b, v) for b in BLOCKS for v in VECS}, (sorted(tried), info.reason, len(search.tree.nodes))
+    assert any("the pruned subtrees are open again" in line for line in logs(_drain(events), "warning"))
+    assert "nothing left to expand" in info.reason
+    h.store.close()

@@ -19,8 +19,9 @@ each ancestor (`visits` += 1, `value` += r) and raises the subtree's `best` rewa
 reward can change after the fact (a profile arrives): `rescore` moves the difference through every
 ancestor's value and recomputes their best.
 
-A subtree whose best reward has not improved for `prune_after` visits is pruned (never selected again,
-unless pinned). A banned subtree is never expanded; while any node is pinned, selection stays inside the
+A subtree whose best reward has not improved for `prune_after` visits is pruned (not selected again unless
+pinned, or until the search, with nothing else left to expand, reopens every pruned subtree). A banned
+subtree is never expanded; while any node is pinned, selection stays inside the
 pinned subtrees. A pin reopens the path to its node: pruned ancestors on it are unpruned (and are not pruned
 again while the pin holds), so a pin never points selection at a node it cannot reach; a pin that cannot act
 (a failed node, a banned subtree) is refused with the reason (`pin_problem`).
@@ -327,6 +328,14 @@ class Tree:
                 ancestor.visits_at_best = ancestor.visits
                 reopened.append(ancestor.id)
         return reopened[::-1]
+
+    def reopen_pruned(self) -> list[int]:
+        """Unprune every pruned subtree that is not banned, its stagnation counted from now; returns them."""
+        reopened = [n for n in self.nodes.values() if n.pruned and not n.banned]
+        for node in reopened:
+            node.pruned = False
+            node.visits_at_best = node.visits
+        return [n.id for n in reopened]
 
     def best_node(self) -> TreeNode | None:
         """The measured node with the highest speedup."""
