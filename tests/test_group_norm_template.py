@@ -134,21 +134,23 @@ def test_slices_that_cannot_stay_on_chip_are_refused() -> None:
     assert "registers" in str(TEMPLATE.problem(CAPTURED, {**base, "strategy": "registers", "split": 8, "block": 128}))
 
 
-def test_the_seeds_start_with_the_slices_double_buffered_by_persistent_clusters_of_eight() -> None:
+def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persistent_clusters() -> None:
+    """The order the H200 measured: smem (51% of the copy ceiling), registers, the rereads (50%), and last the
+    pipelined persistent clusters (2.1x the best's time)."""
     seeds = TemplateProposer().seeds(CAPTURED)
-    assert seeds[0].params == {"strategy": "pipelined", "block": 256, "vec": 8, "split": 8, "welford": 0}
-    assert seeds[1].params == {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 1}
-    assert seeds[2].params["strategy"] == "registers"
-    assert {s.params["strategy"] for s in seeds[3:]} >= {"reread"}  # what worked before stays in the search
-    pipelined = seeds[0].source
+    assert seeds[0].params == {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 1}
+    assert seeds[1].params["strategy"] == "registers"
+    assert {s.params["strategy"] for s in seeds[2:-1]} >= {"reread"}  # what worked before stays in the search
+    assert seeds[-1].params == {"strategy": "pipelined", "block": 256, "vec": 8, "split": 8, "welford": 0}
+    pipelined = seeds[-1].source
     assert "__launch_bounds__(256, 1)" in pipelined  # two 64 KB slices: one block an SM
-    assert resolve(seeds[0].plan, CAPTURED).grid[0] == 16 * 8  # 2 clusters of 8 in each of the 8 GPCs
-    assert resolve(seeds[0].plan, CAPTURED).shared_bytes == 2 * 64 * 1024
+    assert resolve(seeds[-1].plan, CAPTURED).grid[0] == 16 * 8  # 2 clusters of 8 in each of the 8 GPCs
+    assert resolve(seeds[-1].plan, CAPTURED).shared_bytes == 2 * 64 * 1024
     # The copies of the next group go out before this one's wait, into the other buffer.
     loop = pipelined[pipelined.index("for (; gid < total; gid += clusters, cur ^= 1)") :]
     assert loop.index("load_slice(kept_buf + (cur ^ 1) * SLICE") < loop.index("__pipeline_wait_prior(1)")
     assert loop.index("__pipeline_wait_prior(1)") < loop.index("widen(kept[r], f)")
-    first = seeds[1].source
+    first = seeds[0].source
     assert "__cluster_dims__(8, 1, 1)" in first and "__pipeline_memcpy_async" in first
     assert "__launch_bounds__(256, 3)" in first  # three 64 KB slices an SM
     assert "fmaf(f[j] - mean, g, b)" in first  # the form that keeps a constant group's beta exact

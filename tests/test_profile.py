@@ -18,9 +18,12 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.cards import load_card
+from kernelforge_tui.cards import OperatorCard, load_card, save_card
 from kernelforge_tui.cards.plan import ResolvedLaunch, load_plan, resolve
+from kernelforge_tui.config import Settings
+from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
+from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.gpu.hardware import ClassifierSettings, analyse, classify, roofline, stall_reasons
 from kernelforge_tui.gpu.ncu_csv import normalise, parse_csv
 from kernelforge_tui.gpu.profile import (
@@ -33,7 +36,7 @@ from kernelforge_tui.gpu.profile import (
     ProfileTimeout,
 )
 from kernelforge_tui.gpu.profiling import BuiltKernel, ProfilingService, build_for_profile
-from kernelforge_tui.models.evaluation import BuildResult, Ceilings, PtxasStats
+from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, PtxasStats
 from kernelforge_tui.models.profiles import HardwareReport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
@@ -272,6 +275,36 @@ def test_roofline_of_a_copy_and_an_fma_kernel() -> None:
     assert "of the compute roof" in report.summary()
     measured = _analysed(COMPUTE_SAMPLE, flops=17716740096, counted_bytes=4325376, ceilings=H200, measured_us=250.0)
     assert measured.roofline is not None and measured.roofline.seconds == pytest.approx(250e-6)
+
+
+def test_a_16_bit_card_is_held_to_the_tensor_core_roof(tmp_path: Path) -> None:
+    """On the H200 the matmul template's tensor-core kernels ran at 5.4x the FP32 FMA rate and the worker's ceiling
+    check refused them as cheats: a card with a bf16 or fp16 input is held to the dense tensor-core rate (16x the
+    FMA rate on sm_90; the largest known ratio, 32, on an architecture not listed), an fp32 card to the FMA rate."""
+    assert H200.compute_tflops(["float32", "int64"]) == 60.0
+    assert H200.compute_tflops(["bfloat16", "bfloat16"]) == pytest.approx(960.0)
+    assert H200.compute_tflops(["int32", "float16"]) == pytest.approx(960.0)
+    assert H200.model_copy(update={"capability": (12, 1)}).compute_tflops(["bfloat16"]) == pytest.approx(1920.0)
+    flops = 2 * 4096**3
+    tc = roofline(flops, 3 * 2 * 4096**2, 400e-6, H200, "measured", ["bfloat16", "bfloat16"])
+    assert tc.bound == "compute" and tc.attainable_tflops == pytest.approx(960.0)
+    assert tc.share_of_attainable == pytest.approx(flops / 400e-6 / 960e12)
+    spec = OperatorCard.model_validate(
+        {
+            "name": "mm", "family": "matmul", "sizes": {"n": 4096},
+            "inputs": [{"name": k, "dtype": "bfloat16", "shape": ["n", "n"]} for k in ("a", "b")],
+            "outputs": [{"name": "c", "dtype": "bfloat16", "shape": ["n", "n"]}],
+            "input_sets": [{"name": "s", "seed": 1}], "reference": {"function": "x"},
+        }
+    )  # fmt: skip
+    gpu = GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-0", capability="9.0", driver="1", memory_mib=1)
+    evaluator = Evaluator(save_card(spec, tmp_path, {}), Builder(arch="sm_90"), Settings(), gpu, worker=object())  # type: ignore[arg-type]
+    evaluator.ceilings = H200
+    built = BuildResult(ok=True, key="k")
+    tensor_core = evaluator._judge(EvalResult(ok=True, achieved_tflops=5.4 * 60.0), built)
+    assert tensor_core.ok and tensor_core.ceiling_share == pytest.approx(5.4 / 16)
+    skipped = evaluator._judge(EvalResult(ok=True, achieved_tflops=20 * 60.0), built)
+    assert not skipped.ok and skipped.failure == "cheat" and "125% of it" in skipped.reason
 
 
 def test_analyse_needs_speed_of_light() -> None:

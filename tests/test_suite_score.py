@@ -50,7 +50,7 @@ D = card("d", 10**12, 1_000, status="failed", scale=LARGE)
 def test_roofline_time_is_the_longer_of_memory_and_compute_at_the_ceilings() -> None:
     assert roofline_us(A.flops, A.bytes, CEILINGS, "float32") == pytest.approx(20.0)
     assert roofline_us(B.flops, B.bytes, CEILINGS, "float32") == pytest.approx(0.3)
-    assert roofline_us(B.flops, B.bytes, CEILINGS, "bfloat16") == pytest.approx(0.3)  # fp32 math at both precisions
+    assert roofline_us(B.flops, B.bytes, CEILINGS, "bfloat16") == pytest.approx(0.3 / 16)  # bf16: tensor cores
 
 
 def test_a_card_scored_by_hand() -> None:

@@ -271,7 +271,8 @@ class Evaluator:
             if result.achieved_gbps is not None:
                 shares.append(result.achieved_gbps / self.ceilings.copy_gbps)
             if result.achieved_tflops is not None:
-                shares.append(result.achieved_tflops / self.ceilings.fma_tflops)
+                inputs = [t.dtype for t in self.card.spec.inputs]
+                shares.append(result.achieved_tflops / self.ceilings.compute_tflops(inputs))
             share = max(shares, default=None)
             if share is not None and share > margin:
                 result.ok, result.failure = False, FailureKind.CHEAT

@@ -12,7 +12,7 @@ class's own metrics keeps an analyst (person or LLM) on what can move the kernel
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 from kernelforge_tui.config import ClassifierSettings as ClassifierSettings
@@ -165,11 +165,17 @@ def _compute_metrics(values: Mapping[str, float]) -> list[KeyMetric]:
 
 
 def roofline(
-    flops: int, counted_bytes: int, seconds: float, ceilings: Ceilings, time_source: Literal["measured", "ncu"]
+    flops: int,
+    counted_bytes: int,
+    seconds: float,
+    ceilings: Ceilings,
+    time_source: Literal["measured", "ncu"],
+    dtypes: Sequence[str] = (),
 ) -> Roofline:
-    """The roofline position from counted work, a time, and the measured ceilings."""
+    """The roofline position from counted work, a time, and the ceilings (the compute roof is the one the card's
+    input `dtypes` are held to: `Ceilings.compute_tflops`)."""
     copy_bps = ceilings.copy_gbps * 1e9
-    fma_fps = ceilings.fma_tflops * 1e12
+    fma_fps = ceilings.compute_tflops(dtypes) * 1e12
     intensity = flops / counted_bytes if counted_bytes else float("inf")
     ridge = fma_fps / copy_bps
     attainable = min(fma_fps, intensity * copy_bps) if counted_bytes else fma_fps
@@ -201,8 +207,10 @@ def analyse(
     measured_us: float | None = None,
     ceilings: Ceilings | None = None,
     settings: ClassifierSettings | None = None,
+    dtypes: Sequence[str] = (),
 ) -> HardwareReport:
-    """Classify a profile and keep the metrics that matter for its class; the roofline where ceilings are known."""
+    """Classify a profile and keep the metrics that matter for its class; the roofline where ceilings are known
+    (`dtypes`: the card's inputs', which pick its compute roof)."""
     settings = settings or ClassifierSettings()
     if isinstance(report, ProfileReport):
         values = report.values()
@@ -225,7 +233,7 @@ def analyse(
         key = _compute_metrics(values)
     line = None
     if ceilings is not None and seconds and (flops or counted_bytes):
-        line = roofline(flops, counted_bytes, seconds, ceilings, "measured" if measured_us else "ncu")
+        line = roofline(flops, counted_bytes, seconds, ceilings, "measured" if measured_us else "ncu", dtypes)
     return HardwareReport(
         kernel=kernel,
         bottleneck=bottleneck,

@@ -76,5 +76,6 @@ class ProfilingService:
             measured_us=measured_us,
             ceilings=self.ceilings,
             settings=self.settings.classifier,
+            dtypes=[t.dtype for t in spec.inputs],
         )
         return NodeProfile(profile=report, hardware=hardware, ptxas=kernel.build.ptxas.get(kernel.launch.entry))

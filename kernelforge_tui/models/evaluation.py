@@ -6,6 +6,7 @@ are strict pydantic models: a message that does not fit is an error, never a sil
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -72,6 +73,22 @@ class EvalResult(Strict):
     """The worker's state can no longer be trusted (a fault, a stray write): it exits after replying."""
 
 
+TENSOR_PER_FMA: dict[tuple[int, int], float] = {
+    (7, 0): 8.0,  # V100: 125 TFLOP/s fp16 tensor, 15.7 fp32
+    (7, 5): 8.0,  # T4: 65 and 8.1
+    (8, 0): 16.0,  # A100: 312 bf16 dense, 19.5 fp32
+    (8, 6): 4.0,  # A10: 125 and 31.2
+    (8, 9): 4.0,  # L40S: 362 and 91.6
+    (9, 0): 16.0,  # H100, H200: 989 bf16 dense, 67 fp32 (the same clock: 4096 and 256 FLOPs an SM a cycle)
+}
+"""Dense 16-bit (bf16, fp16) tensor-core FLOPs per FP32 FMA-unit FLOP, from NVIDIA's published peaks, by compute
+capability. An architecture not listed gets the largest ratio (32: Blackwell's B200 is about 2250 against 75), so
+that a tensor-core kernel is never taken for one that skips work."""
+UNLISTED_TENSOR_PER_FMA = 32.0
+TENSOR_DTYPES = frozenset({"bfloat16", "float16"})
+"""Input dtypes a kernel may multiply on tensor cores."""
+
+
 class Ceilings(Strict):
     """The physical limits every speedup is held against, measured on this GPU."""
 
@@ -83,6 +100,15 @@ class Ceilings(Strict):
     capability: tuple[int, int]
     sm_count: int
     l2_bytes: int
+
+    def compute_tflops(self, dtypes: Iterable[str]) -> float:
+        """The FLOP rate a card with inputs of these dtypes is held against: with a bf16 or fp16 input the dense
+        tensor-core rate (the measured FMA rate times TENSOR_PER_FMA: derived, since the worker times no tensor-core
+        kernel of its own), else the measured FP32 FMA rate. On the H200 a tensor-core matmul ran at 5.4x the FMA
+        rate and, held to that, was refused as a cheat."""
+        if TENSOR_DTYPES.isdisjoint(dtypes):
+            return self.fma_tflops
+        return self.fma_tflops * TENSOR_PER_FMA.get(self.capability, UNLISTED_TENSOR_PER_FMA)
 
 
 class PtxasStats(BaseModel):

@@ -34,11 +34,9 @@ COUNTED_AS_BASELINE: tuple[Status, ...] = ("no-template",)
 
 
 def peak_tflops(ceilings: Ceilings, precision: Precision) -> float:
-    """The peak FLOP rate a card of this precision is held against: the measured fp32 FMA rate for both, since the
-    suite's kernels compute in fp32 at either precision (bf16 is only loaded and stored: the prelude's `ld`/`cv`)
-    and the worker's ceiling check holds every candidate against that same rate."""
-    del precision  # one rate today; the argument is where a tensor-core bf16 ceiling would be chosen
-    return ceilings.fma_tflops
+    """The peak FLOP rate a card of this precision is held against: the one the worker's ceiling check holds its
+    candidates to (`Ceilings.compute_tflops`: the tensor-core rate for bf16, the FP32 FMA rate for fp32)."""
+    return ceilings.compute_tflops([precision])
 
 
 def roofline_us(flops: int, moved_bytes: int, ceilings: Ceilings, precision: Precision) -> float:

@@ -226,18 +226,17 @@ struct __align__({vec * ELEMENT_BYTES[dtype]}) VecT {{
 __device__ __forceinline__ float to_f(T v) {{ return {to_f}; }}
 __device__ __forceinline__ T from_f(float v) {{ return {from_f}; }}
 
-__device__ __forceinline__ void widen(const VecT& c, float (&f)[VEC]) {{
+__device__ __forceinline__ void widen(const VecT c, float (&f)[VEC]) {{
 #pragma unroll
     for (int j = 0; j < VEC; ++j) {{
         f[j] = to_f(c.v[j]);
     }}
 }}
 
-// Chunk i (VEC elements) of p, widened to fp32: one vector load. The chunk is copied whole first: widening it in
-// place through a reference read each element on its own (8 ld.global.u16 a bf16 chunk, 8x the L1 requests).
+// Chunk i (VEC elements) of p, widened to fp32: one vector load (widen takes the chunk by value: widening it in
+// place through a reference read each element on its own, 8 ld.global.u16 a bf16 chunk, 8x the L1 requests).
 __device__ __forceinline__ void load_chunk(const T* __restrict__ p, long long i, float (&f)[VEC]) {{
-    const VecT c = reinterpret_cast<const VecT*>(p)[i];
-    widen(c, f);
+    widen(reinterpret_cast<const VecT*>(p)[i], f);
 }}
 
 __device__ __forceinline__ void store_chunk(T* __restrict__ p, long long i, const float (&f)[VEC]) {{
