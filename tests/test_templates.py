@@ -244,3 +244,22 @@ def test_space_order_and_canonical_forms() -> None:
     assert list(canon) == list(template.space(card))
     for a, b in itertools.combinations(["warp_per_row", "block_per_row"], 2):
         assert template.valid(card, {**base, "strategy": a}) != template.valid(card, {**base, "strategy": b})
+
+
+def test_fast_math_is_offered_for_gelu_only_where_the_tolerance_admits_its_error() -> None:
+    """gelu's fast form errs by up to 0.21 of 1e-6 + 1e-5 |y|: a bf16 card (atol 1e-5) gets it, first among the
+    seeds; an fp32 card at the default atol 1e-8 does not (its reference's own float32 erf cancels by more), nor
+    does silu (its __fdividef form failed stress:large on the H200)."""
+    gelu = {"vec": 8, "block": 256, "unroll": 1, "loop": "grid_stride", "waves": 4, "minb": 1, "fast_math": 1}
+    bf16 = _card("gelu_bf16", "elementwise", {"n": 4096}, [("x", "bfloat16", ["n"])], [("y", "bfloat16", ["n"])])
+    fp32 = _card("gelu_fp32", "elementwise", {"n": 4096}, [("x", "float32", ["n"])], [("y", "float32", ["n"])])
+    silu = _card("silu_bf16", "elementwise", {"n": 4096}, [("x", "bfloat16", ["n"])], [("y", "bfloat16", ["n"])])
+    template = template_for(bf16)
+    assert template is not None
+    assert template.space(bf16)["fast_math"] == (0, 1)
+    assert "fast_math" not in template.space(fp32) and "fast_math" not in template.space(silu)
+    seeds = TemplateProposer().seeds(bf16)
+    assert seeds[0].params["fast_math"] == 1 and "a0 * fast_phi(a0)" in seeds[0].source
+    assert any(s.params["fast_math"] == 0 and "erff(" in s.source for s in seeds)
+    assert "fast_math" in str(template.problem(fp32, {**gelu, "vec": 4}))
+    assert template.problem(bf16, gelu) is None
