@@ -154,7 +154,8 @@ def test_a_gpu_report_without_matplotlib_has_every_number_and_says_how_to_get_th
     report = write_report(manifest, tmp_path)
     text = (report / "report.md").read_text()
     assert NO_MATPLOTLIB in text and not list(report.glob("*.png"))
-    assert "SIMULATED" not in text and "copy 4000 GB/s, FMA 60.0 TFLOP/s" in text
+    assert "SIMULATED" not in text and "copy 4000 GB/s, FMA 60.0 TFLOP/s for fp32 cards" in text
+    assert "bf16 cards are held to the tensor-core rate, 960 TFLOP/s" in text
     assert "- vector_add fp32 2^10: 5 us against torch.add 6 us (1.20x faster)" in text  # the only win
     assert "| vector_add | elementwise | bf16 | 2^10 | 1.02e+03 | 6.14e+03 | 10 | 5 | 2.00x | 1 | 0 | 0% | torch.add " \
            "(disagrees with the reference) | 4 | 1.25 |  |" in text  # fmt: skip

@@ -59,9 +59,11 @@ def roof_note(manifest: BenchManifest) -> str:
     """What each share of the roofline is held against, in words."""
     if manifest.ceilings is not None:
         c = manifest.ceilings
+        tensor = c.compute_tflops(["bfloat16"])
         return (
-            f"the ceilings measured on {c.gpu_name}: copy {c.copy_gbps:.0f} GB/s, FMA {c.fma_tflops:.1f} TFLOP/s "
-            "(fp32 math at both precisions)"
+            f"the ceilings measured on {c.gpu_name}: copy {c.copy_gbps:.0f} GB/s, FMA {c.fma_tflops:.1f} TFLOP/s for "
+            f"fp32 cards; bf16 cards are held to the tensor-core rate, {tensor:.0f} TFLOP/s (the FMA rate times the "
+            "architecture's published ratio)"
         )
     if manifest.simulated and manifest.simulated_ceiling_us is not None:
         return (
