@@ -98,11 +98,12 @@ class Roofline(BaseModel):
     arithmetic_intensity: float
     """Counted FLOPs per counted byte."""
     ridge_point: float
-    """FLOPs per byte where the copy ceiling meets the FMA ceiling: below it the memory side bounds."""
+    """FLOPs per byte where the copy ceiling meets the compute ceiling (the FMA rate, or the tensor-core rate for a
+    card with a bf16 or fp16 input: `Ceilings.compute_tflops`): below it the memory side bounds."""
     achieved_gbps: float
     achieved_tflops: float
     attainable_tflops: float
-    """min(FMA ceiling, intensity x copy ceiling)."""
+    """min(compute ceiling, intensity x copy ceiling)."""
     bound: Literal["memory", "compute"]
     share_of_attainable: float
     """Achieved over attainable on the bounding side (1.0 = on the roof)."""
