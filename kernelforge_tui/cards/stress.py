@@ -78,9 +78,19 @@ def _some_rows(rng: np.random.Generator, rows: int, share: float) -> np.ndarray:
     return chosen
 
 
+BLOCKWISE_PATTERNS_FROM = 1 << 20
+"""From this many rows on, `_patterns` shuffles within runs of `count` rows instead of over all of them."""
+
+
 def _patterns(rng: np.random.Generator, rows: int, count: int) -> np.ndarray:
-    """Pattern 0..count-1 of each row: as many rows of each (give or take one), in random places."""
-    return rng.permutation(rows) % count
+    """Pattern 0..count-1 of each row: as many rows of each (give or take one), in random places. From
+    BLOCKWISE_PATTERNS_FROM rows on, each run of `count` rows holds every pattern once, in random order: a
+    permutation of every row took 8.4 s for 2^26 rows here (1.2 s this way), and an elementwise card's rows are
+    its elements (2^28 for the H200's gelu card)."""
+    if rows < BLOCKWISE_PATTERNS_FROM:
+        return rng.permutation(rows) % count
+    runs = np.broadcast_to(np.arange(count, dtype=np.int8), (-(-rows // count), count)).copy()
+    return rng.permuted(runs, axis=1).ravel()[:rows]
 
 
 def _log_uniform(rng: np.random.Generator, low: float, high: float, count: int) -> np.ndarray:
