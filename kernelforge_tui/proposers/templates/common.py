@@ -304,6 +304,22 @@ struct MaxSum {
 struct Welford {
     float n, mean, m2, s;
     __device__ __forceinline__ float sum_mean() const { return n > 0.0f ? s / n : 0.0f; }
+    // One chunk of V values: its mean and the squares about it (two passes over registers), and its sum.
+    template <int V>
+    __device__ static Welford of_chunk(const float (&f)[V]) {
+        float s = 0.0f, m2 = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            s += f[j];
+        }
+        const float mean = s * (1.0f / V);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const float d = f[j] - mean;
+            m2 += d * d;
+        }
+        return {(float)V, mean, m2, s};
+    }
     __device__ static Welford combine(Welford a, Welford b) {
         const float n = a.n + b.n;
         if (n == 0.0f) {

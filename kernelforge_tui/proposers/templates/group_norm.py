@@ -74,13 +74,7 @@ REREAD_STATS = {
 for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
  float f[VEC];
  load_chunk(xg, i, f);
- float cs = 0.0f, c2 = 0.0f;
-#pragma unroll
- for (int j = 0; j < VEC; ++j) { cs += f[j]; }
- const float cm = cs * (1.0f / VEC);
-#pragma unroll
- for (int j = 0; j < VEC; ++j) { const float d = f[j] - cm; c2 += d * d; }
- acc = Welford::combine(acc, Welford{(float)VEC, cm, c2, cs});
+ acc = Welford::combine(acc, Welford::of_chunk(f));
 }
 acc = reduce_all(acc, red, &part);
 const float mean = acc.mean;

@@ -116,9 +116,7 @@ def _layer_norm(p: Params) -> tuple[str, str]:
     write = "float wf[VEC], bf[VEC];\n load_chunk(w, i, wf);\n load_chunk(b, i, bf);\n"
     write += _each("f[j] = (f[j] - mean) * rstd * wf[j] + bf[j];") + "store_chunk(yr, i, f);\n"
     if p["welford"]:
-        chunk = "float cs = 0.0f, c2 = 0.0f;\n" + _each("cs += f[j];") + "const float cm = cs * (1.0f / VEC);\n"
-        chunk += _each("const float d = f[j] - cm; c2 += d * d;")
-        chunk += "acc = Welford::combine(acc, Welford{(float)VEC, cm, c2, cs});\n"
+        chunk = "acc = Welford::combine(acc, Welford::of_chunk(f));\n"
         body = "Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};\n" + _pass(storage, True, chunk)
         body += "acc = group_reduce<TPR>(acc, red_w);\n"
         body += "const float mean = acc.sum_mean(), rstd = rsqrtf(acc.m2 / (float)cols + EPS);\n"
