@@ -321,21 +321,11 @@ class Tree:
         node.pinned = pinned
         if not pinned:
             return []
-        reopened: list[int] = []
-        for ancestor in self.ancestors(node_id):
-            if ancestor.pruned:
-                ancestor.pruned = False
-                ancestor.visits_at_best = ancestor.visits
-                reopened.append(ancestor.id)
-        return reopened[::-1]
+        return _unprune(self.ancestors(node_id))[::-1]
 
     def reopen_pruned(self) -> list[int]:
         """Unprune every pruned subtree that is not banned, its stagnation counted from now; returns them."""
-        reopened = [n for n in self.nodes.values() if n.pruned and not n.banned]
-        for node in reopened:
-            node.pruned = False
-            node.visits_at_best = node.visits
-        return [n.id for n in reopened]
+        return _unprune(n for n in self.nodes.values() if not n.banned)
 
     def best_node(self) -> TreeNode | None:
         """The measured node with the highest speedup."""
@@ -345,3 +335,12 @@ class Tree:
     def stats(self, node_ids: Iterable[int]) -> dict[int, NodeStats]:
         """What the store keeps of these nodes' statistics."""
         return {i: NodeStats(visits=self.nodes[i].visits, value=self.nodes[i].mean) for i in node_ids}
+
+
+def _unprune(nodes: Iterable[TreeNode]) -> list[int]:
+    """Unprune the pruned ones among `nodes`, their stagnation counted from now; their ids, in the given order."""
+    reopened = [node for node in nodes if node.pruned]
+    for node in reopened:
+        node.pruned = False
+        node.visits_at_best = node.visits
+    return [node.id for node in reopened]
