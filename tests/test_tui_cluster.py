@@ -95,13 +95,15 @@ async def test_the_cluster_screen_lists_the_workers_and_follows_them() -> None:
         source.status = two_workers()
         source.status.workers[1].set_aside = why
         header = "cluster · 1 GPU · 37.0 eval/min"  # its GPU is no longer counted
-        for _ in range(500):  # the screen and the header each redraw on their own timers
-            await pilot.pause(0.01)
-            if "set aside" in screen_text(app) and header in str(app.query_one(RunHeaderBar).render()):
+        footer = ["│", "all", "1", "58"]
+        for _ in range(500):  # the screen and the header each redraw on their own timers, and the taller table lays
+            await pilot.pause(0.01)  # its footer out after its rows (CI once read the rows before the footer)
+            drawn_footer = any(line.split() == footer for line in dialog_lines(app))
+            if "set aside" in screen_text(app) and drawn_footer and header in str(app.query_one(RunHeaderBar).render()):
                 break
         assert "set aside: 3 tasks in a row" in line_with(app, IDLE)  # the reason folds onto the next line
         assert "RuntimeError: no GPU" in screen_text(app)
-        assert line_with(app, " all ").split() == ["│", "all", "1", "58"]
+        assert line_with(app, " all ").split() == footer
         assert header in str(app.query_one(RunHeaderBar).render())
         await pilot.press("C")  # the key that opened it closes it
         await pilot.pause()
