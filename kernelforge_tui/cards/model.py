@@ -89,6 +89,9 @@ class TensorSpec(Strict):
             count *= dim
         return count
 
+    def nbytes(self, sizes: dict[str, int]) -> int:
+        return self.numel(sizes) * NUMPY[self.dtype].itemsize
+
 
 class Tolerance(Strict):
     """An output matches where |out - ref| <= atol + rtol * |ref| everywhere, and is never NaN."""
@@ -264,7 +267,7 @@ class OperatorCard(Strict):
                     raise FieldProblem(
                         f"{group}.{spec.name}.shape", f"evaluates to {dims}", "every dimension must be >= 1"
                     )
-                size = spec.numel(self.sizes) * NUMPY[spec.dtype].itemsize
+                size = spec.nbytes(self.sizes)
                 if size > MAX_TENSOR_BYTES:
                     raise FieldProblem(
                         f"{group}.{spec.name}.shape",
@@ -299,6 +302,10 @@ class OperatorCard(Strict):
 
     def flops(self) -> int:
         return expr.evaluate(self.cost.flops, self.sizes)
+
+    def set_bytes(self) -> int:
+        """The host bytes of one input set with its reference outputs."""
+        return sum(t.nbytes(self.sizes) for t in [*self.inputs, *self.outputs])
 
     def bytes_moved(self) -> int:
         return expr.evaluate(self.cost.bytes, self.sizes)

@@ -661,7 +661,7 @@ def _draft(request: CardRequest, dest: Path, work: Path) -> CardDraft:
         function = f"{ADAPTER}:reference"
     tensors = [TensorSpec(name=d.name, dtype=d.dtype or request.dtype, shape=list(d.dims or ())) for d in inputs]
     results = [OutputSpec(name=d.name, dtype=d.dtype or request.dtype, shape=list(d.dims or ())) for d in outputs]
-    set_bytes = sum(t.numel(request.sizes) * NUMPY[t.dtype].itemsize for t in [*tensors, *results])
+    set_bytes = sum(t.nbytes(request.sizes) for t in [*tensors, *results])
     stored = set_bytes <= MAX_STORED_SET_BYTES
     sets = [InputSet(name=f"set_{i}", file=f"set_{i}.npz") for i in range(1, request.sets + 1)] if stored else []
     sets += [InputSet(name=f"seed_{i}", seed=i) for i in range(request.sets + 1 if stored else 1, request.sets + 2)]

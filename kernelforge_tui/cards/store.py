@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import threading
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 from pydantic import ValidationError
@@ -21,6 +24,13 @@ from kernelforge_tui.errors import not_utf8
 MANIFEST = "card.toml"
 
 Arrays = dict[str, np.ndarray]
+SetMaker = Callable[[], tuple[Arrays, Arrays]]
+"""Makes one input set on the host: its (inputs, reference outputs)."""
+T = TypeVar("T")
+
+SET_MEMORY_FACTOR = 6
+"""Host memory one set takes while it is made, beyond its own arrays, in multiples of its bytes: float32 and
+float64 working copies of its data tensors and the reference's temporaries (5.2 measured, for a 1 GB bf16 card)."""
 
 
 @dataclass(frozen=True)
@@ -81,15 +91,25 @@ class Card:
         return inputs, outputs
 
     def stress_sets(self) -> Iterator[tuple[str, Arrays, Arrays]]:
-        """(name, inputs, reference outputs) of each stress set the card runs (cards/stress.py), drawn one at a
-        time on top of one draw of the card's distribution from its stress seed."""
-        running = stress.running(self.spec)
-        if not running:
-            return
-        base = self.draw(self.spec.stress.seed)
-        for planned in running:
-            inputs = stress.draw(self.spec, planned.name, base)
-            yield planned.label, inputs, self.reference(inputs)
+        """(name, inputs, reference outputs) of each stress set the card runs (cards/stress.py), made one at a
+        time."""
+        for label, make in self.stress_makers():
+            yield label, *make()
+
+    def stress_makers(self) -> list[tuple[str, SetMaker]]:
+        """Each stress set the card runs, as its label and a function that makes its (inputs, reference outputs)
+        on top of one draw of the card's distribution from its stress seed. The draw is made once, by the first
+        maker called; the makers may run side by side (`make_side_by_side`)."""
+        base = _Once(lambda: self.draw(self.spec.stress.seed))
+
+        def maker(name: str) -> SetMaker:
+            def make() -> tuple[Arrays, Arrays]:
+                inputs = stress.draw(self.spec, name, base())
+                return inputs, self.reference(inputs)
+
+            return make
+
+        return [(planned.label, maker(planned.name)) for planned in stress.running(self.spec)]
 
     def draw(self, seed: int) -> Arrays:
         """Fresh inputs from a seed: by the card's `[reference] inputs` function when it has one, else from each
@@ -307,3 +327,47 @@ def to_toml(data: dict[str, object]) -> str:
         else:
             lines.append(f"{key} = {_toml_value(value)}")
     return "\n".join(lines + tables) + "\n"
+
+
+class _Once(Generic[T]):
+    """A value made at the first call and shared by every later one, from any thread."""
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self._lock = threading.Lock()
+        self._made: list[T] = []
+
+    def __call__(self) -> T:
+        with self._lock:
+            if not self._made:
+                self._made.append(self._make())
+            return self._made[0]
+
+
+def available_memory() -> int | None:
+    """The host memory free now, in bytes, where the system says (Linux); else None."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def side_by_side(jobs: int, set_bytes: int, free_bytes: int | None) -> int:
+    """How many of `jobs` sets to make at once: one a CPU, and as many as half the free memory holds once every
+    set's own arrays are counted, at SET_MEMORY_FACTOR times a set's bytes each; at least one. Half: the other
+    GPUs' workers may be loading cards too."""
+    count = min(jobs, os.cpu_count() or 1)
+    if free_bytes is not None:
+        count = min(count, (free_bytes // 2 - jobs * set_bytes) // max(1, SET_MEMORY_FACTOR * set_bytes))
+    return max(1, count)
+
+
+def make_side_by_side(makers: Sequence[Callable[[], T]], set_bytes: int, at_once: int | None = None) -> list[T]:
+    """Every maker's result, in order, made on threads: drawing, stressing and referencing a large card's sets
+    is NumPy and torch work that leaves the GIL, and one after another it took minutes for a 1 GB card. As
+    many at once as `side_by_side` says, unless `at_once` is given. The first error raised is raised here."""
+    workers = at_once or side_by_side(len(makers), set_bytes, available_memory())
+    if workers == 1:
+        return [make() for make in makers]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="card-set") as pool:
+        return list(pool.map(lambda make: make(), makers))

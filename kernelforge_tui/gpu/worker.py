@@ -13,14 +13,16 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TextIO
 
 import numpy as np
 
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.model import InputSet, OperatorCard
-from kernelforge_tui.cards.store import Arrays, Card, load_card
+from kernelforge_tui.cards.store import Arrays, Card, load_card, make_side_by_side
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.gpu.checks import (
     FIRST_RUN,
@@ -53,6 +55,9 @@ from kernelforge_tui.gpu.protocol import (
 from kernelforge_tui.gpu.statistics import median_settled
 from kernelforge_tui.models.evaluation import Ceilings, EvalResult, SetCheck
 from kernelforge_tui.models.nodes import FailureKind
+
+HostMaker = Callable[[], tuple[Arrays, Arrays | None]]
+"""Makes one set on the host: its inputs, and its reference outputs where they come from the host."""
 
 SCALAR_NUMPY = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64, "float32": np.float32}
 PREPARED_CODE = {"int32": "i", "int64": "q", "uint32": "I", "uint64": "Q", "float32": "f"}
@@ -98,8 +103,25 @@ def host_set(card: Card, which: InputSet, reference: bool) -> tuple[Arrays, Arra
     `reference` (with a baseline reference they come from the GPU, and a profiled launch needs none)."""
     if which.file is not None:
         return card.input_set(which)
-    inputs = card.draw(which.seed or 0)
+    return drawn_set(card, which.seed or 0, reference)
+
+
+def drawn_set(card: Card, seed: int, reference: bool) -> tuple[Arrays, Arrays | None]:
+    """(inputs, reference outputs or None) of a set drawn from `seed`."""
+    inputs = card.draw(seed)
     return inputs, card.reference(inputs) if reference else None
+
+
+def host_makers(card: Card, fresh_seeds: int, fresh_seed: int) -> list[tuple[str, HostMaker]]:
+    """The name and maker of every set a loaded card holds, in order: the card's own, `fresh_seeds` drawn from
+    `fresh_seed` on, then the family's stress sets ("stress:<set>", cards/stress.py)."""
+    host_reference = card.spec.reference.kind == "numpy"
+    makers: list[tuple[str, HostMaker]] = [
+        (which.name, partial(host_set, card, which, host_reference)) for which in card.spec.input_sets
+    ]
+    for k in range(fresh_seeds):
+        makers.append((f"{FRESH_PREFIX}{k}", partial(drawn_set, card, fresh_seed + k, host_reference)))
+    return makers + card.stress_makers()
 
 
 class Worker:
@@ -120,12 +142,9 @@ class Worker:
         self.state = None
         card = load_card(request.card_dir)
         spec = card.spec
-        host_reference = spec.reference.kind == "numpy"
-        host_sets = [(which.name, *host_set(card, which, host_reference)) for which in spec.input_sets]
-        for k in range(request.settings.fresh_seeds):
-            inputs = card.draw(request.fresh_seed + k)
-            host_sets.append((f"{FRESH_PREFIX}{k}", inputs, card.reference(inputs) if host_reference else None))
-        host_sets += card.stress_sets()  # "stress:<set>": the family's hard inputs (cards/stress.py), last
+        makers = host_makers(card, request.settings.fresh_seeds, request.fresh_seed)
+        made = make_side_by_side([make for _, make in makers], spec.set_bytes())
+        host_sets = [(name, inputs, refs) for (name, _), (inputs, refs) in zip(makers, made, strict=True)]
         need = bytes_needed(spec, len(host_sets), request.settings.flush_bytes)
         free, total = self.drv.mem_get_info()
         if need > free:
