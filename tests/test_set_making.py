@@ -45,12 +45,23 @@ def test_sets_are_made_side_by_side_and_come_back_in_order(many_cpus: None) -> N
     assert make_side_by_side(makers, set_bytes=1) == [0, 1, 2, 3]
 
 
-def test_a_set_that_fails_to_be_made_raises_its_error(many_cpus: None) -> None:
-    def broken() -> int:
+def test_a_set_that_fails_to_be_made_raises_its_error_and_the_sets_not_begun_are_not_made(many_cpus: None) -> None:
+    made: list[str] = []
+    gate = threading.Event()
+
+    def broken() -> str:
         raise CardError(Path("card.toml"), "reference.function", "it returned None", "return a dict")
 
+    def slow(name: str) -> str:
+        gate.wait(timeout=3)  # both threads stay busy while the error is raised and the rest cancelled
+        made.append(name)
+        return name
+
+    later = [lambda k=k: slow(f"later {k}") for k in range(4)]
+    makers = [broken, lambda: slow("second"), lambda: slow("third"), *later]
     with pytest.raises(CardError, match="it returned None"):
-        make_side_by_side([lambda: 1, broken, lambda: 2], set_bytes=1)
+        make_side_by_side(makers, set_bytes=1, at_once=2)
+    assert sorted(made) == ["second", "third"]
 
 
 def same(a: Arrays, b: Arrays) -> bool:

@@ -365,9 +365,15 @@ def side_by_side(jobs: int, set_bytes: int, free_bytes: int | None) -> int:
 def make_side_by_side(makers: Sequence[Callable[[], T]], set_bytes: int, at_once: int | None = None) -> list[T]:
     """Every maker's result, in order, made on threads: drawing, stressing and referencing a large card's sets
     is NumPy and torch work that leaves the GIL, and one after another it took minutes for a 1 GB card. As
-    many at once as `side_by_side` says, unless `at_once` is given. The first error raised is raised here."""
+    many at once as `side_by_side` says, unless `at_once` is given. The first error (in order) is raised here, and
+    the makers not started by then never start."""
     workers = at_once or side_by_side(len(makers), set_bytes, available_memory())
     if workers == 1:
         return [make() for make in makers]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="card-set") as pool:
-        return list(pool.map(lambda make: make(), makers))
+        futures = [pool.submit(make) for make in makers]
+        try:
+            return [future.result() for future in futures]
+        finally:
+            for future in futures:
+                future.cancel()
