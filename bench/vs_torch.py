@@ -61,6 +61,7 @@ from kernelforge_tui.gpu.evaluate import cached_ceilings
 from kernelforge_tui.gpu.statistics import robust_stats
 from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.models.events import BestImproved
+from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store import DB_NAME, RunStore, StoreError, UnreadableRecord
 from kernelforge_tui.store.lock import take_writer_lock
@@ -532,6 +533,9 @@ class Ours(BaseModel):
     """Over the card's baseline."""
     profile: str = ""
     """What Nsight Compute said of the best kernel (`HardwareReport.summary`): what is in the way of the goal."""
+    params: dict[str, ParamValue] = Field(default_factory=dict)
+    """The best kernel's template parameters (its strategy, tiles, widths): which kernel won, kept with the numbers
+    even where the run's store is not."""
 
 
 class WorkloadResult(BaseModel):
@@ -868,9 +872,11 @@ def ours(run_dir: Path) -> Ours:
             saved = store.profile(info.best_node_id) if info.best_node_id is not None else None
         except UnreadableRecord:
             saved = None
+        params = store.node_record(info.best_node_id).params if info.best_node_id is not None else {}
     best, speedup = info.best_latency_us, info.best_speedup
     return Ours(
         profile=saved.hardware.summary() if saved is not None else "",
+        params=params,
         run_dir=info.run_dir,
         state=info.state,
         reason=info.reason,
@@ -1100,9 +1106,11 @@ def table(manifest: Manifest) -> str:
         if result.ours is not None:
             how = f"{result.ours.state}: {result.ours.reason}" if result.ours.reason else result.ours.state
             profile = f"; the best kernel's profile: {result.ours.profile}" if result.ours.profile else ""
+            params = ", ".join(f"{name} {value}" for name, value in result.ours.params.items())
+            kernel = f"; the best kernel: {params}" if params else ""
             notes.append(
                 f"- {workload.name}: run {result.ours.run_dir} ({how}; {result.ours.candidates} candidates, "
-                f"{result.ours.speedup or 1:.3g}x over the card's baseline{profile})"
+                f"{result.ours.speedup or 1:.3g}x over the card's baseline{kernel}{profile})"
             )
     if notes:
         lines += ["", *notes]

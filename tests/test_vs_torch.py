@@ -411,7 +411,7 @@ def test_the_table_says_what_the_best_kernels_profile_says(tmp_path: Path) -> No
     """Where a goal is missed the table's notes say what is in the way: the best kernel's Nsight Compute class and
     headline numbers, from the run's store (none is made up for a run that was not profiled)."""
     workloads = [vs.BY_NAME["softmax"].model_copy(update={"shape": (8, 64)})]
-    options = vs.Options(workloads=["softmax"], minutes=1.0, iterations=1, compile=False)
+    options = vs.Options(workloads=["softmax"], minutes=1.0, iterations=4, compile=False)
     stand_ins = StandIns()
     manifest = vs.open_manifest(tmp_path, options)
     bench = vs.Bench(tmp_path, Settings(), manifest, lambda _line: None, True, stand_ins.torch, stand_ins.vendor)
@@ -419,6 +419,11 @@ def test_the_table_says_what_the_best_kernels_profile_says(tmp_path: Path) -> No
     result = bench.manifest.result("softmax")
     assert result.ours is not None and result.ours.best_node is not None and result.ours.profile == ""
     assert "profile" not in vs.table(bench.manifest)  # the simulated run was not profiled
+    with RunStore.open(result.ours.run_dir, readonly=True) as store:
+        best = store.node_record(result.ours.best_node).params
+    assert best and result.ours.params == best  # which kernel won, kept in the bench's record and said in its notes
+    said = ", ".join(f"{name} {value}" for name, value in best.items())
+    assert f"the best kernel: {said}" in vs.table(bench.manifest)
     with RunStore.resume(result.ours.run_dir) as store:
         store.save_profile(result.ours.best_node, profile_of("softmax_rows"))
     result.ours = vs.ours(result.ours.run_dir)
