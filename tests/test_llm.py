@@ -4,6 +4,8 @@ replies: streaming, usage, retries, timeouts, errors, keys, cancellation and the
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from contextlib import aclosing
@@ -278,3 +280,16 @@ async def test_the_concurrency_limit_holds(server: LlmServer, protocol: str) -> 
         replies = await asyncio.gather(*(provider.chat(REQUEST) for _ in range(6)))
     assert [r.text for r in replies] == ["Hello, world"] * 6
     assert server.max_active == 2 and len(server.requests) == 6
+
+
+def test_a_client_that_resets_mid_request_prints_nothing_into_the_output_a_test_reads(
+    server: LlmServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The fake server keeps its own errors off stderr: a CLI test reads what its command printed there."""
+    host, port = server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+        time.sleep(0.2)  # the handler is reading the body
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # closed with a reset
+    time.sleep(0.5)  # the handler fails
+    assert capsys.readouterr().err == ""
