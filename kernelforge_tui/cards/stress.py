@@ -80,7 +80,7 @@ def _some_rows(rng: np.random.Generator, rows: int, share: float) -> np.ndarray:
 
 
 BLOCKWISE_PATTERNS_FROM = 1 << 20
-"""From this many rows on, `_patterns` shuffles within runs of `count` rows instead of over all of them."""
+"""From this many rows on, `_patterns` orders each run of `count` rows at random instead of permuting all of them."""
 
 
 def _patterns(rng: np.random.Generator, rows: int, count: int) -> np.ndarray:

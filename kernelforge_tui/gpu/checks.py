@@ -221,13 +221,9 @@ def add_timings(result: EvalResult, samples: dict[str, list[float]], bytes_moved
 # -- memory ----------------------------------------------------------------------------------------------------
 
 
-def tensor_bytes(numel: int, dtype: str) -> int:
-    return numel * NUMPY[dtype].itemsize
-
-
 def bytes_needed(spec: OperatorCard, n_sets: int, flush_bytes: int) -> int:
     """Device memory for a loaded card: per set working and pristine inputs and references; the outputs, the
     first run's copy of them and their noise; the L2 flush scratch."""
-    ins = sum(tensor_bytes(t.numel(spec.sizes), t.dtype) for t in spec.inputs)
-    outs = sum(tensor_bytes(t.numel(spec.sizes), t.dtype) for t in spec.outputs)
+    ins = sum(t.nbytes(spec.sizes) for t in spec.inputs)
+    outs = sum(t.nbytes(spec.sizes) for t in spec.outputs)
     return n_sets * (2 * ins + outs) + 3 * outs + flush_bytes

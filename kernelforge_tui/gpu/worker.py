@@ -38,7 +38,6 @@ from kernelforge_tui.gpu.checks import (
     fill_for,
     noise_block,
     stale_source,
-    tensor_bytes,
     timed_fill,
 )
 from kernelforge_tui.gpu.device import CandidateFault, GpuDevice, Guarded
@@ -190,7 +189,7 @@ class Worker:
         self.gpu.context.synchronize()
 
     def _output_buffers(self, spec: OperatorCard) -> dict[str, Guarded]:
-        return {t.name: self.gpu.guarded(tensor_bytes(t.numel(spec.sizes), t.dtype)) for t in spec.outputs}
+        return {t.name: self.gpu.guarded(t.nbytes(spec.sizes)) for t in spec.outputs}
 
     def _upload_set(self, name: str, spec: OperatorCard, inputs: Arrays, refs: Arrays | None) -> DeviceSet:
         working: dict[str, Guarded] = {}
@@ -203,7 +202,7 @@ class Worker:
             self.drv.memcpy_htod(pristine[tensor.name], array)
         references: dict[str, Any] = {}
         for tensor in spec.outputs:
-            references[tensor.name] = self.gpu.alloc(tensor_bytes(tensor.numel(spec.sizes), tensor.dtype))
+            references[tensor.name] = self.gpu.alloc(tensor.nbytes(spec.sizes))
             if refs is not None:
                 self.drv.memcpy_htod(references[tensor.name], np.ascontiguousarray(refs[tensor.name]))
         return DeviceSet(name=name, inputs=working, pristine=pristine, references=references)
@@ -212,9 +211,8 @@ class Worker:
         """Per output, a buffer of random finite values (one drawn block, repeated on the device)."""
         noise: dict[str, Any] = {}
         for tensor in spec.outputs:
-            numel = tensor.numel(spec.sizes)
-            block = noise_block(tensor.dtype, numel, rng)
-            noise[tensor.name] = self.gpu.tiled(block, tensor_bytes(numel, tensor.dtype))
+            block = noise_block(tensor.dtype, tensor.numel(spec.sizes), rng)
+            noise[tensor.name] = self.gpu.tiled(block, tensor.nbytes(spec.sizes))
         return noise
 
     def _baseline_references(self, baseline: KernelRef) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelforge_tui.capture.baselines import prelude
-from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
+from kernelforge_tui.cards.dtypes import FLOATING
 from kernelforge_tui.cards.model import (
     BaselineSpec,
     InputSet,
@@ -78,7 +78,7 @@ def spec(task: Task, precision: Precision, scale: int, *, beyond: bool = False) 
         outputs.append(
             OutputSpec.model_validate({**fields, "tolerance": task.tolerance.get(precision) if floating else None})
         )
-    moved = sum(t.numel(sizes) * NUMPY[t.dtype].itemsize for t in [*inputs, *outputs])
+    moved = sum(t.nbytes(sizes) for t in [*inputs, *outputs])
     b = task.baseline
     note = (
         f"Written at scale 2^{_log2(scale)}, beyond the task's scales (2^{_log2(min(task.scales))}.."
