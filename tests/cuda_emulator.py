@@ -2,6 +2,14 @@
 thread of a block a fiber, __syncthreads and warp shuffles barriers (so a missing barrier, a divergent shuffle or a
 share summed twice shows). A test renders its kernels, gives each a runner (its launch, reading the case's inputs
 from a directory and writing the outputs there), and `build` compiles them into one program per name with g++.
+
+Thread block clusters (a kernel with __cluster_dims__, launched with `emu_cluster_blocks`): the fibers of all the
+cluster's blocks run together, cluster.sync() a barrier over them, each block with shared memory of its own
+(`kernel_namespace` declares the kernel's __shared__ arrays in a per-block arena), map_shared_rank the same address
+in another block's. A block's shared memory starts as NaN bytes and turns to NaN again when its last thread leaves
+(read after release), and the cluster's blocks run one at a time till each finishes or waits at cluster.sync(), in
+rank order between even-numbered cluster barriers and in reverse between odd ones (`emu::order` 1: the other way
+round), so a missing cluster.sync() shows, and an output two blocks write differs between the two orders.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ EMULATOR = r"""
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -41,6 +50,9 @@ EMULATOR = r"""
 #define __shared__ static
 #define __launch_bounds__(...)
 #define __align__(n) alignas(n)
+// Before a kernel: its cluster's blocks, for its runner's launch (the namespace's, shadowing the global 1).
+#define __cluster_dims__(x, y, z) constexpr unsigned emu_cluster_blocks = (x) * (y) * (z);
+constexpr unsigned emu_cluster_blocks = 1;
 
 struct alignas(16) int4 {
     int x, y, z, w;
@@ -79,57 +91,119 @@ namespace emu {
 struct Fiber {
     ucontext_t context;
     jmp_buf jump;
-    std::vector<char> stack;
+    std::unique_ptr<char[]> stack;  // not zeroed: a page is only backed once a fiber's stack reaches it
     bool started, finished;
 };
 std::vector<Fiber> fibers;
 ucontext_t entry;
 jmp_buf scheduler;
-unsigned block_index, block_size, grid_size, running;
-long events, block_generation, block_arrived;
-std::vector<long> warp_generation, warp_arrived;
+// `running` indexes the fibers of the cluster's blocks (its block: running / block_size); block_index is the
+// cluster's first block.
+unsigned block_index, block_size, grid_size, cluster_size, running;
+unsigned order;  // 1: the cluster's blocks in reverse rank order first (see launch)
+long events, cluster_generation, cluster_arrived;
+std::vector<long> block_generation, block_arrived, block_left, warp_generation, warp_arrived;
 std::vector<uint64_t> slots[2];
 std::function<void()> kernel;
 
+// Clustered kernels' shared memory: a block's arrays at the same offsets of its own arena.
+constexpr size_t ARENA = size_t(1) << 20;
+constexpr size_t STACK = size_t(1) << 16;
+constexpr unsigned MAX_CLUSTER = 8;
+alignas(256) unsigned char arena[MAX_CLUSTER][ARENA];
+size_t arena_used;
+
 [[noreturn]] void fail(const char* why) {
-    std::fprintf(stderr, "emulator: %s (block %u, thread %u)\n", why, block_index, running);
+    std::fprintf(stderr, "emulator: %s (block %u, thread %u)\n", why, block_index + running / block_size,
+                 running % block_size);
     std::exit(3);
+}
+// A __shared__ array's place in every block's arena, reserved when a kernel first declares it.
+size_t reserve(size_t bytes) {
+    const size_t at = (arena_used + 255) / 256 * 256;
+    if (at + bytes > ARENA) fail("the clustered kernels' shared memory outgrew the emulator's arena");
+    arena_used = at + bytes;
+    return at;
+}
+template <typename S>
+S& shared(size_t at) {
+    return *reinterpret_cast<S*>(arena[running / block_size] + at);
+}
+template <typename E>
+E* map_shared_rank(E* p, unsigned rank) {
+    const unsigned char* bytes = reinterpret_cast<const unsigned char*>(p);
+    const unsigned char* own = arena[running / block_size];
+    if (bytes < own || bytes >= own + ARENA) fail("map_shared_rank of an address outside the block's shared memory");
+    if (rank >= cluster_size) fail("map_shared_rank of a block outside the cluster");
+    return reinterpret_cast<E*>(arena[rank] + (bytes - own));
 }
 void yield() {
     if (!_setjmp(fibers[running].jump)) _longjmp(scheduler, 1);
 }
 void start() {
     kernel();
-    if (block_arrived != 0) fail("a thread left while others wait at __syncthreads");
+    const unsigned block = running / block_size;
+    if (block_arrived[block] != 0) fail("a thread left while others wait at __syncthreads");
+    if (cluster_arrived != 0) fail("a thread left while others wait at cluster.sync()");
     fibers[running].finished = true;
     ++events;
+    if (++block_left[block] == long(block_size) && cluster_size > 1) {
+        std::memset(arena[block], 0xff, ARENA);  // released: NaN to whoever reads it now
+    }
     _longjmp(scheduler, 1);
 }
-void launch(unsigned grid, unsigned block, std::function<void()> body) {
+void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned cluster = 1) {
     if (block % 32 != 0) fail("a block of part of a warp");
+    if (cluster < 1 || cluster > MAX_CLUSTER || grid % cluster != 0) fail("a grid not of whole clusters");
     kernel = std::move(body);
     block_size = block;
     grid_size = grid;
-    fibers.resize(block);
-    for (Fiber& f : fibers) f.stack.resize(1 << 16);
-    for (block_index = 0; block_index < grid; ++block_index) {
-        block_generation = block_arrived = 0;
-        warp_generation.assign(block / 32, 0);
-        warp_arrived.assign(block / 32, 0);
-        slots[0].assign(block, 0);
-        slots[1].assign(block, 0);
+    cluster_size = cluster;
+    const unsigned threads = block * cluster;
+    if (fibers.size() < threads) {
+        fibers.resize(threads);
         for (Fiber& f : fibers) {
+            if (!f.stack) f.stack.reset(new char[STACK]);
+        }
+    }
+    for (block_index = 0; block_index < grid; block_index += cluster) {
+        cluster_generation = cluster_arrived = 0;
+        block_generation.assign(cluster, 0);
+        block_arrived.assign(cluster, 0);
+        block_left.assign(cluster, 0);
+        warp_generation.assign(threads / 32, 0);
+        warp_arrived.assign(threads / 32, 0);
+        slots[0].assign(threads, 0);
+        slots[1].assign(threads, 0);
+        if (cluster > 1) {
+            for (unsigned b = 0; b < cluster; ++b) std::memset(arena[b], 0xff, ARENA);  // uninitialised: NaN
+        }
+        for (unsigned t = 0; t < threads; ++t) {
+            Fiber& f = fibers[t];
             f.started = f.finished = false;
             getcontext(&f.context);
-            f.context.uc_stack.ss_sp = f.stack.data();
-            f.context.uc_stack.ss_size = f.stack.size();
+            f.context.uc_stack.ss_sp = f.stack.get();
+            f.context.uc_stack.ss_size = STACK;
             f.context.uc_link = nullptr;
             makecontext(&f.context, start, 0);
         }
-        for (bool live = true; live;) {
+        // Rounds over one block's fibers until it finishes or waits at cluster.sync(), blocks in turn: the first
+        // block first between even-numbered cluster barriers, the last first between odd ones (so a block that
+        // reads another's shared memory too early finds it not yet written, or already released); `order` 1 the
+        // other way round (a runner may launch both ways: an output written by two blocks then differs).
+        std::vector<bool> waiting(cluster, false);
+        for (long generation = cluster_generation;;) {
+            unsigned live = 0, next = cluster;
+            for (unsigned k = 0; k < cluster; ++k) {
+                const unsigned b = (generation + order) % 2 ? cluster - 1 - k : k;
+                if (block_left[b] == long(block)) continue;
+                ++live;
+                if (!waiting[b] && next == cluster) next = b;
+            }
+            if (live == 0) break;
+            if (next == cluster) fail("deadlock: a barrier some threads never reach");
             const long before = events;
-            live = false;
-            for (running = 0; running < block; ++running) {
+            for (running = next * block; running < (next + 1) * block; ++running) {
                 Fiber& f = fibers[running];
                 if (f.finished) continue;
                 if (!_setjmp(scheduler)) {
@@ -137,10 +211,25 @@ void launch(unsigned grid, unsigned block, std::function<void()> body) {
                     f.started = true;
                     swapcontext(&entry, &f.context);
                 }
-                live = live || !f.finished;
             }
-            if (live && events == before) fail("deadlock: a barrier some threads never reach");
+            if (cluster_generation != generation) {
+                generation = cluster_generation;
+                waiting.assign(cluster, false);
+            } else if (events == before) {
+                waiting[next] = true;  // its threads all wait at cluster.sync() (or never get past a barrier)
+            }
         }
+    }
+}
+// A barrier over the cluster's every thread (cluster.sync()).
+void cluster_sync() {
+    const long generation = cluster_generation;
+    ++events;
+    if (++cluster_arrived == long(block_size * cluster_size)) {
+        cluster_arrived = 0;
+        ++cluster_generation;
+    } else {
+        while (cluster_generation == generation) yield();
     }
 }
 // A warp-wide exchange: every lane writes its value, waits for the 32, reads its source lane's. Values of two
@@ -168,21 +257,34 @@ V exchange(unsigned mask, V value, int source) {
 }
 }  // namespace emu
 
-#define threadIdx (Dim3{emu::running, 0, 0})
-#define blockIdx (Dim3{emu::block_index, 0, 0})
+#define threadIdx (Dim3{emu::running % emu::block_size, 0, 0})
+#define blockIdx (Dim3{emu::block_index + emu::running / emu::block_size, 0, 0})
 #define blockDim (Dim3{emu::block_size, 0, 0})
 #define gridDim (Dim3{emu::grid_size, 0, 0})
 
 void __syncthreads() {
-    const long generation = emu::block_generation;
+    const unsigned block = emu::running / emu::block_size;
+    const long generation = emu::block_generation[block];
     ++emu::events;
-    if (++emu::block_arrived == long(emu::block_size)) {
-        emu::block_arrived = 0;
-        ++emu::block_generation;
+    if (++emu::block_arrived[block] == long(emu::block_size)) {
+        emu::block_arrived[block] = 0;
+        ++emu::block_generation[block];
     } else {
-        while (emu::block_generation == generation) emu::yield();
+        while (emu::block_generation[block] == generation) emu::yield();
     }
 }
+namespace cooperative_groups {
+struct cluster_group {
+    void sync() const { emu::cluster_sync(); }
+    unsigned block_rank() const { return emu::running / emu::block_size; }
+    unsigned num_blocks() const { return emu::cluster_size; }
+    template <typename E>
+    E* map_shared_rank(E* p, unsigned rank) const {
+        return emu::map_shared_rank(p, rank);
+    }
+};
+inline cluster_group this_cluster() { return {}; }
+}  // namespace cooperative_groups
 template <typename V>
 V __shfl_sync(unsigned mask, V v, int lane) {
     return emu::exchange(mask, v, lane & 31);
@@ -249,13 +351,34 @@ FLAGS = ["-std=c++17", "-O1", "-fno-strict-aliasing", "-Wno-unknown-pragmas", "-
 
 
 DYNAMIC_SHARED = re.compile(r"extern __shared__ (?:__align__\(\d+\) )?(\w+(?: \w+)*) (\w+)\[\];")
+STATIC_SHARED = re.compile(r"__shared__ ([^;\[=]+?) (\w+)((?:\[[^\];]+\])*);")
+"""A static __shared__ declaration: its type, name and dimensions."""
+
+
+def per_block_shared(source: str) -> str:
+    """A clustered kernel's static __shared__ arrays as references into the running block's arena (emu::shared),
+    at offsets reserved once per declaration, so each block of a cluster has its own; map_shared_rank then finds
+    the same array in another block's arena."""
+
+    def declare(m: re.Match[str]) -> str:
+        kind, name = f"{m[1]}{m[3]}", m[2]
+        at = f"static const size_t {name}_at = emu::reserve(sizeof({kind}));"
+        return f"{at} auto& {name} = emu::shared<{kind}>({name}_at);"
+
+    source = STATIC_SHARED.sub(declare, source)
+    if "__shared__" in source:
+        raise ValueError("a clustered kernel's __shared__ declaration the emulator cannot give each block")
+    return source
 
 
 def kernel_namespace(index: int, source: str, runner: str, shared_bytes: int = 0) -> str:
     """The kernel and its runner in a namespace of their own (`kernel_<index>`): its #includes dropped (the
     emulator stands in for them), its C linkage dropped (a namespace could not hold it), its macros undefined after
     it (the next kernel may define them again), its dynamic shared memory `shared_bytes` of static storage (what the
-    launch would size; static in the kernel, so the block's fibers share it)."""
+    launch would size; static in the kernel, so the block's fibers share it). A clustered kernel's static shared
+    arrays are each block's own (`per_block_shared`)."""
+    if "__cluster_dims__" in source:
+        source = per_block_shared(source)
     macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
     source = DYNAMIC_SHARED.sub(
         lambda m: (

@@ -1,13 +1,16 @@
-"""CSR SpMV in the sparse template: the stream strategy (a block's entries shared evenly by its threads) and the lane
-group per row, both with vector loads and streaming hints.
+"""CSR SpMV in the sparse template: the balanced strategy (a cluster's entries shared evenly by its blocks), the
+stream strategy (a block's entries shared evenly by its threads) and the lane group per row, all with vector loads
+and streaming hints.
 
-Their rules and canonical forms, the levers, the seeds (the stream strategy with 16-byte loads first, on the suite's
-cards and at 2^26 entries), nvcc builds of every seed without spills, and the kernels' logic on the CPU: the
+Their rules and canonical forms, the levers, the seeds (the balanced strategy with 16-byte loads first, on the
+suite's cards and at 2^26 entries), nvcc builds of every seed without spills, and the kernels' logic on the CPU: the
 emulator (tests/cuda_emulator.py) runs a launch with every CUDA thread a fiber (__syncthreads and warp shuffles are
-barriers, so a missing barrier, a divergent shuffle or a share summed twice shows), and its outputs must agree with
-the float64 reference on the suite's input sets (power-law, uniform, banded) and on the cases that break SpMV
-kernels: empty rows and whole empty blocks, a row over many tiles, NaN and inf beside finite rows. The GPU test runs
-every seed through the evaluator (every seeded and fresh set) on the suite's 2^22 card.
+barriers, so a missing barrier, a divergent shuffle or a share summed twice shows; a cluster's blocks run together,
+each with its own shared memory, so a missing cluster.sync() or a row written twice or never shows), and its outputs
+must agree with the float64 reference on the suite's input sets (power-law, uniform, banded) and on the cases that
+break SpMV kernels: empty rows and whole empty blocks, a row over many tiles, NaN and inf beside finite rows, a row
+over every block of a cluster, empty rows at the cluster's block boundaries, clusters with fewer entries than
+blocks. The GPU test runs every seed through the evaluator (every seeded and fresh set) on the suite's 2^22 card.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates.common import Params
-from kernelforge_tui.proposers.templates.sparse import SparseTemplate, stream_shared_bytes
+from kernelforge_tui.proposers.templates.sparse import TILED, SparseTemplate, stream_shared_bytes
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Arrays, Precision
@@ -56,12 +59,42 @@ def card_of_entries(precision: Precision, nnz: int) -> OperatorCard:
 
 def stream(**changes: int | str) -> Params:
     params: Params = {"strategy": "stream", "tpr": 1, "rpb": 256, "unroll": 1, "block": 256, "items": 16}
-    return {**params, "vec": 4, "hint": "stream", "minb": 4, **changes}
+    return {**params, "vec": 4, "hint": "stream", "minb": 4, "cluster": 2, **changes}
 
 
 def vector(**changes: int | str) -> Params:
     params: Params = {"strategy": "vector", "tpr": 4, "rpb": 64, "unroll": 2, "block": 128, "items": 4}
-    return {**params, "vec": 4, "hint": "stream", "minb": 4, **changes}
+    return {**params, "vec": 4, "hint": "stream", "minb": 4, "cluster": 2, **changes}
+
+
+def balanced(**changes: int | str) -> Params:
+    params: Params = {"strategy": "balanced", "tpr": 1, "rpb": 128, "unroll": 1, "block": 1024, "items": 8}
+    return {**params, "vec": 4, "hint": "stream", "minb": 2, "cluster": 8, **changes}
+
+
+def test_the_rules_of_the_balanced_strategy() -> None:
+    """Its shared memory holds the row pointers and sums of the cluster's cluster * rpb rows (a block's range may
+    span any of them) beside a tile; it uses stream's parameters and `cluster`, which only it uses."""
+    csr = card("float32")
+    assert TEMPLATE.problem(csr, balanced()) is None
+    assert stream_shared_bytes(balanced()) == 4 * (1025 + 1024 + 8192 + 255) == 41984
+    assert stream_shared_bytes(balanced(cluster=4)) == 4 * (513 + 512 + 8192 + 255)
+    assert "shared memory" in str(TEMPLATE.problem(csr, balanced(rpb=256)))  # 2048 rows: 50 KB
+    assert TEMPLATE.problem(csr, balanced(rpb=256, cluster=4)) is None
+    assert stream_shared_bytes(stream(rpb=256, block=1024, items=8, cluster=8)) == 4 * (257 + 256 + 8192 + 255)
+    assert "whole number of vec" in str(TEMPLATE.problem(csr, balanced(vec=8, items=4)))
+    assert "exceeds 2048" in str(TEMPLATE.problem(csr, balanced(minb=4)))
+    # tpr and unroll fixed; cluster kept for balanced, fixed at its first value for the others.
+    assert TEMPLATE.valid(csr, balanced(tpr=8, unroll=4)) == balanced()
+    assert TEMPLATE.valid(csr, balanced(cluster=4)) == balanced(cluster=4) != balanced()
+    assert TEMPLATE.valid(csr, stream(cluster=8)) == stream()
+    assert TEMPLATE.valid(csr, vector(cluster=4)) == vector()
+    assert TEMPLATE.valid(csr, balanced(cluster=16)) is None, "portable cluster sizes only"
+    grids = {c: resolve(TEMPLATE.render(csr, balanced(rpb=32, cluster=c))[1], csr).grid[0] for c in (2, 4, 8)}
+    assert grids == {2: 16 * 2, 4: 8 * 4, 8: 4 * 8}, "cdiv(1024 rows, cluster * 32) clusters of `cluster` blocks"
+    source = TEMPLATE.render(csr, balanced(cluster=4))[0]
+    assert "__cluster_dims__(4, 1, 1) __global__" in source and "cluster 4" in source
+    assert "cluster" not in TEMPLATE.render(csr, stream())[0], "the stream kernel's source predates clusters"
 
 
 def test_the_rules_of_the_two_strategies() -> None:
@@ -86,23 +119,31 @@ def test_the_levers_move_the_csr_parameters_that_address_each_bottleneck() -> No
     bandwidth = [lever.param for lever in TEMPLATE.levers_of(csr, "memory_bandwidth")]
     latency = [lever.param for lever in TEMPLATE.levers_of(csr, "memory_latency")]
     assert bandwidth == ["vec", "hint"], "ELL's pad is not in CSR's space"
-    assert latency[:3] == ["strategy", "unroll", "items"] and {"minb", "tpr", "rpb", "block"} <= set(latency)
+    assert latency[:4] == ["strategy", "unroll", "items", "cluster"] and {"minb", "tpr", "rpb", "block"} <= set(latency)
     ell = cards.spec(task("spmv_ell"), "float32", EMULATED_SCALE)
     assert [lever.param for lever in TEMPLATE.levers_of(ell, "memory_bandwidth")] == ["pad"]
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_the_seeds_start_with_the_stream_strategy_and_16_byte_loads(precision: Precision) -> None:
-    """A short search meets the kernel expected fastest first on every scale: the suite's and 2^26 entries."""
+    """A short search meets the kernel expected fastest first on every scale: the suite's and 2^26 entries. The
+    stream seeds (the fastest on the H200's 2^22-row card), then one balanced seed (clusters of 2 of 512 rows a
+    block: the best balanced kernel there), then the lane groups'."""
     wide = {"float32": 4, "bfloat16": 8}[precision]
     specs = [card(precision, scale) for scale in task("spmv_csr").scales] + [card_of_entries(precision, 2**26)]
     for spec in specs:
         seeds = TemplateProposer().seeds(spec)
         assert seeds[0].params == stream(vec=wide), spec.name
         assert seeds[0].plan.grid == ["cdiv(nrows, 256)"] and seeds[0].plan.block == [256]
-        assert {"tpr": 4, "vec": 4, "strategy": "vector"}.items() <= seeds[4].params.items()
-        assert {str(p.params["strategy"]) for p in seeds} == {"stream", "vector"}
+        assert seeds[4].params == balanced(vec=wide, block=512, items=8, rpb=512, cluster=2, minb=4)
+        assert seeds[4].plan.grid == ["cdiv(nrows, 1024) * 2"] and seeds[4].plan.block == [512]
+        assert {"tpr": 4, "vec": 4, "strategy": "vector"}.items() <= seeds[5].params.items()
+        assert [str(p.params["strategy"]) for p in seeds] == ["stream"] * 4 + ["balanced"] + ["vector"] * 4
         for proposal in seeds:
+            if proposal.params["strategy"] == "balanced":
+                rows = int(proposal.params["cluster"]) * int(proposal.params["rpb"])
+                want = -(-spec.sizes["nrows"] // rows) * int(proposal.params["cluster"])
+                assert resolve(proposal.plan, spec).grid[0] == want, (spec.name, proposal.params)
             args = resolve(proposal.plan, spec).args
             errors = [e for e in check_source(proposal.source, proposal.plan.entry, args=args) if e.severity == "error"]
             assert not errors, (spec.name, proposal.params, errors)
@@ -111,7 +152,7 @@ def test_the_seeds_start_with_the_stream_strategy_and_16_byte_loads(precision: P
 def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(sm90_builder: Builder) -> None:
     """The seeds' sources depend on the dtype alone (rows per block follow the mean row, 16 at every scale), so the
     small, 2^22 and 2^26 cards share them; each builds without spills, a stream kernel with the static shared memory
-    `stream_shared_bytes` budgets."""
+    `stream_shared_bytes` budgets (balanced: the row pointers and sums of its cluster's rows)."""
     specs = [card(p, s) for p in PRECISIONS for s in (2**10, 2**22)] + [card_of_entries(p, 2**26) for p in PRECISIONS]
     built = {p.source: (p, resolve(p.plan, spec).args) for spec in specs for p in TemplateProposer().seeds(spec)}
     assert len(built) == sum(len(TemplateProposer().seeds(card(p))) for p in PRECISIONS)
@@ -125,7 +166,7 @@ def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(sm90_
                 problems.append(f"{proposal.params}: {result.log[-1500:]}")
             elif stats.spill_store_bytes or stats.spill_load_bytes:
                 problems.append(f"{proposal.params}: spills {stats}")
-            elif proposal.params["strategy"] == "stream" and stats.shared_bytes != stream_shared_bytes(proposal.params):
+            elif proposal.params["strategy"] in TILED and stats.shared_bytes != stream_shared_bytes(proposal.params):
                 problems.append(f"{proposal.params}: {stats.shared_bytes} bytes of shared memory")
         return problems
 
@@ -136,16 +177,28 @@ def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(sm90_
 
 RUNNER = r"""
 // The case in `dir` (values.bin, col_idx.bin, row_ptr.bin, x.bin) through the kernel; y.bin, poisoned with NaN
-// before the launch, written there.
+// before the launch, written there. A clustered kernel runs again with its blocks in the other order: y must come
+// out the same to the bit (a block's sums do not depend on when the others run), else a row was written twice.
 void run(unsigned grid, unsigned block, int nrows, const std::string& dir) {
     const T* values = aligned<T>(slurp(dir + "/values.bin"));
     const int* col_idx = aligned<int>(slurp(dir + "/col_idx.bin"));
     const int* row_ptr = aligned<int>(slurp(dir + "/row_ptr.bin"));
     const T* x = aligned<T>(slurp(dir + "/x.bin"));
     T* y = aligned<T>(std::vector<char>(sizeof(T) * nrows));
-    for (int r = 0; r < nrows; ++r) y[r] = from_f(NAN);
-    emu::launch(grid, block, [&] { kf_spmv_csr(values, col_idx, row_ptr, x, y, nrows); });
-    std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * nrows);
+    std::vector<char> first;
+    for (emu::order = 0; emu::order < (emu_cluster_blocks > 1 ? 2u : 1u); ++emu::order) {
+        for (int r = 0; r < nrows; ++r) y[r] = from_f(NAN);
+        emu::launch(grid, block, [&] { kf_spmv_csr(values, col_idx, row_ptr, x, y, nrows); }, emu_cluster_blocks);
+        const char* bytes = reinterpret_cast<const char*>(y);
+        if (emu::order == 0) {
+            first.assign(bytes, bytes + sizeof(T) * nrows);
+        } else if (std::memcmp(first.data(), bytes, first.size()) != 0) {
+            std::fprintf(stderr, "y differs with the cluster's blocks in the other order: %s\n", dir.c_str());
+            std::exit(4);
+        }
+    }
+    emu::order = 0;
+    std::ofstream(dir + "/y.bin", std::ios::binary).write(first.data(), first.size());
 }
 """
 ARGUMENTS = ("unsigned", "unsigned", "int")
@@ -171,13 +224,19 @@ extern "C" __global__ void kf_spmv_csr(const T* values, const int* col_idx, cons
 
 def variants(precision: Precision) -> list[Params]:
     """Every seed in fp32; in bf16 (the same code but for the element's words and conversions) the first of each
-    strategy. Then past the seeds: scalar loads in tiles of 512 (a power-law block spans several), one block owning
-    every row, 32-byte loads (two 16-byte words in fp32), lane groups of 16 with plain loads, 1024-thread blocks."""
+    strategy. Then past the seeds: balanced with scalar loads in tiles of 512 and clusters of 8 blocks of 32 rows
+    (a 10000-entry row spans most of its cluster's blocks), with 32-byte loads and clusters of 2 blocks of 16 rows,
+    and one cluster of 2 blocks of 1024 rows (more than the card's: the last cluster short); stream with scalar loads
+    in tiles of 512 (a power-law block spans several), one block owning every row, 32-byte loads (two 16-byte words
+    in fp32), lane groups of 16 with plain loads, 1024-thread blocks."""
     seeds = [p.params for p in TemplateProposer().seeds(card(precision))]
     if precision == "bfloat16":
-        seeds = [next(p for p in seeds if p["strategy"] == strategy) for strategy in ("stream", "vector")]
+        seeds = [next(p for p in seeds if p["strategy"] == strategy) for strategy in ("balanced", "stream", "vector")]
     return [
         *seeds,
+        balanced(vec=1, items=4, block=128, rpb=32, cluster=8, hint="plain", minb=1),
+        balanced(vec=8, items=32, block=128, rpb=16, cluster=2, minb=1),
+        balanced(vec=2, items=4, block=1024, rpb=1024, cluster=2, minb=1),
         stream(vec=1, items=4, block=128, rpb=32, hint="plain", minb=1),
         stream(vec=2, items=8, block=1024, rpb=1024, minb=1),
         stream(vec=8, items=32, block=128, rpb=32, minb=1),
@@ -211,7 +270,12 @@ def csr(lengths: np.ndarray, rng: np.random.Generator, precision: Precision) -> 
 
 def hard_sets(precision: Precision, nrows: int) -> dict[str, Arrays]:
     """Empty leading, trailing and whole blocks of rows around a row of 10000 entries (tiles of 512 to 8192), and
-    NaN and inf entries and x beside finite rows (a chunk that straddles two rows must not leak them)."""
+    NaN and inf entries and x beside finite rows (a chunk that straddles two rows must not leak them). For the
+    balanced strategy's clusters (of 32 to 2048 rows, split in 2 to 8 blocks by entries): a first row of 20000
+    entries over every block of its cluster, then clusters of 1 to 3 entries or none (fewer than their blocks); and
+    a row of 64 entries every 4 rows (the first of every 4 empty), so every block boundary of a cluster has 3 empty
+    rows starting at it (which the later block writes), and the matrix ends with 2 empty rows at its end (the last
+    block's)."""
     rng = np.random.default_rng(7)
     lengths = rng.integers(0, 40, nrows)
     lengths[:100] = 0
@@ -234,7 +298,23 @@ def hard_sets(precision: Precision, nrows: int) -> dict[str, Arrays]:
 
     lone = np.zeros(nrows, np.int64)
     lone[-1] = 40
-    return {"long_row_and_empty_blocks": long_row, "nan_inf": specials, "only_the_last_row": csr(lone, rng, precision)}
+
+    lengths = rng.integers(0, 4, nrows)
+    lengths[0] = 20000
+    lengths[nrows // 2 :] = 0
+    lengths[600], lengths[800] = 3, 1
+    lengths[1] += (-lengths.sum()) % 8
+    spanning = csr(lengths, rng, precision)
+
+    lengths = np.where(np.arange(nrows) % 4 == 1, 64, 0)
+    boundaries = csr(lengths, rng, precision)
+    return {
+        "long_row_and_empty_blocks": long_row,
+        "nan_inf": specials,
+        "only_the_last_row": csr(lone, rng, precision),
+        "a_row_over_every_block_then_clusters_of_few_entries": spanning,
+        "empty_rows_at_block_boundaries": boundaries,
+    }
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,5 @@
-"""Sparse products with fp32 accumulation: CSR SpMV (a lane group per row, or a block's entries shared evenly by
-its threads), ELL SpMV, CSR SpMM.
+"""Sparse products with fp32 accumulation: CSR SpMV (a lane group per row, a block's entries shared evenly by its
+threads, or a cluster's entries shared evenly by its blocks), ELL SpMV, CSR SpMM.
 
 Conventions (the suite's sparse cards, kernelforge_tui/suite/tasks/sparse.py): index arrays int32, values and the
 dense operands of one float dtype;
@@ -16,7 +16,7 @@ slot (right because padding only trails, and a lane's slots ascend). SpMM replac
 and c per lane, one vector load: k / vec lanes cover a row of c) and `split` (lane groups that share out a row's
 entries, then add up by shuffles). Accumulation is always fp32: a 16-bit sum of a long row fails the tolerance.
 
-CSR SpMV has two strategies (`strategy`), because a lane group per row is only as fast as its longest row: the
+CSR SpMV has three strategies (`strategy`), because a lane group per row is only as fast as its longest row: the
 suite's timed matrices are power-law, whose entries spread evenly over row lengths from 1 to 65536 (as many in rows
 of 16-32 entries as in rows of 32768-65536), and a warp alone on a row of 44000 entries takes hundreds of load
 round trips while the GPU idles.
@@ -31,7 +31,20 @@ round trips while the GPU idles.
   one launch, a poisoned y and no scratch memory, so blocks cannot combine partial rows), so a long row costs its
   block several tiles; the hardware's block scheduler balances the uneven blocks. Sums run in another order than
   a sequential loop's (shares, then shuffles and shared atomics): fp32's tolerance admits any order.
-Both take `hint` (`stream`: values and col_idx, read once, with evict-first loads, and x through the read-only
+- `balanced`: the stream kernel's blocks are uneven (one owning a row of 65536 entries has ~8x the average
+  block's work on the suite's power-law card, and started late it is the launch's tail), so a thread block cluster
+  of `cluster` blocks (2, 4 or 8: portable sizes) owns cluster * rpb consecutive rows and splits their W entries
+  evenly by count, not by rows: block k streams entries [E0 + W * k / cluster, E0 + W * (k + 1) / cluster) (E0
+  the cluster's first entry; 64-bit products) exactly as a stream block streams its rows' (the same tiles and
+  loop, one copy: TILES), so a long row's entries are shared by the cluster's blocks and no block is a tail. Each
+  block's shared sums then hold its range's part of every row it touches; after cluster.sync() each row is written
+  once, by the block whose range holds the row's first entry (rows starting at the cluster's end, its trailing
+  empty rows, by the last block; an empty row as 0), adding the parts of the later blocks whose ranges start inside
+  the row (their first row), read through distributed shared memory (map_shared_rank); a second cluster.sync()
+  keeps every block's shared memory until the others have read it. Blocks with an empty range (a cluster of fewer
+  entries than blocks) add zeros. Each block keeps the row pointers and sums of all the cluster's rows (a block's
+  range may hold most of them when another's is one long row): cluster * rpb rows within the static shared memory.
+All take `hint` (`stream`: values and col_idx, read once, with evict-first loads, and x through the read-only
 path, so x stays in L2; `plain`: ordinary loads) and `minb` (the __launch_bounds__ blocks per SM). Vector loads
 need vec to divide nnz (a chunk from a multiple of vec then never passes the arrays' end; row_ptr[nrows] = nnz).
 """
@@ -67,7 +80,9 @@ INDEX = ("col_idx", "row_ptr")
 POWERS = (1, 2, 4, 8, 16, 32)
 ROWS_PER_BLOCK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 UNROLLS = (1, 2, 4, 8)
-STRATEGIES = ("vector", "stream")
+STRATEGIES = ("vector", "stream", "balanced")
+TILED = ("stream", "balanced")
+"""The strategies that stream entries in tiles (one kernel body, see TILES)."""
 BLOCKS = (128, 256, 512, 1024)
 ITEMS = (4, 8, 16, 32)
 """stream: entries a thread loads, and then sums, per tile."""
@@ -75,9 +90,13 @@ ENTRY_VECS = (1, 2, 4, 8)
 """CSR: consecutive entries a load reads (values: 4 to 32 bytes, col_idx 4 to 32; above 16, two 16-byte loads)."""
 HINTS = ("plain", "stream")
 MIN_BLOCKS = (1, 2, 4)
-UNUSED_BY_STREAM: Params = {"tpr": POWERS[0], "unroll": UNROLLS[0]}
-UNUSED_BY_VECTOR: Params = {"block": BLOCKS[0], "items": ITEMS[0]}
-"""CSR SpMV's parameters the other strategy has, at the values its canonical params fix them to."""
+CLUSTERS = (2, 4, 8)
+"""balanced: blocks a cluster (the portable sizes: a plain launch honours __cluster_dims__ up to 8)."""
+UNUSED_BY_BALANCED: Params = {"tpr": POWERS[0], "unroll": UNROLLS[0]}
+UNUSED_BY_STREAM: Params = {**UNUSED_BY_BALANCED, "cluster": CLUSTERS[0]}
+UNUSED_BY_VECTOR: Params = {"block": BLOCKS[0], "items": ITEMS[0], "cluster": CLUSTERS[0]}
+"""CSR SpMV's parameters the other strategies have, at the values each strategy's canonical params fix them to."""
+UNUSED_BY: dict[str, Params] = {"vector": UNUSED_BY_VECTOR, "stream": UNUSED_BY_STREAM, "balanced": UNUSED_BY_BALANCED}
 
 
 def kind_of(card: OperatorCard) -> str | None:
@@ -93,8 +112,8 @@ def _kind(card: OperatorCard) -> str:
 
 
 def _streams(card: OperatorCard, params: Params) -> bool:
-    """Whether the params pick CSR SpMV's stream strategy."""
-    return _kind(card) == "spmv_csr" and params["strategy"] == "stream"
+    """Whether the params pick one of CSR SpMV's tiled strategies (stream or balanced)."""
+    return _kind(card) == "spmv_csr" and params["strategy"] in TILED
 
 
 def _lanes(params: Params, card: OperatorCard) -> int:
@@ -112,9 +131,10 @@ def _threads(params: Params, card: OperatorCard) -> int:
 
 
 def stream_shared_bytes(params: Params) -> int:
-    """The stream kernel's shared memory: the block's row pointers and sums, and a tile's products (a pad word
-    every 32, see SKEW)."""
-    rows, tile = int(params["rpb"]), int(params["block"]) * int(params["items"])
+    """The tiled kernels' shared memory: the row pointers and sums of the block's rows (balanced: of its cluster's
+    cluster * rpb rows, any of which its range may hold), and a tile's products (a pad word every 32, see SKEW)."""
+    rows = int(params["rpb"]) * (int(params["cluster"]) if params.get("strategy") == "balanced" else 1)
+    tile = int(params["block"]) * int(params["items"])
     return 4 * ((rows + 1) + rows + tile + (tile - 1) // 32)
 
 
@@ -130,6 +150,7 @@ class SparseTemplate(Template):
             Lever("strategy", "up", "a block's entries shared evenly, not a row per lane group"),
             Lever("unroll", "up", "more loads in flight"),
             Lever("items", "up", "more entries in flight per thread"),
+            Lever("cluster", "up", "a cluster's blocks share its rows' entries evenly"),
             Lever("split", "up", "more lane groups share a row"),
             Lever("minb", "up", "more resident blocks"),
             Lever("tpr", "any", "threads per row"),
@@ -179,14 +200,15 @@ class SparseTemplate(Template):
             "vec": ENTRY_VECS,
             "hint": HINTS,
             "minb": MIN_BLOCKS,
+            "cluster": CLUSTERS,
         }
 
     def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """ELL: a lane has width / tpr slots, so unrolling past them changes nothing. CSR SpMV: the other strategy's
-        parameters are fixed at their first values."""
+        """ELL: a lane has width / tpr slots, so unrolling past them changes nothing. CSR SpMV: the parameters a
+        strategy does not use are fixed at their first values (balanced uses stream's and its cluster)."""
         kind = _kind(card)
         if kind == "spmv_csr":
-            return {**params, **(UNUSED_BY_STREAM if _streams(card, params) else UNUSED_BY_VECTOR)}
+            return {**params, **UNUSED_BY[str(params["strategy"])]}
         if kind != "spmv_ell":
             return dict(params)
         slots = card.sizes["width"] // int(params["tpr"])
@@ -222,6 +244,7 @@ class SparseTemplate(Template):
         kind = _kind(card)
         dtype = dtype_of(card)
         rpb, block = int(params["rpb"]), _threads(params, card)
+        balanced = kind == "spmv_csr" and params["strategy"] == "balanced"
         head = prelude(dtype, int(params.get("vec", 1))) + f"#define FULL_MASK 0xffffffffu\n#define RPB {rpb}\n"
         if not _streams(card, params):
             lanes = _lanes(params, card)
@@ -232,13 +255,20 @@ class SparseTemplate(Template):
         elif kind == "spmv_ell":
             body, args = _spmv_ell(card, params, bounds), ["values", "col_idx", "x", "y", "nrows"]
         else:
-            body = _loads(str(params["hint"]))
-            body += _spmv_csr_stream(params, bounds) if _streams(card, params) else _spmv_csr(params, bounds)
+            kernel = {"vector": _spmv_csr, "stream": _spmv_csr_stream, "balanced": _spmv_csr_balanced}
+            body = _loads(str(params["hint"])) + kernel[str(params["strategy"])](params, bounds)
             args = ["values", "col_idx", "row_ptr", "x", "y", "nrows"]
-        comment = f"// Sparse {kind} (fp32 accumulation): {', '.join(f'{k} {v}' for k, v in params.items())}.\n"
+        # `cluster` named only where it is used: the vector and stream kernels' sources predate it (measurements
+        # are keyed by source).
+        named = {k: v for k, v in params.items() if k != "cluster" or balanced}
+        comment = f"// Sparse {kind} (fp32 accumulation): {', '.join(f'{k} {v}' for k, v in named.items())}.\n"
         comment += "// Generated by the template proposer.\n"
         source = comment + head + body
-        plan = LaunchPlan(entry=f"kf_{kind}", grid=[f"cdiv(nrows, {rpb})"], block=[block], args=args)
+        # balanced: a cluster of `cluster` blocks a cluster * rpb rows.
+        grid = (
+            f"cdiv(nrows, {rpb * int(params['cluster'])}) * {params['cluster']}" if balanced else f"cdiv(nrows, {rpb})"
+        )
+        plan = LaunchPlan(entry=f"kf_{kind}", grid=[grid], block=[block], args=args)
         return source, plan
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
@@ -266,12 +296,27 @@ def _rows_for(card: OperatorCard, entries: int) -> int:
     return max((r for r in ROWS_PER_BLOCK if r * mean <= entries), default=ROWS_PER_BLOCK[0])
 
 
+def _cluster_rows_for(card: OperatorCard, params: Params, entries: int) -> int:
+    """balanced: the rows per block whose cluster's entries, at the card's mean row length, make about `entries`,
+    within the shared memory a block may declare (it holds the row pointers and sums of all the cluster's rows)."""
+    mean = max(1, card.sizes["nnz"] // max(1, card.sizes["nrows"]))
+    cluster = int(params["cluster"])
+    fits = [r for r in ROWS_PER_BLOCK if stream_shared_bytes({**params, "rpb": r}) <= STATIC_SHARED] or [1]
+    return max((r for r in fits if cluster * r * mean <= entries), default=fits[0])
+
+
 def csr_seeds(card: OperatorCard) -> list[Params]:
     """CSR SpMV's seeds, the one expected fastest first: the stream strategy with 16-byte loads of the values (4 fp32
     or 8 bf16 entries) in tiles of 4096 entries, rows per block sized so the average block fills one tile, 16
-    entries a thread; then bigger tiles (a long row takes fewer), then lane groups sized to the mean row (tpr 4 x
-    vec 4 and tpr 8 x vec 2 cover 16 entries a pass), a warp per row, and a thread per row (the baseline's shape)."""
+    entries a thread, then bigger tiles (a long row takes fewer); then the balanced strategy, clusters of 2 whose
+    average entries fill two tiles of 4096 (the best balanced kernel on the H200's 2^22-row card, 511 us against
+    the stream seeds' 489-547 us: the cluster's shared row pointers and its assembly cost more than the balance
+    gains there); then lane groups sized to the mean row (tpr 4 x vec 4 and tpr 8 x vec 2 cover 16 entries a pass),
+    a warp per row, and a thread per row (the baseline's shape)."""
     wide = 16 // ELEMENT_BYTES[dtype_of(card)]
+    balanced: list[tuple[Params, int]] = [  # the params, and the cluster's entries at the mean row
+        ({"block": 512, "items": 8, "minb": 4, "cluster": 2}, 16384),
+    ]
     streams: list[Params] = [
         {"block": 256, "items": 16, "rpb": _rows_for(card, 4096), "minb": 4},
         {"block": 512, "items": 16, "rpb": _rows_for(card, 8192), "minb": 2},
@@ -284,8 +329,13 @@ def csr_seeds(card: OperatorCard) -> list[Params]:
         {"tpr": 32, "rpb": 8, "unroll": 4, "vec": wide, "minb": 4},
         {"tpr": 1, "rpb": 256, "unroll": 1, "vec": 1, "minb": 1, "hint": "plain"},
     ]
+    tiled: Params = {"vec": wide, "hint": "stream"}
     return [
-        *({"strategy": "stream", "vec": wide, "hint": "stream", **UNUSED_BY_STREAM, **p} for p in streams),
+        *({"strategy": "stream", **tiled, **UNUSED_BY_STREAM, **p} for p in streams),
+        *(
+            {"strategy": "balanced", **tiled, **UNUSED_BY_BALANCED, **p, "rpb": _cluster_rows_for(card, p, entries)}
+            for p, entries in balanced
+        ),
         *({"strategy": "vector", "hint": "stream", **UNUSED_BY_VECTOR, **p} for p in vectors),
     ]
 
@@ -384,7 +434,8 @@ if (r < nrows) {{
     )
 
 
-def _spmv_csr_stream(params: Params, bounds: str) -> str:
+def _stream_helpers(params: Params) -> str:
+    """The tiled kernels' sizes, the search for an entry's row and the tile's loads (stream and balanced)."""
     return f"""#define BLOCK {params["block"]}
 #define ITEMS {params["items"]}  // entries a thread loads, then sums, per tile
 #define CHUNKS (ITEMS / VEC)
@@ -420,41 +471,42 @@ __device__ __forceinline__ void load_tile(const T* __restrict__ values, const in
         }}
     }}
 }}
+"""
 
-extern "C" __global__ void {bounds} kf_spmv_csr(const T* __restrict__ values, const int* __restrict__ col_idx,
-    const int* __restrict__ row_ptr, const T* __restrict__ x, T* __restrict__ y, int nrows) {{
-    __shared__ int rp[RPB + 1];  // the block's row pointers
-    __shared__ float acc[RPB];  // its rows' sums
-    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
-    const int r0 = blockIdx.x * RPB;
-    const int n = min(RPB, nrows - r0);
-    for (int i = threadIdx.x; i <= n; i += BLOCK) {{
+
+SIGNATURE = """kf_spmv_csr(const T* __restrict__ values, const int* __restrict__ col_idx,
+    const int* __restrict__ row_ptr, const T* __restrict__ x, T* __restrict__ y, int nrows) {
+"""
+"""The CSR SpMV kernel's name and parameters (after its attributes)."""
+
+ROWS_IN = """    for (int i = threadIdx.x; i <= n; i += BLOCK) {
         rp[i] = row_ptr[r0 + i];
-    }}
-    for (int i = threadIdx.x; i < n; i += BLOCK) {{
+    }
+    for (int i = threadIdx.x; i < n; i += BLOCK) {
         acc[i] = 0.0f;  // an empty row's sum
-    }}
+    }
     __syncthreads();
-    const int first = rp[0];
-    const int last = rp[n];
-    const int lane = threadIdx.x & 31;
+"""
+"""The tiled kernels' n rows from r0: their row pointers rp[0..n] and zeroed sums acc[0..n) in shared memory."""
+
+TILES = """    const int lane = threadIdx.x & 31;
     Pack<T> v[CHUNKS];
     Pack<int> c[CHUNKS];
     int a = first & ~(VEC - 1);
     load_tile(values, col_idx, a, last, v, c);
-    for (; a < last; a += TILE) {{  // the same trip count in every thread: rp is shared
+    for (; a < last; a += TILE) {  // the same trip count in every thread: rp is shared
         // The products (chunk entries outside the block's rows are never summed), then the next tile's loads,
         // in flight while this one is summed.
 #pragma unroll
-        for (int m = 0; m < CHUNKS; ++m) {{
+        for (int m = 0; m < CHUNKS; ++m) {
             const int k = threadIdx.x + m * BLOCK;
-            if (a + k * VEC < last) {{
+            if (a + k * VEC < last) {
 #pragma unroll
-                for (int j = 0; j < VEC; ++j) {{
+                for (int j = 0; j < VEC; ++j) {
                     prod[SKEW(k * VEC + j)] = to_f(v[m].e[j]) * to_f(GATHER(x + c[m].e[j]));
-                }}
-            }}
-        }}
+                }
+            }
+        }
         load_tile(values, col_idx, a + TILE, last, v, c);
         __syncthreads();
         // This thread's share: ITEMS consecutive entries, summed in order. A row ending inside is stored to acc if
@@ -465,57 +517,153 @@ extern "C" __global__ void {bounds} kf_spmv_csr(const T* __restrict__ values, co
         int row = 0;
         int end = 0;
         bool alone = false;  // `row` began inside this share
-        if (lo < hi) {{
+        if (lo < hi) {
             row = row_of(rp, n, lo);
             end = rp[row + 1];
             alone = rp[row] == lo;
-        }}
+        }
         float s = 0.0f;
         bool pending = false;  // s holds entries of `row` not yet in acc
 #pragma unroll
-        for (int j = 0; j < ITEMS; ++j) {{
+        for (int j = 0; j < ITEMS; ++j) {
             const int p = own + j;
-            if (p >= lo && p < hi) {{
+            if (p >= lo && p < hi) {
                 s += prod[SKEW(p - a)];
                 pending = true;
-                if (p + 1 == end) {{
-                    if (alone) {{
+                if (p + 1 == end) {
+                    if (alone) {
                         acc[row] = s;
-                    }} else {{
+                    } else {
                         atomicAdd(&acc[row], s);
-                    }}
+                    }
                     s = 0.0f;
                     pending = false;
                     alone = true;
-                    do {{  // on to the row holding p + 1, past empty rows (which start and end there)
+                    do {  // on to the row holding p + 1, past empty rows (which start and end there)
                         ++row;
-                    }} while (row < n && rp[row + 1] == end);
+                    } while (row < n && rp[row + 1] == end);
                     end = row < n ? rp[row + 1] : last;
-                }}
-            }}
-        }}
+                }
+            }
+        }
         // The row still going at the share's end: equal keys are neighbours (shares ascend), so a segmented sum
         // down the warp leaves each run's total in its first lane, which adds it once.
         const int key = pending ? row : -1;
 #pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {{
+        for (int o = 1; o < 32; o <<= 1) {
             const float below = __shfl_down_sync(FULL_MASK, s, o);
             const int below_key = __shfl_down_sync(FULL_MASK, key, o);
-            if (lane + o < 32 && below_key == key) {{
+            if (lane + o < 32 && below_key == key) {
                 s += below;
-            }}
-        }}
+            }
+        }
         const int above_key = __shfl_up_sync(FULL_MASK, key, 1);
-        if (key >= 0 && (lane == 0 || above_key != key)) {{
+        if (key >= 0 && (lane == 0 || above_key != key)) {
             atomicAdd(&acc[key], s);
-        }}
+        }
         __syncthreads();  // acc complete for this tile, prod free for the next
-    }}
-    for (int i = threadIdx.x; i < n; i += BLOCK) {{
-        y[r0 + i] = from_f(acc[i]);
-    }}
-}}
+    }
 """
+"""The tiled kernels' loop: entries [first, last) (of rows rp[0..n]) streamed a tile at a time, the sums of their
+rows' entries in that range added to acc."""
+
+
+def _spmv_csr_stream(params: Params, bounds: str) -> str:
+    return (
+        _stream_helpers(params)
+        + f"""
+extern "C" __global__ void {bounds} {SIGNATURE}"""
+        + """    __shared__ int rp[RPB + 1];  // the block's row pointers
+    __shared__ float acc[RPB];  // its rows' sums
+    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
+    const int r0 = blockIdx.x * RPB;
+    const int n = min(RPB, nrows - r0);
+"""
+        + ROWS_IN
+        + """    const int first = rp[0];
+    const int last = rp[n];
+"""
+        + TILES
+        + """    for (int i = threadIdx.x; i < n; i += BLOCK) {
+        y[r0 + i] = from_f(acc[i]);
+    }
+}
+"""
+    )
+
+
+CLUSTER_HELPERS = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+
+// The first of the row pointers rp[0..n] at or past entry p (n when only rp[n] is).
+__device__ __forceinline__ int first_at(const int* rp, int n, int p) {
+    int lo = 0;
+    int hi = n;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (rp[mid] < p) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo;
+}
+
+// Where block k of a cluster starts in the cluster's w entries from e0 (block k streams [bound(k), bound(k + 1)),
+// bound(CLUSTER) = e0 + w); 64-bit, as w * k may pass 2^31.
+__device__ __forceinline__ int bound(int e0, int w, int k) {
+    return e0 + (int)((long long)w * k / CLUSTER);
+}
+"""
+
+
+def _spmv_csr_balanced(params: Params, bounds: str) -> str:
+    # Before __global__: the source check's CUDA grammar misreads it after the return type.
+    attribute = f"__cluster_dims__({params['cluster']}, 1, 1) "
+    return (
+        f"#define CLUSTER {params['cluster']}  // blocks a cluster: they share its rows' entries evenly\n"
+        "#define ROWS (CLUSTER * RPB)  // the cluster's rows\n"
+        + _stream_helpers(params)
+        + CLUSTER_HELPERS
+        + f"""
+extern "C" {attribute}__global__ void {bounds} {SIGNATURE}"""
+        + """    __shared__ int rp[ROWS + 1];  // the cluster's row pointers (a block's range may span any of its rows)
+    __shared__ float acc[ROWS];  // their sums over this block's range of entries
+    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
+    cg::cluster_group cluster = cg::this_cluster();
+    const int rank = (int)cluster.block_rank();
+    const int r0 = blockIdx.x / CLUSTER * ROWS;
+    const int n = min(ROWS, nrows - r0);
+"""
+        + ROWS_IN
+        + """    // This block's share of the cluster's entries: as many in every block (to one), whatever the rows.
+    const int first = bound(rp[0], rp[n] - rp[0], rank);
+    const int last = bound(rp[0], rp[n] - rp[0], rank + 1);
+"""
+        + TILES
+        + """    // The rows this block writes: those starting in its range [first, last), in the last block also those
+    // starting at the cluster's end (trailing empty rows); so every row of the cluster exactly once.
+    const int mine = first_at(rp, n, first);
+    const int past = rank == CLUSTER - 1 ? n : first_at(rp, n, last);
+    const int e0 = rp[0];  // read again, not kept in registers through the loop
+    const int w = rp[n] - e0;
+    cluster.sync();  // every block's acc complete
+    for (int i = mine + threadIdx.x; i < past; i += BLOCK) {
+        float s = acc[i];
+        const int end = rp[i + 1];
+        // A row going on past this block's range is the first row of each later block whose range starts inside
+        // it: add their sums of it (0 from a block with an empty range: its acc stays zeroed).
+        for (int k = rank + 1; k < CLUSTER && bound(e0, w, k) < end; ++k) {
+            s += *cluster.map_shared_rank(&acc[i], k);
+        }
+        y[r0 + i] = from_f(s);
+    }
+    cluster.sync();  // no block may release its shared memory while another still reads it
+}
+"""
+    )
 
 
 def _spmv_ell(card: OperatorCard, params: Params, bounds: str) -> str:
