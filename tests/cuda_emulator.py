@@ -101,7 +101,7 @@ jmp_buf scheduler;
 // cluster's first block.
 unsigned block_index, block_size, grid_size, cluster_size, running;
 unsigned order;  // 1: the cluster's blocks in reverse rank order first (see launch)
-long events, cluster_generation, cluster_arrived;
+long events, cluster_generation, cluster_arrived, cluster_split_arrived;
 std::vector<long> block_generation, block_arrived, block_left, warp_generation, warp_arrived;
 std::vector<uint64_t> slots[2];
 std::function<void()> kernel;
@@ -167,7 +167,7 @@ void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned 
         }
     }
     for (block_index = 0; block_index < grid; block_index += cluster) {
-        cluster_generation = cluster_arrived = 0;
+        cluster_generation = cluster_arrived = cluster_split_arrived = 0;
         block_generation.assign(cluster, 0);
         block_arrived.assign(cluster, 0);
         block_left.assign(cluster, 0);
@@ -232,6 +232,16 @@ void cluster_sync() {
         while (cluster_generation == generation) yield();
     }
 }
+// The split cluster barrier (cluster.barrier_arrive(), later barrier_wait()): a thread that arrives goes on; one
+// that waits waits until every thread of the cluster has arrived (their arrival a new generation: the scheduler
+// then runs the blocks that wait again).
+void cluster_arrive() {
+    ++events;
+    if (++cluster_split_arrived == long(block_size * cluster_size)) ++cluster_generation;
+}
+void cluster_wait() {
+    while (cluster_split_arrived < long(block_size * cluster_size)) yield();
+}
 // A warp-wide exchange: every lane writes its value, waits for the 32, reads its source lane's. Values of two
 // consecutive shuffles go to alternate slots, so a lane running ahead never overwrites one not yet read.
 template <typename V>
@@ -275,7 +285,13 @@ void __syncthreads() {
 }
 namespace cooperative_groups {
 struct cluster_group {
+    struct arrival_token {};
     void sync() const { emu::cluster_sync(); }
+    arrival_token barrier_arrive() const {
+        emu::cluster_arrive();
+        return {};
+    }
+    void barrier_wait() const { emu::cluster_wait(); }
     unsigned block_rank() const { return emu::running / emu::block_size; }
     unsigned num_blocks() const { return emu::cluster_size; }
     template <typename E>
@@ -285,6 +301,28 @@ struct cluster_group {
 };
 inline cluster_group this_cluster() { return {}; }
 }  // namespace cooperative_groups
+// libcu++'s block barrier and bulk copy (cp.async.bulk on sm_90): the copy lands at once, the wait is the block's.
+namespace cuda {
+enum thread_scope { thread_scope_block };
+template <thread_scope>
+struct barrier {
+    void arrive_and_wait() { __syncthreads(); }
+};
+template <thread_scope S>
+void init(barrier<S>*, unsigned) {}
+template <size_t N>
+struct aligned_size_t {
+    size_t value;
+    explicit aligned_size_t(size_t v) : value(v) {}
+};
+template <size_t N, thread_scope S>
+void memcpy_async(void* dst, const void* src, aligned_size_t<N> size, barrier<S>&) {
+    if (size.value % N != 0 || reinterpret_cast<uintptr_t>(dst) % N || reinterpret_cast<uintptr_t>(src) % N) {
+        emu::fail("a bulk copy off its declared alignment");
+    }
+    std::memcpy(dst, src, size.value);
+}
+}  // namespace cuda
 template <typename V>
 V __shfl_sync(unsigned mask, V v, int lane) {
     return emu::exchange(mask, v, lane & 31);
@@ -375,9 +413,16 @@ def kernel_namespace(index: int, source: str, runner: str, shared_bytes: int = 0
     """The kernel and its runner in a namespace of their own (`kernel_<index>`): its #includes dropped (the
     emulator stands in for them), its C linkage dropped (a namespace could not hold it), its macros undefined after
     it (the next kernel may define them again), its dynamic shared memory `shared_bytes` of static storage (what the
-    launch would size; static in the kernel, so the block's fibers share it). A clustered kernel's static shared
-    arrays are each block's own (`per_block_shared`)."""
-    if "__cluster_dims__" in source:
+    launch would size; static in the kernel, so the block's fibers share it). A clustered kernel's shared memory,
+    static and dynamic, is each block's own (`per_block_shared`)."""
+    if "__cluster_dims__" in source:  # each block's own, in its arena (see per_block_shared)
+        source = DYNAMIC_SHARED.sub(
+            lambda m: (
+                f"static const size_t {m[2]}_at = emu::reserve({max(shared_bytes, 16)});\n"
+                f"{m[1]}* const {m[2]} = &emu::shared<{m[1]}>({m[2]}_at);"
+            ),
+            source,
+        )
         source = per_block_shared(source)
     macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
     source = DYNAMIC_SHARED.sub(

@@ -23,13 +23,18 @@ from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, group_norm
 from kernelforge_tui.proposers.templates.common import ELEMENT_BYTES, Params
 from kernelforge_tui.proposers.templates.group_norm import (
+    BLOCK_OVERHEAD,
     CP_ASYNC,
     GPCS,
     ON_CHIP,
+    SHARED,
+    SHARED_PER_SM,
     SMS_PER_GPC,
     GroupNormTemplate,
+    has_tail,
     kept_bytes,
     kept_items,
+    on_chip_chunks,
 )
 from tests.test_templates import _card
 
@@ -65,16 +70,17 @@ def on_chip(card: OperatorCard) -> list[Params]:
 
 
 def variants(card: OperatorCard) -> list[Params]:
-    """What to build (nvcc takes one to four seconds each): on the captured card one per (strategy, split, welford)
-    it allows; on a small card each strategy once, registers and smem one at split 1 and the other at split 8 (in
-    turns, card by card), welford 1 and 0, pipelined at the other split of smem's; the widest vector and largest
-    block of each."""
+    """What to build (nvcc takes one to four seconds each): on the captured card one per (strategy, split, welford,
+    minb) it allows; on a small card each strategy once, registers and smem one at split 1 and the other at split 8 (in
+    turns, card by card), welford 1 and 0, pipelined and bulk at the other split of smem's; the widest vector and
+    largest block of each."""
     turn = SMALL.index(card) % 2 if card in SMALL else 0
     wanted = {ON_CHIP[turn]: (1, 1), ON_CHIP[1 - turn]: (8, 0), "pipelined": (8 if turn else 1, turn)}
+    wanted["bulk"] = (8 if turn else 1, 1 - turn)
     chosen: dict[tuple[object, ...], Params] = {}
     for params in sorted(on_chip(card), key=lambda p: (int(p["vec"]), int(p["block"]))):
         if card is CAPTURED or (params["split"], params["welford"]) == wanted[str(params["strategy"])]:
-            chosen[params["strategy"], params["split"], params["welford"]] = params
+            chosen[params["strategy"], params["split"], params["welford"], params["minb"]] = params
     return list(chosen.values())
 
 
@@ -92,7 +98,7 @@ async def test_every_on_chip_variant_builds_for_sm90_without_spills(cubin_cache:
     jobs = [(card, params) for card in CARDS[:-1] for params in variants(card)]  # the fp16 card: its model only
     # 128 KB slices fit shared memory but not 1024 threads' registers (64 values each beside the working set).
     captured = {(p["strategy"], p["split"]) for c, p in jobs if c is CAPTURED}
-    assert captured == {("smem", 4), ("smem", 8), ("registers", 8), ("pipelined", 8)}  # two 128 KB slices: no
+    assert captured == {("smem", 4), ("smem", 8), ("bulk", 4), ("bulk", 8), ("registers", 8), ("pipelined", 8)}
     renders = [TEMPLATE.render(card, params) for card, params in jobs]
     for (card, params), (source, plan) in zip(jobs, renders, strict=True):
         assert not [p for p in check_source(source, plan.entry) if p.severity == "error"], (card.name, params)
@@ -115,14 +121,14 @@ def test_the_kept_slice_fits_shared_memory_and_the_plan_asks_for_it(card: Operat
     for params in configurations:
         _, plan = TEMPLATE.render(card, params)
         shared = resolve(plan, card).shared_bytes
-        if params["strategy"] in CP_ASYNC:
+        if params["strategy"] in SHARED:
             assert shared == kept_bytes(card, params) <= HOPPER_SHARED_PER_BLOCK - 1024, params
         else:
             assert shared == 0, params
 
 
 def test_slices_that_cannot_stay_on_chip_are_refused() -> None:
-    base: Params = {"block": 1024, "vec": 8, "welford": 1}
+    base: Params = {"block": 1024, "vec": 8, "welford": 1, "minb": 0}
     for strategy in ON_CHIP:
         assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 2}) is not None  # 256 KB a block
         assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 8}) is None
@@ -134,14 +140,23 @@ def test_slices_that_cannot_stay_on_chip_are_refused() -> None:
     assert "registers" in str(TEMPLATE.problem(CAPTURED, {**base, "strategy": "registers", "split": 8, "block": 128}))
 
 
+WAIT_SMEM = ("__pipeline_commit();", "__pipeline_wait_prior(0);")
+
+
 def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persistent_clusters() -> None:
-    """The order the H200 measured: smem (51% of the copy ceiling), registers, the rereads (50%), and last the
-    pipelined persistent clusters (2.1x the best's time)."""
+    """The order the H200 measured: smem with two-pass statistics (64% of the copy ceiling), then bulk copies (a
+    hand-written kernel of the kind measured fastest), both again at 4 blocks an SM with part of each slice in
+    memory, Welford's, registers, the rereads, and last the pipelined persistent clusters (2.4x the best's time)."""
     seeds = TemplateProposer().seeds(CAPTURED)
-    assert seeds[0].params == {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 1}
-    assert seeds[1].params["strategy"] == "registers"
-    assert {s.params["strategy"] for s in seeds[2:-1]} >= {"reread"}  # what worked before stays in the search
-    assert seeds[-1].params == {"strategy": "pipelined", "block": 256, "vec": 8, "split": 8, "welford": 0}
+    base = {"strategy": "smem", "block": 256, "vec": 8, "split": 8}
+    assert seeds[0].params == {**base, "welford": 0, "minb": 0}
+    assert seeds[1].params == {**base, "strategy": "bulk", "welford": 0, "minb": 0}
+    assert seeds[2].params == {**base, "strategy": "bulk", "welford": 0, "minb": 4}
+    assert seeds[3].params == {**base, "welford": 0, "minb": 4}
+    assert seeds[4].params == {**base, "welford": 1, "minb": 0}
+    assert seeds[5].params["strategy"] == "registers"
+    assert {s.params["strategy"] for s in seeds[6:-1]} == {"reread"}  # what worked before stays in the search
+    assert seeds[-1].params == {"strategy": "pipelined", "block": 256, "vec": 8, "split": 8, "welford": 0, "minb": 0}
     pipelined = seeds[-1].source
     assert "__launch_bounds__(256, 1)" in pipelined  # two 64 KB slices: one block an SM
     assert resolve(seeds[-1].plan, CAPTURED).grid[0] == 16 * 8  # 2 clusters of 8 in each of the 8 GPCs
@@ -155,6 +170,65 @@ def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persis
     assert "__launch_bounds__(256, 3)" in first  # three 64 KB slices an SM
     assert "fmaf(f[j] - mean, g, b)" in first  # the form that keeps a constant group's beta exact
     assert "f[j] - pivot" in first
+    # One bulk copy a block, by one thread, waited for on the block's barrier.
+    bulk = seeds[1].source
+    assert "#include <cuda/barrier>" in bulk and "__launch_bounds__(256, 3)" in bulk
+    assert "cuda::memcpy_async(kept, xs, cuda::aligned_size_t<16>(sizeof(VecT) * kept_chunks), bar);" in bulk
+    init = bulk.index("init(&bar, BLOCK);")
+    assert init < bulk.index("__syncthreads();", init) < bulk.index("cuda::memcpy_async")
+    assert bulk.index("cuda::memcpy_async") < bulk.index("bar.arrive_and_wait();") < bulk.index("widen(kept[r], f)")
+    # 4 blocks an SM: 3520 of the 4096 chunks (55 KB) in shared memory, the rest loaded while the copies fly.
+    for hybrid, (issued, wait) in zip(
+        (seeds[2], seeds[3]), (("cuda::memcpy_async", "bar.arrive_and_wait();"), WAIT_SMEM), strict=True
+    ):
+        source = hybrid.source
+        assert "__launch_bounds__(256, 4)" in source and "#define KEPT 3520" in source
+        assert resolve(hybrid.plan, CAPTURED).shared_bytes == 3520 * 16
+        tail = source.index("for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK)")
+        assert source.index(issued) < tail < source.index(wait) < source.index("widen(kept[r], f)")
+
+
+def test_one_cluster_barrier_a_reduction_and_a_split_exit_barrier() -> None:
+    """Each reduction of a clustered kernel has a part of its own and waits at one cluster barrier; the exit
+    barrier arrives once the parts are read and waits at the end; the persistent kernel, which reduces into the
+    same parts group after group, keeps a second barrier."""
+    clustered: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 0, "minb": 0}
+    for welford in (0, 1):
+        source, _ = TEMPLATE.render(CAPTURED, {**clustered, "welford": welford})
+        reduce_all = source[source.index("__device__ __forceinline__ S reduce_all") :]
+        reduce_all = reduce_all[: reduce_all.index("\n}\n")]
+        assert reduce_all.count("cluster.sync();") == 1, welford
+        calls = [line for line in source.splitlines() if "reduce_all(" in line and "__device__" not in line]
+        parts = [line.split("&")[-1].split(")")[0] for line in calls]
+        assert len(parts) == 2 - welford and len(set(parts)) == len(parts), parts  # no part reused
+        arrive = source.index("cg::this_cluster().barrier_arrive();")
+        assert all(source.index(line) < arrive for line in calls)
+        last = source.rstrip().splitlines()[-2]
+        assert last.startswith("cg::this_cluster().barrier_wait();"), last
+    pipelined, _ = TEMPLATE.render(CAPTURED, {**clustered, "strategy": "pipelined"})
+    reduce_all = pipelined[pipelined.index("__device__ __forceinline__ S reduce_all") :]
+    assert reduce_all[: reduce_all.index("\n}\n")].count("cluster.sync();") == 2
+    assert "barrier_arrive" not in pipelined
+    single, _ = TEMPLATE.render(SMALL[0], {**clustered, "block": 128, "vec": 4, "split": 1})
+    assert "barrier" not in single.replace("__syncthreads", "")
+
+
+def test_minb_keeps_part_of_a_slice_and_matters_only_for_smem() -> None:
+    """smem's minb sizes the kept chunks so that many blocks share an SM's shared memory; a value that leaves no
+    tail, and every other strategy, is canonically 0; blocks an SM past the threads or the registers are refused."""
+    base: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 0}
+    assert kept_bytes(CAPTURED, {**base, "minb": 4}) == 3520 * 16  # (228 KB / 4 - 2 KB) of the 64 KB slice
+    assert kept_bytes(CAPTURED, {**base, "minb": 0}) == 64 * 1024
+    assert TEMPLATE.valid(CAPTURED, {**base, "minb": 4}) == {**base, "minb": 4}
+    registers = {**base, "strategy": "registers"}
+    assert TEMPLATE.valid(CAPTURED, {**registers, "minb": 4}) == {**registers, "minb": 0}
+    small = {**base, "block": 128, "vec": 4, "split": 1}
+    assert TEMPLATE.valid(SMALL[0], {**small, "minb": 8}) == {**small, "minb": 0}  # a 2 KB group: no tail
+    assert "registers" in str(TEMPLATE.problem(CAPTURED, {**base, "minb": 6}))  # 48 registers x 256 x 6 > 64K
+    assert "exceeds 2048" in str(TEMPLATE.problem(CAPTURED, {**base, "block": 512, "minb": 6}))
+    assert TEMPLATE.problem(CAPTURED, {**base, "block": 128, "minb": 6}) is None  # 37 KB on chip, 27 KB a tail
+    assert "less of a slice" in str(TEMPLATE.problem(CAPTURED, {**base, "block": 128, "minb": 8}))  # 26.5 KB, 37.5
+    assert "less of a slice" in str(TEMPLATE.problem(CAPTURED, {**base, "split": 4, "minb": 4}))  # 55 of 128 KB
 
 
 def owners(card: OperatorCard, params: Params, items: int) -> np.ndarray:
@@ -164,10 +238,13 @@ def owners(card: OperatorCard, params: Params, items: int) -> np.ndarray:
     nchunk = card.sizes["c"] // card.sizes["groups"] * card.sizes["h"] * card.sizes["w"] // vec
     counts = np.zeros(nchunk, dtype=np.int64)
     offsets = (np.arange(block)[:, None] + np.arange(items)[None, :] * block).ravel()
+    on_chip = on_chip_chunks(card, params)
     for rank in range(split):
         lo, hi = nchunk * rank // split, nchunk * (rank + 1) // split
-        kept = offsets[offsets < hi - lo]
+        kept = offsets[offsets < min(hi - lo, on_chip)]
         counts += np.bincount(lo + kept, minlength=nchunk)
+        for thread in range(block):  # the tail loop: r = KEPT + thread, r < hi - lo, r += block
+            counts += np.bincount(lo + np.arange(on_chip + thread, hi - lo, block), minlength=nchunk)
     return counts
 
 
@@ -181,9 +258,10 @@ def test_every_element_of_a_group_is_kept_and_written_by_exactly_one_thread(card
         items = kept_items(card, params)
         assert f"#define ITEMS {items}\n" in source and f"#define HW {hw}\n" in source
         assert "const long long lo = nchunk * rank / SPLIT;" in source
-        assert (
-            source.count("const int r = threadIdx.x + k * BLOCK;\n if (r < kept_chunks)") == 4
-        )  # keep, 2 statistics passes, normalise
+        bound = "on_chip" if has_tail(card, params) else "kept_chunks"
+        loops = 3 + (params["strategy"] != "bulk")  # the copies (bulk: one by one thread), 3 passes
+        assert source.count(f"const int r = threadIdx.x + k * BLOCK;\n if (r < {bound})") == loops, params
+        assert source.count("for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK)") == 3 * (bound == "on_chip")
         assert np.array_equal(owners(card, params, items), np.ones_like(owners(card, params, items))), params
         if items > 1:
             assert owners(card, params, items - 1).min() == 0
@@ -191,7 +269,7 @@ def test_every_element_of_a_group_is_kept_and_written_by_exactly_one_thread(card
         assert ELEMENT_BYTES[card.outputs[0].dtype] * int(params["vec"]) <= 16
 
 
-# -- the CPU emulator (tests/cuda_emulator.py): the kernels' logic on every set, without clusters (split 1) ----------
+# -- the CPU emulator (tests/cuda_emulator.py): the kernels' logic on every set, alone and in clusters --------------
 
 RUNNER = """
 void run(const std::string& dir) {{
@@ -201,7 +279,19 @@ void run(const std::string& dir) {{
     T* y = aligned<T>(std::vector<char>(sizeof(T) * {elements}));
     T* mean = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
     T* rstd = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
-    emu::launch({grid}, {block}, [&] {{ {call}; }});
+    // A clustered kernel runs again with its blocks in the other order: y must come out bit for bit the same.
+    std::vector<char> first;
+    for (emu::order = 0; emu::order < (emu_cluster_blocks > 1 ? 2u : 1u); ++emu::order) {{
+        emu::launch({grid}, {block}, [&] {{ {call}; }}, emu_cluster_blocks);
+        const char* bytes = reinterpret_cast<const char*>(y);
+        if (emu::order == 0) {{
+            first.assign(bytes, bytes + sizeof(T) * {elements});
+        }} else if (!std::equal(first.begin(), first.end(), bytes)) {{
+            std::fprintf(stderr, "y differs with the cluster's blocks in the other order: %s\\n", dir.c_str());
+            std::exit(4);
+        }}
+    }}
+    emu::order = 0;
     std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * {elements});
     std::ofstream(dir + "/mean.bin", std::ios::binary).write(reinterpret_cast<const char*>(mean), sizeof(T) * {groups});
     std::ofstream(dir + "/rstd.bin", std::ios::binary).write(reinterpret_cast<const char*>(rstd), sizeof(T) * {groups});
@@ -231,13 +321,38 @@ EMULATED_CLUSTERS = 2
 grid must be right; the H200's size is a matter of speed)."""
 
 
-def emulated_variants(card: OperatorCard) -> list[Params]:
-    """Both shared memory strategies, both statistics, at the widest vector the card allows, split 1."""
+def shared_for_a_tail(card: OperatorCard, params: Params) -> int:
+    """The shared memory an SM would need for minb blocks each to keep two thirds of its slice on chip (the rest its
+    tail: the emulated cards' slices are too small to leave one on Hopper's)."""
+    chunk_bytes = int(params["vec"]) * ELEMENT_BYTES[card.outputs[0].dtype]
+    kept = (2 * group_norm.slice_chunks(card, params) + 2) // 3
+    return int(params["minb"]) * (BLOCK_OVERHEAD + kept * chunk_bytes)
+
+
+def emulated_variants(card: OperatorCard, patch: pytest.MonkeyPatch) -> list[tuple[Params, str]]:
+    """Both shared memory strategies, both statistics, at the widest vector the card allows, split 1; then smem at
+    4 blocks an SM, part of each slice read from memory (with `shared_for_a_tail`); then clusters of 2 and 4
+    blocks a group (smem whole and with a tail, registers, reread), their blocks run together and in both orders;
+    then bulk copies, alone and in a cluster, whole and with a tail, on the cards whose chunks are 16 bytes. Each
+    variant is rendered as it is chosen, under the shared memory it was chosen with."""
+    kinds = [*itertools.product(CP_ASYNC, (0, 1), (0,), (1,)), ("smem", 0, 4, 1), ("smem", 1, 4, 1)]
+    kinds += [("smem", 0, 0, 2), ("smem", 1, 4, 4), ("registers", 1, 0, 2), ("reread", 0, 0, 4)]  # clusters
+    bulk = [("bulk", 0, 0, 1), ("bulk", 1, 4, 1), ("bulk", 0, 4, 2)]  # 16-byte chunks only
+    widths = sorted(TEMPLATE.space(card)["vec"], key=int, reverse=True)
     chosen = []
-    for strategy, welford in itertools.product(CP_ASYNC, (0, 1)):
-        widths = sorted(TEMPLATE.space(card)["vec"], key=int, reverse=True)
-        params = ({"strategy": strategy, "block": 128, "vec": v, "split": 1, "welford": welford} for v in widths)
-        chosen.append(next(p for p in params if TEMPLATE.problem(card, p) is None))
+    for strategy, welford, minb, split in kinds + bulk:
+        found = None
+        for vec in widths:
+            params = {"strategy": strategy, "block": 128, "vec": vec, "split": split, "welford": welford, "minb": minb}
+            patch.setattr(group_norm, "SHARED_PER_SM", shared_for_a_tail(card, params) if minb else SHARED_PER_SM)
+            if TEMPLATE.valid(card, params) == params:
+                found = params
+                break
+        assert found is not None or strategy == "bulk", (card.name, strategy, minb, split)
+        if found is not None:
+            assert has_tail(card, found) == bool(minb), found
+            chosen.append((found, emulated_namespace(len(chosen), card, found)))
+    patch.setattr(group_norm, "SHARED_PER_SM", SHARED_PER_SM)
     return chosen
 
 
@@ -255,17 +370,16 @@ def emulated_namespace(index: int, card: OperatorCard, params: Params) -> str:
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, list[tuple[OperatorCard, Params]]]]:
     work = tmp_path_factory.mktemp("group-norm-emulator")
-    chosen = {c.name: [(c, p) for p in emulated_variants(c)] for c in EMULATED}
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(group_norm, "persistent_clusters", lambda card, params: EMULATED_CLUSTERS)
-        programs = {
-            name: emulation_source([emulated_namespace(i, c, p) for i, (c, p) in enumerate(variants)], prelude=EXPF)
-            for name, variants in chosen.items()
-        }
-        rendered = TEMPLATE.render(EMULATED[0], chosen[EMULATED[0].name][2][1])[1]
+        chosen = {c.name: (c, emulated_variants(c, patch)) for c in EMULATED}
+        rendered = TEMPLATE.render(EMULATED[0], chosen[EMULATED[0].name][1][2][0])[1]
     assert resolve(rendered, EMULATED[0]).grid[0] == EMULATED_CLUSTERS  # the pipelined variant loops over groups
+    programs = {
+        name: emulation_source([n for _, n in variants], prelude=EXPF) for name, (_, variants) in chosen.items()
+    }
     build(work, programs)
-    yield work, [v for variants in chosen.values() for v in variants]
+    yield work, [(card, p) for card, variants in chosen.values() for p, _ in variants]
 
 
 def group_norm_float64(inputs: dict[str, np.ndarray], sizes: dict[str, int]) -> dict[str, np.ndarray]:

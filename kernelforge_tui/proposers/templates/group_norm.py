@@ -35,6 +35,7 @@ from kernelforge_tui.proposers.templates.common import (
     C_TYPE,
     ELEMENT_BYTES,
     MAX_DYNAMIC_SHARED,
+    THREADS_PER_SM,
     Lever,
     Levers,
     Params,
@@ -48,9 +49,13 @@ from kernelforge_tui.proposers.templates.common import (
 )
 
 SIZES = ("n", "c", "h", "w", "groups")
-ON_CHIP = ("registers", "smem", "pipelined")
+ON_CHIP = ("registers", "smem", "bulk", "pipelined")
 CP_ASYNC = ("smem", "pipelined")
-"""The strategies that copy x into shared memory with cp.async."""
+"""The strategies that copy x into shared memory with cp.async, a copy a thread."""
+SHARED = (*CP_ASYNC, "bulk")
+"""The strategies that keep slices in shared memory (bulk: one bulk copy a block, cp.async.bulk on sm_90)."""
+TAILED = ("smem", "bulk")
+"""The strategies whose `minb` may leave part of a slice in memory (see on_chip_chunks)."""
 GPCS = 8
 SMS_PER_GPC = 16
 """The H200's graphics processing clusters and the fewest SMs one has (132 SMs: some have 18): a thread block cluster
@@ -58,6 +63,10 @@ runs inside one GPC, so the pipelined strategy's persistent grid holds as many c
 REGISTERS_PER_SM = 64 * 1024
 SHARED_PER_SM = 228 * 1024
 """Hopper's shared memory per SM: how many blocks keeping their slice there can be resident."""
+BLOCK_OVERHEAD = 2048
+"""Shared memory a block takes beside its kept chunks: the 1 KB the hardware reserves and the reductions' scratch."""
+MINB = (0, 4, 8)
+"""smem's blocks an SM (0: as many as whole slices allow)."""
 CP_ASYNC_BYTES = (4, 8, 16)
 """The copy sizes of cp.async (__pipeline_memcpy_async): the smem and pipelined strategies copy whole vectors."""
 
@@ -109,31 +118,40 @@ def output_mean(strategy: str, welford: bool) -> str:
     return "mean" if strategy == "reread" else "sums.t / (float)len"
 
 
-KEEP = {
-    "registers": """VecT kept[ITEMS];
-#pragma unroll
-for (int k = 0; k < ITEMS; ++k) {
- const int r = threadIdx.x + k * BLOCK;
- if (r < kept_chunks) { kept[k] = xs[r]; }
-}
-""",
-    # Every copy in flight at once, none through registers; each thread reads back only the chunks it copied.
-    "smem": """#pragma unroll
-for (int k = 0; k < ITEMS; ++k) {
- const int r = threadIdx.x + k * BLOCK;
- if (r < kept_chunks) { __pipeline_memcpy_async(&kept[r], xs + r, sizeof(VecT)); }
-}
-__pipeline_commit();
-__pipeline_wait_prior(0);
-""",
-}
+WAIT = {"smem": "__pipeline_wait_prior(0);\n", "bulk": "bar.arrive_and_wait();\n"}
+"""How a thread waits for its block's copies into shared memory."""
+
+
+def _keep(storage: str, bound: str, wait: bool) -> str:
+    """The copies of the slice's chunks [0, bound) on chip; `wait`: then wait for them (else the first pass waits,
+    once it has loaded the slice's tail)."""
+    each = "#pragma unroll\nfor (int k = 0; k < ITEMS; ++k) {\n const int r = threadIdx.x + k * BLOCK;\n"
+    if storage == "registers":
+        return f"VecT kept[ITEMS];\n{each} if (r < {bound}) {{ kept[k] = xs[r]; }}\n}}\n"
+    if storage == "smem":  # every copy in flight at once, none through registers; each thread reads back its own
+        copy = "__pipeline_memcpy_async(&kept[r], xs + r, sizeof(VecT));"
+        copies = f"{each} if (r < {bound}) {{ {copy} }}\n}}\n__pipeline_commit();\n"
+    else:  # bulk: one thread copies the block's chunks, completed on the block's barrier
+        copies = (
+            "if (threadIdx.x == 0) {\n init(&bar, BLOCK);\n}\n__syncthreads();\nif (threadIdx.x == 0) {\n"
+            f" cuda::memcpy_async(kept, xs, cuda::aligned_size_t<16>(sizeof(VecT) * {bound}), bar);\n}}\n"
+        )
+    return copies + (WAIT[storage] if wait else "")
+
+
+BARRIER = """typedef cuda::barrier<cuda::thread_scope_block> Barrier;
+__shared__ uint64_t bar_words[(sizeof(Barrier) + 7) / 8];  // raw storage: shared memory takes no constructor
+Barrier& bar = *reinterpret_cast<Barrier*>(bar_words);
+"""
+"""The bulk strategy's barrier, initialised by one thread (init) before the copy."""
 WHERE = {
     "reread": "x read again to normalise",
     "registers": "slice kept in registers",
     "smem": "slice kept in shared memory",
+    "bulk": "slice kept in shared memory, copied in bulk by one thread",
     "pipelined": "slices double-buffered in shared memory by persistent clusters",
 }
-KEPT_CHUNK = {"registers": "kept[k]", "smem": "kept[r]", "pipelined": "kept[r]"}
+KEPT_CHUNK = {"registers": "kept[k]", "smem": "kept[r]", "bulk": "kept[r]", "pipelined": "kept[r]"}
 EXIT_BARRIER = (
     "cg::this_cluster().barrier_arrive();  // this block has read every part it needs\n",
     "cg::this_cluster().barrier_wait();  // every block has read this block's parts: its shared memory may go\n",
@@ -160,6 +178,8 @@ const int kept_chunks = (int)(hi - lo);
 const int first = (int)lo * VEC;
 const VecT* __restrict__ xs = reinterpret_cast<const VecT*>(xg) + lo;
 T* __restrict__ ys = yg + first;
+"""
+TAIL = """const int on_chip = min(kept_chunks, KEPT);  // chunks [KEPT, kept_chunks) stay in memory
 """
 
 
@@ -193,19 +213,30 @@ __pipeline_wait_prior(1);  // this group's copies are done; the next group's may
 """
 
 
-def _over_kept(storage: str, body: str) -> str:
-    """A pass over the thread's kept chunks, chunk r of the slice widened into f: the loop that kept them."""
-    return (
+def _over_kept(storage: str, body: str, tail: bool = False, first: bool = False) -> str:
+    """A pass over the thread's kept chunks, chunk r of the slice widened into f: the loop that kept them. With a
+    `tail`, also over the slice's chunks from KEPT on, which shared memory does not hold, loaded from memory (from
+    DRAM in the `first` pass, which loads them while the copies into shared memory are in flight and then waits
+    for those; from L2 in the later passes: the tails of the blocks in flight are a few MB)."""
+    kept = (
         "#pragma unroll\nfor (int k = 0; k < ITEMS; ++k) {\n const int r = threadIdx.x + k * BLOCK;\n"
-        f" if (r < kept_chunks) {{\n float f[VEC];\n widen({KEPT_CHUNK[storage]}, f);\n {body} }}\n}}\n"
+        f" if (r < {'on_chip' if tail else 'kept_chunks'}) {{\n float f[VEC];\n widen({KEPT_CHUNK[storage]}, f);\n"
+        f" {body} }}\n}}\n"
     )
+    if not tail:
+        return kept
+    rest = (
+        "for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK) {\n float f[VEC];\n load_chunk(xg, lo + r, f);\n"
+        f" {body}}}\n"
+    )
+    return rest + WAIT[storage] + kept if first else kept + rest
 
 
 def _each(stmt: str) -> str:
     return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
 
 
-def _on_chip_stats(storage: str, welford: bool, stats: bool) -> str:
+def _on_chip_stats(storage: str, welford: bool, stats: bool, tail: bool) -> str:
     """Statistics of the kept slice, summed about the group's first element (see the module's docstring).
 
     welford: each thread's (count, mean about the group's first element, M2, plain sum) from two passes over its own
@@ -217,27 +248,27 @@ def _on_chip_stats(storage: str, welford: bool, stats: bool) -> str:
         return (
             pivot
             + "float cnt = 0.0f, raw = 0.0f;\n"
-            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];") + " cnt += (float)VEC;\n")
+            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];") + " cnt += (float)VEC;\n", tail, True)
             + "const float tmean = cnt > 0.0f ? pivot + s / cnt : 0.0f;\nfloat m2 = 0.0f;\n"
-            + _over_kept(storage, _each("const float d = f[j] - tmean; m2 += d * d;"))
+            + _over_kept(storage, _each("const float d = f[j] - tmean; m2 += d * d;"), tail)
             + "const Welford acc = reduce_all(Welford{cnt, tmean, m2, raw}, red, &part);\n"
             + "const float mean = acc.mean;\nconst float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);\n"
         )
     if stats:
         first = (
             "float raw = 0.0f;\n"
-            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];"))
+            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];"), tail, True)
             + "const Sum2 sums = reduce_all(Sum2{s, raw}, red2, &part2);\n"
             + "const float mean = pivot + sums.s / (float)len;\n"
         )
     else:
-        first = _over_kept(storage, _each("s += f[j] - pivot;"))
+        first = _over_kept(storage, _each("s += f[j] - pivot;"), tail, True)
         first += "const float mean = pivot + reduce_all(Sum{s}, red, &part).s / (float)len;\n"
     return (
         pivot
         + first
         + "float q = 0.0f;\n"
-        + _over_kept(storage, _each("const float d = f[j] - mean; q += d * d;"))
+        + _over_kept(storage, _each("const float d = f[j] - mean; q += d * d;"), tail)
         + "const float rstd = rsqrtf(reduce_all(Sum{q}, red, &part_q).s / (float)len + 1e-5f);\n"
     )
 
@@ -249,15 +280,33 @@ def slice_chunks(card: OperatorCard, params: Params) -> int:
     return -(-nchunk // int(params["split"]))
 
 
+def on_chip_chunks(card: OperatorCard, params: Params) -> int:
+    """The chunks of a block's slice kept on chip: all of them, or for smem with `minb` blocks an SM as many as let
+    that many blocks share its shared memory (each block also holds its static scratch and the 1 KB the hardware
+    reserves), the rest of the slice read from memory in every pass."""
+    whole = slice_chunks(card, params)
+    minb = int(params["minb"])
+    if params["strategy"] not in TAILED or not minb:
+        return whole
+    chunk_bytes = int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
+    return min(whole, (SHARED_PER_SM // minb - BLOCK_OVERHEAD) // chunk_bytes)
+
+
+def has_tail(card: OperatorCard, params: Params) -> bool:
+    """Whether part of a block's slice is read from memory, not kept on chip (see on_chip_chunks)."""
+    return on_chip_chunks(card, params) < slice_chunks(card, params)
+
+
 def kept_items(card: OperatorCard, params: Params) -> int:
-    """Chunks each thread keeps on chip: the block's slice over its threads, rounded up."""
-    return -(-slice_chunks(card, params) // int(params["block"]))
+    """Chunks each thread keeps on chip: the block's kept chunks over its threads, rounded up."""
+    return -(-on_chip_chunks(card, params) // int(params["block"]))
 
 
 def kept_bytes(card: OperatorCard, params: Params) -> int:
-    """Dynamic shared memory of the smem strategy: the largest slice (two for the pipelined one)."""
+    """Dynamic shared memory of the smem strategy: the kept chunks of the largest slice (two slices for the
+    pipelined one)."""
     buffers = 2 if params["strategy"] == "pipelined" else 1
-    return buffers * slice_chunks(card, params) * int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
+    return buffers * on_chip_chunks(card, params) * int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
 
 
 def persistent_clusters(card: OperatorCard, params: Params) -> int:
@@ -276,10 +325,11 @@ def resident_blocks(card: OperatorCard, params: Params) -> int:
     memory allow, at least one (too many would cap registers below what the kernel needs: spills)."""
     block, strategy = int(params["block"]), str(params["strategy"])
     if strategy == "registers":
-        return max(1, min(2048 // block, REGISTERS_PER_SM // (block * kept_registers(card, params))))
-    if strategy in CP_ASYNC:
+        return max(1, min(THREADS_PER_SM // block, REGISTERS_PER_SM // (block * kept_registers(card, params))))
+    if strategy in SHARED:
         by_registers = REGISTERS_PER_SM // (block * working_registers(params))
-        return max(1, min(2048 // block, by_registers, SHARED_PER_SM // (kept_bytes(card, params) + 1024)))
+        by_shared = SHARED_PER_SM // (kept_bytes(card, params) + BLOCK_OVERHEAD)
+        return max(1, min(THREADS_PER_SM // block, by_registers, by_shared))
     return 1
 
 
@@ -327,6 +377,7 @@ class GroupNormTemplate(Template):
         ),
         "memory_latency": (
             Lever("split", "up", "more blocks per group fill the SMs"),
+            Lever("minb", "up", "more resident blocks, each reading part of its slice from L2"),
             Lever("block", "any", "threads per group"),
         ),
         "compute": (Lever("vec", "up", "fewer instructions per element"),),
@@ -354,7 +405,14 @@ class GroupNormTemplate(Template):
             "vec": vec_widths(dtype_of(card)),
             "split": (1, 2, 4, 8),
             "welford": (0, 1),
+            "minb": MINB,
         }
+
+    def canonical(self, card: OperatorCard, params: Params) -> Params:
+        """minb only matters for smem and bulk, and only where it leaves a tail (a whole slice is the kernel of 0)."""
+        if params["strategy"] not in TAILED or not has_tail(card, params):
+            return {**params, "minb": 0}
+        return dict(params)
 
     def problem(self, card: OperatorCard, params: Params) -> str | None:
         vec, block = int(params["vec"]), int(params["block"])
@@ -363,11 +421,19 @@ class GroupNormTemplate(Template):
         vec_bytes = vec * ELEMENT_BYTES[dtype_of(card)]
         if params["strategy"] == "registers" and kept_registers(card, params) > min(255, REGISTERS_PER_SM // block):
             return f"{kept_items(card, params) * vec} values a thread do not fit in registers at block {block}"
-        if params["strategy"] in CP_ASYNC:
-            if vec_bytes not in CP_ASYNC_BYTES:
-                return f"cp.async copies {CP_ASYNC_BYTES} bytes, not a {vec_bytes}-byte vector"
-            if kept_bytes(card, params) > MAX_DYNAMIC_SHARED:
-                return f"{kept_bytes(card, params)} bytes of kept slices do not fit in shared memory"
+        if params["strategy"] in CP_ASYNC and vec_bytes not in CP_ASYNC_BYTES:
+            return f"cp.async copies {CP_ASYNC_BYTES} bytes, not a {vec_bytes}-byte vector"
+        if params["strategy"] == "bulk" and vec_bytes != 16:
+            return f"a bulk copy moves 16-byte units from 16-byte boundaries, not {vec_bytes}-byte chunks"
+        if params["strategy"] in SHARED and kept_bytes(card, params) > MAX_DYNAMIC_SHARED:
+            return f"{kept_bytes(card, params)} bytes of kept slices do not fit in shared memory"
+        minb = int(params["minb"])
+        if has_tail(card, params) and 2 * on_chip_chunks(card, params) < slice_chunks(card, params):
+            return f"minb {minb} keeps less of a slice than it leaves in memory (L2 holds the tails of a few)"
+        if minb and minb * block > THREADS_PER_SM:
+            return f"minb {minb} x block {block} exceeds {THREADS_PER_SM} threads an SM"
+        if minb and resident_blocks(card, params) < minb:
+            return f"the registers of block {block} allow {resident_blocks(card, params)} blocks an SM, not minb {minb}"
         return None
 
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
@@ -385,18 +451,24 @@ class GroupNormTemplate(Template):
         if strategy == "reread":
             body = REREAD_STATS[int(welford)]
             normalise = REREAD_NORMALISE
-            kept, headers, defines, shared_bytes = "", "", "", 0
+            kept, headers, defines, shared_bytes, tail = "", "", "", 0, False
         else:
-            body = "" if pipelined else ON_CHIP_SLICE + KEEP[strategy]
-            body += _on_chip_stats(strategy, welford, stats)
-            normalise = _over_kept(strategy, ON_CHIP_NORMALISE)
+            tail = has_tail(card, params)
+            keep = "" if pipelined else _keep(strategy, "on_chip" if tail else "kept_chunks", wait=not tail)
+            body = "" if pipelined else ON_CHIP_SLICE + (TAIL if tail else "") + keep
+            body += _on_chip_stats(strategy, welford, stats, tail)
+            normalise = _over_kept(strategy, ON_CHIP_NORMALISE, tail)
             buffer = "kept_buf" if pipelined else "kept"
-            kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in CP_ASYNC else ""
-            headers = "#include <cuda_pipeline.h>\n" if strategy in CP_ASYNC else ""
-            shared_bytes = kept_bytes(card, params) if strategy in CP_ASYNC else 0
+            kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in SHARED else ""
+            kept += BARRIER if strategy == "bulk" else ""
+            headers = {"bulk": "#include <cuda/barrier>\n"}.get(strategy, "#include <cuda_pipeline.h>\n")
+            headers = headers if strategy in SHARED else ""
+            shared_bytes = kept_bytes(card, params) if strategy in SHARED else 0
             defines = f"#define ITEMS {kept_items(card, params)}\n#define HW {card.sizes['h'] * card.sizes['w']}\n"
             if pipelined:
                 defines += f"#define SLICE {slice_chunks(card, params)}\n"
+            if tail:
+                defines += f"#define KEPT {on_chip_chunks(card, params)}  // {params['minb']} blocks an SM\n"
         if split > 1:
             cluster = cluster_reduce(reused=pipelined)
             # Before __global__: the source check's CUDA grammar misreads it after the return type.
@@ -424,7 +496,8 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
         else:
             arrive, wait = EXIT_BARRIER if split > 1 else ("", "")
             kernel = f"const long long gid = blockIdx.x / SPLIT;\n{group}{body}{arrive}{stat_writes}{normalise}{wait}"
-        source = f"""// group_norm ({dtype}, fp32 math): {strategy}: {WHERE[strategy]}; {split} block(s) per group,
+        where = WHERE[strategy] + (f" (its first {on_chip_chunks(card, params)} chunks)" if tail else "")
+        source = f"""// group_norm ({dtype}, fp32 math): {strategy}: {where}; {split} block(s) per group,
 // {vec}-element vectors, {state} statistics.
 // Generated by the template proposer.
 {headers}{prelude(dtype, vec)}#define BLOCK {block}
@@ -456,18 +529,26 @@ const long long hi = nchunk * (rank + 1) / SPLIT;
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
         """Fastest measured first: x read once, a 512 KB group's slices of 64 KB kept across a cluster of 8 in
-        shared memory, one group a cluster (3 blocks an SM: the best on the H200 at 51% of the copy ceiling, its load
-        and store phases apart), then in registers (1 block an SM); then the kernels that read x again (a group
-        whole a block, 50% on the H200); last the slices double-buffered by persistent clusters (the next group
-        loading while one is normalised), which measured 2.1x the best on the H200."""
+        shared memory, one group a cluster, two-pass statistics (3 blocks an SM: 100.8 us on the H200, 64% of the
+        copy ceiling, its load, reduce and store phases apart); then each slice copied in bulk by one thread (a
+        hand-written kernel of that kind took 91.8 us on the H200, the template's is not yet measured); then both
+        with 4 blocks an SM, each keeping 55 KB of its slice and reading the rest from memory (a shorter last wave,
+        more blocks to overlap the phases; not yet run on the H200); Welford's one reduction (107.4 us); registers
+        (1 block an SM); then the kernels that read x again (114.8 us at best); last the slices double-buffered by
+        persistent clusters (the next group loading while one is normalised), 2.4x the best's time on the H200."""
         vec = max(vec_widths(dtype_of(card)))
-        return [
-            {"strategy": "smem", "block": 256, "vec": vec, "split": 8, "welford": 1},
+        cluster = {"block": 256, "vec": vec, "split": 8}
+        seeds: list[Params] = [
+            {"strategy": "smem", **cluster, "welford": 0},
+            {"strategy": "bulk", **cluster, "welford": 0},
+            {"strategy": "bulk", **cluster, "welford": 0, "minb": 4},
+            {"strategy": "smem", **cluster, "welford": 0, "minb": 4},
+            {"strategy": "smem", **cluster, "welford": 1},
             {"strategy": "registers", "block": 1024, "vec": vec, "split": 8, "welford": 1},
+            {"strategy": "reread", "block": 512, "vec": vec, "split": 4, "welford": 0},
             {"strategy": "reread", "block": 512, "vec": vec, "split": 1, "welford": 1},
             {"strategy": "reread", "block": 1024, "vec": vec, "split": 2, "welford": 0},
-            {"strategy": "reread", "block": 256, "vec": vec, "split": 4, "welford": 1},
             {"strategy": "reread", "block": 256, "vec": 1, "split": 8, "welford": 1},
-            {"strategy": "smem", "block": 512, "vec": vec, "split": 8, "welford": 0},
-            {"strategy": "pipelined", "block": 256, "vec": vec, "split": 8, "welford": 0},
+            {"strategy": "pipelined", **cluster, "welford": 0},
         ]
+        return [{"minb": 0, **p} for p in seeds]
