@@ -243,8 +243,8 @@ def owners(card: OperatorCard, params: Params, items: int) -> np.ndarray:
         lo, hi = nchunk * rank // split, nchunk * (rank + 1) // split
         kept = offsets[offsets < min(hi - lo, on_chip)]
         counts += np.bincount(lo + kept, minlength=nchunk)
-        for thread in range(block):  # the tail loop: r = KEPT + thread, r < hi - lo, r += block
-            counts += np.bincount(lo + np.arange(on_chip + thread, hi - lo, block), minlength=nchunk)
+        tail = (on_chip + np.arange(block)[:, None] + np.arange(-(-(hi - lo) // block))[None, :] * block).ravel()
+        counts += np.bincount(lo + tail[tail < hi - lo], minlength=nchunk)  # r = KEPT + t; r < hi - lo; r += block
     return counts
 
 
