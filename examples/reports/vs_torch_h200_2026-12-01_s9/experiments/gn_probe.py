@@ -4,9 +4,12 @@ import numpy as np, cupy as cp, torch
 from cuda.bindings import driver as cu
 N, C, H, W, G = 8, 512, 128, 128, 32
 src = "exp/gn_tma.cu"
-configs = [  # S, block, stages, tma_store, minb, clusters, ilp, splitsync
-    (8, 256, 1, 0, 3, 256, 0, 0), (8, 256, 1, 0, 3, 256, 0, 1), (8, 256, 1, 0, 3, 256, 1, 1), (8, 256, 1, 1, 3, 256, 1, 1),
-    (8, 512, 1, 0, 3, 256, 1, 1), (4, 256, 1, 0, 1, 256, 1, 1), (4, 512, 1, 0, 1, 256, 1, 1), (16, 256, 1, 0, 6, 256, 1, 1), (8, 128, 1, 0, 3, 256, 1, 1),
+configs = [  # S, block, stages, tma_store, minb, clusters, ilp, splitsync, keep chunks, prefetch
+    (8, 256, 1, 0, 3, 256, 0, 1, 0, 0),
+    (8, 256, 1, 0, 4, 256, 0, 1, 3520, 0), (8, 256, 1, 0, 4, 256, 0, 1, 3520, 1),
+    (8, 256, 1, 0, 5, 256, 0, 1, 2816, 0), (8, 256, 1, 0, 5, 256, 0, 1, 2816, 1),
+    (8, 256, 1, 0, 6, 256, 0, 1, 2304, 1), (8, 128, 1, 0, 8, 256, 0, 1, 1728, 1), (8, 128, 1, 0, 6, 256, 0, 1, 2304, 1),
+    (8, 128, 1, 0, 4, 256, 0, 1, 3520, 1), (4, 256, 1, 0, 2, 256, 0, 1, 7104, 1), (4, 512, 1, 0, 2, 256, 0, 1, 7104, 1),
 ]
 old_configs = [
     (8, 256, 1, 0, 3, 256, 0), (8, 256, 1, 0, 3, 256, 1), (8, 256, 1, 1, 3, 256, 1),
@@ -21,16 +24,16 @@ flush = cp.empty(256 << 20, dtype=cp.uint8)
 p = lambda t: np.uint64(t.data_ptr())
 from concurrent.futures import ThreadPoolExecutor
 def prebuild(job):
-    (S, block, stages, ts, minb, clusters, ilp, sp), probe = job
-    out = f"/tmp/probe_{S}_{block}_{stages}_{ts}_{probe}_{ilp}_{minb}_{sp}.cubin"
-    subprocess.run(["nvcc", "-cubin", "-O3", "-arch=sm_90", f"-DS={S}", f"-DBLOCK={block}", f"-DSTAGES={stages}", f"-DTMA_STORE={ts}", "-DSTCS=0", f"-DMINB={minb}", f"-DPROBE={probe}", f"-DILP={ilp}", f"-DSPLITSYNC={sp}", src, "-o", out], capture_output=True, text=True)
+    (S, block, stages, ts, minb, clusters, ilp, sp, keep, pf), probe = job
+    out = f"/tmp/probe_{S}_{block}_{stages}_{ts}_{probe}_{ilp}_{minb}_{sp}_{keep}_{pf}.cubin"
+    subprocess.run(["nvcc", "-cubin", "-O3", "-arch=sm_90", f"-DS={S}", f"-DBLOCK={block}", f"-DSTAGES={stages}", f"-DTMA_STORE={ts}", "-DSTCS=0", f"-DMINB={minb}", f"-DPROBE={probe}", f"-DILP={ilp}", f"-DSPLITSYNC={sp}", f"-DKEEP_CHUNKS={keep}", f"-DPREFETCH={pf}", src, "-o", out], capture_output=True, text=True)
 with ThreadPoolExecutor(16) as ex: list(ex.map(prebuild, [(c, p) for c in configs for p in (0,)]))
-for S, block, stages, ts, minb, clusters, ilp, sp in configs:
-    slice_bytes = (C // G) * H * W * 2 // S
+for S, block, stages, ts, minb, clusters, ilp, sp, keep, pf in configs:
+    slice_bytes = (C // G) * H * W * 2 // S if not keep else keep * 16
     res = {}
     for probe in (0,):
-        out = f"/tmp/probe_{S}_{block}_{stages}_{ts}_{probe}_{ilp}_{minb}_{sp}.cubin"
-        r = subprocess.run(["true"]) if os.path.exists(out) else subprocess.run(["nvcc", "-cubin", "-O3", "-arch=sm_90", f"-DS={S}", f"-DBLOCK={block}", f"-DSTAGES={stages}", f"-DTMA_STORE={ts}", "-DSTCS=0", f"-DMINB={minb}", f"-DPROBE={probe}", f"-DILP={ilp}", f"-DSPLITSYNC={sp}", src, "-o", out], capture_output=True, text=True)
+        out = f"/tmp/probe_{S}_{block}_{stages}_{ts}_{probe}_{ilp}_{minb}_{sp}_{keep}_{pf}.cubin"
+        r = subprocess.run(["true"]) if os.path.exists(out) else subprocess.run(["nvcc", "-cubin", "-O3", "-arch=sm_90", f"-DS={S}", f"-DBLOCK={block}", f"-DSTAGES={stages}", f"-DTMA_STORE={ts}", "-DSTCS=0", f"-DMINB={minb}", f"-DPROBE={probe}", f"-DILP={ilp}", f"-DSPLITSYNC={sp}", f"-DKEEP_CHUNKS={keep}", f"-DPREFETCH={pf}", src, "-o", out], capture_output=True, text=True)
         if r.returncode: print("build failed", r.stderr[-400:]); break
         fn = cp.RawModule(path=out).get_function("gn_tma")
         smem = stages * slice_bytes
@@ -45,7 +48,7 @@ for S, block, stages, ts, minb, clusters, ilp, sp in configs:
             flush.fill(0); a, b = cp.cuda.Event(), cp.cuda.Event(); a.record(); fn((grid,), (block,), args, shared_mem=smem); b.record(); b.synchronize(); ts_.append(cp.cuda.get_elapsed_time(a, b) * 1000)
         err = (y.float() - ref).abs().max().item()
         res[probe] = float(np.median(ts_[3:]))
-        print(f"S={S} block={block} ts={ts} minb={minb} ilp={ilp} splitsync={sp}: {res[0]:.1f} us {268435456 / res[0] / 4195e3 * 100:.1f}%  err {err:.3g}", flush=True)
+        print(f"S={S} block={block} ts={ts} minb={minb} ilp={ilp} splitsync={sp} keep={keep} prefetch={pf}: {res[0]:.1f} us {268435456 / res[0] / 4195e3 * 100:.1f}%  err {err:.3g}", flush=True)
         if probe:
             pr = buf.view(grid, 2, 8).cpu().numpy().astype(np.int64)
             it0 = pr[:, 0]

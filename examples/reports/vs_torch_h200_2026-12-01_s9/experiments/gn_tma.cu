@@ -9,6 +9,12 @@
 #ifndef SPLITSYNC
 #define SPLITSYNC 0
 #endif
+#ifndef KEEP_CHUNKS
+#define KEEP_CHUNKS 0
+#endif
+#ifndef PREFETCH
+#define PREFETCH 0
+#endif
 #ifndef PROBE
 #define PROBE 0
 #endif
@@ -80,7 +86,8 @@ extern "C" __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(BLOCK, MI
   const int cpg = c / groups;
   const long long len = (long long)cpg * hw;
   const int chunks = (int)(len / 8 / S);
-  const uint32_t bytes = (uint32_t)chunks * 16u;
+  const int kept = (KEEP_CHUNKS > 0 && KEEP_CHUNKS < chunks) ? KEEP_CHUNKS : chunks;  // the rest is read from global
+  const uint32_t bytes = (uint32_t)kept * 16u;
   const long long nclusters = gridDim.x / S;
   const long long g0 = blockIdx.x / S;
   if (threadIdx.x == 0) {
@@ -93,7 +100,7 @@ extern "C" __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(BLOCK, MI
       const long long g = g0 + s * nclusters;
       if (g < total) {
         mbar_expect_tx(&bar[s], bytes);
-        tma_load(buf + s * chunks, x + g * len + (long long)rank * chunks * 8, bytes, &bar[s]);
+        tma_load(buf + s * kept, x + g * len + (long long)rank * chunks * 8, bytes, &bar[s]);
       }
     }
   }
@@ -101,14 +108,21 @@ extern "C" __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(BLOCK, MI
   STAMP(0); STAMP(7);
   for (long long g = g0; g < total; g += nclusters, ++it) {
     const int s = it % STAGES;
-    V8* sl = buf + s * chunks;
+    V8* sl = buf + s * kept;
+    const V8* gsl = reinterpret_cast<const V8*>(x + g * len + (long long)rank * chunks * 8);
     const float pivot = __bfloat162float(x[g * len]);
+#if PREFETCH
+    for (int l = threadIdx.x; l < (chunks - kept + 7) / 8; l += BLOCK) {  // the tail's 128-byte lines, into L2
+      asm volatile("prefetch.global.L2::evict_last [%0];" ::"l"(gsl + kept + l * 8));
+    }
+#endif
     STAMP(1);
     mbar_wait(&bar[s], (uint32_t)((it / STAGES) & 1));
     STAMP(2);
     F2 acc = {0.f, 0.f};
     for (int i = threadIdx.x; i < chunks; i += BLOCK) {
-      const V8 v = sl[i];
+      V8 v;
+      if (i < kept) v = sl[i]; else *reinterpret_cast<int4*>(&v) = __ldg(reinterpret_cast<const int4*>(gsl) + i);
 #if !ILP
 #pragma unroll
       for (int j = 0; j < 8; ++j) { const float f = __bfloat162float(v.v[j]); acc.a += f - pivot; acc.b += f; }
@@ -127,7 +141,8 @@ extern "C" __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(BLOCK, MI
     const float mean = pivot + sums.a / (float)len;
     F2 q = {0.f, 0.f};
     for (int i = threadIdx.x; i < chunks; i += BLOCK) {
-      const V8 v = sl[i];
+      V8 v;
+      if (i < kept) v = sl[i]; else *reinterpret_cast<int4*>(&v) = __ldg(reinterpret_cast<const int4*>(gsl) + i);
 #pragma unroll
 #if !ILP
       for (int j = 0; j < 8; ++j) { const float d = __bfloat162float(v.v[j]) - mean; q.a += d * d; }
@@ -149,7 +164,8 @@ extern "C" __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(BLOCK, MI
     for (int i = threadIdx.x; i < chunks; i += BLOCK) {
       const int ch = c0 + (first + i * 8) / hw;
       const float ga = __bfloat162float(gamma[ch]) * rstd, be = __bfloat162float(beta[ch]);
-      V8 v = sl[i];
+      V8 v;
+      if (i < kept) v = sl[i]; else *reinterpret_cast<int4*>(&v) = __ldg(reinterpret_cast<const int4*>(gsl) + i);
 #pragma unroll
       for (int j = 0; j < 8; ++j) v.v[j] = __float2bfloat16_rn(fmaf(__bfloat162float(v.v[j]) - mean, ga, be));
 #if TMA_STORE
@@ -181,7 +197,7 @@ extern "C" __global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(BLOCK, MI
           asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
           const int ps = (it - 1) % STAGES;
           mbar_expect_tx(&bar[ps], bytes);
-          tma_load(buf + ps * chunks, x + gn * len + (long long)rank * chunks * 8, bytes, &bar[ps]);
+          tma_load(buf + ps * kept, x + gn * len + (long long)rank * chunks * 8, bytes, &bar[ps]);
         }
       }
     }
