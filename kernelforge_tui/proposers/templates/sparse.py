@@ -44,6 +44,8 @@ round trips while the GPU idles.
   keeps every block's shared memory until the others have read it. Blocks with an empty range (a cluster of fewer
   entries than blocks) add zeros. Each block keeps the row pointers and sums of all the cluster's rows (a block's
   range may hold most of them when another's is one long row): cluster * rpb rows within the static shared memory.
+  On the H200's 2^22-row card every balanced kernel was right and none beat stream (511 us at best, stream 489
+  us): that fixed cost per block grows with the cluster while the block's entries shrink.
 All take `hint` (`stream`: values and col_idx, read once, with evict-first loads, and x through the read-only
 path, so x stays in L2; `plain`: ordinary loads) and `minb` (the __launch_bounds__ blocks per SM). Vector loads
 need vec to divide nnz (a chunk from a multiple of vec then never passes the arrays' end; row_ptr[nrows] = nnz).
