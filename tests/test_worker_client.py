@@ -53,10 +53,15 @@ async def test_answers_are_typed(monkeypatch: pytest.MonkeyPatch) -> None:
 async def test_hung_worker_is_killed_with_its_whole_process_group(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    pidfile = tmp_path / "pids"
-    monkeypatch.setenv("FAKE_WORKER_MODE", "hang")
+    pidfile, mode = tmp_path / "pids", tmp_path / "mode"
+    monkeypatch.setenv("FAKE_WORKER_MODE_FILE", str(mode))
     monkeypatch.setenv("FAKE_WORKER_PIDFILE", str(pidfile))
     worker = GpuWorker(argv=FAKE)
+    # Up and answering first, so the timeout below runs out on the hang, not on a slow start (a loaded CI machine
+    # once took more than 1.5 s to start the stand-in, which then never wrote its pids).
+    mode.write_text("ok")
+    assert isinstance(await worker.request(REQUEST, timeout_s=60), EvalResult)
+    mode.write_text("hang")
     started = time.monotonic()
     with pytest.raises(WorkerTimeout, match=r"no answer within 1\.5 s"):
         await worker.request(REQUEST, timeout_s=1.5)
