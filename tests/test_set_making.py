@@ -47,12 +47,15 @@ def test_sets_are_made_side_by_side_and_come_back_in_order(many_cpus: None) -> N
 
 def test_a_set_that_fails_to_be_made_raises_its_error_and_the_sets_not_begun_are_not_made(many_cpus: None) -> None:
     made: list[str] = []
-    gate = threading.Event()
+    gate, second_begun = threading.Event(), threading.Event()
 
     def broken() -> str:
+        second_begun.wait(timeout=30)  # the error comes while the other thread is making a set
         raise CardError(Path("card.toml"), "reference.function", "it returned None", "return a dict")
 
     def slow(name: str) -> str:
+        if name == "second":
+            second_begun.set()
         gate.wait(timeout=3)  # both threads stay busy while the error is raised and the rest cancelled
         made.append(name)
         return name
@@ -61,7 +64,9 @@ def test_a_set_that_fails_to_be_made_raises_its_error_and_the_sets_not_begun_are
     makers = [broken, lambda: slow("second"), lambda: slow("third"), *later]
     with pytest.raises(CardError, match="it returned None"):
         make_side_by_side(makers, set_bytes=1, at_once=2)
-    assert sorted(made) == ["second", "third"]
+    # The set begun beside the error is made; the freed thread may have begun the third before the rest were
+    # cancelled (a race between it and the raising thread); no later set is begun.
+    assert made[:1] == ["second"] and set(made) <= {"second", "third"}, made
 
 
 def same(a: Arrays, b: Arrays) -> bool:
