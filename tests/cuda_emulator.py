@@ -221,6 +221,26 @@ void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned 
         }
     }
 }
+// A launch that a clustered kernel makes twice, its blocks in one order and then the other (`order`): the
+// output's bytes must come out the same (a block's results do not depend on when the others run), else some were
+// written by two blocks. `before` readies the output for each launch.
+void launch_in_both_orders(unsigned grid, unsigned block, const std::function<void()>& body, unsigned cluster,
+                           const void* output, size_t bytes, const std::string& name,
+                           const std::function<void()>& before = [] {}) {
+    std::vector<char> first;
+    for (order = 0; order < (cluster > 1 ? 2u : 1u); ++order) {
+        before();
+        launch(grid, block, body, cluster);
+        const char* now = static_cast<const char*>(output);
+        if (order == 0) {
+            first.assign(now, now + bytes);
+        } else if (std::memcmp(first.data(), now, bytes) != 0) {
+            std::fprintf(stderr, "the output differs with the cluster's blocks in the other order: %s\n", name.c_str());
+            std::exit(4);
+        }
+    }
+    order = 0;
+}
 // A barrier over the cluster's every thread (cluster.sync()).
 void cluster_sync() {
     const long generation = cluster_generation;
@@ -393,17 +413,21 @@ STATIC_SHARED = re.compile(r"__shared__ ([^;\[=]+?) (\w+)((?:\[[^\];]+\])*);")
 """A static __shared__ declaration: its type, name and dimensions."""
 
 
-def per_block_shared(source: str) -> str:
-    """A clustered kernel's static __shared__ arrays as references into the running block's arena (emu::shared),
-    at offsets reserved once per declaration, so each block of a cluster has its own; map_shared_rank then finds
-    the same array in another block's arena."""
+def per_block_shared(source: str, shared_bytes: int) -> str:
+    """A clustered kernel's __shared__ arrays as references into the running block's arena (emu::shared), at
+    offsets reserved once per declaration (a dynamic one `shared_bytes` long), so each block of a cluster has its
+    own; map_shared_rank then finds the same array in another block's arena."""
 
     def declare(m: re.Match[str]) -> str:
         kind, name = f"{m[1]}{m[3]}", m[2]
         at = f"static const size_t {name}_at = emu::reserve(sizeof({kind}));"
         return f"{at} auto& {name} = emu::shared<{kind}>({name}_at);"
 
-    source = STATIC_SHARED.sub(declare, source)
+    def declare_dynamic(m: re.Match[str]) -> str:
+        at = f"static const size_t {m[2]}_at = emu::reserve({max(shared_bytes, 16)});"
+        return f"{at}\n{m[1]}* const {m[2]} = &emu::shared<{m[1]}>({m[2]}_at);"
+
+    source = STATIC_SHARED.sub(declare, DYNAMIC_SHARED.sub(declare_dynamic, source))
     if "__shared__" in source:
         raise ValueError("a clustered kernel's __shared__ declaration the emulator cannot give each block")
     return source
@@ -415,15 +439,8 @@ def kernel_namespace(index: int, source: str, runner: str, shared_bytes: int = 0
     it (the next kernel may define them again), its dynamic shared memory `shared_bytes` of static storage (what the
     launch would size; static in the kernel, so the block's fibers share it). A clustered kernel's shared memory,
     static and dynamic, is each block's own (`per_block_shared`)."""
-    if "__cluster_dims__" in source:  # each block's own, in its arena (see per_block_shared)
-        source = DYNAMIC_SHARED.sub(
-            lambda m: (
-                f"static const size_t {m[2]}_at = emu::reserve({max(shared_bytes, 16)});\n"
-                f"{m[1]}* const {m[2]} = &emu::shared<{m[1]}>({m[2]}_at);"
-            ),
-            source,
-        )
-        source = per_block_shared(source)
+    if "__cluster_dims__" in source:
+        source = per_block_shared(source, shared_bytes)
     macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})
     source = DYNAMIC_SHARED.sub(
         lambda m: (

@@ -280,18 +280,7 @@ void run(const std::string& dir) {{
     T* mean = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
     T* rstd = aligned<T>(std::vector<char>(sizeof(T) * {groups}));
     // A clustered kernel runs again with its blocks in the other order: y must come out bit for bit the same.
-    std::vector<char> first;
-    for (emu::order = 0; emu::order < (emu_cluster_blocks > 1 ? 2u : 1u); ++emu::order) {{
-        emu::launch({grid}, {block}, [&] {{ {call}; }}, emu_cluster_blocks);
-        const char* bytes = reinterpret_cast<const char*>(y);
-        if (emu::order == 0) {{
-            first.assign(bytes, bytes + sizeof(T) * {elements});
-        }} else if (!std::equal(first.begin(), first.end(), bytes)) {{
-            std::fprintf(stderr, "y differs with the cluster's blocks in the other order: %s\\n", dir.c_str());
-            std::exit(4);
-        }}
-    }}
-    emu::order = 0;
+    emu::launch_in_both_orders({grid}, {block}, [&] {{ {call}; }}, emu_cluster_blocks, y, sizeof(T) * {elements}, dir);
     std::ofstream(dir + "/y.bin", std::ios::binary).write(reinterpret_cast<const char*>(y), sizeof(T) * {elements});
     std::ofstream(dir + "/mean.bin", std::ios::binary).write(reinterpret_cast<const char*>(mean), sizeof(T) * {groups});
     std::ofstream(dir + "/rstd.bin", std::ios::binary).write(reinterpret_cast<const char*>(rstd), sizeof(T) * {groups});

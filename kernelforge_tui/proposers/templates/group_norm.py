@@ -66,7 +66,7 @@ SHARED_PER_SM = 228 * 1024
 BLOCK_OVERHEAD = 2048
 """Shared memory a block takes beside its kept chunks: the 1 KB the hardware reserves and the reductions' scratch."""
 MINB = (0, 4, 8)
-"""smem's blocks an SM (0: as many as whole slices allow)."""
+"""The blocks an SM that smem and bulk size their kept chunks for (0: as many as whole slices allow)."""
 CP_ASYNC_BYTES = (4, 8, 16)
 """The copy sizes of cp.async (__pipeline_memcpy_async): the smem and pipelined strategies copy whole vectors."""
 
@@ -118,6 +118,12 @@ def output_mean(strategy: str, welford: bool) -> str:
     return "mean" if strategy == "reread" else "sums.t / (float)len"
 
 
+HEADERS = {
+    "smem": "#include <cuda_pipeline.h>\n",
+    "pipelined": "#include <cuda_pipeline.h>\n",
+    "bulk": "#include <cuda/barrier>\n",
+}
+"""The headers of the strategies that copy into shared memory (cp.async a thread, or libcu++'s bulk copy)."""
 WAIT = {"smem": "__pipeline_wait_prior(0);\n", "bulk": "bar.arrive_and_wait();\n"}
 """How a thread waits for its block's copies into shared memory."""
 
@@ -281,8 +287,8 @@ def slice_chunks(card: OperatorCard, params: Params) -> int:
 
 
 def on_chip_chunks(card: OperatorCard, params: Params) -> int:
-    """The chunks of a block's slice kept on chip: all of them, or for smem with `minb` blocks an SM as many as let
-    that many blocks share its shared memory (each block also holds its static scratch and the 1 KB the hardware
+    """The chunks of a block's slice kept on chip: all of them, or for smem and bulk with `minb` blocks an SM as many
+    as let that many blocks share its shared memory (each block also holds its static scratch and the 1 KB the hardware
     reserves), the rest of the slice read from memory in every pass."""
     whole = slice_chunks(card, params)
     minb = int(params["minb"])
@@ -303,8 +309,8 @@ def kept_items(card: OperatorCard, params: Params) -> int:
 
 
 def kept_bytes(card: OperatorCard, params: Params) -> int:
-    """Dynamic shared memory of the smem strategy: the kept chunks of the largest slice (two slices for the
-    pipelined one)."""
+    """Dynamic shared memory of the strategies that keep slices there: the kept chunks of the largest slice (two
+    slices for the pipelined one)."""
     buffers = 2 if params["strategy"] == "pipelined" else 1
     return buffers * on_chip_chunks(card, params) * int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
 
@@ -461,8 +467,7 @@ class GroupNormTemplate(Template):
             buffer = "kept_buf" if pipelined else "kept"
             kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in SHARED else ""
             kept += BARRIER if strategy == "bulk" else ""
-            headers = {"bulk": "#include <cuda/barrier>\n"}.get(strategy, "#include <cuda_pipeline.h>\n")
-            headers = headers if strategy in SHARED else ""
+            headers = HEADERS.get(strategy, "")
             shared_bytes = kept_bytes(card, params) if strategy in SHARED else 0
             defines = f"#define ITEMS {kept_items(card, params)}\n#define HW {card.sizes['h'] * card.sizes['w']}\n"
             if pipelined:
