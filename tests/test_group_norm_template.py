@@ -26,6 +26,7 @@ from kernelforge_tui.proposers.templates.group_norm import (
     BLOCK_OVERHEAD,
     CP_ASYNC,
     GPCS,
+    MOMENTS,
     ON_CHIP,
     SHARED,
     SHARED_PER_SM,
@@ -70,17 +71,23 @@ def on_chip(card: OperatorCard) -> list[Params]:
 
 
 def variants(card: OperatorCard) -> list[Params]:
-    """What to build (nvcc takes one to four seconds each): on the captured card one per (strategy, split, welford,
-    minb) it allows; on a small card each strategy once, registers and smem one at split 1 and the other at split 8 (in
-    turns, card by card), welford 1 and 0, pipelined and bulk at the other split of smem's; the widest vector and
-    largest block of each."""
+    """What to build (nvcc takes one to four seconds each): on the captured card one per (strategy, split, moments,
+    minb) it allows, Welford's at minb 0 only; on a small card each strategy once, registers and smem one at split 1
+    and the other at split 8 (in turns, card by card), with the moments in turns too, pipelined and bulk at the other
+    split of smem's; the widest vector and largest block of each."""
     turn = SMALL.index(card) % 2 if card in SMALL else 0
-    wanted = {ON_CHIP[turn]: (1, 1), ON_CHIP[1 - turn]: (8, 0), "pipelined": (8 if turn else 1, turn)}
-    wanted["bulk"] = (8 if turn else 1, 1 - turn)
+    moments = ("welford", "shifted") if turn else ("shifted", "welford")
+    wanted = {ON_CHIP[turn]: (1, moments[0]), ON_CHIP[1 - turn]: (8, moments[1])}
+    wanted["pipelined"] = (8 if turn else 1, "centred")
+    wanted["bulk"] = (8 if turn else 1, moments[1 - turn])
     chosen: dict[tuple[object, ...], Params] = {}
     for params in sorted(on_chip(card), key=lambda p: (int(p["vec"]), int(p["block"]))):
-        if card is CAPTURED or (params["split"], params["welford"]) == wanted[str(params["strategy"])]:
-            chosen[params["strategy"], params["split"], params["welford"], params["minb"]] = params
+        if card is CAPTURED:
+            wanted_here = params["moments"] != "welford" or params["minb"] == 0
+        else:
+            wanted_here = (params["split"], params["moments"]) == wanted[str(params["strategy"])]
+        if wanted_here:
+            chosen[params["strategy"], params["split"], params["moments"], params["minb"]] = params
     return list(chosen.values())
 
 
@@ -128,7 +135,7 @@ def test_the_kept_slice_fits_shared_memory_and_the_plan_asks_for_it(card: Operat
 
 
 def test_slices_that_cannot_stay_on_chip_are_refused() -> None:
-    base: Params = {"block": 1024, "vec": 8, "welford": 1, "minb": 0}
+    base: Params = {"block": 1024, "vec": 8, "moments": "welford", "minb": 0}
     for strategy in ON_CHIP:
         assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 2}) is not None  # 256 KB a block
         assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 8}) is None
@@ -144,19 +151,22 @@ WAIT_SMEM = ("__pipeline_commit();", "__pipeline_wait_prior(0);")
 
 
 def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persistent_clusters() -> None:
-    """The order the H200 measured: smem with two-pass statistics (64% of the copy ceiling), then bulk copies (a
-    hand-written kernel of the kind measured fastest), both again at 4 blocks an SM with part of each slice in
-    memory, Welford's, registers, the rereads, and last the pipelined persistent clusters (2.4x the best's time)."""
+    """The order the H200 measured: the shifted moments in bulk copies and by cp.async (a hand-written kernel of the
+    kind: 79% of the copy ceiling), then the centred ones (bulk 65%, cp.async 64%), both again at 4 blocks an SM
+    with part of each slice in memory, Welford's, registers, the rereads, and last the pipelined persistent clusters
+    (2.4x the best's time)."""
     seeds = TemplateProposer().seeds(CAPTURED)
     base = {"strategy": "smem", "block": 256, "vec": 8, "split": 8}
-    assert seeds[0].params == {**base, "welford": 0, "minb": 0}
-    assert seeds[1].params == {**base, "strategy": "bulk", "welford": 0, "minb": 0}
-    assert seeds[2].params == {**base, "strategy": "bulk", "welford": 0, "minb": 4}
-    assert seeds[3].params == {**base, "welford": 0, "minb": 4}
-    assert seeds[4].params == {**base, "welford": 1, "minb": 0}
-    assert seeds[5].params["strategy"] == "registers"
-    assert {s.params["strategy"] for s in seeds[6:-1]} == {"reread"}  # what worked before stays in the search
-    assert seeds[-1].params == {"strategy": "pipelined", "block": 256, "vec": 8, "split": 8, "welford": 0, "minb": 0}
+    assert seeds[0].params == {**base, "strategy": "bulk", "moments": "shifted", "minb": 0}
+    assert seeds[1].params == {**base, "moments": "shifted", "minb": 0}
+    assert seeds[2].params == {**base, "strategy": "bulk", "moments": "centred", "minb": 0}
+    assert seeds[3].params == {**base, "moments": "centred", "minb": 0}
+    assert seeds[4].params == {**base, "strategy": "bulk", "moments": "centred", "minb": 4}
+    assert seeds[5].params == {**base, "moments": "centred", "minb": 4}
+    assert seeds[6].params == {**base, "moments": "welford", "minb": 0}
+    assert seeds[7].params["strategy"] == "registers"
+    assert {s.params["strategy"] for s in seeds[8:-1]} == {"reread"}  # what worked before stays in the search
+    assert seeds[-1].params == {**base, "strategy": "pipelined", "moments": "centred", "minb": 0}
     pipelined = seeds[-1].source
     assert "__launch_bounds__(256, 1)" in pipelined  # two 64 KB slices: one block an SM
     assert resolve(seeds[-1].plan, CAPTURED).grid[0] == 16 * 8  # 2 clusters of 8 in each of the 8 GPCs
@@ -165,13 +175,13 @@ def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persis
     loop = pipelined[pipelined.index("for (; gid < total; gid += clusters, cur ^= 1)") :]
     assert loop.index("load_slice(kept_buf + (cur ^ 1) * SLICE") < loop.index("__pipeline_wait_prior(1)")
     assert loop.index("__pipeline_wait_prior(1)") < loop.index("widen(kept[r], f)")
-    first = seeds[0].source
+    first = seeds[3].source
     assert "__cluster_dims__(8, 1, 1)" in first and "__pipeline_memcpy_async" in first
     assert "__launch_bounds__(256, 3)" in first  # three 64 KB slices an SM
     assert "fmaf(f[j] - mean, g, b)" in first  # the form that keeps a constant group's beta exact
     assert "f[j] - pivot" in first
     # One bulk copy a block, by one thread, waited for on the block's barrier.
-    bulk = seeds[1].source
+    bulk = seeds[2].source
     assert "#include <cuda/barrier>" in bulk and "__launch_bounds__(256, 3)" in bulk
     assert "cuda::memcpy_async(kept, xs, cuda::aligned_size_t<16>(sizeof(VecT) * kept_chunks), bar);" in bulk
     init = bulk.index("init(&bar, BLOCK);")
@@ -179,7 +189,7 @@ def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persis
     assert bulk.index("cuda::memcpy_async") < bulk.index("bar.arrive_and_wait();") < bulk.index("widen(kept[r], f)")
     # 4 blocks an SM: 3520 of the 4096 chunks (55 KB) in shared memory, the rest loaded while the copies fly.
     for hybrid, (issued, wait) in zip(
-        (seeds[2], seeds[3]), (("cuda::memcpy_async", "bar.arrive_and_wait();"), WAIT_SMEM), strict=True
+        (seeds[4], seeds[5]), (("cuda::memcpy_async", "bar.arrive_and_wait();"), WAIT_SMEM), strict=True
     ):
         source = hybrid.source
         assert "__launch_bounds__(256, 4)" in source and "#define KEPT 3520" in source
@@ -192,15 +202,15 @@ def test_one_cluster_barrier_a_reduction_and_a_split_exit_barrier() -> None:
     """Each reduction of a clustered kernel has a part of its own and waits at one cluster barrier; the exit
     barrier arrives once the parts are read and waits at the end; the persistent kernel, which reduces into the
     same parts group after group, keeps a second barrier."""
-    clustered: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 0, "minb": 0}
-    for welford in (0, 1):
-        source, _ = TEMPLATE.render(CAPTURED, {**clustered, "welford": welford})
+    clustered: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "moments": "centred", "minb": 0}
+    for moments, reductions in (("centred", 2), ("welford", 1), ("shifted", 2)):  # shifted: the second if needed
+        source, _ = TEMPLATE.render(CAPTURED, {**clustered, "moments": moments})
         reduce_all = source[source.index("__device__ __forceinline__ S reduce_all") :]
         reduce_all = reduce_all[: reduce_all.index("\n}\n")]
-        assert reduce_all.count("cluster.sync();") == 1, welford
+        assert reduce_all.count("cluster.sync();") == 1, moments
         calls = [line for line in source.splitlines() if "reduce_all(" in line and "__device__" not in line]
         parts = [line.split("&")[-1].split(")")[0] for line in calls]
-        assert len(parts) == 2 - welford and len(set(parts)) == len(parts), parts  # no part reused
+        assert len(parts) == reductions and len(set(parts)) == len(parts), parts  # no part reused
         arrive = source.index("cg::this_cluster().barrier_arrive();")
         assert all(source.index(line) < arrive for line in calls)
         last = source.rstrip().splitlines()[-2]
@@ -216,7 +226,7 @@ def test_one_cluster_barrier_a_reduction_and_a_split_exit_barrier() -> None:
 def test_minb_keeps_part_of_a_slice_and_matters_only_for_smem() -> None:
     """smem's minb sizes the kept chunks so that many blocks share an SM's shared memory; a value that leaves no
     tail, and every other strategy, is canonically 0; blocks an SM past the threads or the registers are refused."""
-    base: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "welford": 0}
+    base: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "moments": "centred"}
     assert kept_bytes(CAPTURED, {**base, "minb": 4}) == 3520 * 16  # (228 KB / 4 - 2 KB) of the 64 KB slice
     assert kept_bytes(CAPTURED, {**base, "minb": 0}) == 64 * 1024
     assert TEMPLATE.valid(CAPTURED, {**base, "minb": 4}) == {**base, "minb": 4}
@@ -324,15 +334,18 @@ def emulated_variants(card: OperatorCard, patch: pytest.MonkeyPatch) -> list[tup
     blocks a group (smem whole and with a tail, registers, reread), their blocks run together and in both orders;
     then bulk copies, alone and in a cluster, whole and with a tail, on the cards whose chunks are 16 bytes. Each
     variant is rendered as it is chosen, under the shared memory it was chosen with."""
-    kinds = [*itertools.product(CP_ASYNC, (0, 1), (0,), (1,)), ("smem", 0, 4, 1), ("smem", 1, 4, 1)]
-    kinds += [("smem", 0, 0, 2), ("smem", 1, 4, 4), ("registers", 1, 0, 2), ("reread", 0, 0, 4)]  # clusters
-    bulk = [("bulk", 0, 0, 1), ("bulk", 1, 4, 1), ("bulk", 0, 4, 2)]  # 16-byte chunks only
+    kinds = [*itertools.product(CP_ASYNC, MOMENTS, (0,), (1,)), ("smem", "centred", 4, 1), ("smem", "welford", 4, 1)]
+    kinds += [("smem", "shifted", 4, 1), ("reread", "shifted", 0, 1)]
+    kinds += [("smem", "centred", 0, 2), ("smem", "welford", 4, 4), ("smem", "shifted", 4, 2)]  # clusters
+    kinds += [("registers", "welford", 0, 2), ("registers", "shifted", 0, 4), ("reread", "centred", 0, 4)]
+    kinds += [("reread", "shifted", 0, 2)]
+    bulk = [("bulk", "centred", 0, 1), ("bulk", "welford", 4, 1), ("bulk", "centred", 4, 2), ("bulk", "shifted", 0, 2)]
     widths = sorted(TEMPLATE.space(card)["vec"], key=int, reverse=True)
     chosen = []
-    for strategy, welford, minb, split in kinds + bulk:
+    for strategy, moments, minb, split in kinds + bulk:
         found = None
         for vec in widths:
-            params = {"strategy": strategy, "block": 128, "vec": vec, "split": split, "welford": welford, "minb": minb}
+            params = {"strategy": strategy, "block": 128, "vec": vec, "split": split, "moments": moments, "minb": minb}
             patch.setattr(group_norm, "SHARED_PER_SM", shared_for_a_tail(card, params) if minb else SHARED_PER_SM)
             if TEMPLATE.valid(card, params) == params:
                 found = params
@@ -362,7 +375,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, l
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(group_norm, "persistent_clusters", lambda card, params: EMULATED_CLUSTERS)
         chosen = {c.name: (c, emulated_variants(c, patch)) for c in EMULATED}
-        rendered = TEMPLATE.render(EMULATED[0], chosen[EMULATED[0].name][1][2][0])[1]
+        rendered = TEMPLATE.render(EMULATED[0], chosen[EMULATED[0].name][1][3][0])[1]
     assert resolve(rendered, EMULATED[0]).grid[0] == EMULATED_CLUSTERS  # the pipelined variant loops over groups
     programs = {
         name: emulation_source([n for _, n in variants], prelude=EXPF) for name, (_, variants) in chosen.items()

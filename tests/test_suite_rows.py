@@ -243,7 +243,8 @@ def test_softmax_stress_sets_give_what_torch_gives(precision: Precision, tmp_pat
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_layer_norm_stress_sets_give_what_torch_gives(precision: Precision, tmp_path: Path) -> None:
     card, sets = _stress("layer_norm", precision, tmp_path)
-    assert sorted(sets) == sorted(f"stress:{n}" for n in ("large-mean", "equal-rows", "large", "tiny", "nan-inf"))
+    names = ("large-mean", "equal-rows", "large", "tiny", "outliers", "nan-inf")
+    assert sorted(sets) == sorted(f"stress:{n}" for n in names)
     w, b = _weights(card, "w", "b")
     for x, y in sets.values():
         _agrees(card, y, _layer_norm_rows(x, w, b, LAYER_NORM_EPS))
@@ -253,7 +254,7 @@ def test_layer_norm_stress_sets_give_what_torch_gives(precision: Precision, tmp_
     poisoned = ~np.isfinite(x).all(axis=1)
     assert poisoned.any() and (~poisoned).any()
     assert np.isnan(y[poisoned].astype(np.float64)).all() and np.isfinite(y[~poisoned].astype(np.float64)).all()
-    for label in ("stress:large-mean", "stress:large", "stress:tiny"):
+    for label in ("stress:large-mean", "stress:large", "stress:tiny", "stress:outliers"):
         assert np.isfinite(sets[label][1].astype(np.float64)).all(), label
 
 

@@ -187,6 +187,21 @@ def _max_finite(x: np.ndarray, rng: np.random.Generator, lim: Limits) -> None:
     x[pattern == 2] = lim.max
 
 
+OUTLIER_SPREADS = 1000
+"""An outlier lies OUTLIER_SPREADS * sqrt(row length) of its row's spreads away: the row's variance is then its own,
+and moments summed about it cancel by about the row length (see `_outliers`)."""
+
+
+def _outliers(x: np.ndarray, rng: np.random.Generator, lim: Limits) -> None:
+    """One entry a row moved far off: the first in half of the rows (a kernel that sums its moments about the row's
+    first entry, E[d^2] - E[d]^2 of d = x - x[0], cancels there by the row length), any other in the rest."""
+    rows, cols = x.shape
+    spread = x.std(axis=1)
+    magnitude = np.minimum(OUTLIER_SPREADS * math.sqrt(cols) * np.where(spread > 0, spread, 1.0), lim.largest)
+    where = np.where(_patterns(rng, rows, 2) == 0, 0, rng.integers(0, cols, rows))
+    x[np.arange(rows), where] = x.mean(axis=1) + _signs(rng, rows) * magnitude
+
+
 def _nan_inf(x: np.ndarray, rng: np.random.Generator, lim: Limits) -> None:
     rows, cols = x.shape
     pattern = _patterns(rng, rows, 4)
@@ -237,6 +252,11 @@ KINDS: dict[str, Kind] = {
         "the dtype's largest finite value: one entry of a row, a quarter of a row's entries (either sign), "
         "or a whole row",
         _max_finite,
+    ),
+    "outliers": Kind(
+        "one entry a row 1000 * sqrt(row length) of the row's spreads off its mean: the row's first entry in half "
+        "of the rows, any entry in the rest",
+        _outliers,
     ),
     "nan-inf": Kind("one NaN, +inf or -inf in three rows of every four", _nan_inf),
 }
@@ -294,6 +314,9 @@ NORM = {
     "large": "squares overflow fp16 arithmetic beyond 256 and half-precision sums lose the row; fp32 is "
     "exact enough up to 2^-4 * sqrt(FLT_MAX / row length)",
     "tiny": "the variance underflows in fp32 or sits near eps: eps decides",
+    "outliers": "the variance is the outlier's: moments summed about one entry of the row (its first, a cheap "
+    "shift) cancel by about the row length unless the kernel centres them again; two-pass and Welford kernels lose "
+    "nothing",
     "nan-inf": "a NaN or +-inf makes the mean NaN or inf and the whole row NaN, as torch gives",
 }
 NORM_SKIPS = {
@@ -303,6 +326,7 @@ NORM_SKIPS = {
     "zero-rows": "a zero row is one of the equal-rows",
     "max-finite": NO_MAX_FINITE.format(what="sum of squares"),
 }
+NO_SPREAD = "no variance: one large entry is an ordinary input (large covers magnitude)"
 SUMS = {
     "large": "fp32 sums stay exact enough up to 2^-4 * FLT_MAX / row length; half-precision accumulators do not",
     "tiny": "tiny and subnormal outputs: flushing subnormals to zero is within atol, anything worse is not",
@@ -315,6 +339,7 @@ SUMS_SKIPS = {
     "equal-rows": "nothing divides by a spread: a constant is an ordinary input",
     "zero-rows": "nothing divides by a spread: zeros are ordinary inputs",
     "large-mean": "no variance: an average loses nothing to a large mean",
+    "outliers": NO_SPREAD,
     "max-finite": NO_MAX_FINITE.format(what="sum"),
 }
 SCALED_CONSTANT = 2.0**30
@@ -343,6 +368,7 @@ FAMILIES: dict[str, Family] = {
             "large": "shift-invariant and saturating: large-logits covers magnitude",
             "zero-rows": "a zero row is one of the equal-rows",
             "large-mean": "shift-invariant: a row's mean cancels exactly in x - max (large-logits)",
+            "outliers": "one large logit is the max: large-logits and max-finite cover it",
         },
         arithmetic="dtype",
     ),
@@ -361,6 +387,7 @@ FAMILIES: dict[str, Family] = {
             "fully-masked": NOT_SOFTMAX,
             "equal-rows": "no centring: a constant row is an ordinary row (zero-rows is where eps decides)",
             "large-mean": "no centring: nothing cancels",
+            "outliers": "no centring: one large entry only adds to mean(x^2) (large covers magnitude)",
             "max-finite": NO_MAX_FINITE.format(what="sum of squares"),
         },
         arithmetic="squares",
@@ -386,6 +413,7 @@ FAMILIES: dict[str, Family] = {
             "equal-rows": "no rows: every element stands alone",
             "zero-rows": "no rows: every element stands alone",
             "large-mean": "no rows: every element stands alone",
+            "outliers": "no rows: every element stands alone",
         },
         arithmetic="dtype",
         row=_element,

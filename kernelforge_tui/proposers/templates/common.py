@@ -273,6 +273,18 @@ struct Sum2 {
     }
 };
 
+// Three sums in one reduction (group_norm's shifted moments: the sum and squares about its pivot, and its plain sum).
+struct Sum3 {
+    float s, q, t;
+    __device__ static Sum3 combine(Sum3 a, Sum3 b) { return {a.s + b.s, a.q + b.q, a.t + b.t}; }
+    __device__ Sum3 shfl(int src, bool xr) const {
+        return xr ? Sum3{__shfl_xor_sync(FULL_MASK, s, src), __shfl_xor_sync(FULL_MASK, q, src),
+                         __shfl_xor_sync(FULL_MASK, t, src)}
+                  : Sum3{__shfl_sync(FULL_MASK, s, src), __shfl_sync(FULL_MASK, q, src),
+                         __shfl_sync(FULL_MASK, t, src)};
+    }
+};
+
 struct Max {
     float m;
     __device__ static Max combine(Max a, Max b) { return {fmaxf(a.m, b.m)}; }

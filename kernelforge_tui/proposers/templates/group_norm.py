@@ -12,8 +12,17 @@ two slices a block and a persistent grid of clusters, each working through group
 group's slice are in flight, so loads and stores overlap and no last wave idles), `block`, `vec` (must
 divide h*w so a chunk never straddles two channels), `split` (blocks per group: a thread block cluster whose blocks
 merge their partial statistics through distributed shared memory, so a few large groups still fill 132 SMs and a
-512 KB group fits on chip as 8 slices of 64 KB), `welford` (one (count, mean, M2) reduction, or mean then centred
-sum of squares: one more read of x when rereading, one more cluster exchange when kept on chip).
+512 KB group fits on chip as 8 slices of 64 KB), `moments` (how the statistics are reduced: `centred`, the mean,
+then the sum of squares about it, two reductions and two passes; `shifted`, the sums and squares about the group's
+first element in one pass and one reduction, with the centred pass only where that element lies far from the mean;
+`welford`, each thread's (count, mean, M2) merged with Chan's formula in one reduction, two passes).
+
+The shifted moments cost one pass and one reduction (one read of x fewer when rereading, one cluster exchange and
+one pass over the slice fewer when kept on chip): the variance is E[d^2] - E[d]^2 of d = x - pivot, which cancels
+by E[d]^2 / var. The kernel takes it only where E[d]^2 <= SHIFT_LIMIT * var (the pivot within 4 standard deviations
+of the mean; of normal data all but about 1 group in 16,000), so fp32's rounding of the sums is amplified at most 17
+times; elsewhere (an outlier first element) it makes the centred pass too. Every block of a
+cluster merges the same parts in the same order, so all take the same branch.
 
 Clusters are sized at compile time (__cluster_dims__), which a plain launch honours up to the portable 8 blocks;
 16 would need cudaFuncAttributeNonPortableClusterSizeAllowed set on the function, which the worker does not set.
@@ -28,6 +37,7 @@ its value, whatever the count, and a large mean does not swamp the sum.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import ClassVar
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
@@ -65,6 +75,8 @@ SHARED_PER_SM = 228 * 1024
 """Hopper's shared memory per SM: how many blocks keeping their slice there can be resident."""
 BLOCK_OVERHEAD = 2048
 """Shared memory a block takes beside its kept chunks: the 1 KB the hardware reserves and the reductions' scratch."""
+MOMENTS = ("centred", "shifted", "welford")
+"""How the statistics are reduced (see the module's docstring), in the order of the moments lever."""
 MINB = (0, 4, 8)
 """The blocks an SM that smem and bulk size their kept chunks for (0: as many as whole slices allow)."""
 CP_ASYNC_BYTES = (4, 8, 16)
@@ -75,11 +87,11 @@ def working_registers(params: Params) -> int:
     """Registers a thread needs beside the values it keeps (ptxas 13, sm_90, bf16 [8, 512, 128, 128]: 62 at 32 kept
     values with one reduction, 113 at 64 with two; an smem thread, keeping none, 48 to 85 as its chunks go 8 to 16).
     ptxas holds kept values widened to fp32 across the passes, so registers keep one value each, not two bf16."""
-    return 32 if params["welford"] and params["strategy"] == "registers" else 48
+    return 32 if params["moments"] == "welford" and params["strategy"] == "registers" else 48
 
 
 REREAD_STATS = {
-    1: """Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};
+    "welford": """Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};
 for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
  float f[VEC];
  load_chunk(xg, i, f);
@@ -89,7 +101,7 @@ acc = reduce_all(acc, red, &part);
 const float mean = acc.mean;
 const float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);
 """,
-    0: """float sum = 0.0f;
+    "centred": """float sum = 0.0f;
 for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
  float f[VEC];
  load_chunk(xg, i, f);
@@ -109,13 +121,13 @@ const float rstd = rsqrtf(reduce_all(Sum{sq}, red, &part_q).s / (float)len + 1e-
 }
 
 
-def output_mean(strategy: str, welford: bool) -> str:
+def output_mean(strategy: str, moments: str) -> str:
     """The statistics output's mean: the plain sum's. Normalising wants the mean about the pivot or Chan's merged
     mean (a large mean swamps a plain sum), but either misses a mean near zero of large values by more than its own
     tolerance (fp32's merged mean failed stress:large on the H200; the pivot's sum did in emulation)."""
-    if welford:
+    if moments == "welford":
         return "acc.sum_mean()"
-    return "mean" if strategy == "reread" else "sums.t / (float)len"
+    return "mean" if strategy == "reread" and moments == "centred" else "sums.t / (float)len"
 
 
 HEADERS = {
@@ -242,15 +254,50 @@ def _each(stmt: str) -> str:
     return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
 
 
-def _on_chip_stats(storage: str, welford: bool, stats: bool, tail: bool) -> str:
+SHIFT_LIMIT = 16
+"""The largest E[d]^2 / var (d = x - pivot) at which the shifted moments stand without a centred pass."""
+
+
+def shifted_stats(over: Callable[[str, bool], str], stats: bool) -> str:
+    """The shifted moments (see the module's docstring): one pass of sums and squares about the pivot, one
+    reduction; a centred pass and reduction more only where the pivot lies far from the mean. `over(body, first)`
+    is the pass over the thread's chunks, each widened into f."""
+    raw = " raw += f[j];" if stats else ""
+    return (
+        "const float pivot = to_f(xg[0]);\n"
+        + f"float s = 0.0f, q = 0.0f{', raw = 0.0f' if stats else ''};\n"
+        + over(_each(f"const float d = f[j] - pivot; s += d; q += d * d;{raw}"), True)
+        + f"const Sum3 sums = reduce_all(Sum3{{s, q, {'raw' if stats else '0.0f'}}}, red3, &part3);\n"
+        + "const float shift = sums.s / (float)len;\nconst float mean = pivot + shift;\n"
+        + "float var = fmaxf(sums.q / (float)len - shift * shift, 0.0f);\n"
+        + f"if (shift * shift > {SHIFT_LIMIT}.0f * var) {{  // the pivot is far from the mean: E[d]^2 would cancel\n"
+        + "float centred = 0.0f;\n"
+        + over(_each("const float d = f[j] - mean; centred += d * d;"), False)
+        + "var = reduce_all(Sum{centred}, red, &part_q).s / (float)len;\n}\n"
+        + "const float rstd = rsqrtf(var + 1e-5f);\n"
+    )
+
+
+REREAD_PASS = """for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {{
+ float f[VEC];
+ load_chunk(xg, i, f);
+ {body}}}
+"""
+"""A pass over the thread's chunks of the group, read from memory."""
+
+
+def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool) -> str:
     """Statistics of the kept slice, summed about the group's first element (see the module's docstring).
 
     welford: each thread's (count, mean about the group's first element, M2, plain sum) from two passes over its own
-    chunks, merged with Chan's formula in one block and cluster reduction; else the group's mean, then the centred
-    squares: two reductions, exact. With the statistics outputs the first also sums the plain values (`output_mean`).
+    chunks, merged with Chan's formula in one block and cluster reduction; shifted: see shifted_stats; centred: the
+    group's mean, then the centred squares: two reductions, exact. With the statistics outputs the first also sums the
+    plain values (`output_mean`).
     """
+    if moments == "shifted":
+        return shifted_stats(lambda body, first: _over_kept(storage, body, tail, first), stats)
     pivot = "const float pivot = to_f(xg[0]);\nfloat s = 0.0f;\n"
-    if welford:
+    if moments == "welford":
         return (
             pivot
             + "float cnt = 0.0f, raw = 0.0f;\n"
@@ -378,7 +425,7 @@ class GroupNormTemplate(Template):
     levers: ClassVar[Levers] = {
         "memory_bandwidth": (
             Lever("strategy", "up", "x read once, kept on chip"),
-            Lever("welford", "up", "statistics in one reduction: one read or cluster exchange fewer"),
+            Lever("moments", "up", "statistics in one reduction: one read or cluster exchange fewer"),
             Lever("vec", "up", "wider accesses"),
         ),
         "memory_latency": (
@@ -410,7 +457,7 @@ class GroupNormTemplate(Template):
             "block": (128, 256, 512, 1024),
             "vec": vec_widths(dtype_of(card)),
             "split": (1, 2, 4, 8),
-            "welford": (0, 1),
+            "moments": MOMENTS,
             "minb": MINB,
         }
 
@@ -445,24 +492,31 @@ class GroupNormTemplate(Template):
     def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
         block, vec, split = int(params["block"]), int(params["vec"]), int(params["split"])
-        strategy, welford = str(params["strategy"]), bool(params["welford"])
+        strategy, moments = str(params["strategy"]), str(params["moments"])
+        welford = moments == "welford"
         state = "Welford" if welford else "Sum"
         pipelined = strategy == "pipelined"
         stats = len(card.outputs) == 3  # the statistics aten.native_group_norm returns beside y, rounded like y
-        pairs = stats and not welford and strategy != "reread"
+        pairs = stats and moments == "centred" and strategy != "reread"
         shared_pairs = "__shared__ Sum2 red2[32];\n__shared__ Sum2 part2;\n" if pairs else ""
+        if moments == "shifted":
+            shared_pairs = "__shared__ Sum3 red3[32];\n__shared__ Sum3 part3;\n"
         # The first reduction's part (pairs: part2), and the squares' own (a cluster reads each until its exit).
-        parts = "" if pairs else f"__shared__ {state} part;\n"
+        parts = "" if pairs or moments == "shifted" else f"__shared__ {state} part;\n"
         parts += "" if welford else "__shared__ Sum part_q;\n"
         if strategy == "reread":
-            body = REREAD_STATS[int(welford)]
+            body = (
+                shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats)
+                if moments == "shifted"
+                else REREAD_STATS[moments]
+            )
             normalise = REREAD_NORMALISE
             kept, headers, defines, shared_bytes, tail = "", "", "", 0, False
         else:
             tail = has_tail(card, params)
             keep = "" if pipelined else _keep(strategy, "on_chip" if tail else "kept_chunks", wait=not tail)
             body = "" if pipelined else ON_CHIP_SLICE + (TAIL if tail else "") + keep
-            body += _on_chip_stats(strategy, welford, stats, tail)
+            body += _on_chip_stats(strategy, moments, stats, tail)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE, tail)
             buffer = "kept_buf" if pipelined else "kept"
             kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in SHARED else ""
@@ -489,7 +543,7 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
         if stats:
             stat_params = "\n    T* __restrict__ mean_out, T* __restrict__ rstd_out,"
             stat_writes = (
-                f"if (rank == 0 && threadIdx.x == 0) {{ mean_out[gid] = from_f({output_mean(strategy, welford)}); "
+                f"if (rank == 0 && threadIdx.x == 0) {{ mean_out[gid] = from_f({output_mean(strategy, moments)}); "
                 "rstd_out[gid] = from_f(rstd); }\n"
             )
         group = (
@@ -534,26 +588,28 @@ const long long hi = nchunk * (rank + 1) / SPLIT;
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
         """Fastest measured first: x read once, a 512 KB group's slices of 64 KB kept across a cluster of 8 in
-        shared memory, one group a cluster, two-pass statistics (3 blocks an SM: 100.8 us on the H200, 64% of the
-        copy ceiling, its load, reduce and store phases apart); then each slice copied in bulk by one thread (a
-        hand-written kernel of that kind took 91.8 us on the H200, the template's is not yet measured); then both
-        with 4 blocks an SM, each keeping 55 KB of its slice and reading the rest from memory (a shorter last wave,
-        more blocks to overlap the phases; not yet run on the H200); Welford's one reduction (107.4 us); registers
+        shared memory, one group a cluster, the shifted moments (one pass and one cluster exchange; a hand-written
+        kernel with bulk copies: 81.3 us on the H200, 79% of the copy ceiling, against 93.1 us with the centred
+        ones), each slice copied in bulk by one thread, then by cp.async a thread; then the centred moments, in bulk
+        (98.1 us) and by cp.async (100.8 us); both with 4 blocks an SM, each keeping 55 KB of its slice and reading
+        the rest from memory (no faster in the hand-written kernel); Welford's one reduction (107.4 us); registers
         (1 block an SM); then the kernels that read x again (114.8 us at best); last the slices double-buffered by
         persistent clusters (the next group loading while one is normalised), 2.4x the best's time on the H200."""
         vec = max(vec_widths(dtype_of(card)))
         cluster = {"block": 256, "vec": vec, "split": 8}
         seeds: list[Params] = [
-            {"strategy": "smem", **cluster, "welford": 0},
-            {"strategy": "bulk", **cluster, "welford": 0},
-            {"strategy": "bulk", **cluster, "welford": 0, "minb": 4},
-            {"strategy": "smem", **cluster, "welford": 0, "minb": 4},
-            {"strategy": "smem", **cluster, "welford": 1},
-            {"strategy": "registers", "block": 1024, "vec": vec, "split": 8, "welford": 1},
-            {"strategy": "reread", "block": 512, "vec": vec, "split": 4, "welford": 0},
-            {"strategy": "reread", "block": 512, "vec": vec, "split": 1, "welford": 1},
-            {"strategy": "reread", "block": 1024, "vec": vec, "split": 2, "welford": 0},
-            {"strategy": "reread", "block": 256, "vec": 1, "split": 8, "welford": 1},
-            {"strategy": "pipelined", **cluster, "welford": 0},
+            {"strategy": "bulk", **cluster, "moments": "shifted"},
+            {"strategy": "smem", **cluster, "moments": "shifted"},
+            {"strategy": "bulk", **cluster, "moments": "centred"},
+            {"strategy": "smem", **cluster, "moments": "centred"},
+            {"strategy": "bulk", **cluster, "moments": "centred", "minb": 4},
+            {"strategy": "smem", **cluster, "moments": "centred", "minb": 4},
+            {"strategy": "smem", **cluster, "moments": "welford"},
+            {"strategy": "registers", "block": 1024, "vec": vec, "split": 8, "moments": "welford"},
+            {"strategy": "reread", "block": 512, "vec": vec, "split": 4, "moments": "centred"},
+            {"strategy": "reread", "block": 512, "vec": vec, "split": 1, "moments": "welford"},
+            {"strategy": "reread", "block": 1024, "vec": vec, "split": 2, "moments": "centred"},
+            {"strategy": "reread", "block": 256, "vec": 1, "split": 8, "moments": "welford"},
+            {"strategy": "pipelined", **cluster, "moments": "centred"},
         ]
         return [{"minb": 0, **p} for p in seeds]
