@@ -86,8 +86,12 @@ CP_ASYNC_BYTES = (4, 8, 16)
 def working_registers(params: Params) -> int:
     """Registers a thread needs beside the values it keeps (ptxas 13, sm_90, bf16 [8, 512, 128, 128]: 62 at 32 kept
     values with one reduction, 113 at 64 with two; an smem thread, keeping none, 48 to 85 as its chunks go 8 to 16).
-    ptxas holds kept values widened to fp32 across the passes, so registers keep one value each, not two bf16."""
-    return 32 if params["moments"] == "welford" and params["strategy"] == "registers" else 48
+    ptxas holds kept values widened to fp32 across the passes, so registers keep one value each, not two bf16. The
+    shifted moments with a tail (minb) hold the pivot and three sums across the tail's loads: at 64 registers (block
+    256, 4 blocks an SM) ptxas spilled."""
+    if params["moments"] == "welford" and params["strategy"] == "registers":
+        return 32
+    return 72 if params["moments"] == "shifted" and params["minb"] else 48
 
 
 REREAD_STATS = {
@@ -254,6 +258,9 @@ def _each(stmt: str) -> str:
     return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
 
 
+PIVOT = "const float pivot = to_f(xg[0]);  // ahead of the slice's wait, where there is one: its latency hides there\n"
+"""The group's first element, which the statistics are summed about (see the module's docstring). On chip it is
+loaded before the slice's wait: loaded after it, its latency came after the copies' in every block."""
 SHIFT_LIMIT = 16
 """The largest E[d]^2 / var (d = x - pivot) at which the shifted moments stand without a centred pass."""
 
@@ -261,11 +268,10 @@ SHIFT_LIMIT = 16
 def shifted_stats(over: Callable[[str, bool], str], stats: bool) -> str:
     """The shifted moments (see the module's docstring): one pass of sums and squares about the pivot, one
     reduction; a centred pass and reduction more only where the pivot lies far from the mean. `over(body, first)`
-    is the pass over the thread's chunks, each widened into f."""
+    is the pass over the thread's chunks, each widened into f; `PIVOT` comes before."""
     raw = " raw += f[j];" if stats else ""
     return (
-        "const float pivot = to_f(xg[0]);\n"
-        + f"float s = 0.0f, q = 0.0f{', raw = 0.0f' if stats else ''};\n"
+        f"float s = 0.0f, q = 0.0f{', raw = 0.0f' if stats else ''};\n"
         + over(_each(f"const float d = f[j] - pivot; s += d; q += d * d;{raw}"), True)
         + f"const Sum3 sums = reduce_all(Sum3{{s, q, {'raw' if stats else '0.0f'}}}, red3, &part3);\n"
         + "const float shift = sums.s / (float)len;\nconst float mean = pivot + shift;\n"
@@ -296,10 +302,10 @@ def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool) -> str:
     """
     if moments == "shifted":
         return shifted_stats(lambda body, first: _over_kept(storage, body, tail, first), stats)
-    pivot = "const float pivot = to_f(xg[0]);\nfloat s = 0.0f;\n"
+    start = "float s = 0.0f;\n"
     if moments == "welford":
         return (
-            pivot
+            start
             + "float cnt = 0.0f, raw = 0.0f;\n"
             + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];") + " cnt += (float)VEC;\n", tail, True)
             + "const float tmean = cnt > 0.0f ? pivot + s / cnt : 0.0f;\nfloat m2 = 0.0f;\n"
@@ -318,7 +324,7 @@ def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool) -> str:
         first = _over_kept(storage, _each("s += f[j] - pivot;"), tail, True)
         first += "const float mean = pivot + reduce_all(Sum{s}, red, &part).s / (float)len;\n"
     return (
-        pivot
+        start
         + first
         + "float q = 0.0f;\n"
         + _over_kept(storage, _each("const float d = f[j] - mean; q += d * d;"), tail)
@@ -506,7 +512,7 @@ class GroupNormTemplate(Template):
         parts += "" if welford else "__shared__ Sum part_q;\n"
         if strategy == "reread":
             body = (
-                shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats)
+                PIVOT + shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats)
                 if moments == "shifted"
                 else REREAD_STATS[moments]
             )
@@ -515,7 +521,7 @@ class GroupNormTemplate(Template):
         else:
             tail = has_tail(card, params)
             keep = "" if pipelined else _keep(strategy, "on_chip" if tail else "kept_chunks", wait=not tail)
-            body = "" if pipelined else ON_CHIP_SLICE + (TAIL if tail else "") + keep
+            body = PIVOT if pipelined else ON_CHIP_SLICE + PIVOT + (TAIL if tail else "") + keep
             body += _on_chip_stats(strategy, moments, stats, tail)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE, tail)
             buffer = "kept_buf" if pipelined else "kept"
