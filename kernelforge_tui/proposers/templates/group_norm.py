@@ -131,7 +131,9 @@ def output_mean(strategy: str, moments: str) -> str:
     tolerance (fp32's merged mean failed stress:large on the H200; the pivot's sum did in emulation)."""
     if moments == "welford":
         return "acc.sum_mean()"
-    return "mean" if strategy == "reread" and moments == "centred" else "sums.t / (float)len"
+    if moments == "shifted":
+        return "out_mean"
+    return "mean" if strategy == "reread" else "sums.t / (float)len"
 
 
 HEADERS = {
@@ -265,21 +267,43 @@ SHIFT_LIMIT = 16
 """The largest E[d]^2 / var (d = x - pivot) at which the shifted moments stand without a centred pass."""
 
 
-def shifted_stats(over: Callable[[str, bool], str], stats: bool) -> str:
+def shifted_stats(over: Callable[[str, bool], str], stats: bool, chunk_plain: bool) -> str:
     """The shifted moments (see the module's docstring): one pass of sums and squares about the pivot, one
     reduction; a centred pass and reduction more only where the pivot lies far from the mean. `over(body, first)`
-    is the pass over the thread's chunks, each widened into f; `PIVOT` comes before."""
-    raw = " raw += f[j];" if stats else ""
+    is the pass over the thread's chunks, each widened into f; `PIVOT` comes before.
+
+    Each chunk's sum about the pivot is summed apart first (no drift across the thread's chunks). With the
+    statistics outputs the chunk's plain sum is VEC * pivot + that sum, one fma a chunk instead of an add an element
+    (a plain sum an element cost 2.2 us of 87 on the H200), where `chunk_plain`: a 16-bit mean output, whose rounding
+    (2^-9 or 2^-12) dwarfs that fma's (2^-24 of the chunk's sum about the pivot); an fp32 mean output failed
+    stress:large so in emulation, and keeps a plain sum an element. Where the pivot is far from the mean the
+    chunk's sum loses the plain one, so the centred pass sums the plain values too and the mean output is theirs."""
+    each = " raw += f[j];" if stats and not chunk_plain else ""
+    chunk = " float cs = 0.0f;\n" + _each(f"const float d = f[j] - pivot; cs += d; q += d * d;{each}") + " s += cs;\n"
+    chunk += " raw += fmaf((float)VEC, pivot, cs);\n" if stats and chunk_plain else ""
+    if stats:
+        first = "const Sum3 sums = reduce_all(Sum3{s, q, raw}, red3, &part3);\nfloat out_mean = sums.t / (float)len;\n"
+        centred = _each("const float d = f[j] - mean; centred += d * d; plain += f[j];")
+        exact = (
+            "const Sum2 exact = reduce_all(Sum2{centred, plain}, red2, &part2);\n"
+            "var = exact.s / (float)len;\nout_mean = exact.t / (float)len;\n"
+        )
+    else:
+        first = "const Sum2 sums = reduce_all(Sum2{s, q}, red2, &part2);\n"
+        centred = _each("const float d = f[j] - mean; centred += d * d;")
+        exact = "var = reduce_all(Sum{centred}, red, &part_q).s / (float)len;\n"
+    squares = "sums.q" if stats else "sums.t"
     return (
         f"float s = 0.0f, q = 0.0f{', raw = 0.0f' if stats else ''};\n"
-        + over(_each(f"const float d = f[j] - pivot; s += d; q += d * d;{raw}"), True)
-        + f"const Sum3 sums = reduce_all(Sum3{{s, q, {'raw' if stats else '0.0f'}}}, red3, &part3);\n"
+        + over(chunk, True)
+        + first
         + "const float shift = sums.s / (float)len;\nconst float mean = pivot + shift;\n"
-        + "float var = fmaxf(sums.q / (float)len - shift * shift, 0.0f);\n"
+        + f"float var = fmaxf({squares} / (float)len - shift * shift, 0.0f);\n"
         + f"if (shift * shift > {SHIFT_LIMIT}.0f * var) {{  // the pivot is far from the mean: E[d]^2 would cancel\n"
-        + "float centred = 0.0f;\n"
-        + over(_each("const float d = f[j] - mean; centred += d * d;"), False)
-        + "var = reduce_all(Sum{centred}, red, &part_q).s / (float)len;\n}\n"
+        + f"float centred = 0.0f{', plain = 0.0f' if stats else ''};\n"
+        + over(centred, False)
+        + exact
+        + "}\n"
         + "const float rstd = rsqrtf(var + 1e-5f);\n"
     )
 
@@ -292,7 +316,7 @@ REREAD_PASS = """for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {{
 """A pass over the thread's chunks of the group, read from memory."""
 
 
-def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool) -> str:
+def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool, chunk_plain: bool) -> str:
     """Statistics of the kept slice, summed about the group's first element (see the module's docstring).
 
     welford: each thread's (count, mean about the group's first element, M2, plain sum) from two passes over its own
@@ -301,7 +325,7 @@ def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool) -> str:
     plain values (`output_mean`).
     """
     if moments == "shifted":
-        return shifted_stats(lambda body, first: _over_kept(storage, body, tail, first), stats)
+        return shifted_stats(lambda body, first: _over_kept(storage, body, tail, first), stats, chunk_plain)
     start = "float s = 0.0f;\n"
     if moments == "welford":
         return (
@@ -503,16 +527,18 @@ class GroupNormTemplate(Template):
         state = "Welford" if welford else "Sum"
         pipelined = strategy == "pipelined"
         stats = len(card.outputs) == 3  # the statistics aten.native_group_norm returns beside y, rounded like y
+        chunk_plain = ELEMENT_BYTES[dtype] == 2  # see shifted_stats
         pairs = stats and moments == "centred" and strategy != "reread"
         shared_pairs = "__shared__ Sum2 red2[32];\n__shared__ Sum2 part2;\n" if pairs else ""
-        if moments == "shifted":
-            shared_pairs = "__shared__ Sum3 red3[32];\n__shared__ Sum3 part3;\n"
+        if moments == "shifted":  # with the statistics outputs the first reduction's triple, else its pair
+            shared_pairs = "__shared__ Sum3 red3[32];\n__shared__ Sum3 part3;\n" if stats else ""
+            shared_pairs += "__shared__ Sum2 red2[32];\n__shared__ Sum2 part2;\n"
         # The first reduction's part (pairs: part2), and the squares' own (a cluster reads each until its exit).
         parts = "" if pairs or moments == "shifted" else f"__shared__ {state} part;\n"
-        parts += "" if welford else "__shared__ Sum part_q;\n"
+        parts += "" if welford or (moments == "shifted" and stats) else "__shared__ Sum part_q;\n"
         if strategy == "reread":
             body = (
-                PIVOT + shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats)
+                PIVOT + shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats, chunk_plain)
                 if moments == "shifted"
                 else REREAD_STATS[moments]
             )
@@ -522,7 +548,7 @@ class GroupNormTemplate(Template):
             tail = has_tail(card, params)
             keep = "" if pipelined else _keep(strategy, "on_chip" if tail else "kept_chunks", wait=not tail)
             body = PIVOT if pipelined else ON_CHIP_SLICE + PIVOT + (TAIL if tail else "") + keep
-            body += _on_chip_stats(strategy, moments, stats, tail)
+            body += _on_chip_stats(strategy, moments, stats, tail, chunk_plain)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE, tail)
             buffer = "kept_buf" if pipelined else "kept"
             kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in SHARED else ""
