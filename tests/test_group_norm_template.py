@@ -198,6 +198,21 @@ def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persis
         assert source.index(issued) < tail < source.index(wait) < source.index("widen(kept[r], f)")
 
 
+def test_the_shifted_moments_sum_a_16_bit_mean_outputs_plain_values_once_a_chunk() -> None:
+    """One pass, one reduction, and the centred pass only past SHIFT_LIMIT; a bf16 card's mean output takes its plain
+    sum from each chunk's sum about the pivot (one fma a chunk), an fp32 card's adds every plain value (the chunk's
+    failed stress:large in emulation), and both sum the plain values again in the centred pass."""
+    params: Params = {"strategy": "bulk", "block": 256, "vec": 8, "split": 8, "moments": "shifted", "minb": 0}
+    bf16_card = group_norm_card("stats_bf16", "bfloat16", {**CAPTURED.sizes}, True)
+    bf16, _ = TEMPLATE.render(bf16_card, params)
+    assert bf16.count("const float d = f[j] - pivot; cs += d; q += d * d; }") == 1
+    assert "raw += fmaf((float)VEC, pivot, cs);" in bf16 and "raw += f[j];" not in bf16
+    assert "if (shift * shift > 16.0f * var) {" in bf16 and "centred += d * d; plain += f[j];" in bf16
+    fp32 = group_norm_card("stats_f32", "float32", {"n": 2, "c": 64, "h": 32, "w": 32, "groups": 32}, True)
+    source, _ = TEMPLATE.render(fp32, {**params, "strategy": "smem", "vec": 4})
+    assert "cs += d; q += d * d; raw += f[j]; }" in source and "fmaf((float)VEC, pivot, cs)" not in source
+
+
 def test_one_cluster_barrier_a_reduction_and_a_split_exit_barrier() -> None:
     """Each reduction of a clustered kernel has a part of its own and waits at one cluster barrier; the exit
     barrier arrives once the parts are read and waits at the end; the persistent kernel, which reduces into the
