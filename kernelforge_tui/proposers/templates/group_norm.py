@@ -94,34 +94,30 @@ def working_registers(params: Params) -> int:
     return 72 if params["moments"] == "shifted" and params["minb"] else 48
 
 
-REREAD_STATS = {
-    "welford": """Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};
-for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
+REREAD_PASS = """for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {{
  float f[VEC];
  load_chunk(xg, i, f);
- acc = Welford::combine(acc, Welford::of_chunk(f));
-}
-acc = reduce_all(acc, red, &part);
+{body}}}
+"""
+"""A pass over the thread's chunks of the group, read from memory, each widened into f (`body` indents itself)."""
+
+
+def _each(stmt: str) -> str:
+    return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
+
+
+REREAD_STATS = {
+    "welford": "Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};\n"
+    + REREAD_PASS.format(body=" acc = Welford::combine(acc, Welford::of_chunk(f));\n")
+    + """acc = reduce_all(acc, red, &part);
 const float mean = acc.mean;
 const float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);
 """,
-    "centred": """float sum = 0.0f;
-for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
- float f[VEC];
- load_chunk(xg, i, f);
-#pragma unroll
- for (int j = 0; j < VEC; ++j) { sum += f[j]; }
-}
-const float mean = reduce_all(Sum{sum}, red, &part).s / (float)len;
-float sq = 0.0f;
-for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {
- float f[VEC];
- load_chunk(xg, i, f);
-#pragma unroll
- for (int j = 0; j < VEC; ++j) { const float d = f[j] - mean; sq += d * d; }
-}
-const float rstd = rsqrtf(reduce_all(Sum{sq}, red, &part_q).s / (float)len + 1e-5f);
-""",
+    "centred": "float sum = 0.0f;\n"
+    + REREAD_PASS.format(body=_each("sum += f[j];"))
+    + "const float mean = reduce_all(Sum{sum}, red, &part).s / (float)len;\nfloat sq = 0.0f;\n"
+    + REREAD_PASS.format(body=_each("const float d = f[j] - mean; sq += d * d;"))
+    + "const float rstd = rsqrtf(reduce_all(Sum{sq}, red, &part_q).s / (float)len + 1e-5f);\n",
 }
 
 
@@ -187,13 +183,9 @@ NORMALISE = """const float g = to_f(gamma[ch]) * rstd;
 #pragma unroll
  for (int j = 0; j < VEC; ++j) { f[j] = fmaf(f[j] - mean, g, b); }
 """
-REREAD_NORMALISE = f"""for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {{
- float f[VEC];
- load_chunk(xg, i, f);
- const int ch = c0 + (int)(i * VEC / hw);
- {NORMALISE} store_chunk(yg, i, f);
-}}
-"""
+REREAD_NORMALISE = REREAD_PASS.format(
+    body=f" const int ch = c0 + (int)(i * VEC / hw);\n {NORMALISE} store_chunk(yg, i, f);\n"
+)
 ON_CHIP_NORMALISE = f"""const int ch = c0 + (first + r * VEC) / HW;
  {NORMALISE} store_chunk(ys, r, f);
 """
@@ -256,10 +248,6 @@ def _over_kept(storage: str, body: str, tail: bool = False, first: bool = False)
     return rest + WAIT[storage] + kept if first else kept + rest
 
 
-def _each(stmt: str) -> str:
-    return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
-
-
 PIVOT = "const float pivot = to_f(xg[0]);  // ahead of the slice's wait, where there is one: its latency hides there\n"
 """The group's first element, which the statistics are summed about (see the module's docstring). On chip it is
 loaded before the slice's wait: loaded after it, its latency came after the copies' in every block."""
@@ -306,14 +294,6 @@ def shifted_stats(over: Callable[[str, bool], str], stats: bool, chunk_plain: bo
         + "}\n"
         + "const float rstd = rsqrtf(var + 1e-5f);\n"
     )
-
-
-REREAD_PASS = """for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {{
- float f[VEC];
- load_chunk(xg, i, f);
- {body}}}
-"""
-"""A pass over the thread's chunks of the group, read from memory."""
 
 
 def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool, chunk_plain: bool) -> str:
