@@ -10,6 +10,10 @@ in another block's. A block's shared memory starts as NaN bytes and turns to NaN
 (read after release), and the cluster's blocks run one at a time till each finishes or waits at cluster.sync(), in
 rank order between even-numbered cluster barriers and in reverse between odd ones (`emu::order` 1: the other way
 round), so a missing cluster.sync() shows, and an output two blocks write differs between the two orders.
+
+The sm_90 mbarrier helpers the kernels write in PTX (EMULATED_HELPERS: bulk copies, and the cluster exchanges that
+store into other blocks' shared memory) are the emulator's own: a store into a block whose barrier is not yet
+initialised, or that has left, fails; a wait lets the other blocks run till the phase it waits for completes.
 """
 
 from __future__ import annotations
@@ -101,7 +105,7 @@ jmp_buf scheduler;
 // cluster's first block.
 unsigned block_index, block_size, grid_size, cluster_size, running;
 unsigned order;  // 1: the cluster's blocks in reverse rank order first (see launch)
-long events, cluster_generation, cluster_arrived, cluster_split_arrived;
+long events, cluster_generation, cluster_arrived, cluster_split_arrived, wakeups;
 std::vector<long> block_generation, block_arrived, block_left, warp_generation, warp_arrived;
 std::vector<uint64_t> slots[2];
 std::function<void()> kernel;
@@ -192,6 +196,7 @@ void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned 
         // reads another's shared memory too early finds it not yet written, or already released); `order` 1 the
         // other way round (a runner may launch both ways: an output written by two blocks then differs).
         std::vector<bool> waiting(cluster, false);
+        long seen = wakeups;
         for (long generation = cluster_generation;;) {
             unsigned live = 0, next = cluster;
             for (unsigned k = 0; k < cluster; ++k) {
@@ -214,6 +219,9 @@ void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned 
             }
             if (cluster_generation != generation) {
                 generation = cluster_generation;
+                waiting.assign(cluster, false);
+            } else if (wakeups != seen) {  // a barrier's phase completed: whoever waits on it may go on
+                seen = wakeups;
                 waiting.assign(cluster, false);
             } else if (events == before) {
                 waiting[next] = true;  // its threads all wait at cluster.sync() (or never get past a barrier)
@@ -252,7 +260,7 @@ void cluster_sync() {
         while (cluster_generation == generation) yield();
     }
 }
-// The split cluster barrier (cluster.barrier_arrive(), later barrier_wait()): a thread that arrives goes on; one
+// The split cluster barrier (barrier.cluster.arrive, later barrier.cluster.wait): a thread that arrives goes on; one
 // that waits waits until every thread of the cluster has arrived (their arrival a new generation: the scheduler
 // then runs the blocks that wait again).
 void cluster_arrive() {
@@ -305,13 +313,7 @@ void __syncthreads() {
 }
 namespace cooperative_groups {
 struct cluster_group {
-    struct arrival_token {};
     void sync() const { emu::cluster_sync(); }
-    arrival_token barrier_arrive() const {
-        emu::cluster_arrive();
-        return {};
-    }
-    void barrier_wait() const { emu::cluster_wait(); }
     unsigned block_rank() const { return emu::running / emu::block_size; }
     unsigned num_blocks() const { return emu::cluster_size; }
     template <typename E>
@@ -321,28 +323,67 @@ struct cluster_group {
 };
 inline cluster_group this_cluster() { return {}; }
 }  // namespace cooperative_groups
-// libcu++'s block barrier and bulk copy (cp.async.bulk on sm_90): the copy lands at once, the wait is the block's.
-namespace cuda {
-enum thread_scope { thread_scope_block };
-template <thread_scope>
-struct barrier {
-    void arrive_and_wait() { __syncthreads(); }
+// The kernels' sm_90 mbarrier helpers (EMULATED_HELPERS, whose PTX definitions kernel_namespace drops): a barrier's
+// 8 bytes hold the bytes it still expects, its pending arrivals, and its arrival count with the phase in the top bit.
+// A bulk copy or a store into another block lands at once; a wait yields till the phase of its parity completes.
+// A block's shared memory starts as 0xff bytes: a barrier used before its initialisation shows as count 0x7fff.
+namespace emu {
+struct Mbarrier {
+    int32_t tx;
+    uint16_t pending, count_phase;
 };
-template <thread_scope S>
-void init(barrier<S>*, unsigned) {}
-template <size_t N>
-struct aligned_size_t {
-    size_t value;
-    explicit aligned_size_t(size_t v) : value(v) {}
-};
-template <size_t N, thread_scope S>
-void memcpy_async(void* dst, const void* src, aligned_size_t<N> size, barrier<S>&) {
-    if (size.value % N != 0 || reinterpret_cast<uintptr_t>(dst) % N || reinterpret_cast<uintptr_t>(src) % N) {
-        emu::fail("a bulk copy off its declared alignment");
-    }
-    std::memcpy(dst, src, size.value);
+Mbarrier& mbarrier(uint64_t* bar) {
+    Mbarrier& b = *reinterpret_cast<Mbarrier*>(bar);
+    if ((b.count_phase & 0x7fff) == 0x7fff) fail("an mbarrier used before its initialisation");
+    return b;
 }
-}  // namespace cuda
+void complete_phase_if_done(Mbarrier& b) {
+    if (b.pending == 0 && b.tx == 0) {
+        b.count_phase ^= 0x8000;
+        b.pending = b.count_phase & 0x7fff;
+        ++wakeups;
+    }
+}
+void complete_tx(uint64_t* bar, uint32_t bytes) {
+    Mbarrier& b = mbarrier(bar);
+    b.tx -= int32_t(bytes);
+    ++events;
+    complete_phase_if_done(b);
+}
+}  // namespace emu
+inline void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+    *reinterpret_cast<emu::Mbarrier*>(bar) = {0, uint16_t(arrivals), uint16_t(arrivals)};
+}
+inline void mbarrier_init_fence() {}
+inline void mbarrier_expect(uint64_t* bar, uint32_t bytes) {
+    emu::Mbarrier& b = emu::mbarrier(bar);
+    if (b.pending == 0) emu::fail("an arrival on an mbarrier whose phase has no arrival pending");
+    b.tx += int32_t(bytes);
+    --b.pending;
+    ++emu::events;
+    emu::complete_phase_if_done(b);
+}
+inline void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    while (uint32_t(emu::mbarrier(bar).count_phase >> 15) == parity) emu::yield();
+}
+inline void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) { mbarrier_wait(bar, parity); }
+inline void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    if (bytes % 16 || reinterpret_cast<uintptr_t>(dst) % 16 || reinterpret_cast<uintptr_t>(src) % 16) {
+        emu::fail("a bulk copy off 16-byte alignment");
+    }
+    std::memcpy(dst, src, bytes);
+    emu::complete_tx(bar, bytes);
+}
+inline uint32_t cluster_rank() { return emu::running / emu::block_size; }
+inline void cluster_arrive_relaxed() { emu::cluster_arrive(); }
+inline void cluster_wait() { emu::cluster_wait(); }
+inline void send_word(const uint32_t* slot, uint32_t word, uint64_t* bar, uint32_t rank) {
+    if (rank < emu::cluster_size && emu::block_left[rank] == long(emu::block_size)) {
+        emu::fail("a store into the shared memory of a block that has left");
+    }
+    *const_cast<uint32_t*>(emu::map_shared_rank(slot, rank)) = word;
+    emu::complete_tx(emu::map_shared_rank(bar, rank), 4);
+}
 template <typename V>
 V __shfl_sync(unsigned mask, V v, int lane) {
     return emu::exchange(mask, v, lane & 31);
@@ -433,12 +474,47 @@ def per_block_shared(source: str, shared_bytes: int) -> str:
     return source
 
 
+EMULATED_HELPERS = (
+    "smem_addr",
+    "mbarrier_init",
+    "mbarrier_init_fence",
+    "mbarrier_expect",
+    "mbarrier_wait",
+    "mbarrier_wait_cluster",
+    "bulk_load",
+    "cluster_rank",
+    "cluster_arrive_relaxed",
+    "cluster_wait",
+    "send_word",
+)
+"""The device helpers written in PTX that the emulator defines instead (a kernel's own definitions are dropped)."""
+HELPER = re.compile(r"^__device__ __forceinline__ [\w\s*]+? (\w+)\(", re.MULTILINE)
+
+
+def without_ptx_helpers(source: str) -> str:
+    """The source less its definitions of EMULATED_HELPERS (each from its signature to its closing brace)."""
+    kept, at = [], 0
+    for m in HELPER.finditer(source):
+        if m[1] not in EMULATED_HELPERS or m.start() < at:
+            continue
+        depth, end = 0, source.index("{", m.end())
+        while True:
+            depth += {"{": 1, "}": -1}.get(source[end], 0)
+            end += 1
+            if depth == 0:
+                break
+        kept.append(source[at : m.start()])
+        at = end
+    return "".join(kept) + source[at:]
+
+
 def kernel_namespace(index: int, source: str, runner: str, shared_bytes: int = 0) -> str:
     """The kernel and its runner in a namespace of their own (`kernel_<index>`): its #includes dropped (the
     emulator stands in for them), its C linkage dropped (a namespace could not hold it), its macros undefined after
     it (the next kernel may define them again), its dynamic shared memory `shared_bytes` of static storage (what the
     launch would size; static in the kernel, so the block's fibers share it). A clustered kernel's shared memory,
     static and dynamic, is each block's own (`per_block_shared`)."""
+    source = without_ptx_helpers(source)
     if "__cluster_dims__" in source:
         source = per_block_shared(source, shared_bytes)
     macros = sorted({line.split()[1].split("(")[0] for line in source.splitlines() if line.startswith("#define ")})

@@ -180,16 +180,16 @@ def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persis
     assert "__launch_bounds__(256, 3)" in first  # three 64 KB slices an SM
     assert "fmaf(f[j] - mean, g, b)" in first  # the form that keeps a constant group's beta exact
     assert "f[j] - pivot" in first
-    # One bulk copy a block, by one thread, waited for on the block's barrier.
+    # One bulk copy a block, by one thread, landing on the block's mbarrier, which every thread waits on.
     bulk = seeds[2].source
-    assert "#include <cuda/barrier>" in bulk and "__launch_bounds__(256, 3)" in bulk
-    assert "cuda::memcpy_async(kept, xs, cuda::aligned_size_t<16>(sizeof(VecT) * kept_chunks), bar);" in bulk
-    init = bulk.index("init(&bar, BLOCK);")
-    assert init < bulk.index("__syncthreads();", init) < bulk.index("cuda::memcpy_async")
-    assert bulk.index("cuda::memcpy_async") < bulk.index("bar.arrive_and_wait();") < bulk.index("widen(kept[r], f)")
+    assert "cuda/barrier" not in bulk and "__launch_bounds__(256, 3)" in bulk
+    init = bulk.index("mbarrier_init(&copy_bar, 1);")
+    copy = bulk.index("bulk_load(kept, xs, bytes, &copy_bar);")
+    assert init < bulk.index("__syncthreads();", init) < bulk.index("mbarrier_expect(&copy_bar, bytes);") < copy
+    assert copy < bulk.index("mbarrier_wait(&copy_bar, 0);") < bulk.index("widen(kept[r], f)")
     # 4 blocks an SM: 3520 of the 4096 chunks (55 KB) in shared memory, the rest loaded while the copies fly.
     for hybrid, (issued, wait) in zip(
-        (seeds[4], seeds[5]), (("cuda::memcpy_async", "bar.arrive_and_wait();"), WAIT_SMEM), strict=True
+        (seeds[4], seeds[5]), (("bulk_load(kept", "mbarrier_wait(&copy_bar, 0);"), WAIT_SMEM), strict=True
     ):
         source = hybrid.source
         assert "__launch_bounds__(256, 4)" in source and "#define KEPT 3520" in source
@@ -213,29 +213,45 @@ def test_the_shifted_moments_sum_a_16_bit_mean_outputs_plain_values_once_a_chunk
     assert "cs += d; q += d * d; raw += f[j]; }" in source and "fmaf((float)VEC, pivot, cs)" not in source
 
 
-def test_one_cluster_barrier_a_reduction_and_a_split_exit_barrier() -> None:
-    """Each reduction of a clustered kernel has a part of its own and waits at one cluster barrier; the exit
-    barrier arrives once the parts are read and waits at the end; the persistent kernel, which reduces into the
-    same parts group after group, keeps a second barrier."""
+def test_a_clustered_reduction_pushes_its_parts_and_no_barrier_waits_for_them() -> None:
+    """Each reduction of a clustered kernel has an exchange of its own, initialised by one thread before the block's
+    relaxed cluster arrive; the cluster wait comes after the copies are issued and before the first reduction, which
+    stores the block's result into every block's exchange and waits on its own: no cluster.sync(), no exit barrier.
+    The persistent kernel, which reduces into the same parts group after group, pulls them between two barriers."""
     clustered: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "moments": "centred", "minb": 0}
-    for moments, reductions in (("centred", 2), ("welford", 1), ("shifted", 2)):  # shifted: the second if needed
-        source, _ = TEMPLATE.render(CAPTURED, {**clustered, "moments": moments})
+    for strategy, moments, reductions in (
+        ("smem", "centred", 2),
+        ("smem", "welford", 1),
+        ("bulk", "shifted", 2),  # shifted: the second if needed
+        ("registers", "welford", 1),
+        ("reread", "centred", 2),
+    ):
+        params = {**clustered, "strategy": strategy, "moments": moments}
+        if strategy == "registers":
+            params["block"] = 1024
+        source, _ = TEMPLATE.render(CAPTURED, params)
         reduce_all = source[source.index("__device__ __forceinline__ S reduce_all") :]
         reduce_all = reduce_all[: reduce_all.index("\n}\n")]
-        assert reduce_all.count("cluster.sync();") == 1, moments
+        assert "send_word(slot + k, words[k], &ex->bar, threadIdx.x);" in reduce_all, strategy
+        assert reduce_all.index("send_word") < reduce_all.index("mbarrier_wait_cluster(&ex->bar, 0);")
+        assert "cluster.sync" not in source and "barrier_arrive" not in source, strategy
         calls = [line for line in source.splitlines() if "reduce_all(" in line and "__device__" not in line]
         parts = [line.split("&")[-1].split(")")[0] for line in calls]
         assert len(parts) == reductions and len(set(parts)) == len(parts), parts  # no part reused
-        arrive = source.index("cg::this_cluster().barrier_arrive();")
-        assert all(source.index(line) < arrive for line in calls)
-        last = source.rstrip().splitlines()[-2]
-        assert last.startswith("cg::this_cluster().barrier_wait();"), last
+        arrive = source.index("__syncthreads();\ncluster_arrive_relaxed();")  # the block's, once initialised
+        for part in parts:
+            assert f"> {part};" in source and source.index(f"exchange_init(&{part});") < arrive, part
+        join = source.index("cluster_wait();  // every block")
+        assert arrive < join < source.index(calls[0])
+        if strategy in ("smem", "bulk"):  # the slice's copies go out before the wait, so it costs nothing
+            issued = "__pipeline_commit();" if strategy == "smem" else "bulk_load(kept"
+            assert source.index(issued, arrive) < join
     pipelined, _ = TEMPLATE.render(CAPTURED, {**clustered, "strategy": "pipelined"})
     reduce_all = pipelined[pipelined.index("__device__ __forceinline__ S reduce_all") :]
     assert reduce_all[: reduce_all.index("\n}\n")].count("cluster.sync();") == 2
-    assert "barrier_arrive" not in pipelined
+    assert "send_word" not in pipelined and "Part<" not in pipelined
     single, _ = TEMPLATE.render(SMALL[0], {**clustered, "block": 128, "vec": 4, "split": 1})
-    assert "barrier" not in single.replace("__syncthreads", "")
+    assert "barrier" not in single.replace("__syncthreads", "") and "cluster" not in single
 
 
 def test_minb_keeps_part_of_a_slice_and_matters_only_for_smem() -> None:

@@ -24,6 +24,9 @@ of the mean; of normal data all but about 1 group in 16,000), so fp32's rounding
 times; elsewhere (an outlier first element) it makes the centred pass too. Every block of a
 cluster merges the same parts in the same order, so all take the same branch.
 
+A cluster's blocks push their partial statistics into each other's shared memory (st.async onto each receiver's
+mbarrier, see PUSHED_REDUCE) rather than each pulling the others' between cluster barriers: 4.6 us of 86 on the H200.
+
 Clusters are sized at compile time (__cluster_dims__), which a plain launch honours up to the portable 8 blocks;
 16 would need cudaFuncAttributeNonPortableClusterSizeAllowed set on the function, which the worker does not set.
 
@@ -132,38 +135,68 @@ def output_mean(strategy: str, moments: str) -> str:
     return "mean" if strategy == "reread" else "sums.t / (float)len"
 
 
-HEADERS = {
-    "smem": "#include <cuda_pipeline.h>\n",
-    "pipelined": "#include <cuda_pipeline.h>\n",
-    "bulk": "#include <cuda/barrier>\n",
-}
-"""The headers of the strategies that copy into shared memory (cp.async a thread, or libcu++'s bulk copy)."""
-WAIT = {"smem": "__pipeline_wait_prior(0);\n", "bulk": "bar.arrive_and_wait();\n"}
+HEADERS = {"smem": "#include <cuda_pipeline.h>\n", "pipelined": "#include <cuda_pipeline.h>\n"}
+"""The headers of the strategies that copy into shared memory with cp.async, a copy a thread."""
+WAIT = {"smem": "__pipeline_wait_prior(0);\n", "bulk": "mbarrier_wait(&copy_bar, 0);\n"}
 """How a thread waits for its block's copies into shared memory."""
+MBARRIER = r"""// sm_90 mbarriers: a phase completes once its arrivals have arrived and the bytes they expect have
+// landed (a bulk copy's, or the stores of a cluster's blocks); waiting on the phase then makes those bytes visible.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+// The initialised barriers visible to the cluster's blocks and to bulk copies.
+__device__ __forceinline__ void mbarrier_init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+// One arrival, which expects `bytes` more to land.
+__device__ __forceinline__ void mbarrier_expect(uint64_t* bar, uint32_t bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
+    asm volatile("{\n .reg .pred done;\n wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 " @!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+"""
+"""The raw mbarrier operations the bulk copies and the cluster exchanges complete on (PTX: libcu++'s cuda::barrier
+has every thread of the block arrive, and ptxas kept that cost: 0.6 us of 86 on the H200)."""
+BULK_LOAD = r"""// One thread's bulk copy (cp.async.bulk) of `bytes` into shared memory, landing on bar.
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
+}
+"""
 
 
-def _keep(storage: str, bound: str, wait: bool) -> str:
-    """The copies of the slice's chunks [0, bound) on chip; `wait`: then wait for them (else the first pass waits,
-    once it has loaded the slice's tail)."""
+def _keep(storage: str, bound: str) -> str:
+    """The copies of the slice's chunks [0, bound) on chip (`setup` has readied the bulk copy's barrier)."""
     each = "#pragma unroll\nfor (int k = 0; k < ITEMS; ++k) {\n const int r = threadIdx.x + k * BLOCK;\n"
     if storage == "registers":
         return f"VecT kept[ITEMS];\n{each} if (r < {bound}) {{ kept[k] = xs[r]; }}\n}}\n"
     if storage == "smem":  # every copy in flight at once, none through registers; each thread reads back its own
         copy = "__pipeline_memcpy_async(&kept[r], xs + r, sizeof(VecT));"
-        copies = f"{each} if (r < {bound}) {{ {copy} }}\n}}\n__pipeline_commit();\n"
-    else:  # bulk: one thread copies the block's chunks, completed on the block's barrier
-        copies = (
-            "if (threadIdx.x == 0) {\n init(&bar, BLOCK);\n}\n__syncthreads();\nif (threadIdx.x == 0) {\n"
-            f" cuda::memcpy_async(kept, xs, cuda::aligned_size_t<16>(sizeof(VecT) * {bound}), bar);\n}}\n"
-        )
-    return copies + (WAIT[storage] if wait else "")
+        return f"{each} if (r < {bound}) {{ {copy} }}\n}}\n__pipeline_commit();\n"
+    # bulk: one thread copies the block's chunks, which land on copy_bar
+    return (
+        f"if (threadIdx.x == 0) {{\n const uint32_t bytes = (uint32_t)(sizeof(VecT) * {bound});\n"
+        " mbarrier_expect(&copy_bar, bytes);\n bulk_load(kept, xs, bytes, &copy_bar);\n}\n"
+    )
 
 
-BARRIER = """typedef cuda::barrier<cuda::thread_scope_block> Barrier;
-__shared__ uint64_t bar_words[(sizeof(Barrier) + 7) / 8];  // raw storage: shared memory takes no constructor
-Barrier& bar = *reinterpret_cast<Barrier*>(bar_words);
-"""
-"""The bulk strategy's barrier, initialised by one thread (init) before the copy."""
+def setup(exchanges: list[str], bulk: bool, clustered: bool) -> str:
+    """One thread initialises the bulk copy's barrier and the cluster's exchanges; then the block's threads arrive at
+    the cluster barrier (relaxed: the fence has released the barriers), which `JOIN` waits for before any block
+    stores into another's exchange, so no store lands on a barrier not yet initialised."""
+    inits = [*(["mbarrier_init(&copy_bar, 1);"] if bulk else []), *(f"exchange_init(&{e});" for e in exchanges)]
+    if not inits:
+        return ""
+    ready = "cluster_arrive_relaxed();\n" if clustered else ""
+    return "if (threadIdx.x == 0) {\n " + "\n ".join(inits) + "\n mbarrier_init_fence();\n}\n__syncthreads();\n" + ready
+
+
+JOIN = "cluster_wait();  // every block of the cluster has initialised its exchanges\n"
+
+
 WHERE = {
     "reread": "x read again to normalise",
     "registers": "slice kept in registers",
@@ -172,12 +205,6 @@ WHERE = {
     "pipelined": "slices double-buffered in shared memory by persistent clusters",
 }
 KEPT_CHUNK = {"registers": "kept[k]", "smem": "kept[r]", "bulk": "kept[r]", "pipelined": "kept[r]"}
-EXIT_BARRIER = (
-    "cg::this_cluster().barrier_arrive();  // this block has read every part it needs\n",
-    "cg::this_cluster().barrier_wait();  // every block has read this block's parts: its shared memory may go\n",
-)
-"""A clustered kernel's split exit barrier: arriving costs nothing, and the wait overlaps normalising."""
-
 NORMALISE = """const float g = to_f(gamma[ch]) * rstd;
  const float b = to_f(beta[ch]);
 #pragma unroll
@@ -396,37 +423,102 @@ def resident_blocks(card: OperatorCard, params: Params) -> int:
     return 1
 
 
-def cluster_reduce(reused: bool) -> str:
-    """reduce_all over a cluster: each block's result to its `part`, one cluster barrier, then every block merges
-    the parts in rank order. `reused`: the persistent kernel's next group reduces into the same parts, so a second
-    barrier keeps them until every block has read them; elsewhere each reduction of the kernel has a part of its
-    own and the kernel's split exit barrier (arrive after the last read, wait at the end) keeps them, so a
-    reduction costs one cluster barrier, not two (a bf16 [8, 512, 128, 128] group_norm kernel on the H200: 97.3
-    us with two, 91.8 us with one)."""
-    if reused:
-        after = "    cluster.sync();  // the next group reuses part: no block may overwrite it while another reads it\n"
-    else:
-        after = "    // No second barrier: the kernel's exit barrier keeps part until the whole cluster has read it.\n"
-    return f"""#include <cooperative_groups.h>
+SINGLE_REDUCE = """template <typename S>
+__device__ __forceinline__ S reduce_all(S v, S* red, S*) {
+    return group_reduce<BLOCK>(v, red);
+}
+"""
+"""One block a group: the block's reduction is the group's."""
+PULLED_REDUCE = """#include <cooperative_groups.h>
 namespace cg = cooperative_groups;
 
-// Block result, then the SPLIT blocks of the cluster merge theirs in rank order (all get the same).
+// Block result, then the SPLIT blocks of the cluster merge theirs in rank order (all get the same). The next group
+// reduces into the same part: a second barrier keeps it until every block has read it.
 template <typename S>
-__device__ __forceinline__ S reduce_all(S v, S* red, S* part) {{
+__device__ __forceinline__ S reduce_all(S v, S* red, S* part) {
     v = group_reduce<BLOCK>(v, red);
     cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) {{
+    if (threadIdx.x == 0) {
         *part = v;
-    }}
+    }
     cluster.sync();
     v = *cluster.map_shared_rank(part, 0);
 #pragma unroll
-    for (int r = 1; r < SPLIT; ++r) {{
+    for (int r = 1; r < SPLIT; ++r) {
         v = S::combine(v, *cluster.map_shared_rank(part, r));
-    }}
-{after}    return v;
-}}
+    }
+    cluster.sync();
+    return v;
+}
 """
+"""The persistent kernel's cluster reduction: each block's part read by the others through distributed shared memory,
+between two cluster barriers."""
+PUSHED_REDUCE = r"""// A reduction's exchange across the cluster: every block stores its block result into every
+// block's parts[its rank] (st.async, landing on the receiver's barrier), then waits on its own for all SPLIT parts.
+template <typename S>
+struct Part {
+    uint64_t bar;
+    S parts[SPLIT];
+};
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    return rank;
+}
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+}
+// The bytes stored by other blocks of the cluster are visible after this wait (acquire at cluster scope).
+__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
+    asm volatile("{\n .reg .pred done;\n wait_%=:\n"
+                 " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+                 " @!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}
+// One 32-bit word into block `rank`'s copy of *slot, landing on its copy of *bar.
+__device__ __forceinline__ void send_word(const uint32_t* slot, uint32_t word, uint64_t* bar, uint32_t rank) {
+    uint32_t to, at;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(smem_addr(slot)), "r"(rank));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(smem_addr(bar)), "r"(rank));
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 ::"r"(to), "r"(word), "r"(at) : "memory");
+}
+// One thread, before the cluster barrier: the barrier expects one arrival, its own, and the SPLIT parts' bytes.
+template <typename S>
+__device__ __forceinline__ void exchange_init(Part<S>* ex) {
+    mbarrier_init(&ex->bar, 1);
+    mbarrier_expect(&ex->bar, SPLIT * sizeof(S));
+}
+template <typename S>
+__device__ __forceinline__ S reduce_all(S v, S* red, Part<S>* ex) {
+    v = group_reduce<BLOCK>(v, red);
+    if (threadIdx.x < SPLIT) {  // thread r sends the block's result to block r
+        uint32_t words[sizeof(S) / 4];
+        memcpy(words, &v, sizeof(S));
+        const uint32_t* slot = reinterpret_cast<const uint32_t*>(&ex->parts[cluster_rank()]);
+#pragma unroll
+        for (int k = 0; k < (int)(sizeof(S) / 4); ++k) {
+            send_word(slot + k, words[k], &ex->bar, threadIdx.x);
+        }
+    }
+    mbarrier_wait_cluster(&ex->bar, 0);
+    v = ex->parts[0];
+#pragma unroll
+    for (int r = 1; r < SPLIT; ++r) {
+        v = S::combine(v, ex->parts[r]);
+    }
+    return v;
+}
+"""
+"""A clustered kernel's reduction: pushed, not pulled. Pulling (each block's part read by the others through
+distributed shared memory) needs a cluster barrier before the reads and one after them before any block may exit; a
+push needs neither, only each block's wait for its own parts, and one relaxed cluster barrier at the start (arrived
+at once, waited for while the slice's copies are in flight) so that no store finds a barrier not yet initialised. A
+block exits only after its last wait, so no store lands in a block gone. Every block merges the same parts in rank
+order: all get the same statistics and take the same branch. On the H200 (bf16 [8, 512, 128, 128], bulk, shifted):
+86.3 us pulled, 82.7 us pushed, 81.3 us with the bulk copy's raw barrier too."""
 
 
 class GroupNormTemplate(Template):
@@ -509,16 +601,31 @@ class GroupNormTemplate(Template):
         stats = len(card.outputs) == 3  # the statistics aten.native_group_norm returns beside y, rounded like y
         chunk_plain = ELEMENT_BYTES[dtype] == 2  # see shifted_stats
         pairs = stats and moments == "centred" and strategy != "reread"
-        shared_pairs = "__shared__ Sum2 red2[32];\n__shared__ Sum2 part2;\n" if pairs else ""
-        if moments == "shifted":  # with the statistics outputs the first reduction's triple, else its pair
-            shared_pairs = "__shared__ Sum3 red3[32];\n__shared__ Sum3 part3;\n" if stats else ""
-            shared_pairs += "__shared__ Sum2 red2[32];\n__shared__ Sum2 part2;\n"
-        # The first reduction's part (pairs: part2), and the squares' own (a cluster reads each until its exit).
-        parts = "" if pairs or moments == "shifted" else f"__shared__ {state} part;\n"
-        parts += "" if welford or (moments == "shifted" and stats) else "__shared__ Sum part_q;\n"
+        pushed = split > 1 and not pipelined  # see PUSHED_REDUCE
+        # Each reduction's scratch and its exchange (a cluster's parts), the first reduction's first: its triple
+        # (shifted, with the statistics outputs) or pair (shifted; centred with them), else its single state; then
+        # the squares' own, where a second reduction has one.
+        reds = [(state, "red")]
+        exchanges: list[tuple[str, str]] = []
+        if moments == "shifted" and stats:
+            reds.append(("Sum3", "red3"))
+            exchanges.append(("Sum3", "part3"))
+        if pairs or moments == "shifted":
+            reds.append(("Sum2", "red2"))
+            exchanges.append(("Sum2", "part2"))
+        else:
+            exchanges.append((state, "part"))
+        if not (welford or (moments == "shifted" and stats)):
+            exchanges.append(("Sum", "part_q"))
+        scratch = "".join(f"__shared__ {t} {name}[32];\n" for t, name in reds)
+        scratch += "".join(f"__shared__ {f'Part<{t}>' if pushed else t} {name};\n" for t, name in exchanges)
+        bulk = strategy == "bulk"
+        ready = setup([name for _, name in exchanges] if pushed else [], bulk, pushed)
+        join = JOIN if pushed else ""
         if strategy == "reread":
-            body = (
-                PIVOT + shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats, chunk_plain)
+            body = PIVOT + ready + join
+            body += (
+                shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats, chunk_plain)
                 if moments == "shifted"
                 else REREAD_STATS[moments]
             )
@@ -526,13 +633,17 @@ class GroupNormTemplate(Template):
             kept, headers, defines, shared_bytes, tail = "", "", "", 0, False
         else:
             tail = has_tail(card, params)
-            keep = "" if pipelined else _keep(strategy, "on_chip" if tail else "kept_chunks", wait=not tail)
-            body = PIVOT if pipelined else ON_CHIP_SLICE + PIVOT + (TAIL if tail else "") + keep
+            if pipelined:
+                body = PIVOT
+            else:
+                keep = _keep(strategy, "on_chip" if tail else "kept_chunks")
+                wait = WAIT.get(strategy, "") if not tail else ""  # with a tail, the first pass waits (_over_kept)
+                body = ON_CHIP_SLICE + PIVOT + (TAIL if tail else "") + ready + keep + join + wait
             body += _on_chip_stats(strategy, moments, stats, tail, chunk_plain)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE, tail)
             buffer = "kept_buf" if pipelined else "kept"
             kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in SHARED else ""
-            kept += BARRIER if strategy == "bulk" else ""
+            kept += "__shared__ uint64_t copy_bar;\n" if bulk else ""
             headers = HEADERS.get(strategy, "")
             shared_bytes = kept_bytes(card, params) if strategy in SHARED else 0
             defines = f"#define ITEMS {kept_items(card, params)}\n#define HW {card.sizes['h'] * card.sizes['w']}\n"
@@ -540,16 +651,13 @@ class GroupNormTemplate(Template):
                 defines += f"#define SLICE {slice_chunks(card, params)}\n"
             if tail:
                 defines += f"#define KEPT {on_chip_chunks(card, params)}  // {params['minb']} blocks an SM\n"
+        cluster = (MBARRIER if bulk or pushed else "") + (BULK_LOAD if bulk else "")
         if split > 1:
-            cluster = cluster_reduce(reused=pipelined)
+            cluster += PUSHED_REDUCE if pushed else PULLED_REDUCE
             # Before __global__: the source check's CUDA grammar misreads it after the return type.
             attribute = f"__cluster_dims__({split}, 1, 1) "
         else:
-            cluster = """template <typename S>
-__device__ __forceinline__ S reduce_all(S v, S* red, S*) {
-    return group_reduce<BLOCK>(v, red);
-}
-"""
+            cluster += SINGLE_REDUCE
             attribute = ""
         stat_params, stat_writes = "", ""
         if stats:
@@ -565,8 +673,7 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
         if pipelined:
             kernel = f"{PIPELINED_LOOP}{group}T* __restrict__ ys = yg + first;\n{body}{stat_writes}{normalise}}}\n"
         else:
-            arrive, wait = EXIT_BARRIER if split > 1 else ("", "")
-            kernel = f"const long long gid = blockIdx.x / SPLIT;\n{group}{body}{arrive}{stat_writes}{normalise}{wait}"
+            kernel = f"const long long gid = blockIdx.x / SPLIT;\n{group}{body}{stat_writes}{normalise}"
         where = WHERE[strategy] + (f" (its first {on_chip_chunks(card, params)} chunks)" if tail else "")
         source = f"""// group_norm ({dtype}, fp32 math): {strategy}: {where}; {split} block(s) per group,
 // {vec}-element vectors, {state} statistics.
@@ -578,8 +685,7 @@ __device__ __forceinline__ S reduce_all(S v, S* red, S*) {
 extern "C" {attribute}__global__ void {launch_bounds(block, resident_blocks(card, params))} {self.entry}(
     const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y,{stat_params}
     int c, int hw, int groups{", int n" if pipelined else ""}) {{
-__shared__ {state} red[32];
-{parts}{shared_pairs}{kept}const int cpg = c / groups;
+{scratch}{kept}const int cpg = c / groups;
 const long long len = (long long)cpg * hw;
 const int rank = blockIdx.x % SPLIT;
 const long long nchunk = len / VEC;
@@ -600,13 +706,14 @@ const long long hi = nchunk * (rank + 1) / SPLIT;
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
         """Fastest measured first: x read once, a 512 KB group's slices of 64 KB kept across a cluster of 8 in
-        shared memory, one group a cluster, the shifted moments (one pass and one cluster exchange; a hand-written
-        kernel with bulk copies: 81.3 us on the H200, 79% of the copy ceiling, against 93.1 us with the centred
-        ones), each slice copied in bulk by one thread, then by cp.async a thread; then the centred moments, in bulk
-        (98.1 us) and by cp.async (100.8 us); both with 4 blocks an SM, each keeping 55 KB of its slice and reading
-        the rest from memory (no faster in the hand-written kernel); Welford's one reduction (107.4 us); registers
-        (1 block an SM); then the kernels that read x again (114.8 us at best); last the slices double-buffered by
-        persistent clusters (the next group loading while one is normalised), 2.4x the best's time on the H200."""
+        shared memory, one group a cluster, the shifted moments (one pass and one cluster exchange; this seed with
+        its statistics outputs: 81.2 us on the H200, 79% of the copy ceiling; a hand-written kernel took 93.1 us
+        with the centred ones), each slice copied in bulk by one thread, then by cp.async a thread; then the centred
+        moments, in bulk (98.1 us) and by cp.async (100.8 us); both with 4 blocks an SM, each keeping 55 KB of its
+        slice and reading the rest from memory (no faster in the hand-written kernel); Welford's one reduction
+        (107.4 us); registers (1 block an SM); then the kernels that read x again (114.8 us at best); last the slices
+        double-buffered by persistent clusters (the next group loading while one is normalised), 2.4x the best's
+        time on the H200."""
         vec = max(vec_widths(dtype_of(card)))
         cluster = {"block": 256, "vec": vec, "split": 8}
         seeds: list[Params] = [
