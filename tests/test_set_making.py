@@ -65,8 +65,9 @@ def test_a_set_that_fails_to_be_made_raises_its_error_and_the_sets_not_begun_are
     with pytest.raises(CardError, match="it returned None"):
         make_side_by_side(makers, set_bytes=1, at_once=2)
     # The set begun beside the error is made; the freed thread may have begun the third before the rest were
-    # cancelled (a race between it and the raising thread); no later set is begun.
-    assert made[:1] == ["second"] and set(made) <= {"second", "third"}, made
+    # cancelled (a race between it and the raising thread), and then either may end first (both wait out the gate's
+    # timeout); no later set is begun.
+    assert "second" in made and set(made) <= {"second", "third"}, made
 
 
 def same(a: Arrays, b: Arrays) -> bool:
