@@ -45,7 +45,11 @@ round trips while the GPU idles.
   entries than blocks) add zeros. Each block keeps the row pointers and sums of all the cluster's rows (a block's
   range may hold most of them when another's is one long row): cluster * rpb rows within the static shared memory.
   On the H200's 2^22-row card every balanced kernel was right and none beat stream (511 us at best, stream 489
-  us): that fixed cost per block grows with the cluster while the block's entries shrink.
+  us): that fixed cost per block grows with the cluster while the block's entries shrink. Made dynamic, so that
+  clusters of 4 and 8 could own 2048 to 8192 rows, the shared memory did not help (539-885 us): every block's copy
+  of its cluster's rows halves occupancy at 4 blocks an SM, and at 8 the blocks' tiles are half full. ncu puts
+  stream and cuSPARSE both at the L2's limit (85 M sectors; 88% and 95% of its throughput): what stream lacks is the
+  tail, blocks with a long row started last.
 All take `hint` (`stream`: values and col_idx, read once, with evict-first loads, and x through the read-only
 path, so x stays in L2; `plain`: ordinary loads) and `minb` (the __launch_bounds__ blocks per SM). Vector loads
 need vec to divide nnz (a chunk from a multiple of vec then never passes the arrays' end; row_ptr[nrows] = nnz).
