@@ -153,13 +153,22 @@ __device__ __forceinline__ void mbarrier_init_fence() {
 __device__ __forceinline__ void mbarrier_expect(uint64_t* bar, uint32_t bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
 }
-__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, uint32_t parity) {
-    asm volatile("{\n .reg .pred done;\n wait_%=:\n mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 " @!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
-}
 """
 """The raw mbarrier operations the bulk copies and the cluster exchanges complete on (PTX: libcu++'s cuda::barrier
 has every thread of the block arrive, and ptxas kept that cost: 0.6 us of 86 on the H200)."""
+
+
+def mbarrier_wait(name: str, semantics: str, why: str) -> str:
+    """A wait for the phase of `parity` of a barrier, with `semantics` (`.acquire.cluster`: what the cluster's other
+    blocks stored is visible after it; none: the default, acquire at the block's scope), and the comment `why`."""
+    return f"""{why}__device__ __forceinline__ void {name}(uint64_t* bar, uint32_t parity) {{
+    asm volatile("{{\\n .reg .pred done;\\n wait_%=:\\n"
+                 " mbarrier.try_wait.parity{semantics}.shared::cta.b64 done, [%0], %1;\\n"
+                 " @!done bra wait_%=;\\n}}\\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
+}}
+"""
+
+
 BULK_LOAD = r"""// One thread's bulk copy (cp.async.bulk) of `bytes` into shared memory, landing on bar.
 __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
@@ -183,14 +192,15 @@ def _keep(storage: str, bound: str) -> str:
     )
 
 
-def setup(exchanges: list[str], bulk: bool, clustered: bool) -> str:
-    """One thread initialises the bulk copy's barrier and the cluster's exchanges; then the block's threads arrive at
-    the cluster barrier (relaxed: the fence has released the barriers), which `JOIN` waits for before any block
-    stores into another's exchange, so no store lands on a barrier not yet initialised."""
+def setup(exchanges: list[str], bulk: bool) -> str:
+    """One thread initialises the bulk copy's barrier and the cluster's exchanges (a pushed reduction's: none
+    elsewhere); then, where there are exchanges, the block's threads arrive at the cluster barrier (relaxed: the
+    fence has released the barriers), which `JOIN` waits for before any block stores into another's exchange, so no
+    store lands on a barrier not yet initialised."""
     inits = [*(["mbarrier_init(&copy_bar, 1);"] if bulk else []), *(f"exchange_init(&{e});" for e in exchanges)]
     if not inits:
         return ""
-    ready = "cluster_arrive_relaxed();\n" if clustered else ""
+    ready = "cluster_arrive_relaxed();\n" if exchanges else ""
     return "if (threadIdx.x == 0) {\n " + "\n ".join(inits) + "\n mbarrier_init_fence();\n}\n__syncthreads();\n" + ready
 
 
@@ -471,12 +481,6 @@ __device__ __forceinline__ void cluster_arrive_relaxed() {
 __device__ __forceinline__ void cluster_wait() {
     asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 }
-// The bytes stored by other blocks of the cluster are visible after this wait (acquire at cluster scope).
-__device__ __forceinline__ void mbarrier_wait_cluster(uint64_t* bar, uint32_t parity) {
-    asm volatile("{\n .reg .pred done;\n wait_%=:\n"
-                 " mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-                 " @!done bra wait_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
-}
 // One 32-bit word into block `rank`'s copy of *slot, landing on its copy of *bar.
 __device__ __forceinline__ void send_word(const uint32_t* slot, uint32_t word, uint64_t* bar, uint32_t rank) {
     uint32_t to, at;
@@ -620,7 +624,7 @@ class GroupNormTemplate(Template):
         scratch = "".join(f"__shared__ {t} {name}[32];\n" for t, name in reds)
         scratch += "".join(f"__shared__ {f'Part<{t}>' if pushed else t} {name};\n" for t, name in exchanges)
         bulk = strategy == "bulk"
-        ready = setup([name for _, name in exchanges] if pushed else [], bulk, pushed)
+        ready = setup([name for _, name in exchanges] if pushed else [], bulk)
         join = JOIN if pushed else ""
         if strategy == "reread":
             body = PIVOT + ready + join
@@ -651,9 +655,13 @@ class GroupNormTemplate(Template):
                 defines += f"#define SLICE {slice_chunks(card, params)}\n"
             if tail:
                 defines += f"#define KEPT {on_chip_chunks(card, params)}  // {params['minb']} blocks an SM\n"
-        cluster = (MBARRIER if bulk or pushed else "") + (BULK_LOAD if bulk else "")
+        cluster = (MBARRIER + mbarrier_wait("mbarrier_wait", "", "") if bulk or pushed else "") + (
+            BULK_LOAD if bulk else ""
+        )
         if split > 1:
-            cluster += PUSHED_REDUCE if pushed else PULLED_REDUCE
+            why = "// The bytes stored by other blocks of the cluster are visible after this wait.\n"
+            pushing = mbarrier_wait("mbarrier_wait_cluster", ".acquire.cluster", why) + PUSHED_REDUCE
+            cluster += pushing if pushed else PULLED_REDUCE
             # Before __global__: the source check's CUDA grammar misreads it after the return type.
             attribute = f"__cluster_dims__({split}, 1, 1) "
         else:
