@@ -397,6 +397,17 @@ V __shfl_down_sync(unsigned mask, V v, unsigned delta) {
     const unsigned lane = emu::running % 32;
     return emu::exchange(mask, v, int(lane + delta < 32 ? lane + delta : lane));
 }
+// A ballot: every lane's predicate exchanged with every lane (32 shuffles).
+unsigned __ballot_sync(unsigned mask, int predicate) {
+    unsigned bits = 0;
+    for (int lane = 0; lane < 32; ++lane) {
+        bits |= unsigned(emu::exchange(mask, predicate != 0, lane)) << lane;
+    }
+    return bits;
+}
+int __popc(unsigned bits) {
+    return __builtin_popcount(bits);
+}
 template <typename V>
 V __shfl_up_sync(unsigned mask, V v, unsigned delta) {
     const unsigned lane = emu::running % 32;

@@ -1,8 +1,9 @@
-"""CSR SpMV in the sparse template: the balanced strategy (a cluster's entries shared evenly by its blocks), the
-stream strategy (a block's entries shared evenly by its threads) and the lane group per row, all with vector loads
-and streaming hints.
+"""CSR SpMV in the sparse template: the adopt strategy (the launch's later half hands its long rows to the earlier
+half), paired (the heavier of each pair of row blocks first), the balanced strategy (a cluster's entries shared
+evenly by its blocks), the stream strategy (a block's entries shared evenly by its threads) and the lane group per
+row, all with vector loads and streaming hints.
 
-Their rules and canonical forms, the levers, the seeds (the balanced strategy with 16-byte loads first, on the
+Their rules and canonical forms, the levers, the seeds (the adopt strategy with 16-byte loads first, on the
 suite's cards and at 2^26 entries), nvcc builds of every seed without spills, and the kernels' logic on the CPU: the
 emulator (tests/cuda_emulator.py) runs a launch with every CUDA thread a fiber (__syncthreads and warp shuffles are
 barriers, so a missing barrier, a divergent shuffle or a share summed twice shows; a cluster's blocks run together,
@@ -10,7 +11,8 @@ each with its own shared memory, so a missing cluster.sync() or a row written tw
 must agree with the float64 reference on the suite's input sets (power-law, uniform, banded) and on the cases that
 break SpMV kernels: empty rows and whole empty blocks, a row over many tiles, NaN and inf beside finite rows, a row
 over every block of a cluster, empty rows at the cluster's block boundaries, clusters with fewer entries than
-blocks. The GPU test runs every seed through the evaluator (every seeded and fresh set) on the suite's 2^22 card.
+blocks, long rows crowded into one block (more than it hands over), adjacent, and last. The GPU test runs every
+seed through the evaluator (every seeded and fresh set) on the suite's 2^22 card.
 """
 
 from __future__ import annotations
@@ -59,17 +61,22 @@ def card_of_entries(precision: Precision, nnz: int) -> OperatorCard:
 
 def stream(**changes: int | str) -> Params:
     params: Params = {"strategy": "stream", "tpr": 1, "rpb": 256, "unroll": 1, "block": 256, "items": 16}
-    return {**params, "vec": 4, "hint": "stream", "minb": 4, "cluster": 2, **changes}
+    return {**params, "vec": 4, "hint": "stream", "minb": 4, "cluster": 2, "long": 256, **changes}
 
 
 def vector(**changes: int | str) -> Params:
     params: Params = {"strategy": "vector", "tpr": 4, "rpb": 64, "unroll": 2, "block": 128, "items": 4}
-    return {**params, "vec": 4, "hint": "stream", "minb": 4, "cluster": 2, **changes}
+    return {**params, "vec": 4, "hint": "stream", "minb": 4, "cluster": 2, "long": 256, **changes}
 
 
 def balanced(**changes: int | str) -> Params:
     params: Params = {"strategy": "balanced", "tpr": 1, "rpb": 128, "unroll": 1, "block": 1024, "items": 8}
-    return {**params, "vec": 4, "hint": "stream", "minb": 2, "cluster": 8, **changes}
+    return {**params, "vec": 4, "hint": "stream", "minb": 2, "cluster": 8, "long": 256, **changes}
+
+
+def adopt(**changes: int | str) -> Params:
+    params: Params = {"strategy": "adopt", "tpr": 1, "rpb": 512, "unroll": 1, "block": 512, "items": 8}
+    return {**params, "vec": 4, "hint": "stream", "minb": 4, "cluster": 2, "long": 4096, **changes}
 
 
 def test_the_rules_of_the_balanced_strategy() -> None:
@@ -95,6 +102,31 @@ def test_the_rules_of_the_balanced_strategy() -> None:
     source = TEMPLATE.render(csr, balanced(cluster=4))[0]
     assert "__cluster_dims__(4, 1, 1) __global__" in source and "cluster 4" in source
     assert "cluster" not in TEMPLATE.render(csr, stream())[0], "the stream kernel's source predates clusters"
+
+
+def test_the_rules_of_the_adopt_and_paired_strategies() -> None:
+    """adopt tests one row of each block a thread, so its rows per block are at most its threads; it keeps the
+    handed and adopted rows beside stream's shared memory; `long` is its alone (fixed for the others, and named in
+    its source only); paired is stream's kernel and parameters with the pair's row blocks chosen first."""
+    csr = card("float32")
+    assert TEMPLATE.problem(csr, adopt()) is None
+    assert "rpb 1024 > block 512" in str(TEMPLATE.problem(csr, adopt(rpb=1024)))
+    assert TEMPLATE.problem(csr, stream(rpb=1024, block=512, items=8, minb=2)) is None, "stream has no such rule"
+    tile = 512 * 8
+    assert stream_shared_bytes(adopt()) == 4 * (513 + 512 + tile + (tile - 1) // 32 + 5 * 16 + 512 // 32)
+    assert TEMPLATE.valid(csr, adopt(tpr=8, unroll=4, cluster=8)) == adopt()
+    assert TEMPLATE.valid(csr, adopt(long=1024)) == adopt(long=1024) != adopt()
+    assert TEMPLATE.valid(csr, stream(long=4096)) == stream() and TEMPLATE.valid(csr, vector(long=4096)) == vector()
+    assert TEMPLATE.valid(csr, balanced(long=4096)) == balanced()
+    assert TEMPLATE.valid(csr, adopt(long=300)) is None, "long outside the space"
+    source, plan = TEMPLATE.render(csr, adopt())
+    assert "long 4096" in source and "#define LONG 4096" in source and plan.grid == ["cdiv(nrows, 512)"]
+    assert "long 256" not in TEMPLATE.render(csr, stream())[0], "the stream kernel's source predates `long`"
+    paired = stream(strategy="paired")
+    assert TEMPLATE.valid(csr, {**paired, "cluster": 8, "long": 4096}) == paired
+    paired_source = TEMPLATE.render(csr, paired)[0]
+    assert "row_block = late_entries > early_entries" in paired_source
+    assert TEMPLATE.render(csr, paired)[1] == TEMPLATE.render(csr, stream())[1]
 
 
 def test_the_rules_of_the_two_strategies() -> None:
@@ -125,20 +157,25 @@ def test_the_levers_move_the_csr_parameters_that_address_each_bottleneck() -> No
 
 
 @pytest.mark.parametrize("precision", PRECISIONS)
-def test_the_seeds_start_with_the_stream_strategy_and_16_byte_loads(precision: Precision) -> None:
+def test_the_seeds_start_with_the_adopt_strategy_and_16_byte_loads(precision: Precision) -> None:
     """A short search meets the kernel expected fastest first on every scale: the suite's and 2^26 entries. The
-    stream seeds (the fastest on the H200's 2^22-row card), then one balanced seed (clusters of 2 of 512 rows a
-    block: the best balanced kernel there), then the lane groups'."""
+    adopt seeds (the fastest on the H200's 2^22-row card: blocks of 256 threads and 256 rows, tiles of 1024
+    entries, rows over 4096 entries handed over), then the stream seeds, then one balanced seed (clusters of 2 of
+    512 rows a block: the best balanced kernel there), then the lane groups'."""
     wide = {"float32": 4, "bfloat16": 8}[precision]
     specs = [card(precision, scale) for scale in task("spmv_csr").scales] + [card_of_entries(precision, 2**26)]
     for spec in specs:
         seeds = TemplateProposer().seeds(spec)
-        assert seeds[0].params == stream(vec=wide), spec.name
+        assert seeds[0].params == adopt(vec=wide, block=256, items=max(4, wide), rpb=256), spec.name
         assert seeds[0].plan.grid == ["cdiv(nrows, 256)"] and seeds[0].plan.block == [256]
-        assert seeds[4].params == balanced(vec=wide, block=512, items=8, rpb=512, cluster=2, minb=4)
-        assert seeds[4].plan.grid == ["cdiv(nrows, 1024) * 2"] and seeds[4].plan.block == [512]
-        assert {"tpr": 4, "vec": 4, "strategy": "vector"}.items() <= seeds[5].params.items()
-        assert [str(p.params["strategy"]) for p in seeds] == ["stream"] * 4 + ["balanced"] + ["vector"] * 4
+        assert seeds[1].params == adopt(vec=wide)
+        assert seeds[2].params == stream(vec=wide)
+        assert seeds[2].plan.grid == ["cdiv(nrows, 256)"] and seeds[2].plan.block == [256]
+        assert seeds[6].params == balanced(vec=wide, block=512, items=8, rpb=512, cluster=2, minb=4)
+        assert seeds[6].plan.grid == ["cdiv(nrows, 1024) * 2"] and seeds[6].plan.block == [512]
+        assert {"tpr": 4, "vec": 4, "strategy": "vector"}.items() <= seeds[7].params.items()
+        strategies = [str(p.params["strategy"]) for p in seeds]
+        assert strategies == ["adopt"] * 2 + ["stream"] * 4 + ["balanced"] + ["vector"] * 4
         for proposal in seeds:
             if proposal.params["strategy"] == "balanced":
                 rows = int(proposal.params["cluster"]) * int(proposal.params["rpb"])
@@ -227,6 +264,13 @@ def variants(precision: Precision) -> list[Params]:
         balanced(vec=1, items=4, block=128, rpb=32, cluster=8, hint="plain", minb=1),
         balanced(vec=8, items=32, block=128, rpb=16, cluster=2, minb=1),
         balanced(vec=2, items=4, block=1024, rpb=1024, cluster=2, minb=1),
+        adopt(vec=1, items=4, block=128, rpb=32, long=256, hint="plain", minb=1),
+        stream(strategy="paired", vec=1, items=4, block=128, rpb=32, hint="plain", minb=1),
+        stream(strategy="paired", vec=4, items=8, block=256, rpb=64, minb=1),
+        stream(strategy="paired", vec=8, items=8, block=1024, rpb=1024, minb=1),
+        adopt(vec=4, items=16, block=256, rpb=128, long=1024, minb=1),
+        adopt(vec=8, items=8, block=1024, rpb=1024, long=256, minb=1),
+        adopt(vec=2, items=8, block=256, rpb=64, long=256, minb=1),
         stream(vec=1, items=4, block=128, rpb=32, hint="plain", minb=1),
         stream(vec=2, items=8, block=1024, rpb=1024, minb=1),
         stream(vec=8, items=32, block=128, rpb=32, minb=1),
@@ -298,12 +342,20 @@ def hard_sets(precision: Precision, nrows: int) -> dict[str, Arrays]:
 
     lengths = np.where(np.arange(nrows) % 4 == 1, 64, 0)
     boundaries = csr(lengths, rng, precision)
+    lengths = rng.integers(0, 9, nrows)
+    lengths[:20] = 300
+    lengths[40:42] = 2000
+    lengths[-30:-1] = 300
+    lengths[-1] = 5000
+    lengths[-2] += (-lengths.sum()) % 8
+    crowded = csr(lengths, rng, precision)
     return {
         "long_row_and_empty_blocks": long_row,
         "nan_inf": specials,
         "only_the_last_row": csr(lone, rng, precision),
         "a_row_over_every_block_then_clusters_of_few_entries": spanning,
         "empty_rows_at_block_boundaries": boundaries,
+        "long_rows_crowded_adjacent_and_last": crowded,
     }
 
 

@@ -1,5 +1,6 @@
 """Sparse products with fp32 accumulation: CSR SpMV (a lane group per row, a block's entries shared evenly by its
-threads, or a cluster's entries shared evenly by its blocks), ELL SpMV, CSR SpMM.
+threads, a cluster's entries shared evenly by its blocks, or the launch's late long rows summed by its early
+blocks), ELL SpMV, CSR SpMM.
 
 Conventions (the suite's sparse cards, kernelforge_tui/suite/tasks/sparse.py): index arrays int32, values and the
 dense operands of one float dtype;
@@ -16,7 +17,7 @@ slot (right because padding only trails, and a lane's slots ascend). SpMM replac
 and c per lane, one vector load: k / vec lanes cover a row of c) and `split` (lane groups that share out a row's
 entries, then add up by shuffles). Accumulation is always fp32: a 16-bit sum of a long row fails the tolerance.
 
-CSR SpMV has three strategies (`strategy`), because a lane group per row is only as fast as its longest row: the
+CSR SpMV has five strategies (`strategy`), because a lane group per row is only as fast as its longest row: the
 suite's timed matrices are power-law, whose entries spread evenly over row lengths from 1 to 65536 (as many in rows
 of 16-32 entries as in rows of 32768-65536), and a warp alone on a row of 44000 entries takes hundreds of load
 round trips while the GPU idles.
@@ -50,6 +51,21 @@ round trips while the GPU idles.
   of its cluster's rows halves occupancy at 4 blocks an SM, and at 8 the blocks' tiles are half full. ncu puts
   stream and cuSPARSE both at the L2's limit (85 M sectors; 88% and 95% of its throughput): what stream lacks is the
   tail, blocks with a long row started last.
+- `adopt`: stream without that tail. Blocks start in about index order, so a late block owning a row of 10,000 to
+  44,000 entries finishes last; here the launch's later half hands its long rows (over `long` entries, the first
+  HANDED of a block's, in order) to the earlier half: block b < blocks / 2 adopts those of block blocks - 1 - b,
+  sums each first (a one-row job of the same tiled loop, its y written by the adopter), then its own rows; the late
+  block streams the runs of its rows between the rows it handed over and writes the others. Both find the rows by
+  the same test of the same row pointers (the adopter loads its late block's beside its own), so every row is
+  summed and written by one block whatever order the blocks run in: the order only decides the speed. A thread tests
+  one row of each block, so rpb <= block. On the H200's 2^22-row card, side by side: 468.5-469.9 us (blocks of 256
+  threads and 256 rows, tiles of 1024 entries, rows over 4096 entries handed over) against cuSPARSE's 478.6-480.3
+  and stream's 488-503 us. A version that shared each long row out over a thread block cluster instead (its blocks
+  exchanging partial sums through distributed shared memory) lost everywhere (520-640 us): its per-block protocol
+  cost 8% even with a cluster of one, and co-scheduling clusters cut the achieved occupancy from 98% to 85%.
+- `paired`: stream with the row blocks of each pair b, blocks - 1 - b swapped when the later one has more entries
+  (thread 0 compares them), so the heavier of each pair starts in the launch's first half: whole blocks move, no
+  lists, but a long row among light ones moves with them. 472.4-473.3 us at blocks of 256, no gain at 512 or 1024.
 All take `hint` (`stream`: values and col_idx, read once, with evict-first loads, and x through the read-only
 path, so x stays in L2; `plain`: ordinary loads) and `minb` (the __launch_bounds__ blocks per SM). Vector loads
 need vec to divide nnz (a chunk from a multiple of vec then never passes the arrays' end; row_ptr[nrows] = nnz).
@@ -57,6 +73,8 @@ need vec to divide nnz (a chunk from a multiple of vec then never passes the arr
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable
 from typing import ClassVar
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
@@ -86,8 +104,8 @@ INDEX = ("col_idx", "row_ptr")
 POWERS = (1, 2, 4, 8, 16, 32)
 ROWS_PER_BLOCK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 UNROLLS = (1, 2, 4, 8)
-STRATEGIES = ("vector", "stream", "balanced")
-TILED = ("stream", "balanced")
+STRATEGIES = ("vector", "stream", "balanced", "adopt", "paired")
+TILED = ("stream", "balanced", "adopt", "paired")
 """The strategies that stream entries in tiles (one kernel body, see TILES)."""
 BLOCKS = (128, 256, 512, 1024)
 ITEMS = (4, 8, 16, 32)
@@ -98,11 +116,22 @@ HINTS = ("plain", "stream")
 MIN_BLOCKS = (1, 2, 4)
 CLUSTERS = (2, 4, 8)
 """balanced: blocks a cluster (the portable sizes: a plain launch honours __cluster_dims__ up to 8)."""
-UNUSED_BY_BALANCED: Params = {"tpr": POWERS[0], "unroll": UNROLLS[0]}
+LONG_ROWS = (256, 1024, 2048, 4096, 8192, 16384)
+"""adopt: the row length past which a late block's row is long (handed over to its adopter)."""
+HANDED = 16
+"""adopt: a late block's long rows handed over at most (it sums any more itself)."""
+UNUSED_BY_ADOPT: Params = {"tpr": POWERS[0], "unroll": UNROLLS[0], "cluster": CLUSTERS[0]}
+UNUSED_BY_BALANCED: Params = {"tpr": POWERS[0], "unroll": UNROLLS[0], "long": LONG_ROWS[0]}
 UNUSED_BY_STREAM: Params = {**UNUSED_BY_BALANCED, "cluster": CLUSTERS[0]}
-UNUSED_BY_VECTOR: Params = {"block": BLOCKS[0], "items": ITEMS[0], "cluster": CLUSTERS[0]}
+UNUSED_BY_VECTOR: Params = {"block": BLOCKS[0], "items": ITEMS[0], "cluster": CLUSTERS[0], "long": LONG_ROWS[0]}
 """CSR SpMV's parameters the other strategies have, at the values each strategy's canonical params fix them to."""
-UNUSED_BY: dict[str, Params] = {"vector": UNUSED_BY_VECTOR, "stream": UNUSED_BY_STREAM, "balanced": UNUSED_BY_BALANCED}
+UNUSED_BY: dict[str, Params] = {
+    "vector": UNUSED_BY_VECTOR,
+    "stream": UNUSED_BY_STREAM,
+    "balanced": UNUSED_BY_BALANCED,
+    "adopt": UNUSED_BY_ADOPT,
+    "paired": UNUSED_BY_STREAM,
+}
 
 
 def kind_of(card: OperatorCard) -> str | None:
@@ -118,7 +147,7 @@ def _kind(card: OperatorCard) -> str:
 
 
 def _streams(card: OperatorCard, params: Params) -> bool:
-    """Whether the params pick one of CSR SpMV's tiled strategies (stream or balanced)."""
+    """Whether the params pick one of CSR SpMV's tiled strategies (all but vector)."""
     return _kind(card) == "spmv_csr" and params["strategy"] in TILED
 
 
@@ -141,7 +170,9 @@ def stream_shared_bytes(params: Params) -> int:
     cluster * rpb rows, any of which its range may hold), and a tile's products (a pad word every 32, see SKEW)."""
     rows = int(params["rpb"]) * (int(params["cluster"]) if params.get("strategy") == "balanced" else 1)
     tile = int(params["block"]) * int(params["items"])
-    return 4 * ((rows + 1) + rows + tile + (tile - 1) // 32)
+    # adopt: the handed rows, the adopted rows with their first and last entries and sums, the warps' counts.
+    lists = 5 * HANDED + int(params["block"]) // 32 if params.get("strategy") == "adopt" else 0
+    return 4 * ((rows + 1) + rows + tile + (tile - 1) // 32 + lists)
 
 
 class SparseTemplate(Template):
@@ -157,6 +188,7 @@ class SparseTemplate(Template):
             Lever("unroll", "up", "more loads in flight"),
             Lever("items", "up", "more entries in flight per thread"),
             Lever("cluster", "up", "a cluster's blocks share its rows' entries evenly"),
+            Lever("long", "down", "more of the late blocks' rows summed early, by their adopters"),
             Lever("split", "up", "more lane groups share a row"),
             Lever("minb", "up", "more resident blocks"),
             Lever("tpr", "any", "threads per row"),
@@ -207,6 +239,7 @@ class SparseTemplate(Template):
             "hint": HINTS,
             "minb": MIN_BLOCKS,
             "cluster": CLUSTERS,
+            "long": LONG_ROWS,
         }
 
     def canonical(self, card: OperatorCard, params: Params) -> Params:
@@ -237,6 +270,8 @@ class SparseTemplate(Template):
                 return f"vec {vec} does not divide nnz = {nnz}: the last chunk would read past the arrays"
             if _streams(card, params) and int(params["items"]) % vec:
                 return f"items {params['items']} is not a whole number of vec {vec} chunks"
+            if params["strategy"] == "adopt" and int(params["rpb"]) > int(params["block"]):
+                return f"adopt: rpb {params['rpb']} > block {params['block']} (a thread tests one row of each block)"
             if _streams(card, params) and (shared := stream_shared_bytes(params)) > STATIC_SHARED:
                 return f"{shared} bytes of shared memory a block: over the {STATIC_SHARED} it may declare"
             if int(params["minb"]) * _threads(params, card) > THREADS_PER_SM:
@@ -261,12 +296,19 @@ class SparseTemplate(Template):
         elif kind == "spmv_ell":
             body, args = _spmv_ell(card, params, bounds), ["values", "col_idx", "x", "y", "nrows"]
         else:
-            kernel = {"vector": _spmv_csr, "stream": _spmv_csr_stream, "balanced": _spmv_csr_balanced}
+            kernel: dict[str, Callable[[Params, str], str]] = {
+                "vector": _spmv_csr,
+                "stream": _spmv_csr_stream,
+                "balanced": _spmv_csr_balanced,
+                "adopt": _spmv_csr_adopt,
+                "paired": _spmv_csr_stream,
+            }
             body = _loads(str(params["hint"])) + kernel[str(params["strategy"])](params, bounds)
             args = ["values", "col_idx", "row_ptr", "x", "y", "nrows"]
-        # `cluster` named only where it is used: the vector and stream kernels' sources predate it (measurements
-        # are keyed by source).
-        named = {k: v for k, v in params.items() if k != "cluster" or balanced}
+        # `cluster` and `long` named only where used: the older kernels' sources predate them (measurements are
+        # keyed by source).
+        used = {"cluster": balanced, "long": kind == "spmv_csr" and params["strategy"] == "adopt"}
+        named = {k: v for k, v in params.items() if used.get(k, True)}
         comment = f"// Sparse {kind} (fp32 accumulation): {', '.join(f'{k} {v}' for k, v in named.items())}.\n"
         comment += "// Generated by the template proposer.\n"
         source = comment + head + body
@@ -312,9 +354,11 @@ def _cluster_rows_for(card: OperatorCard, params: Params, entries: int) -> int:
 
 
 def csr_seeds(card: OperatorCard) -> list[Params]:
-    """CSR SpMV's seeds, the one expected fastest first: the stream strategy with 16-byte loads of the values (4 fp32
-    or 8 bf16 entries) in tiles of 4096 entries, rows per block sized so the average block fills one tile, 16
-    entries a thread, then bigger tiles (a long row takes fewer); then the balanced strategy, clusters of 2 whose
+    """CSR SpMV's seeds, the one expected fastest first: the adopt strategy (the fastest on the H200's 2^22-row card,
+    blocks of 256 threads in tiles of 1024 entries; then 512 in tiles of 4096), rows over 4096 entries handed over;
+    then the stream strategy with 16-byte loads of the values (4 fp32 or 8 bf16 entries) in tiles of 4096
+    entries, rows per block sized so the average block fills one tile, 16 entries a thread, then bigger tiles (a
+    long row takes fewer); then the balanced strategy, clusters of 2 whose
     average entries fill two tiles of 4096 (the best balanced kernel on the H200's 2^22-row card, 511 us against
     the stream seeds' 489-547 us: the cluster's shared row pointers and its assembly cost more than the balance
     gains there); then lane groups sized to the mean row (tpr 4 x vec 4 and tpr 8 x vec 2 cover 16 entries a pass),
@@ -335,8 +379,13 @@ def csr_seeds(card: OperatorCard) -> list[Params]:
         {"tpr": 32, "rpb": 8, "unroll": 4, "vec": wide, "minb": 4},
         {"tpr": 1, "rpb": 256, "unroll": 1, "vec": 1, "minb": 1, "hint": "plain"},
     ]
+    adopts: list[Params] = [  # rows per block at most one a thread (see COMPACT)
+        {"block": 256, "items": max(4, wide), "rpb": min(256, _rows_for(card, 4096)), "minb": 4, "long": 4096},
+        {"block": 512, "items": 8, "rpb": min(512, _rows_for(card, 8192)), "minb": 4, "long": 4096},
+    ]
     tiled: Params = {"vec": wide, "hint": "stream"}
     return [
+        *({"strategy": "adopt", **tiled, **UNUSED_BY_ADOPT, **p} for p in adopts),
         *({"strategy": "stream", **tiled, **UNUSED_BY_STREAM, **p} for p in streams),
         *(
             {"strategy": "balanced", **tiled, **UNUSED_BY_BALANCED, **p, "rpb": _cluster_rows_for(card, p, entries)}
@@ -441,7 +490,7 @@ if (r < nrows) {{
 
 
 def _stream_helpers(params: Params) -> str:
-    """The tiled kernels' sizes, the search for an entry's row and the tile's loads (stream and balanced)."""
+    """The tiled kernels' sizes, the search for an entry's row and the tile's loads."""
     return f"""#define BLOCK {params["block"]}
 #define ITEMS {params["items"]}  // entries a thread loads, then sums, per tile
 #define CHUNKS (ITEMS / VEC)
@@ -574,7 +623,25 @@ TILES = """    const int lane = threadIdx.x & 31;
 rows' entries in that range added to acc."""
 
 
+PAIRED = """    // Blocks b and blocks - 1 - b swap row blocks when the later one's has more entries: the earlier block
+    // streams the heavier of the two, so the launch's heavy row blocks start in its first half.
+    __shared__ int row_block;
+    if (threadIdx.x == 0) {
+        const int early = min((int)blockIdx.x, (int)gridDim.x - 1 - (int)blockIdx.x);
+        const int late = (int)gridDim.x - 1 - early;
+        const int early_entries = row_ptr[min((early + 1) * RPB, nrows)] - row_ptr[early * RPB];
+        const int late_entries = row_ptr[min((late + 1) * RPB, nrows)] - row_ptr[late * RPB];
+        row_block = late_entries > early_entries ? (int)gridDim.x - 1 - (int)blockIdx.x : (int)blockIdx.x;
+    }
+    __syncthreads();
+    const int r0 = row_block * RPB;
+"""
+"""paired: the row block a block streams."""
+
+
 def _spmv_csr_stream(params: Params, bounds: str) -> str:
+    """stream, and paired (stream with the row blocks of each pair b, blocks - 1 - b heavier first)."""
+    row_block = PAIRED if params["strategy"] == "paired" else "    const int r0 = blockIdx.x * RPB;\n"
     return (
         _stream_helpers(params)
         + f"""
@@ -582,8 +649,9 @@ extern "C" __global__ void {bounds} {SIGNATURE}"""
         + """    __shared__ int rp[RPB + 1];  // the block's row pointers
     __shared__ float acc[RPB];  // its rows' sums
     __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
-    const int r0 = blockIdx.x * RPB;
-    const int n = min(RPB, nrows - r0);
+"""
+        + row_block
+        + """    const int n = min(RPB, nrows - r0);
 """
         + ROWS_IN
         + """    const int first = rp[0];
@@ -667,6 +735,109 @@ extern "C" {attribute}__global__ void {bounds} {SIGNATURE}"""
         y[r0 + i] = from_f(s);
     }
     cluster.sync();  // no block may release its shared memory while another still reads it
+}
+"""
+    )
+
+
+COMPACT = """
+// The threads for which `pick` holds, the first CAP of them in order, into list; how many (in every thread).
+// counts: BLOCK / 32 ints, free again on return.
+__device__ __forceinline__ int compact(bool pick, int* list, int* counts) {
+    const unsigned picks = __ballot_sync(FULL_MASK, pick);
+    if ((threadIdx.x & 31) == 0) {
+        counts[threadIdx.x >> 5] = __popc(picks);
+    }
+    __syncthreads();
+    int before = 0;
+    int total = 0;
+    for (int w = 0; w < BLOCK / 32; ++w) {
+        before += w < (int)(threadIdx.x >> 5) ? counts[w] : 0;
+        total += counts[w];
+    }
+    const int slot = before + __popc(picks & ((1u << (threadIdx.x & 31)) - 1u));
+    if (pick && slot < CAP) {
+        list[slot] = (int)threadIdx.x;
+    }
+    __syncthreads();
+    return min(total, CAP);
+}
+"""
+
+
+def _spmv_csr_adopt(params: Params, bounds: str) -> str:
+    return (
+        f"#define LONG {params['long']}  // a row of more entries is long\n"
+        f"#define CAP {HANDED}  // a late block's long rows handed over at most (it sums any others itself)\n"
+        + _stream_helpers(params)
+        + COMPACT
+        + f"""
+extern "C" __global__ void {bounds} {SIGNATURE}"""
+        + """    __shared__ int rp[RPB + 1];  // the block's row pointers
+    __shared__ float acc[RPB];  // its rows' sums
+    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
+    __shared__ int handed[CAP];  // a late block's long rows, summed by its adopter
+    __shared__ int adopted[CAP];  // an adopter's: its late block's handed rows
+    __shared__ int counts[BLOCK / 32];
+    __shared__ int adopted_rp[CAP][2];  // the adopted rows' first and last entries
+    __shared__ float adopted_acc[CAP];  // and their sums
+    // The launch's later half is late: block b's long rows go to block blocks - 1 - b, of the earlier half, which
+    // sums them first (the launch's long rows so all start in its first half; its last blocks are light).
+    const int blocks = (int)gridDim.x;
+    const bool late = (int)blockIdx.x >= blocks - blocks / 2;
+    const int r0 = blockIdx.x * RPB;
+    const int n = min(RPB, nrows - r0);
+    const int ra = (blocks - 1 - (int)blockIdx.x) * RPB;  // an adopter's late block's first row
+    const int na = (int)blockIdx.x < blocks / 2 ? min(RPB, nrows - ra) : 0;
+    bool pick = false;  // the late block's row threadIdx.x is long (its pointers loaded with the block's own)
+    if ((int)threadIdx.x < na) {
+        pick = row_ptr[ra + threadIdx.x + 1] - row_ptr[ra + threadIdx.x] > LONG;
+    }
+"""
+        + ROWS_IN
+        + """    const int adopted_count = compact(pick, adopted, counts);
+    const int handed_count = compact(late && (int)threadIdx.x < n && rp[threadIdx.x + 1] - rp[threadIdx.x] > LONG,
+                                     handed, counts);
+    if ((int)threadIdx.x < adopted_count) {
+        const int row = ra + adopted[threadIdx.x];
+        adopted_rp[threadIdx.x][0] = row_ptr[row];
+        adopted_rp[threadIdx.x][1] = row_ptr[row + 1];
+        adopted_acc[threadIdx.x] = 0.0f;
+    }
+    __syncthreads();
+    // The jobs in one loop (one copy of its code): each adopted row, then the runs of the block's rows between the
+    // rows it hands over, each streamed as stream streams a block's rows.
+    for (int job = 0; job <= adopted_count + handed_count; ++job) {
+        const bool own = job >= adopted_count;
+        const int run = job - adopted_count;
+        const int first = !own ? adopted_rp[job][0] : run == 0 ? rp[0] : rp[handed[run - 1] + 1];
+        const int last = !own ? adopted_rp[job][1] : run == handed_count ? rp[n] : rp[handed[run]];
+        if (first < last) {  // the same in every thread
+            const int* job_rp = own ? rp : adopted_rp[job];
+            const int job_rows = own ? n : 1;
+            float* job_acc = own ? acc : &adopted_acc[job];
+            {
+                // The job's rows (these names shadow the block's own).
+                const int* rp = job_rp;
+                const int n = job_rows;
+                float* acc = job_acc;
+"""
+        + textwrap.indent(TILES, " " * 12)
+        + """            }
+        }
+    }
+    if ((int)threadIdx.x < adopted_count) {
+        y[ra + adopted[threadIdx.x]] = from_f(adopted_acc[threadIdx.x]);
+    }
+    for (int i = threadIdx.x; i < n; i += BLOCK) {
+        bool kept = true;  // not handed over
+        for (int k = 0; k < handed_count; ++k) {
+            kept = kept && handed[k] != i;
+        }
+        if (kept) {
+            y[r0 + i] = from_f(acc[i]);
+        }
+    }
 }
 """
     )
