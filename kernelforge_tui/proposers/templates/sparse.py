@@ -789,7 +789,9 @@ extern "C" __global__ void {bounds} {SIGNATURE}"""
     const int n = min(RPB, nrows - r0);
     const int ra = (blocks - 1 - (int)blockIdx.x) * RPB;  // an adopter's late block's first row
     const int na = (int)blockIdx.x < blocks / 2 ? min(RPB, nrows - ra) : 0;
-    bool pick = false;  // the late block's row threadIdx.x is long (its pointers loaded with the block's own)
+    // The late block's row threadIdx.x is long (its pointers loaded with the block's own)? The late block tests its
+    // own rows the same way (below): the two must agree on every row.
+    bool pick = false;
     if ((int)threadIdx.x < na) {
         pick = row_ptr[ra + threadIdx.x + 1] - row_ptr[ra + threadIdx.x] > LONG;
     }
