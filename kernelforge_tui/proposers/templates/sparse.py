@@ -534,6 +534,12 @@ SIGNATURE = """kf_spmv_csr(const T* __restrict__ values, const int* __restrict__
 """
 """The CSR SpMV kernel's name and parameters (after its attributes)."""
 
+BLOCK_ROWS = """    __shared__ int rp[RPB + 1];  // the block's row pointers
+    __shared__ float acc[RPB];  // its rows' sums
+    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
+"""
+"""A block's rows in shared memory (stream's, paired's, adopt's): their pointers and sums, and a tile's products."""
+
 ROWS_IN = """    for (int i = threadIdx.x; i <= n; i += BLOCK) {
         rp[i] = row_ptr[r0 + i];
     }
@@ -646,10 +652,7 @@ def _spmv_csr_stream(params: Params, bounds: str) -> str:
         _stream_helpers(params)
         + f"""
 extern "C" __global__ void {bounds} {SIGNATURE}"""
-        + """    __shared__ int rp[RPB + 1];  // the block's row pointers
-    __shared__ float acc[RPB];  // its rows' sums
-    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
-"""
+        + BLOCK_ROWS
         + row_block
         + """    const int n = min(RPB, nrows - r0);
 """
@@ -773,10 +776,8 @@ def _spmv_csr_adopt(params: Params, bounds: str) -> str:
         + COMPACT
         + f"""
 extern "C" __global__ void {bounds} {SIGNATURE}"""
-        + """    __shared__ int rp[RPB + 1];  // the block's row pointers
-    __shared__ float acc[RPB];  // its rows' sums
-    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
-    __shared__ int handed[CAP];  // a late block's long rows, summed by its adopter
+        + BLOCK_ROWS
+        + """    __shared__ int handed[CAP];  // a late block's long rows, summed by its adopter
     __shared__ int adopted[CAP];  // an adopter's: its late block's handed rows
     __shared__ int counts[BLOCK / 32];
     __shared__ int adopted_rp[CAP][2];  // the adopted rows' first and last entries
