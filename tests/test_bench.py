@@ -48,7 +48,7 @@ from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite import cards, registry
 from kernelforge_tui.suite.score import CardResult, Scored, score_card
 from kernelforge_tui.suite.task import Precision, Task, Vendor
-from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_calls, time_vendor
+from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_calls, time_interleaved, time_vendor
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTOR_ADD = registry.task("vector_add")
@@ -410,6 +410,18 @@ def test_vendor_calls_are_timed_the_worker_way() -> None:
     assert samples == [2.0] * 12
     timed = ["flush", "event", "call", "event"]
     assert torch.log == ["call"] * 3 + ["sync"] + timed * 10 + ["sync"] + timed * 2 + ["sync"]
+
+
+def test_two_calls_are_interleaved_each_after_its_own_flush_the_order_turned_every_repetition() -> None:
+    """As the worker times a candidate with its baseline: neither always runs first, and each call is flushed."""
+    torch = _FakeCuda()
+    calls = {"vendor": lambda: torch.log.append("vendor"), "kernel": lambda: torch.log.append("kernel")}
+    samples = time_interleaved(torch, calls, VendorRequest(card_dir=Path("."), reps=3))
+    assert samples == {"vendor": [2.0] * 3, "kernel": [2.0] * 3}
+    timed = [call for call in torch.log if call in ("vendor", "kernel")][6:]  # after three warm-up calls of each
+    assert timed == ["vendor", "kernel", "kernel", "vendor", "vendor", "kernel"]
+    flushed = [i for i, call in enumerate(torch.log) if call in ("vendor", "kernel") and i > 6]
+    assert all(torch.log[i - 2 : i] == ["flush", "event"] for i in flushed)
 
 
 def test_the_speedup_plot_reads_wins_and_losses_on_a_log_axis_with_a_colour_per_scale() -> None:

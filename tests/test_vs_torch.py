@@ -29,6 +29,7 @@ else:
 from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.run import CaptureRequest, capture_model
 from kernelforge_tui.cards.store import draw_inputs
+from kernelforge_tui.cast.beside import BesideReply, BesideRequest
 from kernelforge_tui.cli.capture import template_problem
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.bench import VendorResult
@@ -314,6 +315,38 @@ def test_shares_ratios_and_goals_on_hand_computed_numbers() -> None:
     assert cells["torch.compile us (share)"] == "-" and cells["issue: eager / compile"] == "-"
 
 
+def test_the_vendor_goals_are_judged_side_by_side_where_both_sides_were_timed() -> None:
+    """Apart, ours (44 us in the worker) is not faster than cuSPARSE (44 us in torch's process); side by side on the
+    same tensors the times decide. A side that was not timed (it disagreed with the card) leaves the apart verdict,
+    and the notes say why."""
+    spmv = vs.BY_NAME["spmv_csr"]
+    apart = _result("spmv_csr", {"vendor": 44.0}, 44.0)
+    vendor = vs.Timed(what="cuSPARSE (torch.sparse)", median_us=47.0, cv=0.001, reps=30)
+    slower = apart.model_copy(
+        update={"beside": vs.Beside(node=3, vendor=vendor, ours=vs.Timed(what="ours", median_us=47.5))}
+    )
+    figures = vs.numbers(spmv, slower)
+    assert figures.goal_met is False and figures.goal_words.startswith(
+        "missed: side by side, cuSPARSE (torch.sparse) / ours = 0.989, needs > 1; needs < 47 us, has 47.5 us"
+    )
+    assert figures.ours_us == 44.0  # the table's ours column stays the search's own time
+    faster = apart.model_copy(
+        update={"beside": vs.Beside(node=3, vendor=vendor, ours=vs.Timed(what="ours", median_us=46.0))}
+    )
+    assert vs.numbers(spmv, faster).goal_met is True
+    wrong = vs.beside_result(
+        3,
+        "cuSPARSE (torch.sparse)",
+        BesideReply(agrees=True, kernel_agrees=False, kernel_check="y: 5 of 9 elements outside rtol=1e-05"),
+    )
+    assert not wrong.measured and wrong.ours.median_us is None
+    unjudged = apart.model_copy(update={"beside": wrong})
+    assert vs.numbers(spmv, unjudged).goal_words.startswith("missed: cuSPARSE (torch.sparse) / ours = 1,")
+    words = vs.beside_words(wrong)
+    assert "cuSPARSE (torch.sparse): not timed: ours disagrees with the card's reference" in words
+    assert "ours: y: 5 of 9 elements outside rtol=1e-05" in words
+
+
 def test_a_vendor_that_disagrees_is_timed_and_says_so() -> None:
     cell = vs.vendor_timed(
         VendorResult(library="cuSPARSE (torch.sparse)", median_us=44.0, reps=100, agrees=False, note="y: 3 of 9 off")
@@ -357,6 +390,7 @@ class StandIns:
     def __init__(self) -> None:
         self.torch_requests: list[Any] = []
         self.vendor_cards: list[Path] = []
+        self.beside_requests: list[BesideRequest] = []
 
     async def torch(self, request: Any, gpu: int | None) -> Any:
         self.torch_requests.append(request)
@@ -365,6 +399,12 @@ class StandIns:
     async def vendor(self, card_dir: Path, gpu: int | None, reps: int, flush_bytes: int) -> VendorResult:
         self.vendor_cards.append(card_dir)
         return VendorResult(library="cuSPARSE (torch.sparse)", median_us=44.0, reps=reps, agrees=True)
+
+    async def beside(self, request: BesideRequest, gpu: int | None) -> BesideReply:
+        """Side by side the vendor takes 50 us and ours 48: faster, where apart (44 us) ours is not."""
+        self.beside_requests.append(request)
+        samples = {"samples_us": [50.0] * request.reps, "kernel_samples_us": [48.0] * request.reps}
+        return BesideReply(library="cuSPARSE (torch.sparse)", agrees=True, kernel_agrees=True, **samples)
 
 
 def test_the_bench_end_to_end_on_the_simulated_backend_and_continued(tmp_path: Path) -> None:
@@ -377,7 +417,9 @@ def test_the_bench_end_to_end_on_the_simulated_backend_and_continued(tmp_path: P
 
     def bench() -> Any:
         manifest = vs.open_manifest(tmp_path, options)
-        b = vs.Bench(tmp_path, Settings(), manifest, lines.append, True, stand_ins.torch, stand_ins.vendor)
+        b = vs.Bench(
+            tmp_path, Settings(), manifest, lines.append, True, stand_ins.torch, stand_ins.vendor, stand_ins.beside
+        )
         asyncio.run(b.run(workloads, [FAKE_GPU]))
         return b.manifest
 
@@ -393,6 +435,15 @@ def test_the_bench_end_to_end_on_the_simulated_backend_and_continued(tmp_path: P
         with RunStore.open(result.ours.run_dir, readonly=True) as store:
             assert store.run_info().backend == "simulated"
     assert vs.load_manifest(tmp_path) == manifest
+    # spmv's best kernel, built again from its node's source, timed beside cuSPARSE; the verdict reads that timing.
+    (request,) = stand_ins.beside_requests
+    assert spmv.ours is not None and spmv.beside is not None and spmv.beside.node == spmv.ours.best_node
+    assert request.cubin.is_file() and request.launch.entry == "kf_spmv_csr" and request.card_dir == spmv.card_dir
+    assert (spmv.beside.vendor.median_us, spmv.beside.ours.median_us) == (50.0, 48.0)
+    figures = vs.numbers(vs.BY_NAME["spmv_csr"], spmv)
+    assert figures.goal_met is True
+    assert figures.goal_words == "met: side by side, cuSPARSE (torch.sparse) / ours = 1.04 > 1"
+    assert "ours / cuSPARSE (torch.sparse) = 0.960" in vs.table(manifest)
     assert [len(stand_ins.torch_requests), len(stand_ins.vendor_cards)] == [1, 1]
     assert stand_ins.torch_requests[0].capture and stand_ins.torch_requests[0].modes == ["eager"]
     assert any("softmax on GPU 0: softmax_bf16_8x64: searching" in line for line in lines)
@@ -400,7 +451,8 @@ def test_the_bench_end_to_end_on_the_simulated_backend_and_continued(tmp_path: P
     candidates = softmax.ours.candidates
     lines.clear()
     again = bench()
-    assert [len(stand_ins.torch_requests), len(stand_ins.vendor_cards)] == [1, 1]  # nothing measured twice
+    # nothing measured twice
+    assert [len(stand_ins.torch_requests), len(stand_ins.vendor_cards), len(stand_ins.beside_requests)] == [1, 1, 1]
     assert again.result("softmax").ours.candidates == candidates  # type: ignore[union-attr]
     assert not any("searching" in line or "resuming" in line for line in lines)
     assert again.result("softmax").error == "" and again.result("spmv_csr").error == ""
@@ -415,7 +467,9 @@ def test_the_table_says_what_the_best_kernels_profile_says(tmp_path: Path) -> No
     options = vs.Options(workloads=["softmax"], minutes=1.0, iterations=12, compile=False)
     stand_ins = StandIns()
     manifest = vs.open_manifest(tmp_path, options)
-    bench = vs.Bench(tmp_path, Settings(), manifest, lambda _line: None, True, stand_ins.torch, stand_ins.vendor)
+    bench = vs.Bench(
+        tmp_path, Settings(), manifest, lambda _line: None, True, stand_ins.torch, stand_ins.vendor, stand_ins.beside
+    )
     asyncio.run(bench.run(workloads, [FAKE_GPU]))
     result = bench.manifest.result("softmax")
     assert result.ours is not None and result.ours.best_node is not None and result.ours.profile == ""

@@ -10,11 +10,14 @@ import asyncio
 import collections
 import sys
 from collections.abc import Sequence
+from typing import TypeVar
 
 from pydantic import ValidationError
 
 from kernelforge_tui.gpu.subprocess_worker import kill_group, spawn_worker, tail_text
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
+
+Reply = TypeVar("Reply", bound=VendorReply)
 
 VENDOR_TIMEOUT_S = 600.0
 """A vendor subprocess that has not answered in this long is killed (torch's start-up and cuFFT/cuDNN plans
@@ -50,6 +53,10 @@ class VendorTimer:
 
     async def time(self, request: VendorRequest) -> VendorReply:
         """The request's reply; a crash or a hang is the reply's error."""
+        return await self.time_as(request, VendorReply)
+
+    async def time_as(self, request: VendorRequest, reply_type: type[Reply]) -> Reply:
+        """The request's reply read as `reply_type`, the process's own (`cast.beside`'s for its command)."""
         if self.process is None or self.process.returncode is not None:
             self.process = await self._start()
         process = self.process
@@ -61,18 +68,18 @@ class VendorTimer:
                 line = await process.stdout.readline()
         except TimeoutError:
             await self.close()
-            return VendorReply(error=f"no answer within {self.timeout_s:g} s: the vendor timing was killed")
+            return reply_type(error=f"no answer within {self.timeout_s:g} s: the vendor timing was killed")
         except (BrokenPipeError, ConnectionResetError):
             line = b""
         except asyncio.CancelledError:
             await self.close()
             raise
         try:
-            reply = VendorReply.model_validate_json(line)
+            reply = reply_type.model_validate_json(line)
         except ValidationError:
             await self.close()
             tail = tail_text(self.stderr_tail, VENDOR_STDERR_LINES)
-            return VendorReply(error=f"the vendor timing exited {process.returncode} without a reply: {tail}")
+            return reply_type(error=f"the vendor timing exited {process.returncode} without a reply: {tail}")
         if reply.error:
             await self.close()
         return reply

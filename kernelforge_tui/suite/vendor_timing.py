@@ -8,18 +8,20 @@ closes: the bench keeps one such process per GPU, so torch's import and CUDA sta
 once per card. The reply holds every timed launch; the bench summarises them with the worker's statistics
 (`gpu.statistics.robust_stats`), so ours and the vendor's medians are read the same way.
 
-Timed the way the GPU worker times kernels: on the card's first input set, three untimed warm-up calls, then each
-call between a pair of CUDA events on the current stream, the L2 evicted before every call by writing a scratch
-buffer larger than it (`EvalSettings.flush_bytes`, a different value each time, as the worker's memset does), in
-batches of ten synchronised once. The worker interleaves a candidate with the card's baseline; a vendor call has no
-partner in this process, so its repetitions run back to back. The vendor's outputs are checked against the card's
-reference at the card's tolerance (integer outputs exactly), and the reply says whether they agree and where not.
+Timed the way the GPU worker times kernels (`time_interleaved`): on the card's first input set, three untimed
+warm-up calls, then each call between a pair of CUDA events on the current stream, the L2 evicted before every call
+by writing a scratch buffer larger than it (`EvalSettings.flush_bytes`, a different value each time, as the worker's
+memset does), in batches of ten synchronised once. The worker interleaves a candidate with the card's baseline;
+here a vendor call has no partner, so its repetitions run back to back (`cast.beside` gives it our kernel as one, on
+the same tensors). The vendor's outputs are checked against the card's reference at the card's tolerance (integer
+outputs exactly), and the reply says whether they agree and where not.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -112,33 +114,55 @@ def agreement(card: Card, outputs: Mapping[str, np.ndarray], references: Arrays)
     return True, "every output matches the card's reference at its tolerance"
 
 
-def time_vendor(request: VendorRequest) -> VendorReply:
-    """Check and time the vendor's implementation of the card's task (see the module's docstring)."""
+@dataclass
+class VendorCall:
+    """The vendor's call on a card's first input set, as torch tensors on the request's device."""
+
+    card: Card
+    torch: Any
+    tensors: dict[str, Any]
+    references: Arrays
+    call: Callable[[], Mapping[str, Any]]
+
+    def check(self) -> tuple[bool, str]:
+        """One call's outputs against the card's references (`agreement`)."""
+        outputs = self.call()
+        return agreement(self.card, {k: to_numpy(self.torch, v) for k, v in outputs.items()}, self.references)
+
+
+def vendor_call(request: VendorRequest, reply: VendorReply) -> VendorCall | None:
+    """The card's vendor call, ready to run; None, with the reply's error saying why, where there is none (no
+    vendor for the task, no torch). Sets the reply's library, and the current GPU for `cuda:N`."""
     card = load_card(request.card_dir)
     task = task_of(card)
-    if task.vendor is None:
-        return VendorReply(error=f"task {task.name} has no vendor implementation")
-    reply = VendorReply(library=task.vendor.library)
+    vendor = task.vendor
+    if vendor is None:
+        reply.error = f"task {task.name} has no vendor implementation"
+        return None
+    reply.library = vendor.library
     try:
         import torch
     except ImportError:
         reply.error = TORCH_MISSING
-        return reply
+        return None
     if request.device.startswith("cuda:"):
-        torch.cuda.set_device(request.device)  # the events and synchronisations of `time_calls` act on this GPU
+        torch.cuda.set_device(request.device)  # the events and synchronisations of `time_interleaved` act on this GPU
     inputs, references = card.input_set(card.spec.input_sets[0])
     tensors = {name: to_torch(torch, array, request.device) for name, array in inputs.items()}
     sizes = dict(card.spec.sizes)
+    return VendorCall(card, torch, tensors, references, lambda: vendor.run(torch, tensors, sizes))
 
-    def call() -> Mapping[str, Any]:
-        assert task.vendor is not None
-        return task.vendor.run(torch, tensors, sizes)
 
+def time_vendor(request: VendorRequest) -> VendorReply:
+    """Check and time the vendor's implementation of the card's task (see the module's docstring)."""
+    reply = VendorReply()
+    prepared = vendor_call(request, reply)
+    if prepared is None:
+        return reply
     try:
-        outputs = call()
-        reply.agrees, reply.check = agreement(card, {k: to_numpy(torch, v) for k, v in outputs.items()}, references)
+        reply.agrees, reply.check = prepared.check()
         if request.device.startswith("cuda"):
-            reply.samples_us = time_calls(torch, call, request)
+            reply.samples_us = time_calls(prepared.torch, prepared.call, request)
     except Exception as exc:  # the vendor call itself failed (an unsupported dtype, out of memory): say so
         reply.error = f"{type(exc).__name__}: {exc}"
     return reply
@@ -146,38 +170,57 @@ def time_vendor(request: VendorRequest) -> VendorReply:
 
 def time_calls(torch: Any, call: Callable[[], object], request: VendorRequest) -> list[float]:
     """`request.reps` calls, each between CUDA events after the L2 flush, synchronised once per batch; in us."""
+    return time_interleaved(torch, {"call": call}, request)["call"]
+
+
+def time_interleaved(
+    torch: Any, calls: Mapping[str, Callable[[], object]], request: VendorRequest
+) -> dict[str, list[float]]:
+    """`request.reps` timed calls of each, in us: every repetition runs each call once, between CUDA events after
+    the L2 flush, the order turned every other repetition (as the worker interleaves a candidate and its baseline:
+    neither always follows the other); synchronised once per batch of ten repetitions."""
     scratch = torch.empty(request.flush_bytes // 4, dtype=torch.int32, device=request.device)
-    for _ in range(WARMUP):
-        call()
+    order = list(calls)
+    for name in order:
+        for _ in range(WARMUP):
+            calls[name]()
     torch.cuda.synchronize()
-    samples: list[float] = []
-    while len(samples) < request.reps:
+    samples: dict[str, list[float]] = {name: [] for name in order}
+    done = 0
+    while done < request.reps:
         events = []
-        for i in range(min(BATCH, request.reps - len(samples))):
-            scratch.fill_(len(samples) + i)
-            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            begin.record()
-            call()
-            end.record()
-            events.append((begin, end))
+        for i in range(min(BATCH, request.reps - done)):
+            for name in order if (done + i) % 2 == 0 else order[::-1]:
+                scratch.fill_(done + i)
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                calls[name]()
+                end.record()
+                events.append((name, begin, end))
         torch.cuda.synchronize()
-        samples += [begin.elapsed_time(end) * 1000.0 for begin, end in events]
+        for name, begin, end in events:
+            samples[name].append(begin.elapsed_time(end) * 1000.0)
+        done = len(samples[order[0]])
     return samples
 
 
-def main() -> int:
-    """Answer request lines until stdin closes; a request that cannot be served (no such card) is its reply's
-    error, and the next one is served."""
+def serve(answer: Callable[[str], BaseModel], failed: Callable[[str], BaseModel]) -> int:
+    """Answer request lines from stdin, one reply line each, until stdin closes; a request that cannot be served
+    (no such card, a bad line) is `failed(why)`'s reply, and the next one is served."""
     for line in sys.stdin:
         if not line.strip():
             continue
         try:
-            reply = time_vendor(VendorRequest.model_validate_json(line))
+            reply = answer(line)
         except Exception as exc:  # a bad request or card: said in the reply, the process serves the next one
-            reply = VendorReply(error=f"{type(exc).__name__}: {exc}")
+            reply = failed(f"{type(exc).__name__}: {exc}")
         sys.stdout.write(reply.model_dump_json() + "\n")
         sys.stdout.flush()
     return 0
+
+
+def main() -> int:
+    return serve(lambda line: time_vendor(VendorRequest.model_validate_json(line)), lambda why: VendorReply(error=why))
 
 
 if __name__ == "__main__":
