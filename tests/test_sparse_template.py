@@ -168,10 +168,11 @@ def test_the_seeds_start_with_the_adopt_strategy_and_16_byte_loads(precision: Pr
         seeds = TemplateProposer().seeds(spec)
         assert seeds[0].params == adopt(vec=wide, block=256, items=max(4, wide), rpb=256), spec.name
         assert seeds[0].plan.grid == ["cdiv(nrows, 256)"] and seeds[0].plan.block == [256]
-        assert seeds[1].params == adopt(vec=wide)
+        assert seeds[1].params == adopt(vec=wide, items=wide, minb=2)
         assert seeds[2].params == stream(vec=wide)
         assert seeds[2].plan.grid == ["cdiv(nrows, 256)"] and seeds[2].plan.block == [256]
-        assert seeds[6].params == balanced(vec=wide, block=512, items=8, rpb=512, cluster=2, minb=4)
+        full = {"float32": 4, "bfloat16": 2}[precision]  # bf16's items 8 is DIRECT: 32 registers do not fit it
+        assert seeds[6].params == balanced(vec=wide, block=512, items=8, rpb=512, cluster=2, minb=full)
         assert seeds[6].plan.grid == ["cdiv(nrows, 1024) * 2"] and seeds[6].plan.block == [512]
         assert {"tpr": 4, "vec": 4, "strategy": "vector"}.items() <= seeds[7].params.items()
         strategies = [str(p.params["strategy"]) for p in seeds]
@@ -255,7 +256,8 @@ def variants(precision: Precision) -> list[Params]:
     (a 10000-entry row spans most of its cluster's blocks), with 32-byte loads and clusters of 2 blocks of 16 rows,
     and one cluster of 2 blocks of 1024 rows (more than the card's: the last cluster short); stream with scalar loads
     in tiles of 512 (a power-law block spans several), one block owning every row, 32-byte loads (two 16-byte words
-    in fp32), lane groups of 16 with plain loads, 1024-thread blocks."""
+    in fp32), lane groups of 16 with plain loads, 1024-thread blocks; stream and balanced with a thread summing the
+    chunk it loads (DIRECT: no barrier inside the loop, one after it)."""
     seeds = [p.params for p in TemplateProposer().seeds(card(precision))]
     if precision == "bfloat16":
         seeds = [next(p for p in seeds if p["strategy"] == strategy) for strategy in ("balanced", "stream", "vector")]
@@ -272,6 +274,8 @@ def variants(precision: Precision) -> list[Params]:
         adopt(vec=8, items=8, block=1024, rpb=1024, long=256, minb=1),
         adopt(vec=2, items=8, block=256, rpb=64, long=256, minb=1),
         stream(vec=1, items=4, block=128, rpb=32, hint="plain", minb=1),
+        stream(vec=4, items=4, block=256, rpb=64, minb=1),
+        balanced(vec=4, items=4, block=256, rpb=64, cluster=4, minb=1),
         stream(vec=2, items=8, block=1024, rpb=1024, minb=1),
         stream(vec=8, items=32, block=128, rpb=32, minb=1),
         vector(tpr=16, rpb=2, unroll=8, vec=8, hint="plain", minb=1),

@@ -28,10 +28,14 @@ round trips while the GPU idles.
   (a binary search of the block's row pointers finds its first row), so every thread does the same work whatever
   the rows' lengths; a row that ends inside a thread's share is added to its shared accumulator, the row still
   going at a share's end is first added up across the warp (a segmented shuffle sum), then added once. The next
-  tile's loads are issued before the current tile is summed. Every row is summed within one block (a card gives
-  one launch, a poisoned y and no scratch memory, so blocks cannot combine partial rows), so a long row costs its
-  block several tiles; the hardware's block scheduler balances the uneven blocks. Sums run in another order than
-  a sequential loop's (shares, then shuffles and shared atomics): fp32's tolerance admits any order.
+  tile's loads are issued before the current tile is summed. Where a thread's share is exactly the one chunk it
+  loads (items == vec: DIRECT), its products stay in its registers and the loop has no barrier (no thread reads
+  another's products; a row's sums reach acc by one store or shared atomics), one after it: on the H200's 2^22-row
+  card adopt took 451-453 us so, against 469-471 through shared memory (cuSPARSE 475). Every row is summed within
+  one block (a card gives one launch, a poisoned y and no scratch memory, so blocks cannot combine partial rows), so
+  a long row costs its block several tiles; the hardware's block scheduler balances the uneven blocks. Sums run in
+  another order than a sequential loop's (shares, then shuffles and shared atomics): fp32's tolerance admits any
+  order.
 - `balanced`: the stream kernel's blocks are uneven (one owning a row of 65536 entries has ~8x the average
   block's work on the suite's power-law card, and started late it is the launch's tail), so a thread block cluster
   of `cluster` blocks (2, 4 or 8: portable sizes) owns cluster * rpb consecutive rows and splits their W entries
@@ -167,12 +171,14 @@ def _threads(params: Params, card: OperatorCard) -> int:
 
 def stream_shared_bytes(params: Params) -> int:
     """The tiled kernels' shared memory: the row pointers and sums of the block's rows (balanced: of its cluster's
-    cluster * rpb rows, any of which its range may hold), and a tile's products (a pad word every 32, see SKEW)."""
+    cluster * rpb rows, any of which its range may hold), and a tile's products (a pad word every 32, see SKEW)
+    unless each thread sums only the entries it loaded (DIRECT)."""
     rows = int(params["rpb"]) * (int(params["cluster"]) if params.get("strategy") == "balanced" else 1)
-    tile = int(params["block"]) * int(params["items"])
+    direct = params["items"] == params.get("vec")  # DIRECT: each thread's products stay in its registers
+    tile = 0 if direct else int(params["block"]) * int(params["items"])
     # adopt: the handed rows, the adopted rows with their first and last entries and sums, the warps' counts.
     lists = 5 * HANDED + int(params["block"]) // 32 if params.get("strategy") == "adopt" else 0
-    return 4 * ((rows + 1) + rows + tile + (tile - 1) // 32 + lists)
+    return 4 * ((rows + 1) + rows + tile + max(0, tile - 1) // 32 + lists)
 
 
 class SparseTemplate(Template):
@@ -355,7 +361,8 @@ def _cluster_rows_for(card: OperatorCard, params: Params, entries: int) -> int:
 
 def csr_seeds(card: OperatorCard) -> list[Params]:
     """CSR SpMV's seeds, the one expected fastest first: the adopt strategy (the fastest on the H200's 2^22-row card,
-    blocks of 256 threads in tiles of 1024 entries; then 512 in tiles of 4096), rows over 4096 entries handed over;
+    blocks of 256 threads, each summing the one 16-byte chunk it loads (DIRECT); then blocks of 512, two an SM, so
+    that DIRECT's registers fit), rows over 4096 entries handed over;
     then the stream strategy with 16-byte loads of the values (4 fp32 or 8 bf16 entries) in tiles of 4096
     entries, rows per block sized so the average block fills one tile, 16 entries a thread, then bigger tiles (a
     long row takes fewer); then the balanced strategy, clusters of 2 whose
@@ -364,13 +371,16 @@ def csr_seeds(card: OperatorCard) -> list[Params]:
     gains there); then lane groups sized to the mean row (tpr 4 x vec 4 and tpr 8 x vec 2 cover 16 entries a pass),
     a warp per row, and a thread per row (the baseline's shape)."""
     wide = 16 // ELEMENT_BYTES[dtype_of(card)]
+    # Threads an SM at 8 entries a thread: bf16's 8-entry chunks make those kernels DIRECT, whose registers do not
+    # fit 2048 threads (ptxas spills at 32 registers).
+    full = THREADS_PER_SM // (2 if wide == 8 else 1)
     balanced: list[tuple[Params, int]] = [  # the params, and the cluster's entries at the mean row
-        ({"block": 512, "items": 8, "minb": 4, "cluster": 2}, 16384),
+        ({"block": 512, "items": 8, "minb": full // 512, "cluster": 2}, 16384),
     ]
     streams: list[Params] = [
         {"block": 256, "items": 16, "rpb": _rows_for(card, 4096), "minb": 4},
         {"block": 512, "items": 16, "rpb": _rows_for(card, 8192), "minb": 2},
-        {"block": 1024, "items": 8, "rpb": _rows_for(card, 8192), "minb": 2},
+        {"block": 1024, "items": 8, "rpb": _rows_for(card, 8192), "minb": full // 1024},
         {"block": 128, "items": 32, "rpb": _rows_for(card, 4096), "minb": 4},
     ]
     vectors: list[Params] = [
@@ -381,7 +391,7 @@ def csr_seeds(card: OperatorCard) -> list[Params]:
     ]
     adopts: list[Params] = [  # rows per block at most one a thread (see COMPACT)
         {"block": 256, "items": max(4, wide), "rpb": min(256, _rows_for(card, 4096)), "minb": 4, "long": 4096},
-        {"block": 512, "items": 8, "rpb": min(512, _rows_for(card, 8192)), "minb": 4, "long": 4096},
+        {"block": 512, "items": wide, "rpb": min(512, _rows_for(card, 8192)), "minb": 2, "long": 4096},
     ]
     tiled: Params = {"vec": wide, "hint": "stream"}
     return [
@@ -494,6 +504,7 @@ def _stream_helpers(params: Params) -> str:
     return f"""#define BLOCK {params["block"]}
 #define ITEMS {params["items"]}  // entries a thread loads, then sums, per tile
 #define CHUNKS (ITEMS / VEC)
+#define DIRECT (ITEMS == VEC)  // a thread sums the very entries it loads: products in registers, no barrier a tile
 #define TILE (BLOCK * ITEMS)  // entries a block streams a step
 #define SKEW(i) ((i) + ((i) >> 5))  // a pad word every 32: a thread's ITEMS consecutive products in distinct banks
 
@@ -534,10 +545,18 @@ SIGNATURE = """kf_spmv_csr(const T* __restrict__ values, const int* __restrict__
 """
 """The CSR SpMV kernel's name and parameters (after its attributes)."""
 
-BLOCK_ROWS = """    __shared__ int rp[RPB + 1];  // the block's row pointers
-    __shared__ float acc[RPB];  // its rows' sums
-    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
+PRODUCTS = """#if !DIRECT
+    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col], summed by other threads
+#endif
 """
+"""The tiled kernels' products in shared memory, unless each thread sums only its own (DIRECT)."""
+
+BLOCK_ROWS = (
+    """    __shared__ int rp[RPB + 1];  // the block's row pointers
+    __shared__ float acc[RPB];  // its rows' sums
+"""
+    + PRODUCTS
+)
 """A block's rows in shared memory (stream's, paired's, adopt's): their pointers and sums, and a tile's products."""
 
 ROWS_IN = """    for (int i = threadIdx.x; i <= n; i += BLOCK) {
@@ -558,18 +577,28 @@ TILES = """    const int lane = threadIdx.x & 31;
     for (; a < last; a += TILE) {  // the same trip count in every thread: rp is shared
         // The products (chunk entries outside the block's rows are never summed), then the next tile's loads,
         // in flight while this one is summed.
+#if DIRECT
+        float mine[VEC];  // the one chunk this thread loaded is its share
+#endif
 #pragma unroll
         for (int m = 0; m < CHUNKS; ++m) {
             const int k = threadIdx.x + m * BLOCK;
             if (a + k * VEC < last) {
 #pragma unroll
                 for (int j = 0; j < VEC; ++j) {
-                    prod[SKEW(k * VEC + j)] = to_f(v[m].e[j]) * to_f(GATHER(x + c[m].e[j]));
+                    const float product = to_f(v[m].e[j]) * to_f(GATHER(x + c[m].e[j]));
+#if DIRECT
+                    mine[j] = product;
+#else
+                    prod[SKEW(k * VEC + j)] = product;
+#endif
                 }
             }
         }
         load_tile(values, col_idx, a + TILE, last, v, c);
+#if !DIRECT
         __syncthreads();
+#endif
         // This thread's share: ITEMS consecutive entries, summed in order. A row ending inside is stored to acc if
         // it also began inside (no other share has any of it), else added.
         const int own = a + threadIdx.x * ITEMS;
@@ -589,7 +618,11 @@ TILES = """    const int lane = threadIdx.x & 31;
         for (int j = 0; j < ITEMS; ++j) {
             const int p = own + j;
             if (p >= lo && p < hi) {
+#if DIRECT
+                s += mine[j];
+#else
                 s += prod[SKEW(p - a)];
+#endif
                 pending = true;
                 if (p + 1 == end) {
                     if (alone) {
@@ -622,8 +655,13 @@ TILES = """    const int lane = threadIdx.x & 31;
         if (key >= 0 && (lane == 0 || above_key != key)) {
             atomicAdd(&acc[key], s);
         }
+#if !DIRECT
         __syncthreads();  // acc complete for this tile, prod free for the next
+#endif
     }
+#if DIRECT
+    __syncthreads();  // acc complete: no thread reads another's products or sums inside the loop
+#endif
 """
 """The tiled kernels' loop: entries [first, last) (of rows rp[0..n]) streamed a tile at a time, the sums of their
 rows' entries in that range added to acc."""
@@ -708,8 +746,9 @@ def _spmv_csr_balanced(params: Params, bounds: str) -> str:
 extern "C" {attribute}__global__ void {bounds} {SIGNATURE}"""
         + """    __shared__ int rp[ROWS + 1];  // the cluster's row pointers (a block's range may span any of its rows)
     __shared__ float acc[ROWS];  // their sums over this block's range of entries
-    __shared__ float prod[SKEW(TILE - 1) + 1];  // a tile's products value * x[col]
-    cg::cluster_group cluster = cg::this_cluster();
+"""
+        + PRODUCTS
+        + """    cg::cluster_group cluster = cg::this_cluster();
     const int rank = (int)cluster.block_rank();
     const int r0 = blockIdx.x / CLUSTER * ROWS;
     const int n = min(ROWS, nrows - r0);
