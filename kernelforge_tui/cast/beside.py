@@ -34,10 +34,8 @@ from kernelforge_tui.suite.vendor_timing import (
     VendorCall,
     VendorReply,
     VendorRequest,
-    agreement,
     serve,
     time_interleaved,
-    to_numpy,
     to_torch,
     vendor_call,
 )
@@ -72,8 +70,7 @@ def time_beside(request: BesideRequest) -> BesideReply:
         reply.agrees, reply.check = prepared.check()
         kernel, outputs = kernel_call(prepared, request)
         kernel()
-        got = {name: to_numpy(prepared.torch, tensor) for name, tensor in outputs.items()}
-        reply.kernel_agrees, reply.kernel_check = agreement(prepared.card, got, prepared.references)
+        reply.kernel_agrees, reply.kernel_check = prepared.agrees(outputs)
         if reply.agrees and reply.kernel_agrees:
             samples = time_interleaved(prepared.torch, {"vendor": prepared.call, "kernel": kernel}, request)
             reply.samples_us, reply.kernel_samples_us = samples["vendor"], samples["kernel"]

@@ -125,8 +125,12 @@ class VendorCall:
     call: Callable[[], Mapping[str, Any]]
 
     def check(self) -> tuple[bool, str]:
-        """One call's outputs against the card's references (`agreement`)."""
-        outputs = self.call()
+        """One call's outputs against the card's references."""
+        return self.agrees(self.call())
+
+    def agrees(self, outputs: Mapping[str, Any]) -> tuple[bool, str]:
+        """Output tensors (the vendor's, or a kernel's on the same inputs) against the card's references
+        (`agreement`)."""
         return agreement(self.card, {k: to_numpy(self.torch, v) for k, v in outputs.items()}, self.references)
 
 
