@@ -1,0 +1,116 @@
+"""Golden renders: the sha256 of every template seed's source and plan, and of a fixed-seed sample of each template's
+space, on the suite's cards (smallest and largest scale, every precision) and two group norm cards.
+
+Why: a template candidate's source is what the GPU runs and what a run store remembers as tried, so a change to a
+render must be a reviewed change, never a side effect of moving text around. After a deliberate change, rewrite the
+digests with `KERNELFORGE_UPDATE_GOLDEN=1 pytest tests/test_template_golden.py` and commit the JSON with a word on
+why the kernels changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.proposers.templates import TEMPLATES, TemplateProposer, template_for
+from kernelforge_tui.proposers.templates.common import Params, Template
+from kernelforge_tui.suite import cards as suite_cards
+from kernelforge_tui.suite.registry import TASKS
+
+GOLDEN = Path(__file__).parent / "golden" / "template_renders.json"
+UPDATE = os.environ.get("KERNELFORGE_UPDATE_GOLDEN") == "1"
+SAMPLES = 24
+"""Sampled configurations per template, beyond the seeds, spread over its cards."""
+DRAWS = 400
+"""Random draws tried per sample before giving up on it (most of a space may be invalid for a card)."""
+
+
+def _group_norm_card(name: str, dtype: str, sizes: dict[str, int], stats: bool) -> OperatorCard:
+    nchw = ["n", "c", "h", "w"]
+    stat = [{"name": k, "dtype": dtype, "shape": ["n", "groups"]} for k in ("mean", "rstd")] * stats
+    return OperatorCard.model_validate(
+        {
+            "name": name,
+            "family": "group_norm",
+            "sizes": sizes,
+            "inputs": [
+                {"name": "x", "dtype": dtype, "shape": nchw},
+                {"name": "gamma", "dtype": dtype, "shape": ["c"]},
+                {"name": "beta", "dtype": dtype, "shape": ["c"]},
+            ],
+            "outputs": [{"name": "y", "dtype": dtype, "shape": nchw}, *stat],
+            "input_sets": [{"name": "s", "seed": 1}],
+            "reference": {"function": "group_norm"},
+        }
+    )
+
+
+def golden_cards() -> Iterator[OperatorCard]:
+    """Every card a template serves among the suite's (both ends of each task's scales) and the group norm cards."""
+    for case in TASKS.values():
+        for precision in case.precisions:
+            for scale in dict.fromkeys((case.scales[0], case.scales[-1])):
+                yield suite_cards.spec(case, precision, scale)
+    yield _group_norm_card("group_norm_bf16_8x512x128x128", "bfloat16",
+                           {"n": 8, "c": 512, "h": 128, "w": 128, "groups": 32}, stats=False)  # fmt: skip
+    yield _group_norm_card("group_norm_stats_f32_2x64x9x9", "float32",
+                           {"n": 2, "c": 64, "h": 9, "w": 9, "groups": 8}, stats=True)  # fmt: skip
+
+
+def _key(card: OperatorCard, params: Params) -> str:
+    return f"{card.name} {json.dumps(params, sort_keys=True, separators=(',', ':'))}"
+
+
+def _digests(template: Template, card: OperatorCard, params: Params) -> str:
+    """`<sha256 of the source> <sha256 of the plan's JSON>`: one line a render in the JSON."""
+    source, plan = template.render(card, params)
+    return f"{_sha256(source)} {_sha256(plan.model_dump_json())}"
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def renders(template: Template) -> dict[str, str]:
+    """The template's seeds on each of its cards, then SAMPLES valid configurations drawn round-robin over its cards
+    by a generator seeded with the template's name."""
+    served = [card for card in golden_cards() if template_for(card) is template]
+    assert served, f"no golden card for {type(template).__name__}"
+    chosen: dict[str, tuple[OperatorCard, Params]] = {}
+    for card in served:
+        for seed in TemplateProposer().seeds(card):
+            chosen.setdefault(_key(card, seed.params), (card, seed.params))
+    rng = random.Random(f"golden:{type(template).__name__}")
+    for index in range(SAMPLES):
+        card = served[index % len(served)]
+        space = template.space(card)
+        for _ in range(DRAWS):
+            params = template.valid(card, {k: rng.choice(values) for k, values in space.items()})
+            if params is not None and _key(card, params) not in chosen:
+                chosen[_key(card, params)] = (card, params)
+                break
+    return {key: _digests(template, card, params) for key, (card, params) in sorted(chosen.items())}
+
+
+@pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: type(t).__name__)
+def test_every_render_matches_its_golden_digest(template: Template) -> None:
+    name = type(template).__name__
+    got = renders(template)
+    golden: dict[str, dict[str, str]] = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {}
+    if UPDATE:
+        golden[name] = got
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(dict(sorted(golden.items())), indent=1) + "\n")
+    want = golden.get(name, {})
+    changed = sorted(k for k in got.keys() & want.keys() if got[k] != want[k])
+    assert (changed, sorted(got.keys() - want.keys()), sorted(want.keys() - got.keys())) == ([], [], []), (
+        f"{name}'s renders differ from {GOLDEN.name} (changed, new, gone): if the change is meant, rerun with "
+        "KERNELFORGE_UPDATE_GOLDEN=1 and commit the JSON saying why"
+    )
