@@ -238,6 +238,16 @@ class Retries(Section):
     backoff_max_s: float = Field(default=30.0, ge=0)
 
 
+class Limits(Section):
+    """How much of a provider's answer is read: what a server sends is untrusted and may never end."""
+
+    reply_bytes: int = Field(default=16 * 1024 * 1024, ge=1)
+    """Most bytes read from one response, the stream's framing included (a streamed token costs a few hundred
+    bytes): a reply past it fails the call, not retried."""
+    error_bytes: int = Field(default=64 * 1024, ge=1)
+    """Most bytes read of an error response, to say what went wrong; the rest is never read."""
+
+
 class ProviderSettings(Section):
     name: str = Field(min_length=1)
     protocol: Literal["openai", "anthropic"]
@@ -249,6 +259,7 @@ class ProviderSettings(Section):
     max_concurrency: int = Field(default=4, ge=1)
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retries: Retries = Field(default_factory=Retries)
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("base_url")
     @classmethod
