@@ -1,9 +1,10 @@
-"""What every template shares: the parameter-space contract and the CUDA snippets they are built from.
+"""What every template shares: the parameter-space contract and the shared CUDA files they are built from.
 
 Why one module: the families differ in their kernels, not in how a parameter set is checked,
 canonicalised, rendered and described, nor in how fp32 math, 16-byte vectors and group reductions
-are written. Sizes are known when a template renders (a card fixes them), so templates check
-divisibility and capacity in Python and never emit a kernel that is wrong for the card's sizes.
+are written (cuda/prelude.cuh, cuda/reduce.cuh). Sizes are known when a template renders (a card fixes
+them), so templates check divisibility and capacity in Python and never emit a kernel that is wrong for
+the card's sizes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import ClassVar, Literal, NamedTuple
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.profiles import Bottleneck
+from kernelforge_tui.proposers.templates.source import Value, render
 
 Params = dict[str, ParamValue]
 Space = dict[str, tuple[ParamValue, ...]]
@@ -201,190 +203,38 @@ def launch_bounds(block: int, min_blocks: int) -> str:
     return f"__launch_bounds__({block}, {min_blocks})"
 
 
-def prelude(dtype: str, vec: int) -> str:
-    """Headers, the element type T, fp32 conversions, and a 16-byte-or-less aligned vector of VEC elements.
-
-    Base pointers are cudaMalloc'd (256-byte aligned; the worker's guard regions are 64 KiB), so chunk i
-    of a tensor whose chunks start at multiples of VEC elements is aligned for one vector access.
-    """
-    include = {"float32": "", "bfloat16": "#include <cuda_bf16.h>\n", "float16": "#include <cuda_fp16.h>\n"}[dtype]
+def prelude_values(dtype: str, vec: int) -> dict[str, Value]:
+    """The values cuda/prelude.cuh renders with: the dtype's header, C type and conversions, the vector's width."""
     to_f, from_f = {
         "float32": ("v", "v"),
         "bfloat16": ("__bfloat162float(v)", "__float2bfloat16_rn(v)"),
         "float16": ("__half2float(v)", "__float2half_rn(v)"),
     }[dtype]
-    return f"""{include}#include <stdint.h>
-
-typedef {C_TYPE[dtype]} T;
-#define VEC {vec}
-#define NEG_INF __int_as_float(0xff800000)
-
-struct __align__({vec * ELEMENT_BYTES[dtype]}) VecT {{
-    T v[VEC];
-}};
-
-__device__ __forceinline__ float to_f(T v) {{ return {to_f}; }}
-__device__ __forceinline__ T from_f(float v) {{ return {from_f}; }}
-
-__device__ __forceinline__ void widen(const VecT c, float (&f)[VEC]) {{
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {{
-        f[j] = to_f(c.v[j]);
-    }}
-}}
-
-// Chunk i (VEC elements) of p, widened to fp32: one vector load (widen takes the chunk by value: widening it in
-// place through a reference read each element on its own, 8 ld.global.u16 a bf16 chunk, 8x the L1 requests).
-__device__ __forceinline__ void load_chunk(const T* __restrict__ p, long long i, float (&f)[VEC]) {{
-    widen(reinterpret_cast<const VecT*>(p)[i], f);
-}}
-
-__device__ __forceinline__ void store_chunk(T* __restrict__ p, long long i, const float (&f)[VEC]) {{
-    VecT c;
-#pragma unroll
-    for (int j = 0; j < VEC; ++j) {{
-        c.v[j] = from_f(f[j]);
-    }}
-    reinterpret_cast<VecT*>(p)[i] = c;
-}}
-"""
-
-
-REDUCE = """
-#define FULL_MASK 0xffffffffu
-
-// Reduction states: combine() must be exact for Sum/Max; group_reduce broadcasts one lane's result so
-// that every thread of a group holds bit-identical statistics even for the non-commutative ones.
-struct Sum {
-    float s;
-    __device__ static Sum combine(Sum a, Sum b) { return {a.s + b.s}; }
-    __device__ Sum shfl(int src, bool xr) const {
-        return {xr ? __shfl_xor_sync(FULL_MASK, s, src) : __shfl_sync(FULL_MASK, s, src)};
+    return {
+        "is_bf16": dtype == "bfloat16",
+        "is_f16": dtype == "float16",
+        "c_type": C_TYPE[dtype],
+        "vec": vec,
+        "vec_bytes": vec * ELEMENT_BYTES[dtype],
+        "to_f": to_f,
+        "from_f": from_f,
     }
-};
 
-// Two sums in one reduction (group_norm's sum about its pivot and its plain sum, for the mean it outputs).
-struct Sum2 {
-    float s, t;
-    __device__ static Sum2 combine(Sum2 a, Sum2 b) { return {a.s + b.s, a.t + b.t}; }
-    __device__ Sum2 shfl(int src, bool xr) const {
-        return xr ? Sum2{__shfl_xor_sync(FULL_MASK, s, src), __shfl_xor_sync(FULL_MASK, t, src)}
-                  : Sum2{__shfl_sync(FULL_MASK, s, src), __shfl_sync(FULL_MASK, t, src)};
-    }
-};
 
-// Three sums in one reduction (group_norm's shifted moments: the sum and squares about its pivot, and its plain sum).
-struct Sum3 {
-    float s, q, t;
-    __device__ static Sum3 combine(Sum3 a, Sum3 b) { return {a.s + b.s, a.q + b.q, a.t + b.t}; }
-    __device__ Sum3 shfl(int src, bool xr) const {
-        return xr ? Sum3{__shfl_xor_sync(FULL_MASK, s, src), __shfl_xor_sync(FULL_MASK, q, src),
-                         __shfl_xor_sync(FULL_MASK, t, src)}
-                  : Sum3{__shfl_sync(FULL_MASK, s, src), __shfl_sync(FULL_MASK, q, src),
-                         __shfl_sync(FULL_MASK, t, src)};
-    }
-};
+def prelude(dtype: str, vec: int) -> str:
+    """Headers, the element type T, fp32 conversions, and a 16-byte-or-less aligned vector of VEC elements
+    (cuda/prelude.cuh)."""
+    return render("prelude.cuh", **prelude_values(dtype, vec))
 
-struct Max {
-    float m;
-    __device__ static Max combine(Max a, Max b) { return {fmaxf(a.m, b.m)}; }
-    __device__ Max shfl(int src, bool xr) const {
-        return {xr ? __shfl_xor_sync(FULL_MASK, m, src) : __shfl_sync(FULL_MASK, m, src)};
-    }
-};
 
-// Online softmax state: running max m and sum s of exp(x - m).
-struct MaxSum {
-    float m, s;
-    __device__ static MaxSum combine(MaxSum a, MaxSum b) {
-        const float m = fmaxf(a.m, b.m);
-        if (m == NEG_INF) {
-            return {m, 0.0f};
-        }
-        return {m, a.s * EXPF(a.m - m) + b.s * EXPF(b.m - m)};
-    }
-    __device__ MaxSum shfl(int src, bool xr) const {
-        return xr ? MaxSum{__shfl_xor_sync(FULL_MASK, m, src), __shfl_xor_sync(FULL_MASK, s, src)}
-                  : MaxSum{__shfl_sync(FULL_MASK, m, src), __shfl_sync(FULL_MASK, s, src)};
-    }
-};
-
-// Welford state (count, mean, sum of squared deviations), merged with Chan's formula, and the plain sum beside it.
-// Chan's merged mean rounds at every merge by the size of the parts' means: fine to centre on, but a mean near zero
-// of large values misses its own tolerance that way (fp32 group_norm's mean output failed stress:large so on the
-// H200). sum_mean() is the sum over the count, which rounds as the two-pass kernels' sums do.
-struct Welford {
-    float n, mean, m2, s;
-    __device__ __forceinline__ float sum_mean() const { return n > 0.0f ? s / n : 0.0f; }
-    // One chunk of V values: its mean and the squares about it (two passes over registers), and its sum.
-    template <int V>
-    __device__ static Welford of_chunk(const float (&f)[V]) {
-        float s = 0.0f, m2 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-            s += f[j];
-        }
-        const float mean = s * (1.0f / V);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-            const float d = f[j] - mean;
-            m2 += d * d;
-        }
-        return {(float)V, mean, m2, s};
-    }
-    __device__ static Welford combine(Welford a, Welford b) {
-        const float n = a.n + b.n;
-        if (n == 0.0f) {
-            return {0.0f, 0.0f, 0.0f, 0.0f};
-        }
-        const float d = b.mean - a.mean;
-        const float r = b.n / n;
-        return {n, a.mean + d * r, a.m2 + b.m2 + d * d * a.n * r, a.s + b.s};
-    }
-    __device__ Welford shfl(int src, bool xr) const {
-        return xr ? Welford{__shfl_xor_sync(FULL_MASK, n, src), __shfl_xor_sync(FULL_MASK, mean, src),
-                            __shfl_xor_sync(FULL_MASK, m2, src), __shfl_xor_sync(FULL_MASK, s, src)}
-                  : Welford{__shfl_sync(FULL_MASK, n, src), __shfl_sync(FULL_MASK, mean, src),
-                            __shfl_sync(FULL_MASK, m2, src), __shfl_sync(FULL_MASK, s, src)};
-    }
-};
-
-// Reduce over the GROUP consecutive threads (a power of two, or a multiple of 32) that share a row.
-// Every thread of the block must call it (it shuffles with a full mask and may __syncthreads);
-// red holds one state per warp of the block and is free again on return.
-template <int GROUP, typename S>
-__device__ __forceinline__ S group_reduce(S v, S* red) {
-    constexpr int W = GROUP < 32 ? GROUP : 32;
-    const int lane = threadIdx.x & 31;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-        v = S::combine(v, v.shfl(o, true));
-    }
-    v = v.shfl(lane & ~(W - 1), false);
-    if constexpr (GROUP > 32) {
-        constexpr int WPG = GROUP / 32;
-        const int warp = threadIdx.x >> 5;
-        if (lane == 0) {
-            red[warp] = v;
-        }
-        __syncthreads();
-        const int first = warp / WPG * WPG;
-        v = red[first];
-#pragma unroll
-        for (int k = 1; k < WPG; ++k) {
-            v = S::combine(v, red[first + k]);
-        }
-        __syncthreads();
-    }
-    return v;
-}
-"""
-"""Needs `EXPF` defined (the exp the kernel uses) before it; `red` arrays are `__shared__ S red[32]`."""
+def reduce_values(fast_exp: bool) -> dict[str, Value]:
+    """The values cuda/reduce.cuh renders with: the exp the kernel chose (fast __expf or accurate expf)."""
+    return {"expf": "__expf" if fast_exp else "expf"}
 
 
 def reduce_helpers(fast_exp: bool) -> str:
-    """The reduction states, with the exp the kernel chose (fast __expf or accurate expf)."""
-    return f"#define EXPF {'__expf' if fast_exp else 'expf'}\n" + REDUCE
+    """The reduction states and group_reduce (cuda/reduce.cuh), with the exp the kernel chose."""
+    return render("reduce.cuh", **reduce_values(fast_exp))
 
 
 def streaming_space(card: OperatorCard) -> Space:
