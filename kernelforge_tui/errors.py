@@ -1,4 +1,5 @@
-"""One exception base for everything kernelforge raises on purpose, and the exit code each kind means.
+"""One exception base for everything kernelforge raises on purpose, the exit code each kind means, and the install
+command a message names when an optional extra is missing (one form for every command: `install_fix`).
 
 Why one base: the command-line face turns any `KernelForgeError` into one line and an exit code chosen by
 the error's type, never by matching its text; anything else is a bug and keeps its traceback.
@@ -6,7 +7,11 @@ the error's type, never by matching its text; anything else is a bug and keeps i
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import ClassVar
+
+import kernelforge_tui
 
 
 class KernelForgeError(Exception):
@@ -56,3 +61,32 @@ class FieldError(BadInput):
 def not_utf8(exc: UnicodeDecodeError) -> str:
     """The problem of a text file that is not UTF-8, with the first bad byte and where it is."""
     return f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start})"
+
+
+def checkout() -> Path | None:
+    """The source checkout kernelforge runs from (an editable install), or None for an installed package."""
+    root = Path(kernelforge_tui.__file__).resolve().parent.parent
+    try:
+        project = (root / "pyproject.toml").read_text()
+    except OSError:
+        return None
+    return root if 'name = "kernelforge-tui"' in project else None
+
+
+def _short(path: Path, root: Path | None) -> str:
+    """A path relative to the checkout (`.venv/bin/python`, `.`) when the working directory is the checkout, as in the
+    README's commands; else absolute (pip reads a bare relative `name[gpu]` as a package name)."""
+    if root is None or Path.cwd().resolve() != root or not path.is_relative_to(root):
+        return str(path)
+    relative = path.relative_to(root)
+    return "." if relative == Path() else str(relative)
+
+
+def install_fix(extra: str) -> str:
+    """The command that installs an extra into the Python running kernelforge: from the checkout (`pip install -e
+    '.[gpu]'`) when it runs from one, else the package from the index."""
+    root = checkout()
+    pip = f"{_short(Path(sys.executable), root)} -m pip install"
+    if root is not None:
+        return f"{pip} -e '{_short(root, root)}[{extra}]'"
+    return f"{pip} 'kernelforge-tui[{extra}]'"

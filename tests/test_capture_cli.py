@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from kernelforge_tui.cli.main import main
+from kernelforge_tui.errors import install_fix
 
 if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
     import torch  # noqa: F401
@@ -147,7 +148,12 @@ def _without_torch(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_without_torch_capture_says_how_to_install_it_and_the_rest_works(tmp_path: Path) -> None:
+def test_without_torch_capture_says_how_to_install_it_and_the_rest_works(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    fix = install_fix("torch")
+    assert f" -m pip install -e '{ROOT}[torch]'" in fix  # from a checkout: the checkout's own form, as doctor gives
     code = (
         "from kernelforge_tui.cli.main import main\n"
         f"print('exit', main(['capture', {str(DIFFUSION)!r}, '-o', {str(tmp_path / 'x')!r}]))\n"
@@ -156,7 +162,7 @@ def test_without_torch_capture_says_how_to_install_it_and_the_rest_works(tmp_pat
     result = _without_torch(code, tmp_path)
     assert result.returncode == 0, result.stderr
     assert "exit 2" in result.stdout
-    assert "pip install 'kernelforge-tui[torch]'" in result.stdout
+    assert fix in result.stdout and "kernelforge-tui[torch]" not in result.stdout
     assert "kernelforge_tui.capture.recorder" not in result.stdout
 
 

@@ -12,6 +12,7 @@ import kernelforge_tui
 from kernelforge_tui.cli import doctor
 from kernelforge_tui.cli.doctor import Check, install_fix, verdict
 from kernelforge_tui.cli.main import main
+from kernelforge_tui.errors import checkout
 from kernelforge_tui.gpu.build import find_nvcc
 from kernelforge_tui.gpu.detect import GpuInfo
 
@@ -54,7 +55,7 @@ def test_an_installed_package_gets_the_package_from_the_index(tmp_path: Path, mo
     site = tmp_path / "site-packages" / "kernelforge_tui"
     site.mkdir(parents=True)
     monkeypatch.setattr(kernelforge_tui, "__file__", str(site / "__init__.py"))
-    assert doctor.checkout() is None
+    assert checkout() is None
     assert install_fix("gpu").endswith(" -m pip install 'kernelforge-tui[gpu]'")
 
 

@@ -32,15 +32,11 @@ from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, save_capture
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.errors import BadInput
+from kernelforge_tui.errors import BadInput, install_fix
 
 if TYPE_CHECKING:
     from kernelforge_tui.capture.recorder import Timings
 
-INSTALL_TORCH = (
-    "capture runs the model with PyTorch, which is not installed here: pip install 'kernelforge-tui[torch]' "
-    "(or pip install torch); everything else in kernelforge works without it"
-)
 
 TemplateCheck = Callable[[OperatorCard], str | None]
 """Why the search's proposer cannot serve a card (None: it can); the CLI passes the template library's check."""
@@ -52,7 +48,10 @@ def require_torch() -> ModuleType:
         return importlib.import_module("kernelforge_tui.capture.recorder")
     except ModuleNotFoundError as exc:
         if exc.name is not None and exc.name.split(".")[0] == "torch":
-            raise BadInput(INSTALL_TORCH) from None
+            raise BadInput(
+                f"capture runs the model with PyTorch, which is not installed here: {install_fix('torch')} "
+                "(or pip install torch); everything else in kernelforge works without it"
+            ) from None
         raise
 
 

@@ -26,7 +26,7 @@ from kernelforge_tui.engine.capture_search import (
     CaptureOptimizeReport,
     optimize_capture,
 )
-from kernelforge_tui.errors import BadInput
+from kernelforge_tui.errors import BadInput, install_fix
 
 SHOW_UNSUPPORTED = 12
 """Rows of variants without a card that --show lists (largest share first); the rest are summed in one line."""
@@ -40,7 +40,7 @@ def add_capture_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         "a dispatch hook that records every aten call, group the calls into variants (same overload, same shapes, "
         "strides, dtypes and scalar arguments), time them, rank them by the time a faster kernel could save, and "
         "write a capture directory: capture.json plus one operator card per variant the product can optimise. "
-        "Needs torch (pip install 'kernelforge-tui[torch]').",
+        f"Needs torch ({install_fix('torch')}).",
     )
     cap.add_argument("model", nargs="?", help="the Python file that builds the model and its example inputs")
     cap.add_argument(

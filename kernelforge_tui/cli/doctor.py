@@ -18,7 +18,6 @@ import json
 import platform
 import shutil
 import sys
-from pathlib import Path
 
 import httpx
 from pydantic import BaseModel
@@ -26,7 +25,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-import kernelforge_tui
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.config import (
     ConfigError,
@@ -39,7 +37,7 @@ from kernelforge_tui.config import (
     load_settings,
 )
 from kernelforge_tui.engine.cluster.backend import Cluster, worker_command
-from kernelforge_tui.errors import KernelForgeError, NoGpu
+from kernelforge_tui.errors import KernelForgeError, NoGpu, install_fix
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
 from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem
 from kernelforge_tui.gpu.sandbox import sandbox_status
@@ -152,35 +150,6 @@ async def cluster_check(address: str, settings: Settings) -> Check:
     finally:
         await cluster.close()
     return Check(name="cluster", ok=True, detail=f"{address}: {workers} workers, {gpus} GPUs, nvcc {version}")
-
-
-def checkout() -> Path | None:
-    """The source checkout kernelforge runs from (an editable install), or None for an installed package."""
-    root = Path(kernelforge_tui.__file__).resolve().parent.parent
-    try:
-        project = (root / "pyproject.toml").read_text()
-    except OSError:
-        return None
-    return root if 'name = "kernelforge-tui"' in project else None
-
-
-def _short(path: Path, root: Path | None) -> str:
-    """A path relative to the checkout (`.venv/bin/python`, `.`) when the working directory is the checkout, as in the
-    README's commands; else absolute (pip reads a bare relative `name[gpu]` as a package name)."""
-    if root is None or Path.cwd().resolve() != root or not path.is_relative_to(root):
-        return str(path)
-    relative = path.relative_to(root)
-    return "." if relative == Path() else str(relative)
-
-
-def install_fix(extra: str) -> str:
-    """The command that installs an extra into the Python running kernelforge: from the checkout (`pip install -e
-    '.[gpu]'`) when it runs from one, else the package from the index."""
-    root = checkout()
-    pip = f"{_short(Path(sys.executable), root)} -m pip install"
-    if root is not None:
-        return f"{pip} -e '{_short(root, root)}[{extra}]'"
-    return f"{pip} 'kernelforge-tui[{extra}]'"
 
 
 ESSENTIAL = frozenset({"python", "config", "nvcc"})
