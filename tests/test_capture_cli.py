@@ -80,6 +80,26 @@ def test_a_model_that_raises_shows_the_users_file_and_line(
     assert error["message"].startswith(f"{model}:3: import failed: ZeroDivisionError")
 
 
+def test_a_syntax_error_names_the_file_line_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    model = tmp_path / "typo.py"
+    model.write_text("import torch\n\n\ndef build(device):\n    return torch.nn.Identity(), (torch.ones(2) +* 2,)\n")
+    code, out = run(["capture", str(model), "-o", str(tmp_path / "out"), "--json"], capsys)
+    error = json.loads(out)
+    assert code == 2 and error["error"] == "bad-input"
+    first, line, caret = error["message"].splitlines()
+    assert first == f"{model}:5:49: import failed: SyntaxError: invalid syntax"
+    assert line == "    return torch.nn.Identity(), (torch.ones(2) +* 2,)"
+    assert caret.index("^") == line.index("*")  # under the column
+    sibling = tmp_path / "helpers.py"
+    sibling.write_text("def f(:\n    pass\n")
+    model.write_text("import helpers\n")
+    code, out = run(["capture", str(model), "-o", str(tmp_path / "out"), "--json"], capsys)
+    message = json.loads(out)["message"]
+    assert message.startswith(f"{sibling}:1:7: import failed: SyntaxError: ")  # where the error is
+    assert f'File "{model}", line 1, in <module>' in message  # and how the model reached it
+    assert "importlib" not in message and "<frozen" not in message
+
+
 def test_an_error_inside_torch_names_the_call_that_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

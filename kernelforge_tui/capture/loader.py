@@ -44,7 +44,11 @@ class UserCodeError(BadInput):
         last = self.frames[mine - 1] if mine else None
         where = f"{last.filename}:{last.lineno}" if last is not None else str(model_file)
         detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        lines = [f"{where}: {stage} failed: {detail}"]
+        shown: list[str] = []
+        if isinstance(exc, SyntaxError) and exc.filename:
+            self.frames = self.frames[:mine]  # the rest is the compiler's way in (importlib), not where the error is
+            where, detail, shown = _syntax_error(exc, model_file)
+        lines = [f"{where}: {stage} failed: {detail}", *shown]
         if self.frames:
             lines.append("Traceback (the model's frames, and where the error was raised):")
             lines += [line.rstrip("\n") for line in traceback.format_list(self.frames)]
@@ -53,7 +57,35 @@ class UserCodeError(BadInput):
         super().__init__("\n".join(lines))
 
 
+def _syntax_error(exc: SyntaxError, model_file: Path) -> tuple[str, str, list[str]]:
+    """Where a SyntaxError is (FILE:LINE:COLUMN, the file as the user named it when it is the model file), its
+    message, and the offending line with a caret under the column: the error is in the source, so no frame shows it."""
+    filename = str(exc.filename)
+    with contextlib.suppress(OSError):
+        if Path(filename).resolve() == model_file.resolve():
+            filename = str(model_file)
+    where = filename + "".join(f":{n}" for n in (exc.lineno, exc.offset) if n)
+    detail = f"{type(exc).__name__}: {exc.msg}"
+    text = (exc.text or "").rstrip("\r\n")
+    if not text.strip():
+        return where, detail, []
+    code = text.lstrip()
+    column = max(0, (exc.offset or 1) - 1 - (len(text) - len(code)))
+    width = 1
+    if exc.end_lineno == exc.lineno and exc.end_offset and exc.offset and exc.end_offset > exc.offset:
+        width = exc.end_offset - exc.offset
+    return where, detail, [f"    {code}", "    " + " " * column + "^" * width]
+
+
+def _is_source(filename: str) -> bool:
+    """A frame of a real file: not `<frozen importlib._bootstrap>` or `<string>`, which name no file (and which a
+    relative resolve would place in the working directory, the model's own, often)."""
+    return not filename.startswith("<")
+
+
 def _is_user(filename: str, user_dir: Path) -> bool:
+    if not _is_source(filename):
+        return False
     try:
         path = Path(filename).resolve()
     except (OSError, RuntimeError):
@@ -67,8 +99,9 @@ def _is_user(filename: str, user_dir: Path) -> bool:
 
 def user_frames(tb: TracebackType | None, model_file: Path) -> tuple[list[traceback.FrameSummary], int]:
     """The frames of the model's own files (its directory, outside this package and installed libraries), then the
-    deepest frame outside this package below the last of them when the error was raised deeper (inside torch, say:
-    it names what failed, e.g. nn.Linear's forward); no frame of kernelforge's own. With the count of user frames."""
+    deepest frame of a file outside this package below the last of them when the error was raised deeper (inside
+    torch, say: it names what failed, e.g. nn.Linear's forward); no frame of kernelforge's own, none of importlib's.
+    With the count of user frames."""
     frames = traceback.extract_tb(tb)
     user_dir = model_file.resolve().parent
     kept: list[traceback.FrameSummary] = []
@@ -79,7 +112,7 @@ def user_frames(tb: TracebackType | None, model_file: Path) -> tuple[list[traceb
             last_user = k
     count = len(kept)
     for frame in reversed(frames[last_user + 1 :]):
-        if not Path(frame.filename).resolve().is_relative_to(PACKAGE_DIR):
+        if _is_source(frame.filename) and not Path(frame.filename).resolve().is_relative_to(PACKAGE_DIR):
             kept.append(frame)
             break
     return kept, count
