@@ -72,6 +72,12 @@ class BuildSettings(Section):
     """A build that takes longer is stopped and recorded as failed."""
     max_parallel: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1)
     """How many nvcc processes run at once."""
+    max_log_bytes: int = Field(default=64 << 10, ge=1024)
+    """nvcc output kept per build at most; a build whose output goes over it is stopped and refused."""
+    max_diagnostics: int = Field(default=200, ge=1)
+    """nvcc messages kept per build at most; a build with more is stopped and refused."""
+    max_global_bytes: int = Field(default=64 << 20, ge=0)
+    """Device globals (`__device__` arrays) a kernel may declare, in bytes; a kernel with more is refused."""
 
 
 class EvalSettings(Section):

@@ -8,6 +8,7 @@ would run for minutes, one killed as the OOM killer would kill it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import os
 import re
@@ -26,7 +27,7 @@ import pytest
 from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.gpu import build as build_module
 from kernelforge_tui.gpu.build import Builder, detect_arch, find_nvcc, nvcc_version
-from kernelforge_tui.gpu.nvcc_output import candidate_messages
+from kernelforge_tui.gpu.nvcc_output import OutputCap, candidate_messages
 from kernelforge_tui.gpu.sandbox import (
     Limits,
     SandboxMode,
@@ -220,6 +221,17 @@ def fake_nvcc(tmp_path: Path, body: str) -> str:
     return str(script)
 
 
+def write_real_cubin(tmp_path: Path) -> str:
+    """Shell that writes a real cubin to kernel.cubin, for fake nvccs to start theirs with (a build refuses a file
+    that is not ELF; a sandbox may hide `tmp_path`); what they append after it stays in the file for the test."""
+    assert NVCC is not None
+    target = tmp_path / "real" / "kernel.cubin"
+    target.parent.mkdir()
+    (target.parent / "add.cu").write_text(ADD)
+    subprocess.run([NVCC, "-cubin", "-arch=sm_90", "-o", str(target), "add.cu"], cwd=target.parent, check=True)
+    return f"echo {base64.b64encode(target.read_bytes()).decode()} | base64 -d > kernel.cubin"
+
+
 def sleeper(tmp_path: Path) -> tuple[str, str]:
     """A fake nvcc that would run for ten minutes with a child of its own, and the marker in the child's argv."""
     marker = f"kf-sleeper-{tmp_path}"  # unique to this run
@@ -324,16 +336,15 @@ async def test_a_build_cancelled_as_nvcc_ends_is_cancelled(tmp_path: Path, monke
     """Cancelled in the moment between nvcc's output being read and the build resuming (as a search's end cancels
     its build workers): Python 3.11's `asyncio.wait_for` swallowed such a cancel, and the worker went on waiting
     for work that never came, so the search never ended (a resumed time-capped run hung in CI)."""
-    real_communicate = asyncio.subprocess.Process.communicate
+    real_read = build_module._read_bounded
     read, gate = asyncio.Event(), asyncio.get_running_loop().create_future()
 
-    async def gated(self: asyncio.subprocess.Process, input: bytes | None = None) -> tuple[bytes, bytes]:
-        out = await real_communicate(self, input)
+    async def gated(proc: asyncio.subprocess.Process, cap: OutputCap) -> None:
+        await real_read(proc, cap)
         read.set()
         await gate
-        return out
 
-    monkeypatch.setattr(asyncio.subprocess.Process, "communicate", gated)
+    monkeypatch.setattr(build_module, "_read_bounded", gated)
     nvcc = fake_nvcc(tmp_path, "exit 1")
     task = asyncio.create_task(builder(tmp_path, nvcc=nvcc, sandbox=LIMITS_ONLY).build(ADD, "add"))
     await asyncio.wait_for(read.wait(), 30)
@@ -541,10 +552,10 @@ async def test_header_errors_are_withheld_but_placed(tmp_path: Path) -> None:
 
 async def test_nvcc_gets_a_scrubbed_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KF_SECRET_TOKEN", "hunter2")
-    nvcc = fake_nvcc(tmp_path, "env > kernel.cubin")  # the "cubin" is the environment nvcc saw
+    nvcc = fake_nvcc(tmp_path, f"{write_real_cubin(tmp_path)}; env >> kernel.cubin")  # the environment nvcc saw
     result = await builder(tmp_path, nvcc=nvcc).build(ADD, "add")
     assert result.ok and result.cubin_path is not None
-    seen = result.cubin_path.read_text()
+    seen = result.cubin_path.read_bytes().decode(errors="replace")
     assert "hunter2" not in seen and "TMPDIR=" in seen
 
 
@@ -613,10 +624,11 @@ async def test_real_build_through_each_isolating_mode(tmp_path: Path, mode: Sand
 async def test_the_builder_runs_nvcc_isolated(tmp_path: Path, mode: SandboxMode) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("hunter2")
-    nvcc = fake_nvcc(tmp_path, f"(cat {secret}; ls /root) > kernel.cubin 2>&1\nexit 0")  # what nvcc could read
+    real = write_real_cubin(tmp_path)
+    nvcc = fake_nvcc(tmp_path, f"{real}; (cat {secret}; ls /root) >> kernel.cubin 2>&1\nexit 0")  # what it reads
     result = await builder(tmp_path, nvcc=nvcc, sandbox=isolating(mode)).build(ADD, "add")
     assert result.ok and result.cubin_path is not None
-    seen = result.cubin_path.read_text()
+    seen = result.cubin_path.read_bytes().decode(errors="replace")
     assert "hunter2" not in seen and "No such file" in seen
 
 

@@ -33,8 +33,16 @@ from pydantic import ValidationError
 
 from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.config import cache_dir as default_cache_root
+from kernelforge_tui.gpu.cubin_check import CubinError, cubin_use
 from kernelforge_tui.gpu.detect import detect_gpus
-from kernelforge_tui.gpu.nvcc_output import candidate_messages, parse_diagnostics, parse_ptxas, tool_signal
+from kernelforge_tui.gpu.nvcc_output import (
+    OutputCap,
+    candidate_messages,
+    host_paths_removed,
+    parse_diagnostics,
+    parse_ptxas,
+    tool_signal,
+)
 from kernelforge_tui.gpu.sandbox import (
     SETUP_FAILED,
     Limits,
@@ -47,14 +55,29 @@ from kernelforge_tui.gpu.sandbox import (
 from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
 from kernelforge_tui.gpu.source_problem import SourceProblem
-from kernelforge_tui.models.evaluation import SOURCE_NAME, BuildFailure, BuildResult, Diagnostic
+from kernelforge_tui.models.evaluation import (
+    MAX_DIAGNOSTIC_CHARS,
+    MAX_DIAGNOSTICS,
+    MAX_LOG_BYTES,
+    SOURCE_NAME,
+    BuildFailure,
+    BuildResult,
+    Diagnostic,
+)
 
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3
 """Bump when the cache entry or the compile command changes meaning: old entries stop matching.
-2: logs keep only messages about the candidate; the cubin size cap is part of the key."""
+2: logs keep only messages about the candidate; the cubin size cap is part of the key.
+3: output caps, host paths removed, heap calls and globals refused; every cap is part of the key."""
 
 MAX_CUBIN_BYTES = 16 << 20
 """Cubins over this size are refused: an honest kernel's is KBs; a huge one means embedded data."""
+MAX_GLOBAL_BYTES = 64 << 20
+"""Device globals (`__device__` arrays) over this many bytes are refused: the launch plan's buffers hold data."""
+BUILD_DIR_PREFIX = "kernelforge-build-"
+"""A build directory is `kernelforge-build-PID-XXXX`: the PID says whether its process is still alive."""
+_BUILD_DIR = re.compile(rf"{re.escape(BUILD_DIR_PREFIX)}(\d+)-\w+")
+READ_CHUNK = 1 << 16
 NOT_CACHED: frozenset[BuildFailure] = frozenset({"timeout", "killed", "sandbox"})
 """Failures that say nothing permanent about the source: the next request builds again."""
 
@@ -116,6 +139,9 @@ class Builder:
         max_source_bytes: int = MAX_SOURCE_BYTES,
         max_cubin_bytes: int = MAX_CUBIN_BYTES,
         sandbox: SandboxStatus | None = None,
+        max_log_bytes: int = MAX_LOG_BYTES,
+        max_diagnostics: int = MAX_DIAGNOSTICS,
+        max_global_bytes: int = MAX_GLOBAL_BYTES,
     ) -> None:
         """Arguments mirror `BuildSettings`; `work_dir` holds the per-build temp dirs (system temp by default).
 
@@ -131,6 +157,10 @@ class Builder:
         self.max_source_bytes = max_source_bytes
         self.max_cubin_bytes = max_cubin_bytes
         self.sandbox = sandbox
+        self.max_log_bytes = max_log_bytes
+        self.max_diagnostics = max_diagnostics
+        self.max_global_bytes = max_global_bytes
+        self._swept = False
         self._arch = arch
         self._slots = asyncio.Semaphore(max_parallel or os.cpu_count() or 2)
         self._key_locks: dict[str, asyncio.Lock] = {}
@@ -161,6 +191,7 @@ class Builder:
     def adopt(self, result: BuildResult, cubin: bytes | None) -> BuildResult:
         """A build made elsewhere (on a cluster worker), its cubin written into this cache: the result as if built
         here. The entry's metadata is stored by `build` (a failure outside the source is not), or by `remember`."""
+        result = self._bounded(result)
         if not result.ok or cubin is None:
             return result.model_copy(update={"cubin_path": None})
         self.cache_dir.mkdir(parents=True, exist_ok=True)
@@ -177,7 +208,8 @@ class Builder:
 
     def cache_key(self, source: str, entry: str, arch: str, version: str) -> str:
         """sha256 over everything that changes the cubin or the verdict."""
-        payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, self.max_cubin_bytes, source])
+        caps = [self.max_cubin_bytes, self.max_log_bytes, self.max_diagnostics, self.max_global_bytes]
+        payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, caps, source])
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     def _check(
@@ -197,7 +229,7 @@ class Builder:
         nvcc, version = await self.toolchain()
         key, problems = await asyncio.to_thread(self._check, source, entry, args, arch, version or "no nvcc")
         if problems:
-            return BuildResult(
+            refused = BuildResult(
                 ok=False,
                 key=key,
                 failure="source check",
@@ -205,6 +237,7 @@ class Builder:
                 diagnostics=[_from_problem(p, source) for p in problems],
                 log="\n".join(f"{SOURCE_NAME}:{p.line}:{p.column}: {p.rule}: {p.message}" for p in problems),
             )
+            return self._bounded(refused)
         if nvcc is None or version is None:
             help_text = NVCC_MISSING_HELP if nvcc is None else f"{nvcc} does not run; {NVCC_MISSING_HELP}"
             return BuildResult(
@@ -221,7 +254,7 @@ class Builder:
             hit = self._load(key)
             if hit is not None:
                 return hit.model_copy(update={"cached": True, "seconds": time.perf_counter() - started})
-            result = await self.compile(nvcc, source, arch, key)
+            result = self._bounded(await self.compile(nvcc, source, arch, key))
             if result.failure not in NOT_CACHED:
                 self._store(result)
         return result.model_copy(update={"seconds": time.perf_counter() - started})
@@ -232,7 +265,11 @@ class Builder:
         async with self._slots:
             if self.work_dir is not None:
                 self.work_dir.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(prefix="kernelforge-build-", dir=self.work_dir) as tmp:
+            if not self._swept:
+                self._swept = True
+                await asyncio.to_thread(remove_stale_build_dirs, self.work_dir or Path(tempfile.gettempdir()))
+            prefix = f"{BUILD_DIR_PREFIX}{os.getpid()}-"
+            with tempfile.TemporaryDirectory(prefix=prefix, dir=self.work_dir) as tmp:
                 work, scratch = Path(tmp, "work"), Path(tmp, "root")
                 work.mkdir()
                 scratch.mkdir()
@@ -261,9 +298,10 @@ class Builder:
                         await _kill_group(await spawn)
                     raise
                 leftovers = asyncio.create_task(_kill_leftovers(proc))
+                cap = OutputCap(self.max_log_bytes, self.max_diagnostics)
                 try:
                     async with asyncio.timeout(self.timeout_s):  # not wait_for: 3.11's could swallow a cancel
-                        out, _ = await proc.communicate()
+                        await _read_bounded(proc, cap)
                 except TimeoutError:
                     await _kill_group(proc)
                     return build_failure(key, "timeout", f"nvcc ran longer than {self.timeout_s:g} s and was stopped")
@@ -272,7 +310,24 @@ class Builder:
                     raise
                 finally:
                     leftovers.cancel()
-                return self._result(key, proc.returncode, out.decode("utf-8", "replace"), source, work, sandbox)
+                raw = host_paths_removed(cap.text(), work)
+                if cap.overflowed:
+                    return self._overflowed(key, cap, raw, source)
+                return self._result(key, proc.returncode, raw, source, work, sandbox)
+
+    def _overflowed(self, key: str, cap: OutputCap, raw: str, source: str) -> BuildResult:
+        """A build stopped because its output went over a cap: refused, its first messages kept (cached: the
+        same source floods again)."""
+        log = candidate_messages(raw)
+        message = cap.overflow_message()
+        overflow = Diagnostic(file="nvcc", severity="error", message=message)
+        return BuildResult(
+            ok=False,
+            key=key,
+            failure="compile error",
+            diagnostics=[overflow, *parse_diagnostics(log, source)],
+            log=f"{log}kernelforge: {message}\n",
+        )
 
     def _result(
         self, key: str, status: int | None, raw: str, source: str, work: Path, sandbox: SandboxStatus
@@ -299,28 +354,60 @@ class Builder:
                 ok=False, key=key, failure="compile error", diagnostics=diagnostics, log=log, ptxas=ptxas
             )
         size = cubin.stat().st_size
-        if size > self.max_cubin_bytes:
-            message = (
-                f"the cubin is {size} bytes, over the cap of {self.max_cubin_bytes} bytes: a kernel's code is KBs; "
-                "keep data out of the source"
-            )
-            diagnostics.append(Diagnostic(file="nvcc", severity="error", message=message))
+        data = cubin.read_bytes() if size <= self.max_cubin_bytes else b""
+        refusal = (
+            f"the cubin is {size} bytes, over the cap of {self.max_cubin_bytes} bytes: a kernel's code is KBs; "
+            "keep data out of the source"
+            if size > self.max_cubin_bytes
+            else self._device_use_refusal(data)
+        )
+        if refusal is not None:
+            diagnostics.append(Diagnostic(file="nvcc", severity="error", message=refusal))
             return BuildResult(
                 ok=False,
                 key=key,
                 failure="compile error",
                 diagnostics=diagnostics,
-                log=f"{log}{message}\n",
+                log=f"{log}{refusal}\n",
                 ptxas=ptxas,
             )
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         target = self.cache_dir / f"{key}.cubin"
-        _atomic_write(target, cubin.read_bytes())
+        _atomic_write(target, data)
         return BuildResult(ok=True, key=key, cubin_path=target, diagnostics=diagnostics, log=log, ptxas=ptxas)
+
+    def _device_use_refusal(self, cubin: bytes) -> str | None:
+        """Why the built cubin is refused for what it asks of the device (heap calls, huge globals), or None."""
+        try:
+            use = cubin_use(cubin)
+        except CubinError as exc:
+            return f"the cubin cannot be read ({exc}): build with the configured nvcc"
+        if use.heap_calls:
+            return (
+                f"the kernel calls the device heap ({', '.join(use.heap_calls)}): malloc, free, new and delete "
+                "(in any spelling) are not allowed; use the buffers and shared memory the launch plan provides"
+            )
+        if use.global_bytes > self.max_global_bytes:
+            return (
+                f"the kernel's __device__ globals take {use.global_bytes} bytes, over the cap of "
+                f"{self.max_global_bytes} bytes: keep data in the launch plan's buffers, not in globals"
+            )
+        return None
+
+    def _bounded(self, result: BuildResult) -> BuildResult:
+        return result.bounded(self.max_log_bytes, self.max_diagnostics)
+
+    def _max_entry_bytes(self) -> int:
+        """The largest cache entry a result bounded by this builder's caps can make (JSON may escape each
+        character to six); a bigger file is a miss, never read."""
+        texts = self.max_log_bytes + self.max_diagnostics * (2 * MAX_DIAGNOSTIC_CHARS + 512)
+        return 8 * texts + (1 << 20)
 
     def _load(self, key: str) -> BuildResult | None:
         meta = self.cache_dir / f"{key}.json"
         try:
+            if meta.stat().st_size > self._max_entry_bytes():
+                return None  # made under other caps (or by an older kernelforge): built again, then replaced
             result = BuildResult.model_validate_json(meta.read_bytes())
         except (OSError, ValidationError):
             return None
@@ -331,6 +418,36 @@ class Builder:
     def _store(self, result: BuildResult) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.cache_dir / f"{result.key}.json", result.model_dump_json(indent=1).encode("utf-8"))
+
+
+def remove_stale_build_dirs(root: Path) -> list[Path]:
+    """Remove this user's build directories under `root` whose process is gone (killed with -9 mid-build):
+    the directory name holds the PID. Directories of live processes, of other users or without a PID stay."""
+    removed: list[Path] = []
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        match = _BUILD_DIR.fullmatch(entry.name)
+        try:
+            mine = entry.is_dir() and not entry.is_symlink() and entry.stat().st_uid == os.getuid()
+        except OSError:
+            continue
+        if match is not None and mine and not _alive(int(match.group(1))):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process holds the PID
+    return True
 
 
 def build_failure(key: str, failure: BuildFailure, message: str) -> BuildResult:
@@ -382,6 +499,16 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
     """Kill nvcc and its children (cicc, ptxas, ...), which share its session, and reap nvcc."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+    await proc.wait()
+
+
+async def _read_bounded(proc: asyncio.subprocess.Process, cap: OutputCap) -> None:
+    """Read nvcc's output into `cap` until it ends, then reap nvcc; over a cap, kill its group at once."""
+    assert proc.stdout is not None
+    while chunk := await proc.stdout.read(READ_CHUNK):
+        if not cap.feed(chunk):
+            await _kill_group(proc)
+            return
     await proc.wait()
 
 

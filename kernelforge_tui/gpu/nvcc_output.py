@@ -9,6 +9,7 @@ and what ptxas and nvcc say: a message about any other file becomes a line sayin
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Literal
 
 from kernelforge_tui.models.evaluation import SOURCE_NAME, Diagnostic, PtxasStats
@@ -33,6 +34,9 @@ _WITHHELD = re.compile(
 _DIED = re.compile(r"^nvcc error\s*: '[\w.+-]+' died due to signal (\d+)", re.MULTILINE)  # nvcc's own line only
 _GCC_GUTTER = re.compile(r"^ *\d* \| ")
 
+_MESSAGE_START = re.compile(rb"^[^ \t\r\n]", re.MULTILINE)
+_INTERMEDIATE = re.compile(rf"tmpxft_[0-9a-f]+_[0-9a-f]+-\d+_(?={re.escape(Path(SOURCE_NAME).stem)}\.)")
+
 _PTX_ENTRY = re.compile(r"ptxas info\s+: Compiling entry function '(?P<name>[^']+)'")
 _PTX_PROPS = re.compile(r"ptxas info\s+: Function properties for (?P<name>\S+)")
 _PTX_FRAME = re.compile(
@@ -42,6 +46,65 @@ _PTX_USED = re.compile(r"ptxas info\s+: Used (?P<regs>\d+) registers(?P<rest>.*)
 _PTX_BARRIERS = re.compile(r"used (\d+) barriers")
 _PTX_SMEM = re.compile(r"(\d+) bytes smem")
 _PTX_CMEM = re.compile(r"(\d+) bytes cmem\[\d+\]")
+
+
+class OutputCap:
+    """nvcc's output as it is read: its head kept, up to `max_bytes` and `max_messages` messages (a line that
+    does not start with a blank starts one), and what came after counted. Why: the output grows with what the
+    source asks for (one warning per copy of a statement), so it is bounded while it is read, not after."""
+
+    def __init__(self, max_bytes: int, max_messages: int) -> None:
+        self.max_bytes = max_bytes
+        self.max_messages = max_messages
+        self.read_bytes = 0
+        self.messages = 0
+        self.overflowed = False
+        self._kept = bytearray()
+        self._line_start = True
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take the next chunk; False once the output is over a cap (the caller stops nvcc)."""
+        self.read_bytes += len(chunk)
+        if self.overflowed or not chunk:
+            return not self.overflowed
+        end = len(chunk)
+        for match in _MESSAGE_START.finditer(chunk):
+            if match.start() == 0 and not self._line_start:
+                continue  # the rest of a line begun in the previous chunk
+            self.messages += 1
+            if self.messages > self.max_messages:
+                end = match.start()
+                self.overflowed = True
+                break
+        room = self.max_bytes - len(self._kept)
+        if end > room:
+            end = room
+            self.overflowed = True
+        self._kept += chunk[:end]
+        self._line_start = chunk.endswith(b"\n")
+        return not self.overflowed
+
+    def text(self) -> str:
+        """What was kept, decoded; once over a cap, only whole lines."""
+        kept = bytes(self._kept)
+        if self.overflowed:
+            kept = kept[: kept.rfind(b"\n") + 1]
+        return kept.decode("utf-8", "replace")
+
+    def overflow_message(self) -> str:
+        """Why a build whose output overflowed is refused, for its one error."""
+        return (
+            f"nvcc's diagnostics overflowed: more than {self.max_messages} messages or {self.max_bytes} bytes "
+            f"({self.messages} messages, {self.read_bytes} bytes read when nvcc was stopped; the first are kept): "
+            "fix the first ones, each repeated statement gets its own"
+        )
+
+
+def host_paths_removed(text: str, work: Path) -> str:
+    """nvcc's output with the build directory's host path gone: a file in it is named as the candidate's own
+    (`ptxas /tmp/kernelforge-build-x/work/tmpxft_..._candidate.ptx, line 3` says `ptxas candidate.ptx, line 3`)."""
+    text = text.replace(f"{work}/", "").replace(str(work.parent), "kernelforge-build")
+    return _INTERMEDIATE.sub("", text)
 
 
 def tool_signal(log: str) -> int | None:

@@ -13,12 +13,14 @@ for what the check might miss and for compiler bugs. Modes, best first:
 
 In every mode the nvcc process tree runs under limits on address space, CPU time, file size and number of
 processes, set by `sandbox_exec` before it executes nvcc (or bwrap), with the environment reduced to PATH,
-TMPDIR, HOME and the locale.
+TMPDIR, HOME and the locale. The helper dies with the process that started it and takes nvcc's whole process
+group with it: a `kill -9` of the search leaves no compiler running.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -135,7 +137,7 @@ def sandbox_command(
         command = bwrap_command(status.bwrap, command, work, read_only)
     elif status.mode == "namespaces":
         isolate = {"root": str(scratch), "read_only": list(read_only), "work": str(work)}
-    spec = {"limits": status.limits.model_dump(), "isolate": isolate, "cwd": str(work)}
+    spec = {"limits": status.limits.model_dump(), "isolate": isolate, "cwd": str(work), "parent": os.getpid()}
     return [sys.executable, "-I", "-S", str(SANDBOX_EXEC), json.dumps(spec), "--", *command]
 
 

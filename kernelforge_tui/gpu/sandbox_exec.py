@@ -11,6 +11,10 @@ under them made read-only too), the work directory bound read-write, a few devic
 host's file system is reachable. The command runs as pid 1 of its own pid namespace: when it ends (or is killed with its
 process group) every process it started ends too. Exit status: the command's, or its signal re-raised;
 125 with a `kernelforge sandbox:` line on stderr when the sandbox itself cannot be set up.
+
+The helper stays the command's parent, in a process group of its own, and dies with the process that started it
+(SPEC's `parent`): the kernel sends it SIGTERM then (PR_SET_PDEATHSIG), and it kills its whole group, so nvcc's
+children (cicc, ptxas) go too; the command itself gets SIGKILL if the helper goes first.
 """
 
 from __future__ import annotations
@@ -156,6 +160,16 @@ def _build_root(root: str, read_only: list[str], work: str) -> None:
     _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM when `parent` ends, and on SIGTERM the whole process group killed (this helper included)."""
+    with contextlib.suppress(OSError):  # already a group leader (started in a session of its own)
+        os.setpgid(0, 0)
+    signal.signal(signal.SIGTERM, lambda number, frame: os.killpg(os.getpgrp(), signal.SIGKILL))
+    _call(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0), "prctl")
+    if os.getppid() != parent:  # it ended before the line above
+        raise SetupError(f"the process that started the sandbox ({parent}) is gone")
+
+
 def _wait(child: int) -> None:
     """Leave as the child left: its exit status, or its signal raised again here."""
     code = os.waitstatus_to_exitcode(os.waitpid(child, 0)[1])
@@ -173,21 +187,23 @@ def main(argv: list[str]) -> None:
     for number in (signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores these; the command must not inherit that
         signal.signal(number, signal.SIG_DFL)
     try:
+        _die_with_parent(spec["parent"])
         set_limits(spec["limits"])
         if isolate:
             _enter_namespaces()
-            alive, held = os.pipe()  # EOF on `alive` once this process (the only holder of `held`) is gone
-            child = os.fork()
-            if child:
-                os.close(alive)
-                _wait(child)
-            os.close(held)
-            _call(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
-            os.set_blocking(alive, False)
-            with contextlib.suppress(BlockingIOError):
-                if os.read(alive, 1) == b"":
-                    raise SetupError("the helper ended before its child was set up")
+        alive, held = os.pipe()  # EOF on `alive` once this process (the only holder of `held`) is gone
+        child = os.fork()
+        if child:
             os.close(alive)
+            _wait(child)
+        os.close(held)
+        _call(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+        os.set_blocking(alive, False)
+        with contextlib.suppress(BlockingIOError):
+            if os.read(alive, 1) == b"":
+                raise SetupError("the helper ended before its child was set up")
+        os.close(alive)
+        if isolate:
             _build_root(isolate["root"], isolate["read_only"], isolate["work"])
         _call(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl")
         os.chdir(spec["cwd"])

@@ -19,6 +19,13 @@ SOURCE_NAME = "candidate.cu"
 
 BuildFailure = Literal["compile error", "source check", "timeout", "killed", "sandbox", "nvcc missing"]
 
+MAX_LOG_BYTES = 64 << 10
+"""What is kept of one build's compiler output at most (the build setting's default, and the store's cap)."""
+MAX_DIAGNOSTICS = 200
+"""Diagnostics kept of one build at most (the build setting's default, and the store's cap)."""
+MAX_DIAGNOSTIC_CHARS = 2000
+"""A diagnostic's message and its source line are each cut to this many characters (a line may be a MiB)."""
+
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -151,6 +158,34 @@ class BuildResult(BaseModel):
     """Entry-function (kernel) name to its resource use."""
     log: str = ""
     failure: BuildFailure | None = None
+
+    def bounded(self, max_log_bytes: int = MAX_LOG_BYTES, max_diagnostics: int = MAX_DIAGNOSTICS) -> BuildResult:
+        """This result cut to a size that may be cached, stored and replayed: the log's head, the first diagnostics
+        with their texts cut, and a line saying what was dropped. Why: compiler output grows with what the source
+        asks for (one warning per copy of a statement, each echoing a long line)."""
+        log, diagnostics = self.log, self.diagnostics
+        if len(log) > max_log_bytes or len(log.encode("utf-8")) > max_log_bytes:
+            head = log.encode("utf-8")[:max_log_bytes].decode("utf-8", "ignore")
+            head = head[: head.rfind("\n") + 1] or head
+            log = f"{head}kernelforge: {len(log) - len(head)} more characters of the log dropped\n"
+        clipped = [
+            d.model_copy(update={"message": _clip(d.message), "source_line": _clip(d.source_line)})
+            if len(d.message) > MAX_DIAGNOSTIC_CHARS or len(d.source_line or "") > MAX_DIAGNOSTIC_CHARS
+            else d
+            for d in diagnostics[:max_diagnostics]
+        ]
+        if len(diagnostics) > max_diagnostics:
+            dropped = len(diagnostics) - max_diagnostics
+            clipped.append(Diagnostic(file="nvcc", severity="warning", message=f"{dropped} more diagnostics dropped"))
+        if log is self.log and clipped == diagnostics:
+            return self
+        return self.model_copy(update={"log": log, "diagnostics": clipped})
+
+
+def _clip(text: str | None) -> str | None:
+    if text is None or len(text) <= MAX_DIAGNOSTIC_CHARS:
+        return text
+    return f"{text[:MAX_DIAGNOSTIC_CHARS]}... ({len(text) - MAX_DIAGNOSTIC_CHARS} more characters)"
 
 
 class Evaluation(BaseModel):

@@ -90,7 +90,11 @@ class NodeQueries(Database):
     def finish_node(
         self, node_id: int, evaluation: Evaluation, outcome: NodeOutcome, stats: Mapping[int, NodeStats]
     ) -> None:
-        """A node's outcome, its measurement and the statistics it moved (its ancestors'), in one transaction."""
+        """A node's outcome, its measurement and the statistics it moved (its ancestors'), in one transaction.
+
+        The build's log and diagnostics are stored bounded, whatever made them: a huge one would not fit a row."""
+        if evaluation.build is not None:
+            evaluation = evaluation.model_copy(update={"build": evaluation.build.bounded()})
         gpu_seconds = evaluation.result.gpu_seconds if evaluation.result else 0.0
         reward = outcome.reward.model_dump_json() if outcome.reward is not None else None
         now = time.time()
