@@ -52,8 +52,23 @@ def _group_norm_card(name: str, dtype: str, sizes: dict[str, int], stats: bool) 
     )
 
 
+def _avg_pool_card(name: str, dtype: str, sizes: dict[str, int]) -> OperatorCard:
+    return OperatorCard.model_validate(
+        {
+            "name": name,
+            "family": "pooling",
+            "sizes": sizes,
+            "inputs": [{"name": "x", "dtype": dtype, "shape": ["n", "c", "h", "w"]}],
+            "outputs": [{"name": "y", "dtype": dtype, "shape": ["n", "c"]}],
+            "input_sets": [{"name": "s", "seed": 1}],
+            "reference": {"function": "adaptive_avg_pool"},
+        }
+    )
+
+
 def golden_cards() -> Iterator[OperatorCard]:
-    """Every card a template serves among the suite's (both ends of each task's scales) and the group norm cards."""
+    """Every card a template serves among the suite's (both ends of each task's scales), and cards of the modes the
+    suite lacks: group norm (with and without its statistics) and average pooling."""
     for case in TASKS.values():
         for precision in case.precisions:
             for scale in dict.fromkeys((case.scales[0], case.scales[-1])):
@@ -62,6 +77,8 @@ def golden_cards() -> Iterator[OperatorCard]:
                            {"n": 8, "c": 512, "h": 128, "w": 128, "groups": 32}, stats=False)  # fmt: skip
     yield _group_norm_card("group_norm_stats_f32_2x64x9x9", "float32",
                            {"n": 2, "c": 64, "h": 9, "w": 9, "groups": 8}, stats=True)  # fmt: skip
+    yield _avg_pool_card("avg_pool_bf16_256x2048x7x7", "bfloat16", {"n": 256, "c": 2048, "h": 7, "w": 7})
+    yield _avg_pool_card("avg_pool_f32_3x5x6x6", "float32", {"n": 3, "c": 5, "h": 6, "w": 6})
 
 
 def _key(card: OperatorCard, params: Params) -> str:
