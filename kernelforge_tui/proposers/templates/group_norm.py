@@ -25,14 +25,14 @@ times; elsewhere (an outlier first element) it makes the centred pass too. Every
 cluster merges the same parts in the same order, so all take the same branch.
 
 A cluster's blocks push their partial statistics into each other's shared memory (st.async onto each receiver's
-mbarrier, see PUSHED_REDUCE) rather than each pulling the others' between cluster barriers: 4.6 us of 86 on the H200.
+mbarrier, see PUSHED_REDUCE) rather than each pulling the others' between cluster barriers (two barriers fewer).
 
 Clusters are sized at compile time (__cluster_dims__), which a plain launch honours up to the portable 8 blocks;
 16 would need cudaFuncAttributeNonPortableClusterSizeAllowed set on the function, which the worker does not set.
 
 Normalising is (x - mean) * (gamma * rstd) + beta, not torch's x * a + (beta - mean * a): on a constant group
 rstd = 1/sqrt(eps) = 316, and x * a cancels against mean * a in fp32's last bits, which beyond |x| ~ 100 is more
-than a bf16 card's tolerance (the stress set equal-rows failed every seed on the H200's diffusion block that way).
+than a bf16 card's tolerance (the equal-rows stress set fails every seed of torch's form that way).
 x - mean is exact there, and one subtraction more per element costs nothing in a kernel bound by memory. The
 on-chip kernels sum x - x[0] of the group (its first element, the pivot): a constant group's mean is then exactly
 its value, whatever the count, and a large mean does not swamp the sum.
@@ -127,7 +127,7 @@ const float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);
 def output_mean(strategy: str, moments: str) -> str:
     """The statistics output's mean: the plain sum's. Normalising wants the mean about the pivot or Chan's merged
     mean (a large mean swamps a plain sum), but either misses a mean near zero of large values by more than its own
-    tolerance (fp32's merged mean failed stress:large on the H200; the pivot's sum did in emulation)."""
+    tolerance (fp32's merged mean fails stress:large; the pivot's sum does in emulation)."""
     if moments == "welford":
         return "acc.sum_mean()"
     if moments == "shifted":
@@ -155,7 +155,7 @@ __device__ __forceinline__ void mbarrier_expect(uint64_t* bar, uint32_t bytes) {
 }
 """
 """The raw mbarrier operations the bulk copies and the cluster exchanges complete on (PTX: libcu++'s cuda::barrier
-has every thread of the block arrive, and ptxas kept that cost: 0.6 us of 86 on the H200)."""
+has every thread of the block arrive, and ptxas keeps that cost)."""
 
 
 def mbarrier_wait(name: str, semantics: str, why: str) -> str:
@@ -299,8 +299,8 @@ def shifted_stats(over: Callable[[str, bool], str], stats: bool, chunk_plain: bo
 
     Each chunk's sum about the pivot is summed apart first (no drift across the thread's chunks). With the
     statistics outputs the chunk's plain sum is VEC * pivot + that sum, one fma a chunk instead of an add an element
-    (a plain sum an element cost 2.2 us of 87 on the H200), where `chunk_plain`: a 16-bit mean output, whose rounding
-    (2^-9 or 2^-12) dwarfs that fma's (2^-24 of the chunk's sum about the pivot); an fp32 mean output failed
+    (which costs measurable time even in a kernel bound by memory), where `chunk_plain`: a 16-bit mean output, whose
+    rounding (2^-9 or 2^-12) dwarfs that fma's (2^-24 of the chunk's sum about the pivot); an fp32 mean output failed
     stress:large so in emulation, and keeps a plain sum an element. Where the pivot is far from the mean the
     chunk's sum loses the plain one, so the centred pass sums the plain values too and the mean output is theirs."""
     each = " raw += f[j];" if stats and not chunk_plain else ""
@@ -521,8 +521,7 @@ distributed shared memory) needs a cluster barrier before the reads and one afte
 push needs neither, only each block's wait for its own parts, and one relaxed cluster barrier at the start (arrived
 at once, waited for while the slice's copies are in flight) so that no store finds a barrier not yet initialised. A
 block exits only after its last wait, so no store lands in a block gone. Every block merges the same parts in rank
-order: all get the same statistics and take the same branch. On the H200 (bf16 [8, 512, 128, 128], bulk, shifted):
-86.3 us pulled, 82.7 us pushed, 81.3 us with the bulk copy's raw barrier too."""
+order: all get the same statistics and take the same branch."""
 
 
 class GroupNormTemplate(Template):
@@ -714,14 +713,12 @@ const long long hi = nchunk * (rank + 1) / SPLIT;
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
         """Fastest measured first: x read once, a 512 KB group's slices of 64 KB kept across a cluster of 8 in
-        shared memory, one group a cluster, the shifted moments (one pass and one cluster exchange; this seed with
-        its statistics outputs: 81.2 us on the H200, 79% of the copy ceiling; a hand-written kernel took 93.1 us
-        with the centred ones), each slice copied in bulk by one thread, then by cp.async a thread; then the centred
-        moments, in bulk (98.1 us) and by cp.async (100.8 us); both with 4 blocks an SM, each keeping 55 KB of its
-        slice and reading the rest from memory (no faster in the hand-written kernel); Welford's one reduction
-        (107.4 us); registers (1 block an SM); then the kernels that read x again (114.8 us at best); last the slices
-        double-buffered by persistent clusters (the next group loading while one is normalised), 2.4x the best's
-        time on the H200."""
+        shared memory, one group a cluster, the shifted moments (one pass and one cluster exchange), each slice
+        copied in bulk by one thread, then by cp.async a thread; then the centred moments, in bulk and by cp.async;
+        both with 4 blocks an SM, each keeping 55 KB of its slice and reading the rest from memory; Welford's one
+        reduction; registers (1 block an SM); then the kernels that read x again; last the slices double-buffered
+        by persistent clusters (the next group loading while one is normalised), the slowest measured. The measured
+        times are on the docs' results page."""
         vec = max(vec_widths(dtype_of(card)))
         cluster = {"block": 256, "vec": vec, "split": 8}
         seeds: list[Params] = [

@@ -30,8 +30,7 @@ round trips while the GPU idles.
   going at a share's end is first added up across the warp (a segmented shuffle sum), then added once. The next
   tile's loads are issued before the current tile is summed. Where a thread's share is exactly the one chunk it
   loads (items == vec: DIRECT), its products stay in its registers and the loop has no barrier (no thread reads
-  another's products; a row's sums reach acc by one store or shared atomics), one after it: on the H200's 2^22-row
-  card adopt took 451-453 us so, against 469-471 through shared memory (cuSPARSE 475). Every row is summed within
+  another's products; a row's sums reach acc by one store or shared atomics), one after it. Every row is summed within
   one block (a card gives one launch, a poisoned y and no scratch memory, so blocks cannot combine partial rows), so
   a long row costs its block several tiles; the hardware's block scheduler balances the uneven blocks. Sums run in
   another order than a sequential loop's (shares, then shuffles and shared atomics): fp32's tolerance admits any
@@ -49,12 +48,9 @@ round trips while the GPU idles.
   keeps every block's shared memory until the others have read it. Blocks with an empty range (a cluster of fewer
   entries than blocks) add zeros. Each block keeps the row pointers and sums of all the cluster's rows (a block's
   range may hold most of them when another's is one long row): cluster * rpb rows within the static shared memory.
-  On the H200's 2^22-row card every balanced kernel was right and none beat stream (511 us at best, stream 489
-  us): that fixed cost per block grows with the cluster while the block's entries shrink. Made dynamic, so that
-  clusters of 4 and 8 could own 2048 to 8192 rows, the shared memory did not help (539-885 us): every block's copy
-  of its cluster's rows halves occupancy at 4 blocks an SM, and at 8 the blocks' tiles are half full. ncu puts
-  stream and cuSPARSE both at the L2's limit (85 M sectors; 88% and 95% of its throughput): what stream lacks is the
-  tail, blocks with a long row started last.
+  That fixed cost per block grows with the cluster while the block's entries shrink, and dynamic shared memory
+  for more rows would cost occupancy (every block keeps a copy of its cluster's rows). Stream and cuSPARSE both run
+  at the L2's limit: what stream lacks is the tail, blocks with a long row started last.
 - `adopt`: stream without that tail. Blocks start in about index order, so a late block owning a row of 10,000 to
   44,000 entries finishes last; here the launch's later half hands its long rows (over `long` entries, the first
   HANDED of a block's, in order) to the earlier half: block b < blocks / 2 adopts those of block blocks - 1 - b,
@@ -62,14 +58,12 @@ round trips while the GPU idles.
   block streams the runs of its rows between the rows it handed over and writes the others. Both find the rows by
   the same test of the same row pointers (the adopter loads its late block's beside its own), so every row is
   summed and written by one block whatever order the blocks run in: the order only decides the speed. A thread tests
-  one row of each block, so rpb <= block. On the H200's 2^22-row card, side by side: 468.5-469.9 us (blocks of 256
-  threads and 256 rows, tiles of 1024 entries, rows over 4096 entries handed over) against cuSPARSE's 478.6-480.3
-  and stream's 488-503 us. A version that shared each long row out over a thread block cluster instead (its blocks
-  exchanging partial sums through distributed shared memory) lost everywhere (520-640 us): its per-block protocol
-  cost 8% even with a cluster of one, and co-scheduling clusters cut the achieved occupancy from 98% to 85%.
+  one row of each block, so rpb <= block. Sharing each long row out over a thread block cluster instead (its blocks
+  exchanging partial sums through distributed shared memory) is slower: its per-block protocol costs time even with
+  a cluster of one, and co-scheduled clusters lower the achieved occupancy.
 - `paired`: stream with the row blocks of each pair b, blocks - 1 - b swapped when the later one has more entries
   (thread 0 compares them), so the heavier of each pair starts in the launch's first half: whole blocks move, no
-  lists, but a long row among light ones moves with them. 472.4-473.3 us at blocks of 256, no gain at 512 or 1024.
+  lists, but a long row among light ones moves with them.
 All take `hint` (`stream`: values and col_idx, read once, with evict-first loads, and x through the read-only
 path, so x stays in L2; `plain`: ordinary loads) and `minb` (the __launch_bounds__ blocks per SM). Vector loads
 need vec to divide nnz (a chunk from a multiple of vec then never passes the arrays' end; row_ptr[nrows] = nnz).
@@ -360,15 +354,15 @@ def _cluster_rows_for(card: OperatorCard, params: Params, entries: int) -> int:
 
 
 def csr_seeds(card: OperatorCard) -> list[Params]:
-    """CSR SpMV's seeds, the one expected fastest first: the adopt strategy (the fastest on the H200's 2^22-row card,
-    blocks of 256 threads, each summing the one 16-byte chunk it loads (DIRECT); then blocks of 512, two an SM, so
-    that DIRECT's registers fit), rows over 4096 entries handed over;
+    """CSR SpMV's seeds, the one expected fastest first: the adopt strategy (the fastest measured on the suite's
+    power-law card: the docs' results page), blocks of 256 threads, each summing the one 16-byte chunk it loads
+    (DIRECT); then blocks of 512, two an SM, so that DIRECT's registers fit), rows over 4096 entries handed over;
     then the stream strategy with 16-byte loads of the values (4 fp32 or 8 bf16 entries) in tiles of 4096
     entries, rows per block sized so the average block fills one tile, 16 entries a thread, then bigger tiles (a
     long row takes fewer); then the balanced strategy, clusters of 2 whose
-    average entries fill two tiles of 4096 (the best balanced kernel on the H200's 2^22-row card, 511 us against
-    the stream seeds' 489-547 us: the cluster's shared row pointers and its assembly cost more than the balance
-    gains there); then lane groups sized to the mean row (tpr 4 x vec 4 and tpr 8 x vec 2 cover 16 entries a pass),
+    average entries fill two tiles of 4096 (the best balanced shape measured; the cluster's shared row pointers and
+    its assembly cost more than the balance gains there); then lane groups sized to the mean row (tpr 4 x vec 4 and
+    tpr 8 x vec 2 cover 16 entries a pass),
     a warp per row, and a thread per row (the baseline's shape)."""
     wide = 16 // ELEMENT_BYTES[dtype_of(card)]
     # Threads an SM at 8 entries a thread: bf16's 8-entry chunks make those kernels DIRECT, whose registers do not
