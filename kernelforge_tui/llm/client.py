@@ -3,7 +3,8 @@ call as recorded (tokens, cost, latency, outcome), with the reply streamed to wh
 
 Why one place: every call, whichever role and provider, is recorded the same way (through a `CallSink`, which the
 engine backs with the run's store and event bus), is costed from the same pricing table, and ends the same way
-when the search cancels it. The API key never leaves the provider layer: no prompt, reply or error carries it.
+when the search cancels it. The API key never leaves the provider layer: the provider masks it out of replies and
+errors where they enter, and the call recorded has it masked out of its prompt too (llm.masking).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class LlmClient:
             raise LlmError(
                 provider.settings.name, "budget", refused, "raise the budget, or resume the run with a larger one"
             )
-        prompt = json.dumps([m.model_dump() for m in messages], ensure_ascii=False)
+        prompt = provider.mask(json.dumps([m.model_dump() for m in messages], ensure_ascii=False))
         key = uuid.uuid4().hex
         self.sink.started(key, role, provider.settings.name, model.model, node_id)
         loop = asyncio.get_running_loop()

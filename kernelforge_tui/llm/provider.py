@@ -6,7 +6,11 @@ Why these rules:
   `Retry-After` (seconds). An idle stream is treated as a dropped connection: the provider stalled, a new
   connection often does not.
 - 400, 401, 403, 404 and other 4xx cannot pass by trying again (bad request, bad key, unknown model): raised at
-  once, naming the fix.
+  once, naming the fix. A 3xx is not followed (the request would be sent again, key included, to where the server
+  says): the user fixes base_url.
+- What a server sends is bounded: at most `limits.reply_bytes` of a response (a reply past it fails the call, not
+  retried, since the next attempt would be as long) and `limits.error_bytes` of an error body. Every copy of the key
+  in a reply, an error or a broken stream is masked where it enters (llm.masking).
 - `total_s` bounds the whole call, waits between attempts included; when it is spent the call stops and is not
   retried, since a retry would have no time left.
 - A slot of the provider's semaphore is held per attempt (not during the wait between attempts).
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from contextlib import aclosing
@@ -27,8 +32,9 @@ import httpx
 
 from kernelforge_tui.config import ProviderSettings
 from kernelforge_tui.llm.errors import LlmError, LlmErrorKind
+from kernelforge_tui.llm.masking import Masker
 from kernelforge_tui.llm.types import ChatReply, ChatRequest, Retrying, StreamEnd, StreamEvent, TextDelta
-from kernelforge_tui.llm.wire import WIRES, WireError, sse_events
+from kernelforge_tui.llm.wire import WIRES, WireError, sse_events, sse_lines
 
 T = TypeVar("T")
 
@@ -47,6 +53,10 @@ class Provider:
 
     def __repr__(self) -> str:
         return f"Provider({self.settings.name!r}, {self.settings.protocol}, {self.settings.base_url})"
+
+    def mask(self, text: str) -> str:
+        """The text with every copy of this provider's key masked (what the client records of a call)."""
+        return Masker(self.settings.api_key())(text)
 
     async def chat(self, request: ChatRequest, on_text: Callable[[str, bool], None] | None = None) -> ChatReply:
         """The whole reply, with its latency and time to first token. `on_text(text, retry)` sees each piece as it
@@ -133,7 +143,7 @@ class Provider:
             raise self._dropped(f"the connection failed ({type(exc).__name__}: {exc})") from exc
         try:
             if response.status_code != 200:
-                body = await self._within(response.aread(), deadline, "the error")
+                body = await self._error_body(response, deadline)
                 raise self._status_error(response, body, key, request.model)
             if "text/event-stream" not in response.headers.get("content-type", ""):
                 raise self._error(
@@ -142,30 +152,63 @@ class Provider:
                     "point base_url at a server that streams server-sent events",
                 )
             parser = self._wire.parser()
-            async for event, data in sse_events(self._lines(response, deadline)):
+            masker = Masker(key)
+            async for event, data in sse_events(sse_lines(self._capped(self._chunks(response, deadline)))):
                 try:
                     delta = parser.feed(event, data)
                 except WireError as exc:
                     kind: LlmErrorKind = "server" if exc.retryable else "protocol"
-                    raise self._error(kind, self._mask(str(exc), key), "try again later, or another provider") from exc
-                if delta is not None:
+                    raise self._error(kind, str(exc), "try again later, or another provider") from exc
+                if isinstance(delta, TextDelta):
+                    if text := masker.feed(delta.text):
+                        yield TextDelta(text=text)
+                elif isinstance(delta, StreamEnd):
+                    if text := masker.flush():
+                        yield TextDelta(text=text)
                     yield delta
-                if isinstance(delta, StreamEnd):
                     return
             raise self._dropped("the stream ended before its final event")
         finally:
             await response.aclose()
 
-    async def _lines(self, response: httpx.Response, deadline: float) -> AsyncIterator[str]:
-        lines = response.aiter_lines()
+    async def _chunks(self, response: httpx.Response, deadline: float) -> AsyncGenerator[bytes, None]:
+        """The body as it arrives, each wait bounded by the timeouts."""
+        chunks = response.aiter_bytes()
         while True:
             try:
-                line = await self._within(anext(lines), deadline, "the next line of the stream")
+                chunk = await self._within(anext(chunks), deadline, "more of the reply")
             except StopAsyncIteration:
                 return
             except httpx.TransportError as exc:
                 raise self._dropped(f"the stream broke off ({type(exc).__name__}: {exc})") from exc
-            yield line
+            yield chunk
+
+    async def _capped(self, chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+        """The chunks up to `limits.reply_bytes`; one more byte fails the call."""
+        cap = self.settings.limits.reply_bytes
+        read = 0
+        async for chunk in chunks:
+            read += len(chunk)
+            if read > cap:
+                raise self._error(
+                    "too_large",
+                    f"the reply passed limits.reply_bytes ({cap} bytes) before it ended",
+                    f"raise limits.reply_bytes of provider {self.settings.name} if its replies are this long,"
+                    " or lower the model's max_tokens",
+                )
+            yield chunk
+
+    async def _error_body(self, response: httpx.Response, deadline: float) -> bytes:
+        """The first `limits.error_bytes` of an error response; the rest is never read (closing the response
+        then closes its connection)."""
+        limit = self.settings.limits.error_bytes
+        body = bytearray()
+        async with aclosing(self._chunks(response, deadline)) as chunks:
+            async for chunk in chunks:
+                body += chunk
+                if len(body) >= limit:
+                    break
+        return bytes(body[:limit])
 
     async def _within(self, awaitable: Awaitable[T], deadline: float, what: str) -> T:
         """Await with the idle timeout, or what is left of the total one if that is shorter."""
@@ -189,33 +232,39 @@ class Provider:
 
     def _status_error(self, response: httpx.Response, body: bytes, key: str | None, model: str) -> LlmError:
         status = response.status_code
-        detail = _detail(self._mask(body.decode("utf-8", "replace"), key))
+        # Fed, not flushed: a body cut at the limit may end in the beginning of the key.
+        detail = _detail(Masker(key).feed(body.decode("utf-8", "replace")))
         said = f"HTTP {status}" + (f" ({detail})" if detail else "")
         env = self.settings.api_key_env
         if status == 429 or status >= 500:
-            return LlmError(
-                self.settings.name,
+            return self._error(
                 "rate_limited" if status == 429 else "server",
                 said,
                 "wait and try again, or lower max_concurrency" if status == 429 else "try again later",
                 status=status,
                 retry_after_s=_retry_after(response.headers.get("retry-after")),
             )
+        if 300 <= status < 400:
+            location = response.headers.get("location", "")[:DETAIL_CHARS]
+            return self._error(
+                "redirect",
+                f"the server redirects the request ({said})" + (f" to {location}" if location else ""),
+                f"set base_url ({self.settings.base_url}) to the address the API is served at",
+                status=status,
+            )
         if status in (401, 403):
             fix = (
                 f"check the key in {env} (set {env} to a valid key)" if env else "set api_key_env to the key's variable"
             )
-            return LlmError(self.settings.name, "auth", f"the key was refused: {said}", fix, status=status)
+            return self._error("auth", f"the key was refused: {said}", fix, status=status)
         if status == 404:
-            return LlmError(
-                self.settings.name,
+            return self._error(
                 "not_found",
                 f"not found: {said}",
                 f"check the model name ({model}) and base_url ({self.settings.base_url})",
                 status=status,
             )
-        return LlmError(
-            self.settings.name,
+        return self._error(
             "bad_request",
             f"the request was refused: {said}",
             "check the model's extra fields and max_tokens",
@@ -225,12 +274,17 @@ class Provider:
     def _dropped(self, problem: str) -> LlmError:
         return self._error("dropped", problem, "check the network and base_url, or try again later")
 
-    def _error(self, kind: LlmErrorKind, problem: str, fix: str) -> LlmError:
-        return LlmError(self.settings.name, kind, problem, fix)
-
-    @staticmethod
-    def _mask(text: str, key: str | None) -> str:
-        return text.replace(key, "***") if key else text
+    def _error(
+        self,
+        kind: LlmErrorKind,
+        problem: str,
+        fix: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+    ) -> LlmError:
+        """Every error this provider raises: its problem may quote the server, so the key is masked out of it."""
+        return LlmError(self.settings.name, kind, self.mask(problem), fix, status=status, retry_after_s=retry_after_s)
 
 
 def _detail(text: str) -> str:
@@ -245,8 +299,10 @@ def _detail(text: str) -> str:
 
 
 def _retry_after(value: str | None) -> float | None:
-    """Retry-After in seconds; the HTTP-date form is not used by these APIs and falls back to the backoff."""
+    """Retry-After in seconds; anything else (the HTTP-date form, which these APIs do not use, nan, inf, a negative
+    number, garbage) is taken as absent, so the backoff applies rather than no wait or a wait forever."""
     try:
-        return max(0.0, float(value)) if value is not None else None
+        seconds = float(value) if value is not None else math.nan
     except ValueError:
         return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None

@@ -6,13 +6,17 @@ and the meaning of the events differ (OpenAI chat completions; Anthropic message
 
 from __future__ import annotations
 
+import codecs
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from kernelforge_tui.llm.types import ChatRequest, StreamEnd, TextDelta, Usage
 
 ANTHROPIC_VERSION = "2023-06-01"
+LINE_END = re.compile(r"\r\n|\r|\n")
+"""How server-sent events end a line."""
 
 
 class WireError(Exception):
@@ -37,6 +41,31 @@ class Wire(Protocol):
     def body(self, request: ChatRequest) -> dict[str, Any]: ...
 
     def parser(self) -> Parser: ...
+
+
+async def sse_lines(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of a UTF-8 byte stream, as server-sent events split them. Each chunk is scanned once, so that a
+    line sent in many chunks costs no more than its length (the caller bounds the bytes)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    partial: list[str] = []
+    after_cr = False
+    async for chunk in chunks:
+        text = decoder.decode(chunk)
+        if not text:
+            continue
+        if after_cr and text[0] == "\n":
+            text = text[1:]  # the second half of a CRLF split between two chunks
+        after_cr = text.endswith("\r")
+        *complete, last = LINE_END.split(text)
+        if complete:
+            complete[0] = "".join(partial) + complete[0]
+            partial = []
+            for line in complete:
+                yield line
+        partial.append(last)
+    partial.append(decoder.decode(b"", final=True))
+    if line := "".join(partial):
+        yield line
 
 
 async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str | None, str]]:

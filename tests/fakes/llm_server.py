@@ -2,18 +2,20 @@
 streams server-sent events with chunked transfer encoding, and replays scripted replies, one per request.
 
 Why a real server: the client's HTTP, streaming, retries and timeouts run for real; only the model is scripted.
-A reply can fail (a status with a JSON error body and headers), drop the connection mid-stream, end the stream
-without its terminal event, stall (idle), trickle chunks slowly, or hold the stream open until the client leaves.
+A reply can fail (a status with a JSON error body and headers, padded to any size), drop the connection mid-stream,
+end the stream without its terminal event, stall (idle), trickle chunks slowly, hold the stream open until the
+client leaves, or stream text forever.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import socket
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
@@ -30,10 +32,13 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     error: str = "scripted error"
     """The error message in the JSON body of a reply whose status is not 200."""
-    end: Literal["done", "cut", "no_terminal", "stall", "hold"] = "done"
+    error_bytes: int = 0
+    """Pad the error body with spaces (valid JSON still) to this many bytes, sent 64 KiB at a time."""
+    end: Literal["done", "cut", "no_terminal", "stall", "hold", "endless"] = "done"
     """done: the whole stream; cut: close the socket after the first chunk, mid chunked body; no_terminal: a complete
     HTTP body without the protocol's terminal event; stall: sleep `stall_s` after the first chunk; hold: after the
-    first chunk, wait until the client closes the connection."""
+    first chunk, wait until the client closes the connection; endless: after the first chunk, repeat the last text
+    chunk until the client closes the connection."""
     stall_s: float = 0.0
     chunk_delay_s: float = 0.0
     delay_s: float = 0.0
@@ -68,7 +73,10 @@ class LlmServer:
         self.active = 0
         self.max_active = 0
         self.client_left = threading.Event()
+        """Set when the client closed the connection before the reply (held, endless or a padded error) ended."""
         self.first_chunk_sent = threading.Event()
+        self.body_bytes_sent = 0
+        """Bytes of the last padded error body or endless stream written before the client left."""
         self._replies: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._httpd = _QuietServer(("127.0.0.1", 0), _handler(self))
@@ -175,13 +183,14 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
             time.sleep(reply.delay_s)
             if reply.status != 200:
                 payload = json.dumps({"type": "error", "error": {"type": "scripted", "message": reply.error}}).encode()
+                payload += b" " * max(0, reply.error_bytes - len(payload))
                 self.send_response(reply.status)
                 for name, value in reply.headers.items():
                     self.send_header(name, value)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload)
+                self._until_client_leaves(payload[i : i + 65536] for i in range(0, len(payload), 65536))
                 return
             if self.path.endswith("/chat/completions"):
                 events, terminal = _openai_events(reply)
@@ -208,6 +217,10 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                     if reply.end == "hold":
                         self._hold()
                         return
+                    if reply.end == "endless":
+                        piece = events[-3].encode()  # the last text chunk, in both protocols
+                        self._until_client_leaves(itertools.repeat(f"{len(piece):x}\r\n".encode() + piece + b"\r\n"))
+                        return
                 time.sleep(reply.chunk_delay_s)
             if reply.end != "no_terminal":
                 self._chunk(terminal)
@@ -218,6 +231,18 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
             data = text.encode()
             self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             self.wfile.flush()
+
+        def _until_client_leaves(self, pieces: Iterable[bytes]) -> None:
+            """Write the pieces, counting the bytes, until they end or the client closes the connection."""
+            server.body_bytes_sent = 0
+            try:
+                for piece in pieces:
+                    self.wfile.write(piece)
+                    server.body_bytes_sent += len(piece)
+                self.wfile.flush()
+            except OSError:
+                server.client_left.set()
+                self.close_connection = True
 
         def _hold(self) -> None:
             """Wait (up to 10 s) for the client to close the connection, and say when it did."""
