@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
+import io
 import re
 import shutil
 import subprocess
 import sys
 import tomllib
+import tracemalloc
+import zipfile
 from pathlib import Path
 from types import ModuleType
 
@@ -272,6 +275,9 @@ function = "softmax"
 """
 
 
+BASELINE = '\n[baseline]\nsource = "SOURCE"\nplan = { entry = "k", grid = [1], block = [32], args = [] }\n'
+
+
 def write_card(root: Path, text: str, arrays: dict[str, np.ndarray] | None = None) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "card.toml").write_text(text)
@@ -332,6 +338,53 @@ def test_the_good_card_is_good(tmp_path: Path) -> None:
             "baseline.source",
             "gone.cu",
         ),
+        ("rows = 2", 'rows = "2"', "sizes.rows", "'2' is a str, not an integer"),  # sizes are strict integers
+        ("rows = 2", "rows = 2.0", "sizes.rows", "2.0 is a float, not an integer"),
+        ("rows = 2", "rows = true", "sizes.rows", "true is a bool, not an integer"),
+        ('shape = ["rows", "cols"]', 'shape = ["rows", true]', "inputs.0.shape.1", "true is a bool"),
+        ('file = "captured.npz"', "seed = 1.0", "input_sets.0.seed", "1.0 is a float"),
+        (
+            'dtype = "float32"',
+            'dtype = "float32"\ndistribution = { std = -1e400 }',
+            "inputs.0.distribution.std",
+            "not a finite number",
+        ),
+        (
+            'dtype = "float32"',
+            'dtype = "float32"\ndistribution = { std = -1.0 }',
+            "inputs.0.distribution.std",
+            "greater than or equal to 0",
+        ),
+        (
+            'dtype = "float32"',
+            'dtype = "float32"\ndistribution = { mean = nan }',
+            "inputs.0.distribution.mean",
+            "not a finite number",
+        ),
+        (
+            'dtype = "float32"',
+            'dtype = "float32"\ndistribution = { kind = "randint", low = 3, high = 3 }',
+            "inputs.0.distribution.high",
+            "an empty range",
+        ),
+        (
+            'dtype = "float32"\nshape = ["rows", "cols"]\n\n[[input_sets]]',
+            'dtype = "float32"\nshape = ["rows", "cols"]\ntolerance = { rtol = inf, atol = 0 }\n\n[[input_sets]]',
+            "outputs.0.tolerance.rtol",
+            "not a finite number",
+        ),
+        (
+            "[reference]",
+            BASELINE.replace("SOURCE", "baseline.cu").replace("grid = [1]", 'grid = ["cdiv(rows,0)"]') + "[reference]",
+            "baseline.plan.grid.0",
+            "division by zero in cdiv()",
+        ),
+        (
+            "[reference]",
+            BASELINE.replace("SOURCE", "baseline.cu").replace("args = []", 'args = ["x", "zz"]') + "[reference]",
+            "baseline.plan.args.1",
+            "'zz' is neither a tensor",
+        ),
     ],
 )
 def test_malformed_cards_say_file_field_and_fix(
@@ -375,6 +428,82 @@ def test_bf16_stored_as_float_is_rejected(tmp_path: Path) -> None:
     with pytest.raises(CardError) as info:
         card.input_set(card.spec.input_sets[0])
     assert info.value.field == "x" and "uint16" in info.value.problem
+
+
+def write_members(path: Path, members: dict[str, bytes], compression: int = zipfile.ZIP_DEFLATED) -> None:
+    """An .npz with the given raw members (a crafted header, data short of or beyond what it declares)."""
+    with zipfile.ZipFile(path, "w", compression=compression) as archive:
+        for name, data in members.items():
+            archive.writestr(f"{name}.npy", data)
+
+
+def npy(array: np.ndarray, shape: tuple[int, ...] | None = None, extra: bytes = b"") -> bytes:
+    """An .npy file of `array`, its header declaring `shape` (default: its own), followed by `extra` bytes."""
+    out = io.BytesIO()
+    header = np.lib.format.header_data_from_array_1_0(array)
+    np.lib.format.write_array_header_1_0(out, header | {"shape": shape or array.shape})
+    return out.getvalue() + array.tobytes() + extra
+
+
+ZEROS = np.zeros((2, 3), np.float32)
+BOMB = 8 << 20
+"""The bytes a crafted member inflates to: far more than the card's 24-byte arrays, small enough for CI."""
+
+
+@pytest.mark.parametrize(
+    ("x", "words"),
+    [
+        (npy(ZEROS, (1 << 20, 1 << 20)), "shape (1048576, 1048576) but card.toml says (2, 3)"),  # 4 TiB, no data
+        (
+            npy(np.zeros(BOMB // 4, np.float32), (1024, BOMB // 4096)),
+            f"holds {128 + BOMB} bytes where its shape (2, 3)",
+        ),
+        (npy(ZEROS, extra=bytes(BOMB)), f"holds {152 + BOMB} bytes where its shape (2, 3) needs 24"),
+        (npy(ZEROS, extra=bytes(100)), "holds 124 bytes of data where its shape needs 24"),
+        (npy(ZEROS)[:-8], "holds 16 bytes of data where its shape needs 24"),
+        (b"\x93NUMPY\x01\x00\x20\x00{'descr': '<f4', 'fortran_order': False", "not a readable .npy member"),
+        (b"PK not an npy", "not a readable .npy member"),
+    ],
+)
+def test_a_set_member_is_checked_against_the_card_before_its_data_is_read(tmp_path: Path, x: bytes, words: str) -> None:
+    """A crafted member (a header declaring terabytes, a zip bomb, data short of or beyond its header) is a card
+    error naming the file and the array, found from the .npy header and the member's size: nothing is inflated
+    beyond the card's arrays."""
+    card = load_card(write_card(tmp_path, GOOD))
+    write_members(tmp_path / "captured.npz", {"x": x, "y": npy(ZEROS)})
+    tracemalloc.start()
+    try:
+        with pytest.raises(CardError) as info:
+            card.input_set(card.spec.input_sets[0])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (info.value.path, info.value.field) == (tmp_path / "captured.npz", "x")
+    assert words in info.value.problem and info.value.exit_code == 2, info.value.problem
+    assert peak < BOMB // 8, f"{peak} bytes held while refusing it"
+
+
+def test_a_damaged_or_truncated_set_is_a_card_error(tmp_path: Path) -> None:
+    card = load_card(write_card(tmp_path, GOOD))
+    path = tmp_path / "captured.npz"
+    write_members(path, {"x": npy(ZEROS + 1), "y": npy(ZEROS)}, zipfile.ZIP_STORED)
+    stored = path.read_bytes()
+    at = stored.index((ZEROS + 1).tobytes())
+    path.write_bytes(stored[:at] + bytes(4) + stored[at + 4 :])  # the member's CRC no longer matches its data
+    with pytest.raises(CardError) as info:
+        card.input_set(card.spec.input_sets[0])
+    assert (info.value.path, info.value.field) == (path, "x") and "Bad CRC-32" in info.value.problem
+    path.write_bytes(path.read_bytes()[:100])  # cut short after the card was loaded (a copy in progress)
+    with pytest.raises(CardError) as info:
+        card.input_set(card.spec.input_sets[0])
+    assert info.value.path == path and "not a readable .npz file" in info.value.problem
+
+
+def test_a_fortran_ordered_set_reads_as_the_same_array(tmp_path: Path) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    card = load_card(write_card(tmp_path, GOOD, {"x": np.asfortranarray(x), "y": x}))
+    inputs, _ = card.input_set(card.spec.input_sets[0])
+    assert (inputs["x"] == x).all() and inputs["x"].flags.c_contiguous and inputs["x"].flags.writeable
 
 
 def test_missing_and_unreadable_files(tmp_path: Path) -> None:
@@ -426,8 +555,6 @@ def test_to_toml_rejects_what_it_cannot_write() -> None:
 
 
 # --- files a card names, and files that cannot be read ------------------------------------------------------
-
-BASELINE = '\n[baseline]\nsource = "SOURCE"\nplan = { entry = "k", grid = [1], block = [32], args = [] }\n'
 
 
 @pytest.mark.parametrize(

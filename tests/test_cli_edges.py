@@ -4,9 +4,11 @@ standard output a pipe and no COLUMNS set, as in a script."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -122,3 +124,33 @@ def test_the_readme_example_card_names_the_card_files() -> None:
     ]
     assert files and all((card / name).is_file() for name in files), files
     assert "captured_*.npz" in example and any(card.glob("captured_*.npz"))
+
+
+# ---- eval: a plan that cannot launch on the card is bad input -------------------------------------------------
+
+KERNEL = CARD / "candidates" / "vec4_grid_stride.cu"
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ('args = ["zz"]', ["args.0", "'zz' is neither a tensor", "pass a tensor (a, b, c)", "sizes (n)"]),
+        ("block = [2048]", ["block", "1024 threads per block"]),
+        ('grid = ["cdiv(n, 0)"]', ["grid.0", "division by zero"]),
+        ("block = [true]", ["block.0", "true is a bool, not an integer"]),
+        ("shared_bytes = 1e9", ["shared_bytes", "a float, not an integer"]),
+    ],
+)
+def test_eval_refuses_a_plan_that_does_not_fit_the_card_as_bad_input(
+    tmp_path: Path, change: str, words: list[str]
+) -> None:
+    """Exit 2 and one line naming the plan file and its field, for value errors as for schema errors; the kernel is
+    never built (so this holds without nvcc or a GPU)."""
+    key = change.split(" = ")[0]
+    lines = [line for line in KERNEL.with_suffix(".plan.toml").read_text().splitlines() if not line.startswith(key)]
+    plan = tmp_path / "bad.plan.toml"
+    plan.write_text("\n".join([*lines, change]) + "\n")
+    one_line(piped("eval", str(CARD), str(KERNEL), "--plan", str(plan)), 2, str(plan), *words, "Fix:")
+    done = piped("eval", str(CARD), str(KERNEL), "--plan", str(plan), "--json")
+    reply = json.loads(done.stdout)
+    assert done.returncode == 2 and reply["ok"] is False and reply["error"] == "bad-input", reply

@@ -148,17 +148,24 @@ def test_two_dimensional_launch() -> None:
         ({"block": [2048]}, "1024 threads per block"),
         ({"block": [64, 32]}, "1024 threads per block"),
         ({"block": [1, 1, 128]}, "1024 threads per block"),
-        ({"block": [0]}, "every dimension must be >= 1"),
+        ({"block": [0]}, "block: evaluates to (0, 1, 1). Fix: make every dimension >= 1"),
         ({"grid": ["rows", 70000]}, "exceeds the limits"),
         ({"grid": [2**31]}, "exceeds the limits"),
-        ({"grid": ["rows - 4096"]}, "every dimension must be >= 1"),
+        ({"grid": ["rows - 4096"]}, "grid: evaluates to (0, 1, 1)"),
         ({"shared_bytes": 227 * 1024 + 1}, "shared_bytes"),
         ({"shared_bytes": -1}, "shared_bytes"),
-        ({"args": ["x", "z"]}, "unknown size 'z'"),
-        ({"args": ["x", "y", "rows * cols * 16"]}, "does not fit int32; use ':i64'"),
+        ({"args": ["x", "z"]}, "args.1: 'z' is neither a tensor of the card nor a formula over its sizes (unknown: z)"),
+        (
+            {"args": ["x", "y", "rows * cols * 16"]},
+            "args.2: 'rows * cols * 16' = 2147483648 does not fit int32. Fix: use ':i64'",
+        ),
         ({"args": ["x", "y", "-rows:u32"]}, "does not fit uint32"),
-        ({"args": ["x", "y", "rows:i16"]}, "type suffix must be one of"),
-        ({"grid": ["rows / 3"]}, "is not an integer"),
+        ({"args": ["x", "y", "rows:i16"]}, "type suffix 'i16'. Fix: use one of"),
+        ({"grid": ["rows / 3"]}, "grid.0: 4096 / 3 is not an integer"),
+        (
+            {"grid": ["cdiv(rows, 0)"]},
+            "grid.0: division by zero in cdiv(). Fix: write an integer formula over the card's sizes (cols, rows)",
+        ),
     ],
 )
 def test_bad_plans_are_rejected(changes: dict[str, object], message: str) -> None:
@@ -208,6 +215,9 @@ def test_missing_plan_says_how_to_fix(tmp_path: Path) -> None:
         ('entry = "k"\ngrid = [1]\nblock = [32]\nargs = []\nthreads = 3\n', "threads", "unknown field"),
         ('entry = "k"\ngrid = [1]\nblock = [32]\n', "args", "required field is missing"),
         ('entry = "k"\ngrid = [1.5]\nblock = [32]\nargs = []\n', "grid.0", ""),
+        ('entry = "k"\ngrid = [true]\nblock = [32]\nargs = []\n', "grid.0", "true is a bool, not an integer"),
+        ('entry = "k"\ngrid = [1]\nblock = [32.0]\nargs = []\n', "block.0", "32.0 is a float, not an integer"),
+        ('entry = "k"\ngrid = [1]\nblock = [32]\nshared_bytes = false\nargs = []\n', "shared_bytes", "a bool"),
     ],
 )
 def test_bad_plan_files(tmp_path: Path, text: str, field: str | None, problem: str) -> None:
@@ -219,3 +229,30 @@ def test_bad_plan_files(tmp_path: Path, text: str, field: str | None, problem: s
     assert info.value.field == field or (field and info.value.field and info.value.field.startswith(field))
     assert problem in info.value.problem
     assert info.value.fix
+
+
+@pytest.mark.parametrize(
+    ("plan_text", "field", "words"),
+    [
+        ('args = ["zz"]', "args.0", ["'zz' is neither a tensor", "pass a tensor (x, y)", "sizes (cols, rows)"]),
+        ('args = ["x", "rows * cols * 16"]', "args.1", ["does not fit int32", "':i64'"]),
+        ('grid = ["cdiv(rows, 0)"]', "grid.0", ["division by zero"]),
+        ("block = [2048]", "block", ["1024 threads per block"]),
+        ("shared_bytes = 1_000_000", "shared_bytes", ["outside 0..232448"]),
+    ],
+)
+def test_a_plan_file_that_does_not_fit_the_card_names_the_file_and_the_field(
+    tmp_path: Path, plan_text: str, field: str, words: list[str]
+) -> None:
+    """A plan given on the command line that cannot launch on the card is bad input (a CardError, exit 2), like
+    a plan that is not valid TOML, and says what the field may hold."""
+    fields = {"entry": '"k"', "grid": '["rows"]', "block": "[256]", "args": '["x", "y"]'}
+    key, _, value = plan_text.partition(" = ")
+    path = tmp_path / "k.plan.toml"
+    path.write_text("".join(f"{k} = {v}\n" for k, v in (fields | {key: value}).items()))
+    with pytest.raises(CardError) as info:
+        plan_for_kernel(tmp_path / "k.cu", card=card())
+    assert info.value.exit_code == 2
+    assert info.value.path == path and info.value.field == field
+    assert all(word in str(info.value) for word in words), str(info.value)
+    assert plan_for_kernel(tmp_path / "k.cu").entry == "k"  # without the card only the file's schema is checked

@@ -41,6 +41,8 @@ def from_validation_error(path: Path, exc: ValidationError) -> CardError:
         return CardError(path, loc, "unknown field", "remove it or check its spelling")
     if first["type"] == "missing":
         return CardError(path, loc, "required field is missing", "add it")
+    if first["type"] == "finite_number":
+        return CardError(path, loc, "not a finite number (inf, nan, or beyond the float range)", "give a finite number")
     return CardError(path, loc or None, message, "correct this value")
 
 

@@ -6,19 +6,40 @@ boundary is a pydantic model, and every consistency rule says which field is wro
 
 from __future__ import annotations
 
+import numbers
 import re
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from kernelforge_tui.cards import expr
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, DType
 from kernelforge_tui.cards.errors import FieldProblem
 from kernelforge_tui.cards.stress import check as check_stress
 
-Expr = Annotated[str | int, Field(union_mode="left_to_right")]
+
+def _integer(value: object) -> object:
+    """Refuse what pydantic's lax mode would turn into an integer: TOML's `"21"`, `21.0` and `true` (as 1) are typos
+    or misreadings a card must not take silently."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        shown = str(value).lower() if isinstance(value, bool) else repr(value)
+        raise FieldProblem(
+            "", f"{shown} is a {type(value).__name__}, not an integer", "write a plain integer (no quotes, no '.0')"
+        )
+    return value
+
+
+def _integer_or_formula(value: object) -> object:
+    return value if isinstance(value, str) else _integer(value)
+
+
+Integer = Annotated[int, BeforeValidator(_integer)]
+"""An integer and nothing else (no bool, float or numeric string)."""
+Expr = Annotated[str | int, BeforeValidator(_integer_or_formula)]
 """An integer, or an integer formula over the card's sizes (see `expr.HELP`)."""
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+"""A float that is a number: TOML's inf and nan, and literals beyond the float range (-1e400), are refused."""
 
 IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -57,10 +78,22 @@ class Distribution(Strict):
     """How fresh inputs are drawn, so fresh sets look like the captured ones."""
 
     kind: Literal["normal", "uniform", "randint"] = "normal"
-    mean: float = 0.0
-    std: float = 1.0
-    low: float = -1.0
-    high: float = 1.0
+    mean: Finite = 0.0
+    std: Finite = Field(default=1.0, ge=0)
+    low: Finite = -1.0
+    high: Finite = 1.0
+
+    @model_validator(mode="after")
+    def _range(self) -> Distribution:
+        if self.kind == "randint" and int(self.high) <= int(self.low):
+            raise FieldProblem(
+                "high",
+                f"randint draws from {int(self.low)} up to {int(self.high)}, an empty range",
+                "raise high above low",
+            )
+        if self.kind == "uniform" and self.high < self.low:
+            raise FieldProblem("high", f"{self.high} is below low = {self.low}", "give low <= high")
+        return self
 
 
 class TensorSpec(Strict):
@@ -96,8 +129,8 @@ class TensorSpec(Strict):
 class Tolerance(Strict):
     """An output matches where |out - ref| <= atol + rtol * |ref| everywhere, and is never NaN."""
 
-    rtol: float = Field(gt=0)
-    atol: float = Field(ge=0)
+    rtol: Finite = Field(gt=0)
+    atol: Finite = Field(ge=0)
 
     def accepts(self, out: np.ndarray, ref: np.ndarray) -> np.ndarray:
         """Where `out` matches `ref`, element by element: the rule the worker's `kf_compare_*` kernels apply on
@@ -147,7 +180,7 @@ class InputSet(Strict):
 
     name: str
     file: str | None = None
-    seed: int | None = Field(default=None, ge=0)
+    seed: Integer | None = Field(default=None, ge=0)
     """NumPy's generators take non-negative seeds only."""
 
     @model_validator(mode="after")
@@ -162,7 +195,7 @@ class StressSpec(Strict):
     own shapes, drawn from `seed` and referenced by the card's NumPy reference. A card leaves one out only
     by naming it under `skip` with the reason, which is shown wherever the sets are listed."""
 
-    seed: int = Field(default=0, ge=0)
+    seed: Integer = Field(default=0, ge=0)
     skip: dict[str, str] = Field(default_factory=dict)
     """Set name -> why this card does not run it."""
 
@@ -231,7 +264,7 @@ class OperatorCard(Strict):
     name: str
     family: OpFamily
     description: str = ""
-    sizes: dict[str, int]
+    sizes: dict[str, Integer]
     inputs: list[TensorSpec] = Field(min_length=1)
     outputs: list[OutputSpec] = Field(min_length=1)
     cost: Cost = Field(default_factory=Cost)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 from kernelforge_tui.cards import expr
 from kernelforge_tui.cards.errors import CardError, from_validation_error, read_toml
 from kernelforge_tui.cards.model import SCALAR_TYPES, LaunchPlan, OperatorCard
+from kernelforge_tui.errors import FieldError
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
@@ -41,49 +42,96 @@ class ResolvedLaunch(BaseModel):
         return self.block[0] * self.block[1] * self.block[2]
 
 
-def _dims(values: list[str | int], sizes: dict[str, int], field: str) -> tuple[int, int, int]:
-    numbers = [expr.evaluate(v, sizes) for v in values]
+class PlanError(FieldError, expr.ExprError):
+    """A launch plan that does not fit its card, at a named field (`grid.0`, `args.2`) with the fix: bad input
+    wherever the plan came from (a plan file, the card's baseline, a proposer's reply)."""
+
+    def __init__(self, entry: str, field: str, problem: str, fix: str) -> None:
+        super().__init__(f"plan for {entry}", field, problem, fix)
+
+
+def _value(plan: LaunchPlan, field: str, value: str | int, sizes: dict[str, int]) -> int:
+    try:
+        return expr.evaluate(value, sizes)
+    except expr.ExprError as exc:
+        known = ", ".join(sorted(sizes)) or "none"
+        raise PlanError(
+            plan.entry, field, str(exc), f"write an integer formula over the card's sizes ({known})"
+        ) from None
+
+
+def _dims(plan: LaunchPlan, field: str, values: list[str | int], sizes: dict[str, int]) -> tuple[int, int, int]:
+    numbers = [_value(plan, f"{field}.{i}", v, sizes) for i, v in enumerate(values)]
     numbers += [1] * (3 - len(numbers))
     if any(n <= 0 for n in numbers):
-        raise expr.ExprError(f"{field} evaluates to {tuple(numbers)}: every dimension must be >= 1")
+        raise PlanError(plan.entry, field, f"evaluates to {tuple(numbers)}", "make every dimension >= 1")
     return numbers[0], numbers[1], numbers[2]
 
 
-def _arg(text: str, card: OperatorCard) -> ResolvedArg:
-    tensors = {t.name for t in [*card.inputs, *card.outputs]}
+def _arg(plan: LaunchPlan, index: int, card: OperatorCard) -> ResolvedArg:
+    text = plan.args[index]
+    field = f"args.{index}"
+    tensors = [t.name for t in [*card.inputs, *card.outputs]]
     if text in tensors:
         return ResolvedArg(kind="tensor", name=text)
     formula, _, suffix = text.partition(":") if ":" in text else (text, "", "i32")
     if suffix not in SCALAR_TYPES:
-        raise expr.ExprError(f"argument {text!r}: type suffix must be one of {sorted(SCALAR_TYPES)}")
-    value = expr.evaluate(formula, card.sizes)
+        raise PlanError(
+            plan.entry, field, f"{text!r} has the type suffix {suffix!r}", f"use one of {sorted(SCALAR_TYPES)}"
+        )
+    try:
+        unknown = sorted(expr.names(formula) - set(card.sizes))
+    except expr.ExprError as exc:
+        raise PlanError(plan.entry, field, str(exc), expr.HELP) from None
+    if unknown:
+        raise PlanError(
+            plan.entry,
+            field,
+            f"{text!r} is neither a tensor of the card nor a formula over its sizes (unknown: {', '.join(unknown)})",
+            f"pass a tensor ({', '.join(tensors)}) or a formula over the sizes ({', '.join(sorted(card.sizes))})",
+        )
+    value = _value(plan, field, formula, card.sizes)
     kind = SCALAR_TYPES[suffix]
     if kind.startswith("int"):
         bits = int(kind[3:])
         if not -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
-            raise expr.ExprError(f"argument {text!r} = {value} does not fit {kind}; use ':i64'")
+            raise PlanError(plan.entry, field, f"{text!r} = {value} does not fit {kind}", "use ':i64'")
     elif kind.startswith("uint") and not 0 <= value < 2 ** int(kind[4:]):
-        raise expr.ExprError(f"argument {text!r} = {value} does not fit {kind}")
+        raise PlanError(plan.entry, field, f"{text!r} = {value} does not fit {kind}", "pass a value in its range")
     return ResolvedArg(kind="scalar", name=formula.strip(), scalar_type=kind, value=value)
 
 
 def resolve(plan: LaunchPlan, card: OperatorCard) -> ResolvedLaunch:
-    """Evaluate the plan over the card's sizes; ExprError names the field and the fix."""
-    try:
-        grid = _dims(plan.grid, card.sizes, "grid")
-        block = _dims(plan.block, card.sizes, "block")
-        shared = expr.evaluate(plan.shared_bytes, card.sizes)
-    except expr.ExprError as exc:
-        raise expr.ExprError(f"plan for {plan.entry}: {exc}") from None
+    """Evaluate the plan over the card's sizes; PlanError names the field and the fix."""
+    grid = _dims(plan, "grid", plan.grid, card.sizes)
+    block = _dims(plan, "block", plan.block, card.sizes)
+    shared = _value(plan, "shared_bytes", plan.shared_bytes, card.sizes)
     threads = block[0] * block[1] * block[2]
     if threads > MAX_THREADS_PER_BLOCK or any(b > m for b, m in zip(block, MAX_BLOCK_DIM, strict=True)):
-        raise expr.ExprError(f"block {block} exceeds the limit of {MAX_THREADS_PER_BLOCK} threads per block")
+        raise PlanError(
+            plan.entry,
+            "block",
+            f"{block} exceeds the limit of {MAX_THREADS_PER_BLOCK} threads per block",
+            f"use at most {MAX_THREADS_PER_BLOCK} threads, and at most {MAX_BLOCK_DIM} in each dimension",
+        )
     if any(g > m for g, m in zip(grid, MAX_GRID_DIM, strict=True)):
-        raise expr.ExprError(f"grid {grid} exceeds the limits {MAX_GRID_DIM}")
+        raise PlanError(plan.entry, "grid", f"{grid} exceeds the limits {MAX_GRID_DIM}", "launch fewer blocks")
     if not 0 <= shared <= MAX_SHARED_BYTES:
-        raise expr.ExprError(f"shared_bytes = {shared} must be within 0..{MAX_SHARED_BYTES}")
-    args = [_arg(a, card) for a in plan.args]
+        raise PlanError(
+            plan.entry, "shared_bytes", f"{shared} is outside 0..{MAX_SHARED_BYTES}", "use less shared memory"
+        )
+    args = [_arg(plan, i, card) for i in range(len(plan.args))]
     return ResolvedLaunch(entry=plan.entry, grid=grid, block=block, shared_bytes=shared, args=args)
+
+
+def resolve_in(path: Path, plan: LaunchPlan, card: OperatorCard, field: str | None = None) -> ResolvedLaunch:
+    """`resolve` for a plan read from a file (a plan file, or a card's `baseline.plan` at `field`): a plan that does
+    not fit is a CardError naming that file and the field."""
+    try:
+        return resolve(plan, card)
+    except PlanError as exc:
+        where = ".".join(part for part in (field, exc.field) if part)
+        raise CardError(path, where, exc.problem, exc.fix) from None
 
 
 def load_plan(path: Path) -> LaunchPlan:
@@ -95,9 +143,13 @@ def load_plan(path: Path) -> LaunchPlan:
         raise from_validation_error(path, exc) from None
 
 
-def plan_for_kernel(kernel: Path, explicit: Path | None = None) -> LaunchPlan:
-    """The plan given, else `<kernel>.plan.toml` beside the kernel (`softmax_v2.cu` -> `softmax_v2.plan.toml`)."""
+def plan_for_kernel(kernel: Path, explicit: Path | None = None, card: OperatorCard | None = None) -> LaunchPlan:
+    """The plan given, else `<kernel>.plan.toml` beside the kernel (`softmax_v2.cu` -> `softmax_v2.plan.toml`);
+    with `card`, checked to fit it (`resolve_in`)."""
     path = explicit or kernel.with_suffix(".plan.toml")
     if not path.exists():
         raise CardError(path, None, "no launch plan for this kernel", f"pass --plan or write {path.name}")
-    return load_plan(path)
+    plan = load_plan(path)
+    if card is not None:
+        resolve_in(path, plan, card)
+    return plan

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+import tokenize
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -16,9 +18,10 @@ import numpy as np
 from pydantic import ValidationError
 
 from kernelforge_tui.cards import references, stress
-from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, from_storage, to_storage
+from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, STORAGE, from_storage, to_storage
 from kernelforge_tui.cards.errors import CardError, from_validation_error, read_toml
 from kernelforge_tui.cards.model import InputSet, OperatorCard, TensorSpec
+from kernelforge_tui.cards.plan import resolve_in
 from kernelforge_tui.errors import not_utf8
 
 MANIFEST = "card.toml"
@@ -78,16 +81,15 @@ class Card:
         assert which.file is not None
         path = self.file(which.file, f"input_sets.{which.name}.file")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                stored = {key: data[key] for key in data.files}
+            with zipfile.ZipFile(path) as archive:
+                inputs = {spec.name: _read_member(path, archive, spec, self.spec.sizes) for spec in self.spec.inputs}
+                outputs = {spec.name: _read_member(path, archive, spec, self.spec.sizes) for spec in self.spec.outputs}
         except FileNotFoundError:
             raise CardError(
                 path, None, "input set file not found", "restore it or drop the set from card.toml"
             ) from None
-        except (OSError, ValueError) as exc:
+        except (OSError, zipfile.BadZipFile) as exc:
             raise CardError(path, None, f"not a readable .npz file ({exc})", "re-create the set") from None
-        inputs = {spec.name: _checked(path, stored, spec, self.spec.sizes) for spec in self.spec.inputs}
-        outputs = {spec.name: _checked(path, stored, spec, self.spec.sizes) for spec in self.spec.outputs}
         return inputs, outputs
 
     def stress_sets(self) -> Iterator[tuple[str, Arrays, Arrays]]:
@@ -191,22 +193,60 @@ class Card:
         return result
 
 
-def _checked(path: Path, stored: Arrays, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:
-    if spec.name not in stored:
+READ_CHUNK = 1 << 20
+"""Bytes decompressed at a time from an .npz member, so reading one never holds more than its array and a chunk."""
+NPY_HEADER_BYTES = 1 << 16
+"""Room for the header of an .npy member beyond its data: numpy's own reader refuses headers over 10,000 bytes."""
+
+
+def _read_member(path: Path, archive: zipfile.ZipFile, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:
+    """One array of a stored set, checked against the card before its data is read: the member may hold no more
+    than the card's shape needs and a header, the .npy header's dtype and shape must be the card's, and its data
+    exactly the bytes that shape needs. So a truncated file, a header that declares terabytes, or a member that
+    inflates beyond its array is a CardError naming the file and the array, never a MemoryError or a member
+    decompressed whole (reads stop at the size the archive declares)."""
+    names = set(archive.namelist())
+    member = next((m for m in (f"{spec.name}.npy", spec.name) if m in names), None)
+    if member is None:
         raise CardError(path, spec.name, "array missing", f"store {spec.name!r} in every input set")
-    array = stored[spec.name]
-    try:
-        array = from_storage(array, spec.dtype)
-    except TypeError as exc:
-        raise CardError(path, spec.name, str(exc), "store the array with the dtype card.toml declares") from None
+    redo = "re-capture the set or fix the sizes in card.toml"
     expected = spec.dims(sizes)
-    if array.shape != expected:
-        raise CardError(
-            path,
-            spec.name,
-            f"shape {array.shape} but card.toml says {expected}",
-            "re-capture the set or fix the sizes in card.toml",
-        )
+    flat = np.empty(spec.numel(sizes), STORAGE[spec.dtype])
+    data = flat.view(np.uint8)
+    size = archive.getinfo(member).file_size
+    if size > len(data) + NPY_HEADER_BYTES:
+        raise CardError(path, spec.name, f"holds {size} bytes where its shape {expected} needs {len(data)}", redo)
+    try:
+        with archive.open(member) as stream:
+            version = np.lib.format.read_magic(stream)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+            else:
+                raise CardError(path, spec.name, f".npy format {version} is not supported", "re-create the set")
+            if dtype != STORAGE[spec.dtype]:
+                raise CardError(
+                    path,
+                    spec.name,
+                    f"stored as {dtype}, expected {STORAGE[spec.dtype]} for {spec.dtype}",
+                    "store the array with the dtype card.toml declares",
+                )
+            if tuple(shape) != expected:
+                raise CardError(path, spec.name, f"shape {tuple(shape)} but card.toml says {expected}", redo)
+            held = size - stream.tell()
+            if held != len(data):
+                raise CardError(path, spec.name, f"holds {held} bytes of data where its shape needs {len(data)}", redo)
+            got = 0
+            while got < len(data):
+                chunk = stream.read(min(READ_CHUNK, len(data) - got))
+                if not chunk:
+                    raise CardError(path, spec.name, f"ends after {got} of {len(data)} bytes", redo)
+                data[got : got + len(chunk)] = np.frombuffer(chunk, np.uint8)
+                got += len(chunk)
+    except (ValueError, SyntaxError, tokenize.TokenError, EOFError, zlib.error, zipfile.BadZipFile) as exc:
+        raise CardError(path, spec.name, f"not a readable .npy member ({exc})", "re-create the set") from None
+    array = from_storage(flat, spec.dtype).reshape(expected, order="F" if fortran else "C")
     return np.ascontiguousarray(array)
 
 
@@ -244,6 +284,8 @@ def load_card(path: Path) -> Card:
     except ValidationError as exc:
         raise from_validation_error(manifest, exc) from None
     card = Card(spec=spec, root=root)
+    if spec.baseline is not None:
+        resolve_in(manifest, spec.baseline.plan, spec, "baseline.plan")
     for which in spec.input_sets:
         if which.file is None:
             continue

@@ -34,10 +34,11 @@ def kernel_source(path: Path) -> str:
 
 
 async def _evaluate(card: Card, kernel: Path, plan_path: Path | None) -> Evaluation:
-    """The plan check, the source check and the build run first, with or without a GPU: a kernel that fails them
-    fails here (exit 1) on any machine; only one that passes them asks for the GPU."""
+    """The plan check, the source check and the build run first, with or without a GPU: a plan that does not fit
+    the card is bad input (exit 2), and a kernel that fails the source check or the build fails here (exit 1), on
+    any machine; only one that passes them asks for the GPU."""
     settings = load_settings()
-    plan = plan_for_kernel(kernel, plan_path)
+    plan = plan_for_kernel(kernel, plan_path, card.spec)
     source = kernel_source(kernel)
     gpus = detect_gpus()
     builder = make_builder(settings, gpus[0].arch if gpus else None)
