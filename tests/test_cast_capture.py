@@ -118,7 +118,7 @@ def package(captured: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     (kernel,) = built.manifest.kernels
     x = kernel.guard.inputs[0].model_copy(update={"alignment": 64})
     kernel = kernel.model_copy(update={"guard": kernel.guard.model_copy(update={"inputs": [x]})})
-    files = {n: d for n, d in built.members.items() if n != "manifest.json"}
+    files = built.members
     write_package(path, built.manifest.model_copy(update={"kernels": [kernel]}), files)
     return stamped(path, HERE)
 

@@ -65,4 +65,15 @@ def test_verify_without_a_gpu_says_what_is_missing(tmp_path: Path, capsys: pytes
     code = main(["verify", str(package), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 3 and out["error"] == "no-gpu" and "no NVIDIA GPU" in out["message"]
+    assert "machine with the GPU the package is for" in out["message"] and "--no-sanitize" not in out["message"]
     assert package.read_bytes() == before
+
+
+def test_verify_refuses_a_garbage_file_before_it_asks_for_a_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    garbage = tmp_path / "garbage.cast"
+    garbage.write_bytes(b"not a zip at all")
+    code = main(["verify", str(garbage), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and "not a readable zip" in out["message"]

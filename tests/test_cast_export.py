@@ -49,11 +49,11 @@ def test_export_writes_a_package_from_a_run(tmp_path: Path) -> None:
     assert (kernel.launch.grid, kernel.launch.block) == ((21, 1, 1), (128, 1, 1))
     assert [(a.name, a.value) for a in kernel.launch.args if a.kind == "scalar"] == [("rows", 21), ("cols", 1003)]
     assert kernel.tolerances["y"].rtol == pytest.approx(0.016)
-    cubin = package.kernel_file(kernel, kernel.files.cubin)
-    ptx = package.kernel_file(kernel, kernel.files.ptx).decode()
+    cubin = package.member(kernel.files.cubin)
+    ptx = package.member(kernel.files.ptx).decode()
     assert cubin.startswith(b"\x7fELF")
     assert ".entry softmax_block_row_bf16" in ptx and ".target sm_90" in ptx
-    assert package.kernel_file(kernel, kernel.files.source).decode() == KERNEL.read_text()
+    assert package.member(kernel.files.source).decode() == KERNEL.read_text()
     assert sorted(Path(s).name for s in kernel.files.sets) == ["captured_0.npz", "captured_1.npz"]
     latency = kernel.latency
     assert latency.speedup_vs_baseline == pytest.approx(10.0, rel=0.05)
@@ -98,15 +98,28 @@ def test_an_unproven_node_is_not_exported(tmp_path: Path) -> None:
     assert manifest.kernels == [] and "not proven correct" in manifest.audit[0].reason
 
 
-def test_a_card_without_an_aten_twin_is_audited(tmp_path: Path) -> None:
+def _rms_norm_run(tmp_path: Path) -> Path:
+    """A run of a card no aten call is known for: it exports no kernel."""
     card = EXAMPLES / "cards" / "rms_norm_bf16_small"
     kernel = EXAMPLES / "kernels" / "rms_norm" / "block_row.cu"
     run_dir = tmp_path / "run"
     plan = plan_for_kernel(next(card.glob("candidates/*.cu")))
     make_run(run_dir, card, kernel.read_text(), plan, 10.0, 100.0)
-    manifest = export(run_dir, tmp_path / "m.cast", sanitize=False)
+    return run_dir
+
+
+def test_a_card_without_an_aten_twin_is_audited(tmp_path: Path) -> None:
+    manifest = export(_rms_norm_run(tmp_path), tmp_path / "m.cast", sanitize=False)
     assert manifest.kernels == []
     assert "no aten call is known for a hand-written rms_norm card" in manifest.audit[0].reason
+
+
+def test_an_export_of_no_kernel_leaves_no_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "m.cast"
+    code = main(["export", str(_rms_norm_run(tmp_path)), "-o", str(out), "--no-sanitize", "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 1 and summary["package"] is None and summary["kernels"] == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]  # neither m.cast nor a temporary left
 
 
 @needs_nvcc

@@ -9,12 +9,14 @@ in CI). Needs torch with CUDA, cuda-bindings (or pycuda), nvcc and compute-sanit
 - the sanitizer gate: memcheck rejects the out-of-bounds cheat, racecheck a kernel with a shared-memory race, and
   an honest kernel passes all three tools;
 - export of the recorded H200 softmax run with every check, and verify re-stamping a package for this machine;
+- a verified package edited afterwards (a cubin swapped with its hash) refused at load;
 - a captured softmax over the last axis of a 4-D tensor (the decoder block's, small) whose card sees [rows, cols]:
   the guard takes the call's shapes, the checks and the sanitizer's launch build the call in them.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -25,12 +27,12 @@ import pytest
 from kernelforge_tui.cards import plan_for_kernel
 from kernelforge_tui.cast import load
 from kernelforge_tui.cast.export import export
-from kernelforge_tui.cast.manifest import SANITIZER_TOOLS, CastError, Stamp, read_package, write_package
+from kernelforge_tui.cast.manifest import SANITIZER_TOOLS, CastError, Stamp, read_package, sha256, write_package
 from kernelforge_tui.cast.sanitizer import find_sanitizer, run_tool
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.gpu.build import detect_arch
 
-from .fixtures.cast.cast_support import EXAMPLES, make_run
+from .fixtures.cast.cast_support import EXAMPLES, make_run, members_of, rezip
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
@@ -62,7 +64,7 @@ def stamped_here(path: Path) -> Path:
     machine = probe_machine()
     assert machine is not None
     stamp = Stamp(machine=machine, at=time.time(), by="verify", sanitizer=False)
-    files = {n: d for n, d in package.members.items() if n != "manifest.json"}
+    files = package.members
     write_package(path, package.manifest.model_copy(update={"stamp": stamp}), files)
     return path
 
@@ -292,7 +294,7 @@ def test_verify_restamps_a_package_for_this_machine(tmp_path: Path) -> None:
     stamp = package.manifest.stamp
     assert stamp is not None
     elsewhere = stamp.model_copy(update={"machine": stamp.machine.model_copy(update={"torch_version": "0.0.1"})})
-    files = {n: d for n, d in package.members.items() if n != "manifest.json"}
+    files = package.members
     write_package(path, package.manifest.model_copy(update={"stamp": elsewhere}), files)
     with pytest.raises(CastError, match=r"torch 0\.0\.1 there"):
         load(path)
@@ -301,3 +303,24 @@ def test_verify_restamps_a_package_for_this_machine(tmp_path: Path) -> None:
     with load(path) as cast:
         assert cast.package is not None and cast.package.manifest.stamp is not None
         assert cast.package.manifest.stamp.by == "verify" and cast.package.manifest.stamp.sanitizer
+
+
+def test_a_verified_package_edited_afterwards_is_refused_at_load(tmp_path: Path) -> None:
+    # The stamp verify writes is bound to the contents: a consistent cubin swap (its hash updated) is caught at
+    # load(), before any call reaches the kernel.
+    run_dir = tmp_path / "run"
+    make_run(run_dir, SMALL, BLOCK_ROW.read_text(), plan_for_kernel(BLOCK_ROW), 10.0, 100.0)
+    path = tmp_path / "m.cast"
+    manifest = export(run_dir, path, sanitize=True)
+    if not manifest.kernels:
+        pytest.skip("eager was as fast on 21 x 1003 here: nothing was kept to edit")
+    with load(path):
+        pass
+    members = members_of(path)
+    entry = manifest.kernels[0]
+    other = members[entry.files.cubin] + b"\0"
+    text = json.loads(members["manifest.json"])
+    text["kernels"][0]["files"]["sha256"][entry.files.cubin] = sha256(other)
+    rezip(path, {**members, entry.files.cubin: other, "manifest.json": json.dumps(text).encode()})
+    with pytest.raises(CastError, match="its stamp does not match its contents"):
+        load(path)

@@ -82,7 +82,7 @@ def test_the_call_is_rebuilt_with_the_captured_strides_of_size_one_dims(tmp_path
     x, y = entry.guard.inputs[0], entry.guard.outputs[0]
     out = y.model_copy(update={**view, "strides": (1003, 1003, 1)})
     guard = entry.guard.model_copy(update={"inputs": [x.model_copy(update=view)], "outputs": [out]})
-    files = {n: d for n, d in package.members.items() if n != "manifest.json"}
+    files = package.members
     write_package(
         path, package.manifest.model_copy(update={"kernels": [entry.model_copy(update={"guard": guard})]}), files
     )

@@ -6,6 +6,7 @@ dispatch key; the real launch is tested on the GPU (test_cast_gpu.py)."""
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,10 +18,25 @@ torch = pytest.importorskip("torch")
 
 from kernelforge_tui.cast import driver as drivers  # noqa: E402
 from kernelforge_tui.cast import load  # noqa: E402
-from kernelforge_tui.cast.manifest import CastError, KernelEntry, LaunchArg, Package  # noqa: E402
+from kernelforge_tui.cast.manifest import (  # noqa: E402
+    CastError,
+    KernelEntry,
+    LaunchArg,
+    Package,
+    ReadLimits,
+    read_package,
+    write_package,
+)
 from kernelforge_tui.cast.runtime import KernelRunner  # noqa: E402
 
-from .fixtures.cast.cast_support import MACHINE, HostSoftmax, softmax_entry, write_cast  # noqa: E402
+from .fixtures.cast.cast_support import (  # noqa: E402
+    MACHINE,
+    HostSoftmax,
+    members_of,
+    rezip,
+    softmax_entry,
+    write_cast,
+)
 
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
 
@@ -58,6 +74,33 @@ def test_an_unverified_package_is_refused(tmp_path: Path) -> None:
     path = write_cast(tmp_path / "m.cast", [softmax_entry()], machine=None)
     with pytest.raises(CastError, match=r"is not verified.*kernelforge verify"):
         load(path, machine=HERE)
+
+
+def test_a_changed_cubin_is_refused_at_load_not_at_the_first_call(tmp_path: Path) -> None:
+    path = _package(tmp_path)
+    package = read_package(path)
+    cubin = package.manifest.kernels[0].files.cubin
+    files = package.members
+    write_package(path, package.manifest, {**files, cubin: b"\x7fELF another kernel"})  # the stamp follows
+    with pytest.raises(CastError, match=f"{cubin} does not match its sha256 in the manifest"):
+        load(path, machine=HERE, dispatch_key="CPU", device_type="cpu", driver=HostSoftmax())
+
+
+def test_a_stamp_typed_into_the_json_is_refused_at_load(tmp_path: Path) -> None:
+    path = write_cast(tmp_path / "m.cast", [softmax_entry(alignment=64)], machine=None)
+    members = members_of(path)
+    manifest = json.loads(members["manifest.json"])
+    manifest["stamp"] = {"machine": HERE.model_dump(mode="json"), "at": 0.0, "by": "verify", "sanitizer": True}
+    rezip(path, {**members, "manifest.json": json.dumps(manifest).encode()})
+    with pytest.raises(CastError, match="its stamp does not match its contents"):
+        load(path, machine=HERE)
+
+
+def test_load_caps_what_it_inflates(tmp_path: Path) -> None:
+    path = _package(tmp_path)
+    rezip(path, {**members_of(path), "reports/bomb.txt": bytes(1 << 20)})
+    with pytest.raises(CastError, match=f"{path}: reports/bomb.txt: 1048576 bytes, more than the 65536"):
+        load(path, machine=HERE, limits=ReadLimits(member_bytes=64 << 10))
 
 
 def test_cpu_tensors_fall_back_and_the_counters_say_so(tmp_path: Path) -> None:

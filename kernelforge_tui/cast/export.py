@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
 import tempfile
@@ -380,11 +381,12 @@ def export(
     progress: Progress = lambda _: None,
 ) -> CastManifest:
     """Write the package to `out` and return its manifest. With `sanitize`, every kernel is checked on this machine's
-    GPU (`cast.verify`) before the package is stamped; without, the package is written unverified."""
+    GPU (`cast.verify`) before the package is stamped; without, the package is written unverified. It is made under
+    a temporary name and moved to `out` only when it holds a kernel: a package of none is never left behind."""
     if sanitize:
-        from kernelforge_tui.cast.verify import require_gpu_tools
+        from kernelforge_tui.cast.verify import EXPORT_NO_GPU_HELP, require_gpu_tools
 
-        require_gpu_tools()
+        require_gpu_tools(EXPORT_NO_GPU_HELP)
     collected, source = collect(target, runs)
     target_arch = arch or detect_arch() or DEFAULT_ARCH
     if sanitize and arch is not None and arch != detect_arch():
@@ -450,11 +452,17 @@ def export(
         audit=audit,
         notes=notes,
     )
-    write_package(out, manifest, files)
-    if sanitize and kernels:
-        from kernelforge_tui.cast.verify import verify
+    staged = out.with_name(f".{out.name}.{os.getpid()}.export")
+    try:
+        write_package(staged, manifest, files)
+        if sanitize and kernels:
+            from kernelforge_tui.cast.verify import verify
 
-        manifest = verify(out, by="export", progress=progress)
+            manifest = verify(staged, by="export", progress=progress)
+        if manifest.kernels:
+            os.replace(staged, out)
+    finally:
+        staged.unlink(missing_ok=True)
     return manifest
 
 

@@ -5,6 +5,12 @@ Why a zip with a manifest: a person can unzip and read it, and the runtime needs
 and a CUDA driver binding to use it. Why versioned: a package outlives the kernelforge that wrote it; a reader
 meets a format it does not know with a message naming both versions, never a half-understood package.
 
+Reading is untrusted input: the manifest and the stamp are checked first, every member is capped by its declared
+size and by the bytes it actually inflates to (`ReadLimits`), and every member's sha256 is checked on opening. The
+stamp carries a digest over the manifest and every member (`content_digest`); it holds no secret, so it proves
+that the contents are the ones stamped (an edit after verification, or a stamp typed into the JSON, is refused),
+not who stamped them.
+
 Only the standard library and pydantic are imported here: the runtime (`cast.runtime`) reads packages with it.
 """
 
@@ -15,14 +21,18 @@ import io
 import json
 import os
 import zipfile
+import zlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 FORMAT: Literal["kernelforge.cast"] = "kernelforge.cast"
-FORMAT_VERSION: Literal[1] = 1
-"""Bump when a reader of the old version would misread a new package; readers refuse other versions by name."""
+FORMAT_VERSION: Literal[2] = 2
+"""Bump when a reader of the old version would misread a new package; readers refuse other versions by name.
+Version 2 binds the stamp to the contents (`Stamp.digest`): version-1 packages are refused, to be exported again."""
 MANIFEST_NAME = "manifest.json"
 DEFAULT_ALIGNMENT = 256
 """Bytes. Every buffer a kernel was proven on started 256-byte aligned (the GPU worker's buffers, torch's
@@ -33,6 +43,11 @@ Scalar = bool | int | float | str | list[Plain] | None
 """A scalar argument of an aten call as Python passes it, or a list of them (`int[]` arguments); a dtype, device or
 memory format by its name without the `torch.` prefix. pydantic's smart unions keep JSON's types: 1 stays an int,
 true a bool, 1.0 a float (the guard compares types too: True is not 1 there)."""
+
+
+VERIFY_HELP = (
+    "re-verify it on this machine: `kernelforge verify {path}` (re-runs every kernel's checks and re-stamps it)"
+)
 
 
 class CastError(Exception):
@@ -285,12 +300,16 @@ class Machine(Model):
 
 
 class Stamp(Model):
-    """The last verification: the machine, when, by which command, and whether compute-sanitizer ran."""
+    """The last verification: the machine, when, by which command, whether compute-sanitizer ran, and the contents
+    it was made for."""
 
     machine: Machine
     at: float
     by: Verifier
     sanitizer: bool
+    digest: str = ""
+    """`content_digest` of the package it stamps, filled in by `write_package`: a reader refuses a stamp that does
+    not match the contents."""
 
 
 class PackageSource(Model):
@@ -302,7 +321,7 @@ class CastManifest(Model):
     """manifest.json."""
 
     format: Literal["kernelforge.cast"] = FORMAT
-    format_version: Literal[1] = FORMAT_VERSION
+    format_version: Literal[2] = FORMAT_VERSION
     created_at: float
     kernelforge_version: str
     source: PackageSource
@@ -314,45 +333,147 @@ class CastManifest(Model):
     notes: list[str] = Field(default_factory=list)
 
 
+class ReadLimits(Model):
+    """What a reader takes from a package before refusing it: a zip bomb is refused, never inflated. The defaults
+    hold any package `kernelforge export` writes (it refuses to write one they would not)."""
+
+    members: int = 4096
+    """Members in the zip (a kernel has four files, its stored sets and three sanitizer reports)."""
+    member_bytes: int = 256 << 20
+    """Bytes of one member once inflated (a cubin is capped at 16 MiB at build, stored sets at 32 MiB a kernel)."""
+    total_bytes: int = 2 << 30
+    """Bytes of all members once inflated."""
+
+    def check_sizes(self, path: Path, sizes: Sequence[tuple[str, int]], fix: str) -> None:
+        """CastError, ending with `fix`, when the members (name, inflated size) are too many, one too large, or
+        too large together."""
+        if len(sizes) > self.members:
+            raise CastError(f"{path}: {len(sizes)} members, more than the {self.members} a package may hold: {fix}")
+        for name, size in sizes:
+            if size > self.member_bytes:
+                raise CastError(
+                    f"{path}: {name}: {size} bytes, more than the {self.member_bytes} a member may hold: {fix}"
+                )
+        total = sum(size for _, size in sizes)
+        if total > self.total_bytes:
+            largest = max(sizes, key=lambda s: s[1])[0]
+            raise CastError(
+                f"{path}: {total} bytes in all, more than the {self.total_bytes} a package may hold (the largest "
+                f"member: {largest}): {fix}"
+            )
+
+
+DEFAULT_LIMITS = ReadLimits()
+NOT_OURS = "not a package kernelforge wrote; export it again"
+
+StampPolicy = Literal["check", "require", "ignore"]
+"""What a reader asks of the stamp. check: one that is there must match the contents. require: also refuse an
+unverified package, before any member is read (the runtime). ignore: not looked at (verify, which replaces it)."""
+
+
 class Package:
-    """An opened .cast file: its manifest, and its members read on demand with their hashes checked."""
+    """An opened .cast file: its manifest and its other members, every hash the manifest records checked on
+    opening."""
 
     def __init__(self, path: Path, manifest: CastManifest, members: dict[str, bytes]) -> None:
         self.path = path
         self.manifest = manifest
         self._members = members
 
-    def member(self, name: str, sha256: str | None = None) -> bytes:
-        """A member's bytes; CastError when it is missing or does not match its recorded hash."""
+    def member(self, name: str) -> bytes:
+        """A member's bytes; CastError when it is missing."""
         if name not in self._members:
             raise CastError(f"{self.path}: {name} is missing from the package: export it again")
-        data = self._members[name]
-        if sha256 is not None and hashlib.sha256(data).hexdigest() != sha256:
-            raise CastError(f"{self.path}: {name} does not match its sha256 in the manifest: the file was changed")
-        return data
-
-    def kernel_file(self, kernel: KernelEntry, name: str) -> bytes:
-        return self.member(name, kernel.files.sha256.get(name))
+        return self._members[name]
 
     @property
     def members(self) -> dict[str, bytes]:
         return dict(self._members)
 
 
-def read_package(path: Path | str) -> Package:
-    """Open a .cast file and read its manifest: CastError for a file that is not a package of a known version."""
+def content_digest(manifest: CastManifest, hashes: Mapping[str, str]) -> str:
+    """sha256 over the manifest (the stamp's own digest left blank) and every member's name and sha256 (`hashes`,
+    the manifest itself not among them): what a stamp is bound to."""
+    blank = manifest.stamp.model_copy(update={"digest": ""}) if manifest.stamp is not None else None
+    text = manifest.model_copy(update={"stamp": blank}).model_dump_json()
+    lines = [f"{MANIFEST_NAME} {sha256(text.encode())}", *(f"{name} {hashes[name]}" for name in sorted(hashes))]
+    return sha256("\n".join(lines).encode())
+
+
+def _inflate(path: Path, archive: zipfile.ZipFile, info: zipfile.ZipInfo, allowed: int) -> bytes:
+    """A member's bytes, read as a stream and stopped one byte past `allowed`: a size its header understates is
+    caught by the bytes themselves."""
+    if info.flag_bits & 0x1:
+        raise CastError(f"{path}: {info.filename} is encrypted: {NOT_OURS}")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+        raise CastError(
+            f"{path}: {info.filename} is compressed with zip method {info.compress_type} (packages are stored or "
+            "deflated): export it again"
+        )
+    try:
+        with archive.open(info) as stream:
+            data = stream.read(allowed + 1)
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as exc:
+        raise CastError(
+            f"{path}: {info.filename}: its data does not match its zip header ({exc}): the file is damaged; "
+            "export it again"
+        ) from None
+    if len(data) > allowed:
+        raise CastError(
+            f"{path}: {info.filename} inflates past {allowed} bytes, more than its header says or the package may "
+            f"hold: {NOT_OURS}"
+        )
+    return data
+
+
+def read_package(path: Path | str, *, stamp: StampPolicy = "check", limits: ReadLimits = DEFAULT_LIMITS) -> Package:
+    """Open a .cast file: CastError for a file that is not a package of a known version, one over `limits`, a
+    member that does not match its recorded sha256, and a stamp (per `stamp`) missing or not matching the contents.
+    The manifest and the stamp are read first; no member is read whole before it is known to fit."""
     path = Path(path)
     try:
         with zipfile.ZipFile(path) as archive:
-            members = {info.filename: archive.read(info) for info in archive.infolist() if not info.is_dir()}
+            infos = [info for info in archive.infolist() if not info.is_dir()]
+            limits.check_sizes(path, [(info.filename, info.file_size) for info in infos], NOT_OURS)
+            names = Counter(info.filename for info in infos)
+            twice = sorted(name for name, n in names.items() if n > 1)
+            if twice:
+                raise CastError(f"{path}: {twice[0]} is in the zip twice: {NOT_OURS}")
+            if MANIFEST_NAME not in names:
+                raise CastError(f"{path}: not a .cast package (no {MANIFEST_NAME} inside)")
+            budget = limits.total_bytes
+            by_name = {info.filename: info for info in infos}
+            text = _inflate(path, archive, by_name[MANIFEST_NAME], min(limits.member_bytes, budget))
+            manifest = _manifest(path, text)
+            if stamp == "require" and manifest.stamp is None:
+                raise CastError(
+                    f"{path} is not verified (exported with --no-sanitize, or its last verification passed no "
+                    f"kernel): {VERIFY_HELP.format(path=path)} on a machine with the GPU it is for"
+                )
+            budget -= len(text)
+            members: dict[str, bytes] = {}
+            for info in infos:
+                if info.filename != MANIFEST_NAME:
+                    data = _inflate(path, archive, info, min(limits.member_bytes, budget))
+                    budget -= len(data)
+                    members[info.filename] = data
     except FileNotFoundError:
         raise CastError(f"{path}: no such file") from None
     except (zipfile.BadZipFile, OSError) as exc:
         raise CastError(f"{path}: not a .cast package (not a readable zip: {exc})") from None
-    if MANIFEST_NAME not in members:
-        raise CastError(f"{path}: not a .cast package (no {MANIFEST_NAME} inside)")
+    hashes = {name: sha256(data) for name, data in members.items()}
+    _check_hashes(path, manifest, hashes)
+    if stamp != "ignore" and manifest.stamp is not None and manifest.stamp.digest != content_digest(manifest, hashes):
+        raise CastError(
+            f"{path}: its stamp does not match its contents (the manifest or a member changed after verification, "
+            f"or the stamp was not written by kernelforge verify): {VERIFY_HELP.format(path=path)}"
+        )
+    return Package(path, manifest, members)
+
+
+def _manifest(path: Path, text: bytes) -> CastManifest:
     try:
-        raw = json.loads(members[MANIFEST_NAME])
+        raw = json.loads(text)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CastError(f"{path}: {MANIFEST_NAME} is not JSON ({exc})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
@@ -365,26 +486,49 @@ def read_package(path: Path | str) -> Package:
             f"{path}: package format version {version}, this kernelforge reads version {FORMAT_VERSION}: {fix}"
         )
     try:
-        manifest = CastManifest.model_validate(raw)
+        return CastManifest.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise CastError(
             f"{path}: {MANIFEST_NAME}: {where}: {first['msg']} ({exc.error_count()} problem(s)): export it again"
         ) from None
-    return Package(path, manifest, members)
+
+
+def _check_hashes(path: Path, manifest: CastManifest, hashes: Mapping[str, str]) -> None:
+    """Every file a kernel names is in the package, has a recorded sha256, and matches it."""
+    for kernel in manifest.kernels:
+        files = kernel.files
+        for name in (files.cubin, files.ptx, files.source, files.card, *files.sets, *files.sha256):
+            if name not in hashes:
+                raise CastError(f"{path}: {name} is missing from the package: export it again")
+            recorded = files.sha256.get(name)
+            if recorded is None:
+                raise CastError(f"{path}: kernel {kernel.id}: {name} has no sha256 in the manifest: export it again")
+            if hashes[name] != recorded:
+                raise CastError(
+                    f"{path}: {name} does not match its sha256 in the manifest: the file was changed; export it again"
+                )
 
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def package_bytes(manifest: CastManifest, files: dict[str, bytes]) -> bytes:
+def package_bytes(manifest: CastManifest, files: dict[str, bytes], path: Path = Path("package")) -> bytes:
     """The zip: manifest first, then the files in name order, fixed timestamps (the same inputs give the same
-    bytes). Cubins and PTX are deflated; .npz sets are already compressed."""
+    bytes). Cubins and PTX are deflated; .npz sets are already compressed. A stamp is bound to these contents
+    (`content_digest`); CastError for a package a reader with the default limits would refuse."""
+    if manifest.stamp is not None:  # over the manifest as a reader will validate it (model_copy does not)
+        read_back = CastManifest.model_validate(json.loads(manifest.model_dump_json()))
+        digest = content_digest(read_back, {name: sha256(data) for name, data in files.items()})
+        manifest = manifest.model_copy(update={"stamp": manifest.stamp.model_copy(update={"digest": digest})})
     buffer = io.BytesIO()
+    text = manifest.model_dump_json(indent=1).encode()
+    sizes = [(MANIFEST_NAME, len(text)), *((name, len(data)) for name, data in files.items())]
+    DEFAULT_LIMITS.check_sizes(path, sizes, "more than a reader takes: export fewer kernels into one package")
     with zipfile.ZipFile(buffer, "w") as archive:
-        entries = [(MANIFEST_NAME, manifest.model_dump_json(indent=1).encode())]
+        entries = [(MANIFEST_NAME, text)]
         entries += sorted(files.items())
         for name, data in entries:
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
@@ -399,7 +543,7 @@ def write_package(path: Path, manifest: CastManifest, files: dict[str, bytes]) -
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        tmp.write_bytes(package_bytes(manifest, files))
+        tmp.write_bytes(package_bytes(manifest, files, path))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

@@ -78,7 +78,7 @@ class ProbeResult(BaseModel):
 
 
 def card_of(package: Package, entry: KernelEntry) -> OperatorCard:
-    return OperatorCard.model_validate_json(package.kernel_file(entry, entry.files.card))
+    return OperatorCard.model_validate_json(package.member(entry.files.card))
 
 
 def input_sets(
@@ -86,7 +86,7 @@ def input_sets(
 ) -> Iterator[tuple[str, Arrays]]:
     """(name, inputs): the stored sets the package carries, fresh draws, then the family's stress sets."""
     for name in entry.files.sets:
-        with np.load(io.BytesIO(package.kernel_file(entry, name)), allow_pickle=False) as data:
+        with np.load(io.BytesIO(package.member(name)), allow_pickle=False) as data:
             yield (
                 Path(name).stem,
                 {t.name: from_storage(data[t.name], t.dtype) for t in spec.inputs},

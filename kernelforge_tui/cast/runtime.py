@@ -16,8 +16,9 @@ the launch writes the pointers into a prepared argument block and makes one driv
 (`driver.ctypes_launcher`). A call the hot path does not take (keywords, a first call on a device, a refusal) goes
 through the full guard (`KernelRunner.check`), which says why it refuses.
 
-Trust: a package is used only on a machine like the one it was verified on (architecture, driver major, CUDA,
-torch); anything else is refused with what differs and the command that re-verifies it here. `KERNELFORGE_CAST=off`
+Trust: a package is used only with a stamp that matches its contents and every member's sha256 checked, all at
+`load()`, and only on a machine like the one it was verified on (architecture, driver major, CUDA, torch); anything
+else is refused with what differs and the command that re-verifies it here. `KERNELFORGE_CAST=off`
 turns everything off (the package is not even read). Shadow mode (`shadow_every=N` or `KERNELFORGE_CAST_SHADOW=N`)
 also runs the original operator on one hit in N and disables, with a warning, a kernel that ever disagrees.
 
@@ -45,11 +46,14 @@ from pydantic import BaseModel, Field
 import kernelforge_tui
 from kernelforge_tui.cast import driver as drivers
 from kernelforge_tui.cast.manifest import (
+    DEFAULT_LIMITS,
+    VERIFY_HELP,
     AtenArg,
     CastError,
     KernelEntry,
     Machine,
     Package,
+    ReadLimits,
     TensorGuard,
     Tolerance,
     read_package,
@@ -65,9 +69,6 @@ ENV_SHADOW = "KERNELFORGE_CAST_SHADOW"
 OFF_VALUES = frozenset({"off", "0", "false", "no"})
 MAX_REASONS = 16
 """Distinct fallback reasons kept per counter; more are counted under "other reasons"."""
-VERIFY_HELP = (
-    "re-verify it on this machine: `kernelforge verify {path}` (re-runs every kernel's checks and re-stamps it)"
-)
 
 _ACTIVE: set[str] = set()
 """Overloads a Cast has registered in this process: two at once would chain unpredictably."""
@@ -507,7 +508,7 @@ class KernelRunner:
         with self._load_lock:
             if device not in self.functions:
                 entry = self.entry
-                image = self.package.kernel_file(entry, entry.files.cubin)
+                image = self.package.member(entry.files.cubin)
                 self.functions[device] = self.driver().load(
                     device, image, entry.launch.entry, entry.launch.shared_bytes, entry.launch.args
                 )
@@ -912,9 +913,11 @@ def load(
     binding: str | None = None,
     device_type: str = "cuda",
     driver: drivers.Driver | None = None,
+    limits: ReadLimits = DEFAULT_LIMITS,
 ) -> Cast:
-    """Open a package for use in a `with` block. Refuses (CastError) an unverified package and one verified on a
-    machine that differs from this one; returns an inactive Cast (every call eager, the report says why) when
+    """Open a package for use in a `with` block. Refuses (CastError) an unverified package (before reading its
+    members), one over `limits`, one whose stamp or any member's sha256 does not match its contents, and one verified
+    on a machine that differs from this one; returns an inactive Cast (every call eager, the report says why) when
     KERNELFORGE_CAST=off or there is no CUDA device.
 
     `machine`: what to compare the stamp against (default: this machine, probed through torch). `binding`:
@@ -935,13 +938,9 @@ def load(
             raise CastError(f"{ENV_SHADOW}={raw!r} is not a whole number (shadow one call in N: give N)") from None
     if every < 0:
         raise CastError(f"shadow_every must be >= 0 (0: off), not {every}")
-    package = read_package(path)
+    package = read_package(path, stamp="require", limits=limits)
     stamp = package.manifest.stamp
-    if stamp is None:
-        raise CastError(
-            f"{path} is not verified (exported with --no-sanitize, or its last verification passed no kernel): "
-            f"{VERIFY_HELP.format(path=path)} on a machine with the GPU it is for"
-        )
+    assert stamp is not None  # read_package requires one
     here = machine if machine is not None else probe_machine()
     if here is None:
         warnings.warn(

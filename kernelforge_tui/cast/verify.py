@@ -40,28 +40,33 @@ from kernelforge_tui.errors import CheckFailed
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus
 
 Progress = Callable[[str], None]
-NO_GPU_HELP = (
-    "every kernel is checked on the GPU before it goes into a package (agreement and timing against eager PyTorch, "
-    "compute-sanitizer memcheck, racecheck and initcheck). Run this on the machine with the GPU the package is for; "
-    "or export with --no-sanitize, which writes an UNVERIFIED package that the loader refuses until "
+CHECKS = "agreement and timing against eager PyTorch, compute-sanitizer memcheck, racecheck and initcheck, on the GPU"
+EXPORT_NO_GPU_HELP = (
+    f"every kernel is checked before it goes into a package ({CHECKS}). Run this on the machine with the GPU the "
+    "package is for; or export with --no-sanitize, which writes an UNVERIFIED package that the loader refuses until "
     "`kernelforge verify PACKAGE` passes on a GPU"
+)
+VERIFY_NO_GPU_HELP = (
+    f"verify runs every kernel's checks ({CHECKS}): run it on a machine with the GPU the package is for, "
+    "with torch, a CUDA driver binding and the CUDA toolkit installed"
 )
 PROBE_TIMEOUT_S = 3600.0
 
 
-def require_gpu_tools() -> None:
-    """NoGpuError (exit 3) naming what is missing: a GPU, torch, a CUDA driver binding, compute-sanitizer."""
+def require_gpu_tools(help_text: str) -> None:
+    """NoGpuError (exit 3) naming what is missing (a GPU, torch, a CUDA driver binding, compute-sanitizer), then
+    `help_text`: what the command needs them for and what to do."""
     if not detect_gpus():
-        raise NoGpuError(f"no NVIDIA GPU here (nvidia-smi lists none): {NO_GPU_HELP}")
+        raise NoGpuError(f"no NVIDIA GPU here (nvidia-smi lists none): {help_text}")
     if importlib.util.find_spec("torch") is None:
-        raise NoGpuError(f"torch is not installed (pip install torch): {NO_GPU_HELP}")
+        raise NoGpuError(f"torch is not installed (pip install torch): {help_text}")
     bindings = [name for name in ("cuda", "pycuda") if importlib.util.find_spec(name) is not None]
     if not bindings:
-        raise NoGpuError(f"no CUDA driver binding (pip install cuda-bindings, or pycuda): {NO_GPU_HELP}")
+        raise NoGpuError(f"no CUDA driver binding (pip install cuda-bindings, or pycuda): {help_text}")
     if find_sanitizer() is None:
         raise NoGpuError(
             "compute-sanitizer not found (it comes with the CUDA toolkit: put its bin/ on PATH or set CUDA_HOME): "
-            f"{NO_GPU_HELP}"
+            f"{help_text}"
         )
 
 
@@ -135,13 +140,15 @@ def _rebuild(entry: KernelEntry, files: dict[str, bytes], arch: str) -> KernelEn
 def verify(
     path: Path, out: Path | None = None, *, by: Verifier = "verify", progress: Progress = lambda _: None
 ) -> CastManifest:
-    """Check every kernel of the package at `path` here; write the stamped package to `out` (default: in place)."""
+    """Check every kernel of the package at `path` here; write the stamped package to `out` (default: in place).
+    The package is read (and refused, CastError) before anything asks for a GPU; its old stamp is not looked at,
+    since every check runs again."""
     from kernelforge_tui.gpu.build import detect_arch
 
-    require_gpu_tools()
-    package = read_package(path)
+    package = read_package(path, stamp="ignore")
+    require_gpu_tools(VERIFY_NO_GPU_HELP if by == "verify" else EXPORT_NO_GPU_HELP)
     manifest = package.manifest
-    files = {name: data for name, data in package.members.items() if name != "manifest.json"}
+    files = package.members
     arch = detect_arch()
     assert arch is not None  # require_gpu_tools found a GPU
     sanitizer = find_sanitizer()

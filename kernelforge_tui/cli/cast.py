@@ -71,11 +71,12 @@ def _progress(console: Console, as_json: bool) -> Callable[[str], None]:
     return say
 
 
-def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool) -> None:
+def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, written: bool = True) -> None:
+    """The package's audit, kernels and stamp; `written` False: export kept no kernel and wrote no file."""
     if as_json:
         summary = {
             "ok": True,
-            "package": str(path),
+            "package": str(path) if written else None,
             "verified": manifest.stamp is not None,
             "machine": manifest.stamp.machine.model_dump(mode="json") if manifest.stamp else None,
             "kernels": [
@@ -86,7 +87,8 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool) -
         }
         print(json.dumps(summary, indent=1))
         return
-    table = Table(title=f"{path}: {len(manifest.kernels)} kernel(s)")
+    title = f"{path}: {len(manifest.kernels)} kernel(s)" if written else f"no kernel passed: {path} not written"
+    table = Table(title=title)
     for column in ("variant", "decision", "kernel / why"):
         table.add_column(column)
     shown = [a for a in manifest.audit if a.card is not None or a.decision == "kernel"]
@@ -110,7 +112,9 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool) -
         )
         base = f", {lat.speedup_vs_baseline:.2f}x the card's baseline" if lat.speedup_vs_baseline else ""
         console.print(f"  {escape(kernel.id)}: {escape(kernel.guard.describe())}: {eager}{base}")
-    if manifest.stamp is not None:
+    if not written:
+        console.print("[yellow bold]nothing written[/]: the audit above says why each variant falls back")
+    elif manifest.stamp is not None:
         console.print(f"verified on {escape(manifest.stamp.machine.describe())} by {manifest.stamp.by}")
     else:
         console.print("[yellow bold]UNVERIFIED[/]: the loader refuses it until `kernelforge verify` passes on a GPU")
@@ -143,7 +147,7 @@ def cmd_export(args: argparse.Namespace, console: Console) -> int:
         )
     except CastError as exc:
         raise BadInput(str(exc)) from None
-    _show(console, manifest, output, args.json)
+    _show(console, manifest, output, args.json, written=bool(manifest.kernels))
     return EXIT_OK if manifest.kernels else EXIT_FAILED
 
 
