@@ -76,3 +76,12 @@ def test_the_wheel_carries_every_cuda_file_and_renders_as_the_checkout(tmp_path:
     where, text = found.stdout.split("\n", 1)
     assert Path(where).is_relative_to(tmp_path / "site")
     assert text == "".join(source.read(name) for name in ordered)
+
+
+def test_every_cuda_file_is_rendered_by_some_template_or_shared_file() -> None:
+    """No file left behind by a move: each is named by a template module or included by another file."""
+    modules = files("kernelforge_tui.proposers.templates")
+    python = "".join(f.read_text() for f in modules.iterdir() if f.name.endswith(".py"))
+    cuda = "".join(f.read_text() for f in CUDA.iterdir())
+    unused = [f.name for f in CUDA.iterdir() if f'"{f.name}"' not in python + cuda]
+    assert unused == []
