@@ -50,7 +50,7 @@ from kernelforge_tui.models.commands import (
 from kernelforge_tui.models.events import EngineEvent, StateChanged
 from kernelforge_tui.models.nodes import MEASURED, NodeStatus, NodeView
 from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, bindings
+from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, Action, bindings
 from kernelforge_tui.tui.screens import (
     ChartScreen,
     ClusterScreen,
@@ -201,7 +201,11 @@ class KernelForgeApp(App[None]):
         else:
             self.query_one(DiffPane).show_message("waiting for the first candidate")
         self._enabled = self._enabled_state()
-        tree.focus()  # a focus change redraws the footer's keys, as check_action answers now
+        tree.focus()
+        # The footer may have drawn its keys while the run was still being read (a run starts out live): draw them
+        # again as check_action answers for the run as opened (the focus above changes nothing when it was there).
+        # The screen's own call: the app's waits until its on_mount has returned.
+        self.screen.refresh_bindings()
         self.set_interval(1 / self._refresh_hz, self.pump, name="pump")
         if self.source.in_process:
             self.drive_engine()
@@ -721,7 +725,12 @@ class KernelForgeApp(App[None]):
         keys = self._active_keys()
         for action in ACTIONS:
             key = keys.get(action.id, action.key).replace("question_mark", "?")
-            run = partial(self.run_action, action.action)
+            run = partial(self._run_bound, action)
             why = self.why_disabled(action.action)
             note = f" · not now: {why}" if why else ""
             yield SystemCommand(action.help, f"key {key} · binding id {action.id}{note}", run)
+
+    async def _run_bound(self, spec: Action) -> None:
+        """Run an action as its key would: on its pane's widget (`pane`), else on the app (from the palette)."""
+        target = self.screen_stack[0].query_one(f"#{spec.pane}") if spec.pane else self
+        await self.run_action(spec.action, target)

@@ -31,9 +31,15 @@ class Action:
     """Acts only on a measured node (verified, timed or profiled): disabled on a failed or unfinished one."""
     takes_children: bool = False
     """Asks for children of the node: disabled on a failed node, which never gets any."""
+    pane: str = ""
+    """Bound on one pane's widget (`tree`: the search tree), active while it has the focus; empty: app-wide."""
 
 
 ACTIONS: tuple[Action, ...] = (
+    Action(
+        "tree_open", "right", "open_node", "Open", "Tree: open the node (again: go to its first child)", pane="tree"
+    ),
+    Action("tree_close", "left", "close_node", "Close", "Tree: close the node (again: go to its parent)", pane="tree"),
     Action("help", "question_mark", "help", "Keys", "Show every key, its binding id and what it does", show=True),
     Action("pause_resume", "p", "pause_resume", "Pause", "Pause the search, or resume it", show=True, steering=True),
     Action(
@@ -164,8 +170,9 @@ BY_ID = {a.id: a for a in ACTIONS}
 BY_ACTION = {a.action: a for a in ACTIONS}
 
 
-def bindings() -> list[Binding]:
-    return [Binding(a.key, a.action, a.description, show=a.show, id=a.id) for a in ACTIONS]
+def bindings(pane: str = "") -> list[Binding]:
+    """The bindings of one pane's widget (`pane`), or the app's own (the default)."""
+    return [Binding(a.key, a.action, a.description, show=a.show, id=a.id) for a in ACTIONS if a.pane == pane]
 
 
 def validate_keymap(keymap: dict[str, str]) -> dict[str, str]:

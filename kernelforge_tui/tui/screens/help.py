@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 from rich.table import Table
@@ -14,10 +15,51 @@ from textual.widgets import Static
 
 from kernelforge_tui.tui.keymap import ACTIONS
 
+
+@dataclass(frozen=True)
+class KeyNote:
+    """Keys a pane's own widget binds (Textual's, not ours to remap), as the help names them: `keys[i]` runs
+    `actions[i]` on the widget `pane` selects while it has the focus (tests hold the words to the bindings)."""
+
+    pane: str
+    keys: tuple[str, ...]
+    actions: tuple[str, ...]
+    words: str
+
+
+KEY_NOTES: tuple[tuple[str, tuple[KeyNote, ...]], ...] = (
+    (
+        "Tree",
+        (
+            KeyNote("#tree", ("up", "down"), ("cursor_up", "cursor_down"), "move"),
+            KeyNote("#tree", ("space",), ("toggle_node",), "opens or closes"),
+            KeyNote("#tree", ("enter",), ("select_cursor",), "selects"),
+        ),
+    ),
+    (
+        "Diff",
+        (
+            KeyNote("#diff", ("left", "right"), ("scroll_left", "scroll_right"), "scroll long lines sideways"),
+            KeyNote(
+                "#diff",
+                ("up", "down", "pageup", "pagedown"),
+                ("scroll_up", "scroll_down", "page_up", "page_down"),
+                "move through it",
+            ),
+        ),
+    ),
+    (
+        "Anywhere",
+        (
+            KeyNote("#tree", ("tab",), ("app.focus_next",), "moves between panes"),
+            KeyNote(
+                "#tree", ("ctrl+p",), ("command_palette",), "opens the command palette (every action is there too)"
+            ),
+        ),
+    ),
+)
 NOTES = (
-    "Tree: up/down move, right/left or space open and close, enter selects.",
-    "Tab moves between panes; ctrl+p opens the command palette (every action is there too).",
-    "Diff: left/right scroll long lines sideways, up/down and pgup/pgdn move through it; z gives it the screen.",
+    *(f"{title}: " + ", ".join(f"{'/'.join(n.keys)} {n.words}" for n in notes) + "." for title, notes in KEY_NOTES),
     'Remap a key in the config file: [tui.keymap] pause_resume = "space" (ids above).',
     "Glyphs: ○ proposed ◔ built ◑ verified ● timed ◆ profiled ✗ failed; ⊘ banned ⇡ pinned ★ export.",
 )

@@ -11,16 +11,23 @@ from typing import ClassVar, Literal
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import BindingType
 from textual.reactive import var
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from kernelforge_tui.engine.view import Changes, RunView
 from kernelforge_tui.models.nodes import NodeStatus, NodeView
+from kernelforge_tui.tui.keymap import bindings
 
 FilterMode = Literal["all", "improving", "failures"]
 FILTERS: tuple[FilterMode, ...] = ("all", "improving", "failures")
 FILTER_TITLES: dict[FilterMode, str] = {"all": "all", "improving": "only improving", "failures": "only failures"}
+EMPTY: dict[FilterMode, str] = {
+    "improving": "no node is faster than its parent yet: f lists the failures, then the whole tree",
+    "failures": "no failed node in this run: f shows the whole tree",
+}
+"""What a filter that lists nothing says in the pane, instead of a blank."""
 FILTER_LIMIT = 500
 """A filter lists at most this many nodes (the most recent), to keep the tree fast."""
 
@@ -28,7 +35,9 @@ GLYPHS = {"proposed": "○", "built": "◔", "verified": "◑", "timed": "●", 
 
 
 def node_label(node: NodeView, flat: bool = False) -> Text:
-    """`● #12 1.84x 62% v3 vector width 4 -> 8`, flags first (⊘ banned, ⇡ pinned, ★ export)."""
+    """`● #12 timed 1.84x 62% v3 vector width 4 -> 8`, flags first (⊘ banned, ⇡ pinned, ★ export); the number and
+    the status in words come first, so a narrow pane cuts the mutation, not them. `flat` (a filtered list, no
+    guides) names the parent: `#12 from #7`."""
     text = Text(no_wrap=True, end="")
     flags = ("⊘" if node.banned else "") + ("⇡" if node.pinned else "") + ("★" if node.export else "")
     if flags:
@@ -36,10 +45,11 @@ def node_label(node: NodeView, flat: bool = False) -> Text:
     text.append(GLYPHS.get(node.status, "?") + " ", "status")
     text.append(f"#{node.id}", "id")
     if flat and node.parent_id is not None:
-        text.append(f"<{node.parent_id}", "dim")
+        text.append(f" from #{node.parent_id}", "dim")
     if node.status == "failed":
-        text.append(f" {node.failure or 'failed'}", "failed")
+        text.append(f" failed: {node.failure or 'unknown'}", "failed")
     else:
+        text.append(f" {node.status}", "status")
         text.append(f" {node.speedup:.2f}x" if node.speedup is not None else "    - ", "speedup")
         if node.ceiling_share is not None:
             text.append(f" {node.ceiling_share:.0%}", "share")
@@ -59,7 +69,11 @@ def matches(view: RunView, node: NodeView, mode: FilterMode) -> bool:
 
 
 class SearchTree(Tree[int]):
-    """The search tree; node data is the node id. Filtered, it is a flat list of the newest matches."""
+    """The search tree; node data is the node id (None: the line saying a filter lists nothing). Filtered, it is a
+    flat list of the newest matches. It keeps the reader's place: the node last highlighted stays the one the cursor
+    returns to when a filter that hid it is lifted, with its path opened."""
+
+    BINDINGS: ClassVar[list[BindingType]] = list(bindings("tree"))
 
     DEFAULT_CSS = """
     SearchTree { background: $surface; overflow-x: hidden; }
@@ -96,6 +110,8 @@ class SearchTree(Tree[int]):
         self._loaded: set[int] = set()
         self._labels: dict[int, tuple[NodeView, bool, Text]] = {}
         self._styles: dict[str, Style] = {}
+        self.place: int | None = None
+        """The node the reader is on: the last one highlighted, kept while a filter hides it."""
 
     # -- labels ---------------------------------------------------------------------------------
 
@@ -147,14 +163,14 @@ class SearchTree(Tree[int]):
         return text
 
     def render_label(self, node: TreeNode[int], base_style: Style, style: Style) -> Text:
-        label = self._label(node.data) if node.data is not None else Text("")
+        label = self._label(node.data) if node.data is not None else Text(str(node.label), style="italic")
         label = label.copy()
         label.stylize(style)
         prefix = (self.ICON_NODE_EXPANDED if node.is_expanded else self.ICON_NODE) if node.allow_expand else "  "
         return Text.assemble((prefix, base_style + Style(dim=True)), label)
 
     def get_label_width(self, node: TreeNode[int]) -> int:
-        return 2 + (self._label(node.data).cell_len if node.data is not None else 0)
+        return 2 + (self._label(node.data) if node.data is not None else Text(str(node.label))).cell_len
 
     # -- filling --------------------------------------------------------------------------------
 
@@ -175,8 +191,8 @@ class SearchTree(Tree[int]):
                 self._add(parent, child)
 
     def rebuild(self) -> None:
-        """Start over from the state (on open and when the filter changes)."""
-        selected = self.cursor_node.data if self.cursor_node is not None else None
+        """Start over from the state (on open and when the filter changes), the cursor back on the reader's place
+        where the list shows it (nowhere while a filter hides it: the panes keep showing it)."""
         self.clear()
         self._tree_node.clear()
         self._loaded.clear()
@@ -190,8 +206,34 @@ class SearchTree(Tree[int]):
         else:
             for node_id in self.matching()[-FILTER_LIMIT:]:
                 self._add(self.root, node_id)
-        if selected is not None:
-            self.select_id(selected, scroll=False)
+        if not self._tree_node and self.filter_mode != "all":
+            self.root.add_leaf(EMPTY[self.filter_mode])
+        if self.place is not None:
+            self.select_id(self.place)
+
+    def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[int]) -> None:
+        if event.node.data is not None:
+            self.place = event.node.data
+
+    def action_open_node(self) -> None:
+        """Open the node under the cursor; on an open one (or a leaf), go to its first child."""
+        node = self.cursor_node
+        if node is None:
+            return
+        if node.allow_expand and not node.is_expanded:
+            node.expand()
+        elif node.children:
+            self.move_cursor(node.children[0], animate=False)
+
+    def action_close_node(self) -> None:
+        """Close the node under the cursor; on a closed one (or a leaf), go to its parent."""
+        node = self.cursor_node
+        if node is None:
+            return
+        if node.allow_expand and node.is_expanded:
+            node.collapse()
+        elif node.parent is not None and node.parent is not self.root:
+            self.move_cursor(node.parent, animate=False)
 
     def on_tree_node_expanded(self, event: Tree.NodeExpanded[int]) -> None:
         if event.node.data is not None:
@@ -235,11 +277,14 @@ class SearchTree(Tree[int]):
             self._tree_node[node_id].refresh()
 
     def _apply_filtered(self, changes: Changes) -> None:
-        """New matches go at the end; the list keeps the newest FILTER_LIMIT (one rebuild per batch)."""
+        """New matches go at the end (the line saying there were none goes); the list keeps the newest FILTER_LIMIT
+        (one rebuild per batch)."""
         for node_id in [*changes.added, *changes.changed]:
             if node_id in self._tree_node:
                 self._tree_node[node_id].refresh()
             elif matches(self.state, self.state.nodes[node_id], self.filter_mode):
+                for empty in [c for c in self.root.children if c.data is None]:
+                    empty.remove()
                 self._add(self.root, node_id)
         children = self.root.children
         for extra in list(children[: max(0, len(children) - FILTER_LIMIT)]):
