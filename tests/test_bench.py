@@ -1,6 +1,6 @@
 """`kernelforge bench` on the simulated backend: the card selection, the runner (one run per card, a card no template
 serves recorded as such, never searched), the report files with their plots, resuming after `kill -9` without
-rerunning finished cards, `--list`, the vendor timing's check, and the README's task table against the registry.
+rerunning finished cards, `--list`, the vendor timing's check, and the bench guide's task table against the registry.
 Only vector_add at 2^10 (and stand-ins made from it) runs, so the file stays fast."""
 
 from __future__ import annotations
@@ -300,13 +300,13 @@ def test_a_vendor_process_that_exits_without_a_reply_is_the_error(tmp_path: Path
     assert reply.error == "the vendor timing exited 7 without a reply: CUDA error: an illegal memory access"
 
 
-def test_readme_task_table_is_the_registry() -> None:
-    """README.md's suite table is `kernelforge bench --list --markdown`: regenerate it after adding a task."""
-    readme = (ROOT / "README.md").read_text()
+def test_the_bench_guide_task_table_is_the_registry() -> None:
+    """The bench guide's suite table is `kernelforge bench --list --markdown`: regenerate it after adding a task."""
+    readme = (ROOT / "docs" / "guides" / "bench.md").read_text()
     match = re.search(r"<!-- suite-tasks:start -->\n(.*?)\n<!-- suite-tasks:end -->", readme, re.DOTALL)
-    assert match is not None, "README.md lacks the suite task table's markers"
+    assert match is not None, "docs/guides/bench.md lacks the suite task table's markers"
     expected = markdown_table(list_tasks(list(registry.TASKS.values())))
-    assert match.group(1) == expected, "README's task table is stale: paste `kernelforge bench --list --markdown`"
+    assert match.group(1) == expected, "docs/guides/bench.md is stale: paste `kernelforge bench --list --markdown`"
 
 
 def _suite_baselines() -> ModuleType:

@@ -99,7 +99,7 @@ def test_runs_piped_keeps_every_column_whole() -> None:
     assert "19.3x (node 82)" in done.stdout and "2026-11-30" in done.stdout
 
 
-# ---- the README says what the commands and the cards are ------------------------------------------------------
+# ---- the README and the cards guide say what the commands and the cards are ---------------------------------------
 
 README = (EXAMPLES.parent / "README.md").read_text()
 
@@ -113,9 +113,10 @@ def test_the_readme_command_table_lists_every_command() -> None:
     assert any("`kernelforge --version`" in row for row in table)
 
 
-def test_the_readme_example_card_names_the_card_files() -> None:
+def test_the_cards_guide_example_names_the_card_files() -> None:
     card = EXAMPLES / "cards" / "softmax_bf16_small"
-    example = README[README.index("examples/cards/softmax_bf16_small/\n") :]
+    guide = (EXAMPLES.parent / "docs" / "guides" / "cards.md").read_text()
+    example = guide[guide.index("examples/cards/softmax_bf16_small/\n") :]
     example = example[: example.index("[stress]")]
     for name in ("card.toml", "baseline.cu", "candidates/"):
         assert name in example
