@@ -1,34 +1,14 @@
 """`kernelforge bench`: the suite's cards searched in turn, one per GPU at a time, each its own run, resumable after a
 kill.
 
-Why one run per card: a (task, precision, scale) card is what the search, the store, the TUI and `kernelforge show`
-already understand, so every card's search can be opened, steered, resumed and exported like any other run; the
-bench only decides what runs next and keeps the numbers. Its manifest (`bench.json` in the bench directory) is
-rewritten atomically after every change, so a bench killed at any moment (`kill -9` included) resumes where it
-was: finished cards are not run again, a card whose run was cut short is resumed from its store (the engine's resume:
-what was measured is kept, what was in flight is evaluated again), and a run that never got its store started
-afresh; this holds for every card that was in flight, whichever GPU it was on.
-
-Several GPUs (`--gpus N`, default every GPU detected): up to N cards run at once, each card's search pinned to its own
-GPU (`RunOptions.gpus`: its evaluation worker, profiler and vendor timing run there and nowhere else), so N GPUs
-divide the bench's wall time by about N (a card's start-up, the worker and its sets, is most of a short card's time).
-The manifest has one writer: the searches run as tasks of one event loop, and every change is made and saved in one
-step between two awaits, so updates from concurrent cards are serialised by the loop itself.
-
-The budget: `--budget-minutes-per-task M` is the wall time of one task's cards added up: each card gets an equal
-share of what its task has left, so minutes an early card does not use (its proposer ran out) go to the later ones,
-as `kernelforge optimize CAPTURE_DIR` shares its budget (`capture_search.split_budget`, its start-up allowance and
-shortest search). A card of the same task still running on another GPU counts as having spent its whole share (its
-minutes and start-up allowance), so each card gets the wall minutes it would get on one GPU, and N GPUs divide the
-bench's total wall time instead. `--budget-iters N` caps each card's candidates. A card no template serves is not
-searched with the template proposer: it is recorded as "no template: <why>" (and costs no minutes), not as a one-node
-run.
-
-Vendor timing: where the task has a vendor implementation, it is checked against the card's reference and timed by
-`python -m kernelforge_tui.suite.vendor_timing` (a subprocess: torch is an optional extra, and a vendor call that
-faults must not end the bench) after the card's search, on the card's GPU once the search has let it go; one such
-process per GPU lane serves its cards in turn (`VendorTimer`). A simulated
-bench times no vendor (no GPU ran anything) and says so.
+One run per card, because a card is what the search, the store, the TUI and `kernelforge show` already understand:
+every card's search can be opened, steered, resumed and exported like any other run, and the bench only decides
+what runs next and keeps the numbers. The manifest (`bench.json`) is rewritten atomically after every change and
+has one writer (the cards' searches are tasks of one event loop), so a bench killed at any moment resumes where it
+was. Each card's search is pinned to its own GPU; a task's minutes are shared among its cards as
+`capture_search.split_budget` shares a capture's, so that several GPUs divide the wall time. The vendor is timed in
+a subprocess per GPU lane (`VendorTimer`), since torch is an optional extra and a faulting vendor call must not end
+the bench.
 """
 
 from __future__ import annotations
