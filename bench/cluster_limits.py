@@ -7,7 +7,7 @@
    the search commits them: the one writer on the coordinator).
 
 A GPU evaluation takes about a second (checks on every input set, then timing to a target error), so a coordinator
-keeps about min(1, 2) GPUs busy; README's "Limits" reads these numbers.
+keeps about min(1, 2) GPUs busy; docs/guides/cluster.md's "Limits" reads these numbers.
 
     python bench/cluster_limits.py [--workers 2] [--seconds 10] [--address tcp://scheduler:8786]
 
