@@ -1,5 +1,5 @@
 """Issue 16's check on one machine: a search and a small bench through a Dask cluster on localhost (a scheduler and
-one worker per GPU, started with Dask's own commands, as the cluster guide says), against the same search on the in-process
+one worker per GPU, started with Dask's own commands, as the docs say), against the same search on the in-process
 GPU lanes, side by side in one table.
 
     python bench/vs_cluster.py CARD --out DIR [--iters N | --minutes M] [--gpus N] [--worker-threads N]
@@ -8,7 +8,7 @@ GPU lanes, side by side in one table.
 1. local: `kernelforge optimize CARD` on this machine's GPUs (one lane per GPU), its run in DIR/local.
 2. The cluster: `dask scheduler --scheduler-file DIR/scheduler.json`, then per GPU `CUDA_VISIBLE_DEVICES=i dask worker
    --nthreads N --resources GPU=1` (with --simulate: --gpus workers offering fake GPUs, no device). N is this
-   machine's cores per GPU (--worker-threads), as the cluster guide advises: a GPU worker's threads run the cluster's builds
+   machine's cores per GPU (--worker-threads), as the docs advise: a GPU worker's threads run the cluster's builds
    besides its evaluations, as the local search builds on every core.
 3. cluster: `kernelforge optimize CARD --cluster ADDRESS`, its run in DIR/cluster.
 4. bench: `kernelforge bench --cluster ADDRESS --tasks ... --scales 10 --budget-iters N -o DIR/bench`.
@@ -118,7 +118,7 @@ def search_row(mode: str, run_dir: Path, gpus: int) -> SearchRow:
 
 @contextlib.contextmanager
 def local_cluster(out: Path, gpus: list[int | None], threads: int) -> Iterator[str]:
-    """A scheduler and one worker per GPU (None: a fake GPU, for --simulate), as the cluster guide starts them; its address."""
+    """A scheduler and one worker per GPU (None: a fake GPU, for --simulate), as the docs do; its address."""
     scheduler_file = out / "scheduler.json"
     scheduler_file.unlink(missing_ok=True)
     logs = out / "cluster-logs"
