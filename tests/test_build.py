@@ -671,3 +671,122 @@ def test_sandbox_status_says_what_protects_the_host() -> None:
     assert status.model_dump()["description"] == status.description  # shown by `doctor --json` as well
     if status.mode == "limits":
         assert "NO file isolation" in status.description and "Fix:" in status.description
+
+
+def flood(copies: int) -> str:
+    """The issue's kernel: `copies` division-by-zero blocks on one line; EDG warns per copy, echoing the line."""
+    return 'extern "C" __global__ void k(float* o) {' + "{int z=1/0;}" * copies + "}\n"
+
+
+async def test_a_diagnostic_flood_is_stopped_and_refused(tmp_path: Path) -> None:
+    capped = builder(tmp_path, max_log_bytes=4096, max_diagnostics=20)
+    result = await capped.build(flood(1 << 7), "k")  # ~600 KB of warnings from nvcc
+    assert not result.ok and result.failure == "compile error"
+    assert "diagnostics overflowed: more than 20 messages or 4096 bytes" in result.diagnostics[0].message
+    assert len(result.log) < 4096 + 600 and len(result.diagnostics) <= 22
+    assert any(d.severity == "warning" and "division by zero" in d.message for d in result.diagnostics)
+    entry = tmp_path / "cache" / f"{result.key}.json"
+    assert entry.stat().st_size < 32 << 10
+    again = await capped.build(flood(1 << 7), "k")
+    assert again.cached and again.diagnostics == result.diagnostics
+
+
+async def test_a_flooding_nvcc_is_killed_at_once(tmp_path: Path) -> None:
+    """Output without end from nvcc and a child of its own: stopped at the cap, not at the 60 s timeout."""
+    marker = f"kf-flooder-{tmp_path}"
+    line = "candidate.cu(1): warning #39-D: division by zero"
+    nvcc = fake_nvcc(tmp_path, f"sh -c 'sleep 600; : {marker}' &\nsleep 1\nwhile :; do echo '{line}'; echo '  x'; done")
+    flooded = builder(tmp_path, nvcc=nvcc, max_log_bytes=2048, max_diagnostics=10, sandbox=LIMITS_ONLY)
+    task = asyncio.create_task(flooded.build(ADD, "add"))
+    groups = await groups_running(marker)
+    result = await asyncio.wait_for(task, 30)
+    assert result.failure == "compile error" and "overflowed" in result.diagnostics[0].message
+    assert alive_in(groups) == [] and processes_mentioning(marker) == []
+
+
+async def test_an_oversized_cache_entry_is_a_miss(tmp_path: Path) -> None:
+    """An entry bigger than any this builder writes (an older kernelforge's flood): built again, not replayed."""
+    assert NVCC is not None
+    capped = builder(tmp_path, max_log_bytes=4096, max_diagnostics=20)
+    key = capped.cache_key(ADD, "add", "sm_90", nvcc_version(NVCC))
+    huge = build_module.BuildResult(ok=False, key=key, failure="compile error", log="w" * (4 << 20))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / f"{key}.json").write_text(huge.model_dump_json())
+    result = await capped.build(ADD, "add")
+    assert result.ok and not result.cached and len(result.log) < 4096
+
+
+HEAP_CALLS = [
+    "void* p = __nv_aligned_device_malloc(64, 16); o[0] = p != 0;",
+    "void* p = __builtin_malloc(32); o[0] = p != 0;",
+    "float* p = new float[4]; p[0] = 1.0f; o[0] = p[0]; delete[] p;",
+]
+
+
+@pytest.mark.parametrize("body", HEAP_CALLS, ids=["aligned", "builtin", "new"])
+async def test_device_heap_calls_are_refused_from_the_cubin(
+    tmp_path: Path, body: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The source check lists these spellings; the cubin check holds for one it would miss (the check is off)."""
+    monkeypatch.setattr(build_module, "check_source", lambda *args: [])
+    result = await builder(tmp_path).build(f'extern "C" __global__ void k(float* o) {{ {body} }}\n', "k")
+    assert not result.ok and result.failure == "compile error" and result.cubin_path is None
+    assert "calls the device heap" in result.diagnostics[-1].message and "malloc" in result.diagnostics[-1].message
+
+
+async def test_huge_device_globals_are_refused(tmp_path: Path) -> None:
+    big = '__device__ float big[1 << 30];\nextern "C" __global__ void k(float* o) { o[0] = big[threadIdx.x]; }\n'
+    result = await builder(tmp_path).build(big, "k")
+    assert not result.ok and result.failure == "compile error"
+    assert "__device__ globals take 4294967296 bytes, over the cap of 67108864" in result.diagnostics[-1].message
+    small = big.replace("1 << 30", "16")
+    assert (await builder(tmp_path).build(small, "k")).ok
+    refused = await builder(tmp_path, max_global_bytes=32).build(small, "k")
+    assert not refused.ok and "take 64 bytes, over the cap of 32" in refused.diagnostics[-1].message
+
+
+async def test_ptxas_messages_carry_no_host_path(tmp_path: Path) -> None:
+    source = 'extern "C" __global__ void k(float* o) { asm volatile("mov.u32 %r99, 1;"); }\n'
+    result = await builder(tmp_path, work_dir=tmp_path / "work").build(source, "k")
+    assert not result.ok and result.failure == "compile error"
+    texts = [result.log, *(d.message for d in result.diagnostics)]
+    assert not any("kernelforge-build" in t or str(tmp_path) in t or "tmpxft" in t for t in texts), texts
+    assert "ptxas candidate.ptx, line " in result.log
+
+
+KILLED_PARENT = """
+import asyncio, sys
+from pathlib import Path
+from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.gpu.sandbox import SandboxStatus
+nvcc, root, sandbox = sys.argv[1], Path(sys.argv[2]), SandboxStatus.model_validate_json(sys.argv[3])
+built = Builder(nvcc=nvcc, arch="sm_90", cache_dir=root / "cache", work_dir=root / "work", sandbox=sandbox)
+asyncio.run(built.build(sys.argv[4], "add"))
+"""
+
+
+@pytest.mark.parametrize("sandbox", modes(), ids=lambda s: s.mode)
+async def test_kill_9_of_the_search_takes_nvcc_along_and_its_dir_is_swept(
+    tmp_path: Path, sandbox: SandboxStatus
+) -> None:
+    nvcc, marker = sleeper(tmp_path)
+    argv = [sys.executable, "-c", KILLED_PARENT, nvcc, str(tmp_path), sandbox.model_dump_json(), ADD]
+    parent = subprocess.Popen(argv, cwd=Path(__file__).resolve().parent.parent)
+    try:
+        groups = await groups_running(marker)
+    finally:
+        parent.kill()  # SIGKILL: no handler, no finally runs in the parent
+        parent.wait()
+    for _ in range(500):
+        if not processes_mentioning(marker) and not processes_mentioning(nvcc):
+            break
+        await asyncio.sleep(0.02)
+    assert alive_in(groups) == [] and processes_mentioning(marker) == [] and processes_mentioning(nvcc) == []
+    work = tmp_path / "work"
+    (stale,) = work.iterdir()
+    assert stale.name.startswith(f"kernelforge-build-{parent.pid}-")
+    live, unnamed = work / f"kernelforge-build-{os.getpid()}-live", work / "kernelforge-build-abc"
+    live.mkdir()
+    unnamed.mkdir()
+    assert (await builder(tmp_path, work_dir=work).build(ADD, "add")).ok
+    assert set(work.iterdir()) == {unnamed, live}

@@ -137,6 +137,8 @@ def test_host_launch() -> None:
         ("std::malloc(4);", "malloc"),
         ('system("rm -rf /");', "system"),
         ("float* p = new float[4];", "new"),
+        ("void* p = __nv_aligned_device_malloc(64, 16);", "__nv_aligned_device_malloc"),
+        ("void* p = __builtin_malloc(32);", "__builtin_malloc"),
     ],
 )
 def test_forbidden_call(call: str, name: str) -> None:

@@ -56,6 +56,13 @@ FORBIDDEN_NAMES: frozenset[str] = frozenset(
         "free",
         "aligned_alloc",
         "posix_memalign",
+        "__nv_aligned_device_malloc",
+        "__builtin_malloc",
+        "__builtin_calloc",
+        "__builtin_realloc",
+        "__builtin_free",
+        "__builtin_operator_new",
+        "__builtin_operator_delete",
         # Files and streams.
         "fopen",
         "fclose",
@@ -89,7 +96,8 @@ FORBIDDEN_NAMES: frozenset[str] = frozenset(
         "abort",
     }
 )
-"""C library calls that allocate, do I/O, or reach the operating system."""
+"""C library calls that allocate, do I/O, or reach the operating system (the device heap in every spelling nvcc
+knows; the build's cubin check refuses any heap call a spelling not listed here reaches)."""
 
 FORBIDDEN_PREFIXES: tuple[str, ...] = (
     # Runtime API: streams and memory.
