@@ -64,7 +64,7 @@ async def test_every_number_in_the_metrics_pane_says_what_it_is() -> None:
             "proposed by templates",
             f"vs #{best.parent_id}",  # the column of changes against the parent, named
             f"{best.speedup:.2f}x as fast as the baseline (412.00 us)",
-            "of the GPU's measured peak",
+            "of the measured ceiling",
             "us a call (median)",
             "(10th-90th percentile)",
             "timed · variation",

@@ -129,6 +129,21 @@ def _us(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g} us"
 
 
+PEAK_VS_CEILING = (
+    "the share of the ceiling is the kernel's useful bytes (or FLOPs) a second over the copy (or matrix) rate "
+    "measured on this GPU; ncu's % of peak is the busiest unit's utilisation, which counts every byte it moved"
+)
+"""How the share of the ceiling differs from Nsight Compute's "% of peak", wherever both are shown."""
+
+
+def ceiling_share_text(share: float, simulated: bool) -> str:
+    """The share of the ceiling in words, the same in `show`, summary.md and the TUI; a simulated run measured no
+    ceiling and says so."""
+    if simulated:
+        return f"{share:.0%} of a simulated ceiling (no GPU measured it)"
+    return f"{share:.0%} of the measured ceiling"
+
+
 def render_summary(s: KernelSummary) -> str:
     """The summary as Markdown: `summary.md`, and what `show` prints."""
     title = f"# {s.card_name}: node {s.node_id}" + (" (the run's best)" if s.best else "")
@@ -147,7 +162,6 @@ def render_summary(s: KernelSummary) -> str:
                 f" (no interval recorded; kernel time spread p10-p90 {s.latency_p10_us:.4g}-{s.latency_p90_us:.4g} us"
             )
             speed += f", CV {s.latency_cv:.1%})" if s.latency_cv is not None else ")"
-    ceiling = "simulated ceiling" if s.simulated else "measured ceiling"
     latency = _us(s.latency_us)
     if s.latency_us is not None and s.latency_p10_us is not None and s.latency_p90_us is not None:
         latency += f" median (p10 {s.latency_p10_us:.4g}, p90 {s.latency_p90_us:.4g})"
@@ -155,7 +169,12 @@ def render_summary(s: KernelSummary) -> str:
         ("card", f"{s.card_name} ({s.family}), {s.card_dir}"),
         ("node", f"{s.node_id}, {s.status.value}" + (f", parent {s.parent_id}" if s.parent_id is not None else "")),
         ("speedup", speed),
-        ("share of the ceiling", "-" if s.ceiling_share is None else f"{s.ceiling_share:.0%} of the {ceiling}"),
+        (
+            "share of the ceiling",
+            "-"
+            if s.ceiling_share is None
+            else f"{ceiling_share_text(s.ceiling_share, s.simulated)} ({PEAK_VS_CEILING})",
+        ),
         ("latency", latency),
         ("baseline latency", _us(s.baseline_latency_us)),
         ("GPU", s.gpu_name),

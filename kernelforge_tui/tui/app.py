@@ -14,6 +14,7 @@ conversation and models screens read the calls from the store.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from functools import partial
 from pathlib import Path
@@ -31,6 +32,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Tree
 from textual.worker import get_current_worker
 
+from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.engine.takeaway import KERNEL_FILE, PLAN_FILE, SUMMARY_FILE
 from kernelforge_tui.engine.view import Changes, LiveCall, RunView, Snapshot
 from kernelforge_tui.errors import BadInput
@@ -223,9 +225,16 @@ class KernelForgeApp(App[None]):
         tree = self.query_one(SearchTree)
         tree.state = self.state
         tree.rebuild()
+        header = self.state.header
         log = self.query_one(LogPane)
-        log.started_at = self.state.header.started_at
+        log.started_at = header.started_at
+        log.at_rest = not self.state.live
+        if log.at_rest and header.started_at is not None:
+            log.border_title = (
+                f"Log · times of day, the run started {time.strftime('%Y-%m-%d', time.localtime(header.started_at))}"
+            )
         log.add(list(self.state.logs))
+        self.query_one(MetricsPane).simulated = header.backend == SIMULATED
         self.query_one(StreamPane).waiting_note = WAITING_HERE if self.source.in_process else WAITING_ELSEWHERE
         self._update_header()
         self._follow_cluster()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from typing import ClassVar
 
@@ -24,6 +25,11 @@ def clock(seconds: float) -> str:
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
     return f"+{h}:{m:02d}:{sec:02d}" if h else f"+{m}:{sec:02d}"
+
+
+def wall_clock(at: float) -> str:
+    """The local time of day a line was logged, `HH:MM:SS` (the log's title gives the day)."""
+    return time.strftime("%H:%M:%S", time.localtime(at))
 
 
 class LogPane(ScrollView, can_focus=True):
@@ -54,6 +60,9 @@ class LogPane(ScrollView, can_focus=True):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.started_at: float | None = None
+        self.at_rest = False
+        """The run is over: its lines show the time of day they were logged (offsets from a start days ago say
+        little); a live run's show the time since its start."""
         self._lines: deque[Text] = deque(maxlen=MAX_LINES)
         self._dropped = 0
         """Lines pushed out of the front so far: a line's cache key is its absolute number."""
@@ -113,7 +122,8 @@ class LogPane(ScrollView, can_focus=True):
             start = self.started_at if self.started_at is not None else line.at
             level_style = self._style(line.level) if line.level in ("debug", "warning", "error") else Style()
             first, *rest = line.text.split("\n") or [""]
-            row = Text.assemble((clock(line.at - start) + " ", self._style("time")), no_wrap=True, end="")
+            shown = wall_clock(line.at) if self.at_rest else clock(line.at - start)
+            row = Text.assemble((shown + " ", self._style("time")), no_wrap=True, end="")
             if line.node_id is not None:
                 row.append(f"#{line.node_id} ", self._style("node"))
             row.append(first, level_style)

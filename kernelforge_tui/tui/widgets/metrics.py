@@ -14,6 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
+from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING, ceiling_share_text
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.models.rewards import Reward
@@ -67,6 +68,8 @@ class MetricsPane(VerticalScroll, can_focus=True):
         super().__init__(id=id, classes=classes)
         self._body = Static("select a node", id="metrics-body")
         self._current: tuple[NodeDetail, NodeDetail | None] | None = None
+        self.simulated = False
+        """The run's timings are simulated: its shares are of no measured ceiling, and the pane says so."""
 
     def compose(self) -> ComposeResult:
         yield self._body
@@ -82,16 +85,23 @@ class MetricsPane(VerticalScroll, can_focus=True):
         if self._current is not None:
             self._body.update(self.render_detail(*self._current))
 
+    @property
+    def bar_width(self) -> int:
+        """A bar's cells: narrower in a narrow pane, where the words need the room."""
+        return BAR_WIDTH if self.size.width >= 50 else BAR_WIDTH // 2
+
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"metrics-pane--{name}", partial=True)
 
-    def _delta(self, value: float | None, before: float | None, lower_is_better: bool, fmt: str) -> Text:
-        """`+0.31` / `-12` against the parent; fmt `%` shows the relative change instead."""
+    def _delta(
+        self, value: float | None, before: float | None, lower_is_better: bool, fmt: str, unit: str = ""
+    ) -> Text:
+        """`+0.31x` / `-12 B` against the parent, in the value's unit; fmt `%` shows the relative change instead."""
         if value is None or before is None or value == before:
             return Text("")
         change = value - before
         better = (change < 0) == lower_is_better
-        shown = (f"{change / before:+.0%}" if before else "") if fmt == "%" else format(change, fmt)
+        shown = (f"{change / before:+.0%}" if before else "") if fmt == "%" else format(change, fmt) + unit
         return Text(shown, style=self._style("better" if better else "worse"))
 
     def render_detail(self, d: NodeDetail, p: NodeDetail | None) -> RenderableType:
@@ -102,7 +112,7 @@ class MetricsPane(VerticalScroll, can_focus=True):
         label = self._style("label")
         table = Table.grid(padding=(0, 1), expand=True)
         table.add_column(style=label, no_wrap=True, width=LABEL_WIDTH)
-        table.add_column(no_wrap=True, overflow="ellipsis", ratio=1)
+        table.add_column(overflow="fold", ratio=1)  # wraps: a number's words are never cut
         table.add_column(no_wrap=True, justify="right")
 
         head = Text(f"#{node.id} {node.status}", style="bold", no_wrap=True, overflow="ellipsis")
@@ -117,7 +127,7 @@ class MetricsPane(VerticalScroll, can_focus=True):
         if node.status == "failed":
             rows.append(Text(f"{node.failure or 'failed'}: {node.reason}", style=self._style("error")))
         if p is not None:
-            table.add_row("", "", Text(f"vs #{p.node.id}", style=label))
+            table.add_row("", "", Text(f"change vs #{p.node.id}", style=label))
 
         res = ev.result if ev is not None else None
         pres = pev.result if pev is not None else None
@@ -128,7 +138,7 @@ class MetricsPane(VerticalScroll, can_focus=True):
             table.add_row(
                 "speedup",
                 Text.assemble((f"{speedup:.2f}x", "bold"), (f" as fast as the baseline{base}", label)),
-                self._delta(speedup, parent_speedup, False, "+.2f"),
+                self._delta(speedup, parent_speedup, False, "+.2f", "x"),
             )
             bounds = res.speedup_interval if res is not None and res.speedup_interval else node.speedup_interval
             if bounds is not None:
@@ -139,9 +149,11 @@ class MetricsPane(VerticalScroll, can_focus=True):
             table.add_row(
                 "ceiling",
                 Text.assemble(
-                    (bar(share), self._style("bar")), f" {share:.0%}", (" of the GPU's measured peak", label)
+                    (bar(share, self.bar_width), self._style("bar")),
+                    " ",
+                    (ceiling_share_text(share, self.simulated), label),
                 ),
-                self._delta(share * 100, None if parent_share is None else parent_share * 100, False, "+.0f"),
+                self._delta(share * 100, None if parent_share is None else parent_share * 100, False, "+.0f", " pts"),
             )
         cand = res.candidate if res is not None else None
         pcand = pres.candidate if pres is not None else None
@@ -178,19 +190,19 @@ class MetricsPane(VerticalScroll, can_focus=True):
                 table.add_row(
                     "registers",
                     Text.assemble(str(stats.registers), (" per thread", label)),
-                    self._delta(stats.registers, prev.registers if prev else None, True, "+d"),
+                    self._delta(stats.registers, prev.registers if prev else None, True, "+d", " regs"),
                 )
                 table.add_row(
                     "shared mem",
                     Text.assemble(f"{stats.shared_bytes} B", (" per block", label)),
-                    self._delta(stats.shared_bytes, prev.shared_bytes if prev else None, True, "+d"),
+                    self._delta(stats.shared_bytes, prev.shared_bytes if prev else None, True, "+d", " B"),
                 )
                 spills = stats.spill_store_bytes + stats.spill_load_bytes
                 pspills = prev.spill_store_bytes + prev.spill_load_bytes if prev else None
                 table.add_row(
                     "spills",
                     Text.assemble(f"{spills} B", (" to slow local memory", label)),
-                    self._delta(spills, pspills, True, "+d"),
+                    self._delta(spills, pspills, True, "+d", " B"),
                 )
         if d.profile is not None and d.profile.profile is None:
             table.add_row("profile", Text(f"unreadable: {d.profile.error}", style=self._style("error")), "")
@@ -210,9 +222,12 @@ class MetricsPane(VerticalScroll, can_focus=True):
                         pkeys.get(metric.label),
                         lower_is_better,
                         "+.1f" if metric.unit == "percent" else "%",
+                        " pts" if metric.unit == "percent" else "",
                     ),
                 )
             rows_after.append(Text(hw.summary(), style=label, overflow="fold"))
+            if share is not None:
+                rows_after.append(Text(PEAK_VS_CEILING[0].upper() + PEAK_VS_CEILING[1:] + ".", style=label))
         facts = d.agents
         if facts is not None and facts.repair_of is not None:
             table.add_row("origin", f"repair of #{facts.repair_of}", "")
@@ -220,7 +235,9 @@ class MetricsPane(VerticalScroll, can_focus=True):
             score = facts.judge_score
             table.add_row(
                 "judge",
-                Text.assemble((bar(score), self._style("bar")), f" {score:.2f}", (" the LLM judge's score", label)),
+                Text.assemble(
+                    (bar(score, self.bar_width), self._style("bar")), f" {score:.2f}", (" the LLM judge's score", label)
+                ),
                 "",
             )
         reward = d.reward
