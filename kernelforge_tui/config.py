@@ -53,6 +53,12 @@ def data_dir() -> Path:
     return Path(os.environ.get("KERNELFORGE_DATA_DIR") or platformdirs.user_data_dir(APP_NAME))
 
 
+def kernels_dir() -> Path:
+    """Where kernels taken away from a run go by default (the TUI's export key): under the data dir, never inside
+    a checkout or beside a read-only example run."""
+    return data_dir() / "kernels"
+
+
 def config_file() -> Path:
     """The user's TOML settings file (optional); `KERNELFORGE_CONFIG` names another one."""
     explicit = os.environ.get("KERNELFORGE_CONFIG")

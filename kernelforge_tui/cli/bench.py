@@ -40,6 +40,7 @@ from kernelforge_tui.engine.bench import (
 from kernelforge_tui.engine.feedback import cannot_serve
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, LLM_PROPOSERS, load_proposer
 from kernelforge_tui.errors import BadInput
+from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import select
 from kernelforge_tui.suite.score import scale_scores, score_cards, suite_score
@@ -92,6 +93,11 @@ def add_bench_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     )
     bench.add_argument(
         "--list", action="store_true", help="list the tasks (family, precisions, scales, check, vendor, template)"
+    )
+    bench.add_argument(
+        "--long",
+        action="store_true",
+        help="with --list: each task in full (its check, vendor, and why no template serves it), not one line each",
     )
     bench.add_argument(
         "--markdown", action="store_true", help="with --list: the task table in Markdown (as README.md holds it)"
@@ -185,22 +191,40 @@ def markdown_table(rows: list[TaskListing]) -> str:
     return "\n".join(lines)
 
 
-def _print_list(rows: list[TaskListing], console: Console) -> None:
-    table = Table(title=f"kernelforge bench: {len(rows)} tasks")
-    for column in ("task", "family", "precisions", "scales (log2)", "check", "vendor", "template"):
-        table.add_column(column, overflow="fold")
+def _print_list(rows: list[TaskListing], console: Console, long: bool) -> None:
+    """One line a task (the names `--tasks` takes, at a glance: no line wraps at 80 columns), or with `long` each
+    task in full, wrapped at words; first, for a machine without a GPU, the command that tries the bench anyway."""
+    if not detect_gpus():
+        task = escape(rows[0].task if rows else "vector_add")
+        console.print(
+            f"[yellow]no GPU here?[/] [bold]kernelforge bench --simulate --tasks {task}[/]: invented timings",
+            soft_wrap=True,
+        )
+    console.print(f"[bold]kernelforge bench: {len(rows)} task{'s' * (len(rows) != 1)}[/]")
+    if long:
+        for r in rows:
+            precisions = ", ".join(r.precisions) + (f" (no bf16: {r.no_bf16})" if r.no_bf16 else "")
+            scales = ", ".join(f"2^{s}" for s in r.scales)
+            console.print(f"\n[bold]{escape(r.task)}[/] ({r.family}): {escape(precisions)}; scales {scales}")
+            console.print(f"  check: {escape(r.check)}")
+            console.print(f"  vendor: {escape(r.vendor or '-')}")
+            template = escape(r.template) if r.template == "template" else f"[yellow]{escape(r.template)}[/]"
+            console.print(f"  template: {template}")
+        return
+    table = Table.grid(padding=(0, 2))
+    for column in ("task", "family", "precisions", "scales (log2)", "template"):
+        table.add_column(column, no_wrap=True)
+    table.add_row(*(f"[dim]{c}[/]" for c in ("task", "family", "precisions", "scales (log2)", "proposer")))
     for r in rows:
-        precisions = ", ".join(r.precisions) + (f" [dim](no bf16: {escape(r.no_bf16)})[/]" if r.no_bf16 else "")
         table.add_row(
-            r.task,
+            escape(r.task),
             r.family,
-            precisions,
-            ", ".join(str(s) for s in r.scales),
-            escape(r.check),
-            escape(r.vendor or "-"),
-            escape(r.template) if r.template == "template" else f"[yellow]{escape(r.template)}[/]",
+            " ".join(r.precisions),
+            ",".join(str(s) for s in r.scales),
+            "template" if r.template == "template" else "[yellow]none[/]",
         )
     console.print(table)
+    console.print("[dim]--long: each task's check, vendor, and why no template serves it[/]")
 
 
 def render_progress(manifest: BenchManifest, last: str) -> Group:
@@ -266,7 +290,7 @@ def cmd_bench(args: argparse.Namespace, console: Console) -> int:
         elif args.json:
             print(json.dumps([r.model_dump() for r in rows], indent=2))
         else:
-            _print_list(rows, console)
+            _print_list(rows, console, args.long)
         return EXIT_OK
     if args.report:
         out = Path(args.report)

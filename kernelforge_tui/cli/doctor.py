@@ -276,12 +276,15 @@ def cmd_doctor(args: argparse.Namespace, console: Console) -> int:
         print(json.dumps([c.model_dump() for c in checks], indent=2))
     else:
         table = Table(title="kernelforge doctor", show_lines=False)
-        for column in ("part", "", "found", "fix"):
+        for column in ("part", "", "found"):
             table.add_column(column)
         for c in checks:
             status = "[green]ok[/]" if c.ok else f"[red]{escape(c.problem.replace('_', ' ') or 'missing')}[/]"
-            table.add_row(c.name, status, escape(c.detail), escape(c.fix))
+            table.add_row(c.name, status, escape(c.detail))
         console.print(table)
+        for c in checks:  # under the table, whole: a command in a fix is copied as it is, never cut by a column
+            if c.fix:
+                console.print(f"[bold]fix {escape(c.name)}:[/] {escape(c.fix)}", soft_wrap=True)
     code, line = verdict(checks)
     if not args.json:
         console.print(f"[{'green' if code == EXIT_OK else 'red'} bold]{escape(line)}[/]")

@@ -89,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare the LLM models per card across the runs: calls, kernels written, success rate, best, cost",
     )
     runs.add_argument("--json", action="store_true", help="machine-readable output")
+    runs_sub = runs.add_subparsers(dest="runs_command", metavar="copy")
+    copy = runs_sub.add_parser(
+        "copy", help="copy a run (an example's, say) to a new directory, to steer or continue it there"
+    )
+    copy.add_argument("src", help="run directory or run id (under --root)")
+    copy.add_argument("dest", help="the new run directory")
     tui = sub.add_parser("tui", help="search a card under the terminal UI (watch and steer it live)")
     tui.add_argument("card", help="card directory (holding card.toml)")
     tui.add_argument("--theme", help="dark, light, high-contrast or ansi (default: the config's, else dark)")

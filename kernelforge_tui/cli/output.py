@@ -10,6 +10,8 @@ import sys
 
 from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
 
 from kernelforge_tui.errors import BadInput, KernelForgeError, NoGpu
 from kernelforge_tui.gpu.profile import ProfileError
@@ -29,6 +31,38 @@ def make_console() -> Console:
     if not console.is_terminal and not os.environ.get("COLUMNS"):
         return Console(stderr=False, width=PIPED_WIDTH)
     return console
+
+
+def fitted_table(
+    title: str, columns: dict[str, list[str]], dropped_first: tuple[str, ...], console: Console
+) -> tuple[Table, list[str]]:
+    """A table of `columns` (cells in markup) that fits the console's width without cutting a word: columns wrap at
+    spaces down to their longest word, the first (the one that names a row) never wraps, and columns are left out in
+    the order of `dropped_first` while it still does not fit. The table and the columns left out."""
+    shown = list(columns)
+    left_out: list[str] = []
+    while True:
+        texts = {name: [Text.from_markup(cell) for cell in columns[name]] for name in shown}
+        widest = {name: max([len(name), *(t.cell_len for t in texts[name])]) for name in shown}
+        words = {
+            name: max(len(w) for t in [Text(name), *texts[name]] for w in [*t.plain.split(), ""]) for name in shown
+        }
+        words[shown[0]] = widest[shown[0]]
+        widths = dict(widest)
+        room = console.width - (3 * len(shown) + 1)  # each column's padding and border, and the last border
+        while sum(widths.values()) > room and any(widths[n] > words[n] for n in shown):
+            name = max(shown, key=lambda n: widths[n] - words[n])
+            widths[name] -= 1
+        droppable = [name for name in dropped_first if name in shown]
+        if sum(widths.values()) <= room or not droppable:
+            table = Table(title=title)
+            for name in shown:
+                table.add_column(name, width=widths[name], no_wrap=name == shown[0])
+            for row in zip(*(texts[name] for name in shown), strict=True):
+                table.add_row(*row)
+            return table, left_out
+        shown.remove(droppable[0])
+        left_out.append(droppable[0])
 
 
 def fail(console: Console, as_json: bool, kind: str, message: str, code: int) -> int:

@@ -49,8 +49,11 @@ def _profile_node(run: str, node_id: int, again: bool, save: bool) -> NodeProfil
         saved = store.profile(node_id)
         source, plan = store.node_source(node_id)
         evaluation = store.evaluation(node_id)
+        refused = store.read_only_reason
     if saved is not None and not again:
         return saved
+    if save and refused is not None:  # said before the GPU work, not after it
+        raise StoreError(f"{refused} (or profile it with --no-save)")
     measured = evaluation.result.candidate if evaluation and evaluation.result else None
     card = load_card(recorded.card_dir)
     profiled = asyncio.run(

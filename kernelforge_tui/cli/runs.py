@@ -20,12 +20,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelforge_tui.capture.manifest import is_capture_dir
-from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK, fail
+from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK, fail, fitted_table
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.search import Search
-from kernelforge_tui.engine.setup import RunOptions, prepare_run
+from kernelforge_tui.engine.setup import RunOptions, prepare_run, stored_resume_command
 from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.engine.view import RunView
 from kernelforge_tui.errors import BadInput
@@ -34,7 +34,7 @@ from kernelforge_tui.models.evaluation import speedup_text
 from kernelforge_tui.models.events import EngineEvent
 from kernelforge_tui.models.llm import LlmTotals, ModelRecord, usd
 from kernelforge_tui.models.runs import RunInfo
-from kernelforge_tui.store import RunStore, StoreError, list_runs, runs_root
+from kernelforge_tui.store import RunStore, StoreError, copy_run, list_runs, resolve_run, runs_root
 
 
 def render_run(info: RunInfo, live: RunView | None = None) -> Table:
@@ -221,7 +221,7 @@ def cmd_optimize(args: argparse.Namespace, console: Console) -> int:
         print(info.model_dump_json(indent=2))
     else:
         console.print()
-        console.print(f"resume or extend it with: kernelforge optimize --resume {escape(str(info.run_dir))}")
+        console.print(f"resume or extend it with: {escape(stored_resume_command(info.run_dir))}", soft_wrap=True)
     return EXIT_OK
 
 
@@ -250,6 +250,8 @@ def gpus_text(measured_on: dict[str, int]) -> str:
 
 
 def cmd_runs(args: argparse.Namespace, console: Console) -> int:
+    if args.runs_command == "copy":
+        return _copy(args, console)
     listing = list_runs(Path(args.root) if args.root else None)
     for skipped in listing.skipped:  # on stderr: --json output stays a list of runs
         print(f"note: skipped {skipped.run_dir}: {skipped.reason}", file=sys.stderr)
@@ -271,37 +273,50 @@ def cmd_runs(args: argparse.Namespace, console: Console) -> int:
     if not infos:
         console.print(f"no runs under {escape(str(Path(args.root) if args.root else runs_root()))}")
         return EXIT_OK
-    table = Table(title="kernelforge runs")
     with_llm = any(totals is not None for totals in llm.values())
-    columns = ["run", "card", "backend", "GPUs", "state", "best", "ceiling", "nodes", "failed", *(["llm"] * with_llm)]
-    for column in [*columns, "started"]:
-        table.add_column(column)
+    columns: dict[str, list[str]] = {"run": [], "card": [], "backend": [], "GPUs": [], "state": [], "best": []}
+    columns |= {"ceiling": [], "nodes": [], "failed": [], **({"llm": []} if with_llm else {}), "started": []}
     for i in infos:
-        best = f"{i.best_speedup:.3g}x (node {i.best_node_id})" if i.best_speedup is not None else "-"
-        ceiling = f"{i.best_ceiling_share:.0%}" if i.best_ceiling_share is not None else "-"
-        backend = "[yellow]simulated[/]" if i.backend == SIMULATED else escape(i.gpu_name)
-        started = time.strftime("%Y-%m-%d %H:%M", time.localtime(i.started_at))
         totals = llm[i.run_dir]
-        cost = (
-            []
-            if not with_llm
-            else ["-" if totals is None else f"${totals.cost_usd:.4f} ({totals.calls} call{'s' * (totals.calls != 1)})"]
-        )
-        table.add_row(
-            escape(i.run_id),
-            escape(i.card_name),
-            backend,
-            gpus_text(extras[i.run_dir].measured_on),
-            i.state,
-            best,
-            ceiling,
-            str(i.node_count),
-            str(i.failure_count),
-            *cost,
-            started,
-        )
+        cells = {
+            "run": escape(i.run_id),
+            "card": escape(i.card_name),
+            "backend": "[yellow]simulated[/]" if i.backend == SIMULATED else escape(i.gpu_name),
+            "GPUs": gpus_text(extras[i.run_dir].measured_on),
+            "state": i.state,
+            "best": f"{i.best_speedup:.3g}x (node {i.best_node_id})" if i.best_speedup is not None else "-",
+            "ceiling": f"{i.best_ceiling_share:.0%}" if i.best_ceiling_share is not None else "-",
+            "nodes": str(i.node_count),
+            "failed": str(i.failure_count),
+            "llm": "-"
+            if totals is None
+            else f"${totals.cost_usd:.4f} ({totals.calls} call{'s' * (totals.calls != 1)})",
+            "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(i.started_at)),
+        }
+        for name, cells_of in columns.items():
+            cells_of.append(cells[name])
+    table, left_out = fitted_table("kernelforge runs", columns, RUNS_DROPPED_FIRST, console)
     console.print(table)
+    if left_out:
+        console.print(f"[dim]left out at this width: {', '.join(left_out)} (a wider terminal, or --json, has them)[/]")
     return EXIT_OK
+
+
+def _copy(args: argparse.Namespace, console: Console) -> int:
+    dest = copy_run(resolve_run(args.src, Path(args.root) if args.root else None), Path(args.dest))
+    if args.json:
+        print(json.dumps({"ok": True, "run_dir": str(dest)}))
+    else:
+        console.print(
+            f"copied to {escape(str(dest))}: steer it with `kernelforge open {escape(str(dest))}`, or continue it "
+            f"with `{escape(stored_resume_command(dest))}`",
+            soft_wrap=True,
+        )
+    return EXIT_OK
+
+
+RUNS_DROPPED_FIRST = ("GPUs", "ceiling", "failed", "llm", "started", "nodes", "backend", "card", "state", "best")
+"""The listing's columns in the order a narrow terminal leaves them out; the run's name is always shown whole."""
 
 
 @dataclass
@@ -418,7 +433,8 @@ def cmd_tui(args: argparse.Namespace, console: Console) -> int:
     if run_dir:
         console.print(
             f"run stored in {escape(run_dir)}: `kernelforge open` it, or continue it with "
-            f"`kernelforge open {escape(run_dir)} --resume` (or `optimize --resume`)"
+            f"`kernelforge open {escape(run_dir)} --resume` (or `{escape(stored_resume_command(Path(run_dir)))}`)",
+            soft_wrap=True,
         )
     return EXIT_OK
 

@@ -9,6 +9,7 @@ records, its store, and on a resume the same card, settings and kind of backend 
 from __future__ import annotations
 
 import importlib
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -29,6 +30,7 @@ from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.detect import NoGpuError, require_gpu
 from kernelforge_tui.llm import LlmClient
+from kernelforge_tui.models.events import BudgetUsed
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import Proposer
 from kernelforge_tui.store import RunStore, new_run_dir, resolve_run
@@ -164,17 +166,49 @@ def _larger(usage: BudgetUsage, field: str) -> str:
     return f"{max(1.0, spent * 2):.0f}"
 
 
+def resume_command(info: RunInfo, spent: BudgetUsed | None = None) -> str:
+    """The command that continues a run, as the CLI's and the TUI's closing lines give it: `--simulate` for a simulated
+    run (a resume without it is refused), and where the run stopped at a cap (`spent`: its last budget standing) a
+    larger one (caps are the run's totals: the same cap would be refused)."""
+    command = f"kernelforge optimize --resume {shlex.quote(str(info.run_dir))}"
+    if info.backend == SIMULATED:
+        command += " --simulate"
+    if spent is None:
+        return command
+    usage = BudgetUsage(  # the run's clocks as a resume restores them, the rest as last counted
+        iterations=spent.iterations,
+        elapsed_s=info.active_seconds,
+        gpu_seconds=info.gpu_seconds,
+        money_nanousd=round(spent.money_usd * 1e9),
+        tokens=spent.tokens,
+    )
+    caps = Budget(
+        max_iterations=spent.max_iterations,
+        max_minutes=None if spent.max_seconds is None else spent.max_seconds / 60,
+        max_gpu_seconds=spent.max_gpu_seconds,
+        max_money=spent.max_money_usd,
+        max_tokens=spent.max_tokens,
+    )
+    reached = usage.reached(caps)
+    return command if reached is None else f"{command} {CAP_OPTIONS[reached[0]]} {_larger(usage, reached[0])}"
+
+
+def stored_resume_command(run_dir: Path) -> str:
+    """`resume_command` for a run at rest, read from its store (its last budget event says what it spent)."""
+    with RunStore.open(run_dir, readonly=True) as store:
+        info, spent = store.run_info(), store.last_event("budget")
+    return resume_command(info, spent if isinstance(spent, BudgetUsed) else None)
+
+
 def continue_note(info: RunInfo) -> str | None:
     """How to continue a run that is over (finished, stopped or interrupted); None for one still live."""
     if info.state not in ("finished", "interrupted"):
         return None
     run = str(info.run_dir)
     where = "" if info.backend == SIMULATED else " on a machine with a GPU"
-    simulate = " --simulate" if info.backend == SIMULATED else ""
     return (
         f"run {info.run_id} is {info.state}: continue it here with `kernelforge open {run} --resume`{where} (a cap "
-        f"it has spent needs a larger one, e.g. --budget-minutes 10), or with `kernelforge optimize --resume {run}"
-        f"{simulate}`"
+        f"it has spent needs a larger one, e.g. --budget-minutes 10), or with `{resume_command(info)}`"
     )
 
 

@@ -42,6 +42,11 @@ class Database:
                 os.close(self._writer_fd)
                 self._writer_fd = None
 
+    def backup(self, target: sqlite3.Connection) -> None:
+        """Copy the whole database into `target` as of one commit (SQLite's online backup, safe beside a writer)."""
+        with self._lock, named(self.run_dir / DB_NAME):
+            self._conn.backup(target)
+
     def __enter__(self) -> Self:
         return self
 

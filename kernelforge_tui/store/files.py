@@ -4,6 +4,7 @@ SQLite's errors about it as one line that names the file and says what to do."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,11 +14,17 @@ from kernelforge_tui.store.lock import writer_live
 
 DB_NAME = "run.sqlite"
 BUSY_TIMEOUT_MS = 10_000
+EXAMPLE_MARK = "EXAMPLE"
+"""A file in a run's directory marking the run as an example shipped with kernelforge: it opens read-only."""
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples"
+"""The checkout's examples (in an editable install): every run under it opens read-only, marked or not."""
 
 HINTS = {
     "SQLITE_CORRUPT": "the file is damaged: restore it from a copy, or delete the run",
     "SQLITE_NOTADB": "it is not a run database: restore it from a copy, or delete the run",
-    "SQLITE_READONLY": "it cannot be written here: copy the run to a writable directory, or `kernelforge open` it",
+    "SQLITE_READONLY": (
+        "it cannot be written here: copy the run (`kernelforge runs copy RUN DEST`), or `kernelforge open` it"
+    ),
     "SQLITE_CANTOPEN": "it cannot be opened here: check the directory's permissions",
     "SQLITE_BUSY": "another process holds it locked: try again",
     "SQLITE_FULL": "the disk is full: free some space, then resume the run",
@@ -46,10 +53,38 @@ def db_file(run_dir: Path) -> Path:
     return path
 
 
-def connect(path: Path, readonly: bool) -> sqlite3.Connection:
-    """A connection to the database at `path` (rows as sqlite3.Row, foreign keys on), its errors named."""
+def copy_hint(run_dir: Path) -> str:
+    """How to get a copy of a run that can be written (steered, resumed, profiled)."""
+    return f"copy it to steer or continue it: `kernelforge runs copy {run_dir} DEST`, then use DEST"
+
+
+def example_reason(run_dir: Path) -> str | None:
+    """Why the run is an example that stays as shipped (marked with EXAMPLE_MARK, or inside the checkout's
+    examples), with how to copy it; None for any other run."""
+    marked = (run_dir / EXAMPLE_MARK).is_file()
+    if not marked and not run_dir.resolve().is_relative_to(EXAMPLES_DIR):
+        return None
+    return f"run {run_dir} is an example shipped with kernelforge and opens read-only: {copy_hint(run_dir)}"
+
+
+def read_only_reason(run_dir: Path) -> str | None:
+    """Why the run in `run_dir` can never be written here (an example, or a store this user cannot write), with how
+    to get a copy that can be; None when it can be written. What a view asks before offering to steer a run."""
+    example = example_reason(run_dir)
+    if example is not None:
+        return example
+    if os.access(run_dir, os.W_OK) and os.access(run_dir / DB_NAME, os.W_OK):
+        return None
+    return f"run {run_dir} cannot be written by this user: {copy_hint(run_dir)}"
+
+
+def connect(path: Path, readonly: bool, immutable: bool = False) -> sqlite3.Connection:
+    """A connection to the database at `path` (rows as sqlite3.Row, foreign keys on), its errors named. `immutable`
+    (readonly, for a file no process writes): no WAL index or lock beside it, so nothing is left in its directory."""
     with named(path):
-        if readonly:
+        if immutable:
+            conn = _sqlite(f"{path.resolve().as_uri()}?immutable=1")
+        elif readonly:
             conn = _connect_readonly(path)
         else:
             conn = _sqlite(str(path))

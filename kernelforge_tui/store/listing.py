@@ -1,15 +1,19 @@
-"""Where runs live, naming new ones, finding one by id or path, and listing them with their best results."""
+"""Where runs live, naming new ones, finding one by id or path, listing them with their best results, and copying
+one (an example, to steer or continue it)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from kernelforge_tui.models.runs import RunListing, SkippedRun
+from kernelforge_tui.store.card_path import recorded_card_dir
 from kernelforge_tui.store.errors import StoreError
-from kernelforge_tui.store.files import DB_NAME
+from kernelforge_tui.store.files import DB_NAME, connect, named
 from kernelforge_tui.store.runs import RunStore
 
 
@@ -58,3 +62,27 @@ def list_runs(root: Path | None = None) -> RunListing:
             listing.skipped.append(SkippedRun(run_dir=db.parent, reason=reason))
     listing.runs.sort(key=lambda info: info.started_at, reverse=True)
     return listing
+
+
+def copy_run(src: Path, dest: Path) -> Path:
+    """Copy the run in `src` to the new directory `dest`, consistently (SQLite's online backup: a live writer's run
+    is copied as of one commit), without its writer lock or example mark; the copy is named after `dest` and records
+    the same card, relative to `dest`. The copy appears whole or not at all (built under a temporary name)."""
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise StoreError(f"{dest} already exists: give a new directory for the copy")
+    with RunStore.open(src, readonly=True) as source:
+        card_dir = source.card_dir()
+        try:
+            dest.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create {dest} ({exc.strerror}): pick another directory") from None
+        tmp = dest / f".{DB_NAME}.{os.getpid()}.tmp"
+        try:
+            with named(tmp), contextlib.closing(connect(tmp, readonly=False)) as copy:
+                source.backup(copy)
+                copy.execute("UPDATE run SET id = ?, card_dir = ?", (dest.name, recorded_card_dir(card_dir, dest)))
+            os.replace(tmp, dest / DB_NAME)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+    return dest

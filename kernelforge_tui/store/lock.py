@@ -40,7 +40,8 @@ def take_writer_lock(run_dir: Path) -> int:
     except OSError as exc:
         raise StoreError(
             f"cannot take the writer lock in {run_dir} ({exc.strerror}): a run is written only where this user can "
-            f"write (copy a read-only run elsewhere to resume it; `kernelforge open {run_dir}` views it as it is)"
+            f"write (copy it with `kernelforge runs copy {run_dir} DEST` to resume it; `kernelforge open {run_dir}` "
+            "views it as it is)"
         ) from None
     deadline = time.monotonic() + LOCK_WAIT_S
     while True:

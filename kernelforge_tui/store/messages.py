@@ -38,6 +38,11 @@ class MessageQueries(Database):
         rows = self._read(f"SELECT {_RAW_ROW} FROM events WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
         return [(r["id"], _parsed(_EVENT.validate_json, "events", r)) for r in rows]
 
+    def last_event(self, kind: str) -> EngineEvent | UnreadableRow | None:
+        """The newest event of `kind` (the run's last budget standing, say), None where there is none."""
+        rows = self._read(f"SELECT {_RAW_ROW} FROM events WHERE kind = ? ORDER BY id DESC LIMIT 1", (kind,))
+        return _parsed(_EVENT.validate_json, "events", rows[0]) if rows else None
+
     def record_command(self, cmd: EngineCommand) -> int:
         """Queue a command for the search that owns this run (it polls them), from any process."""
         with self._tx() as c:

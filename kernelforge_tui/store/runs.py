@@ -12,8 +12,9 @@ from pydantic import BaseModel
 
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.store.card_path import recorded_card_dir, resolve_card_dir
 from kernelforge_tui.store.errors import StoreError
-from kernelforge_tui.store.files import DB_NAME, connect, db_file
+from kernelforge_tui.store.files import DB_NAME, connect, db_file, example_reason, read_only_reason
 from kernelforge_tui.store.llm import LlmQueries
 from kernelforge_tui.store.lock import take_writer_lock, writer_live
 from kernelforge_tui.store.messages import MessageQueries
@@ -29,7 +30,13 @@ class RunStore(NodeQueries, MessageQueries, LlmQueries):
 
     A run has one writer, its search: `create` and `resume` take the run's writer lock and refuse a run that a live
     process writes. `open` never takes it: readonly for viewers, writable to steer a live run (commands, profiles).
+    An example shipped with kernelforge (`files.example_reason`) is never written: it opens readonly only, without
+    leaving a WAL index or a lock beside it, and `read_only_reason` says so (with how to copy it) to the views.
     """
+
+    read_only_reason: str | None = None
+    """Why this run can never be written here (an example, or a store this user cannot write), with how to copy
+    it; None when it can be: what a view asks before offering to steer (pin, ban, export marks) or continue it."""
 
     # ---- opening ------------------------------------------------------------------------------------
 
@@ -63,7 +70,7 @@ class RunStore(NodeQueries, MessageQueries, LlmQueries):
                         card.spec.name,
                         card.spec.family,
                         card.spec.model_dump_json(),
-                        str(card.root.resolve()),
+                        recorded_card_dir(card.root, run_dir),
                         backend_name,
                         gpu_name,
                         settings.model_dump_json(),
@@ -85,7 +92,13 @@ class RunStore(NodeQueries, MessageQueries, LlmQueries):
         """An existing run, without becoming its writer: `readonly` never writes (safe beside a live writer, never
         blocks it); writable is for steering a live run. The search itself opens its run with `resume`."""
         path = db_file(run_dir)
-        store = cls(run_dir, connect(path, readonly), readonly)
+        example = example_reason(run_dir)
+        if example is not None and not readonly:
+            raise StoreError(example)
+        store = cls(
+            run_dir, connect(path, readonly, immutable=example is not None and not writer_live(run_dir)), readonly
+        )
+        store.read_only_reason = read_only_reason(run_dir)
         try:
             version = store._version()
             if version == 0:  # SQLite reads a 0-byte file as an empty database
@@ -112,6 +125,9 @@ class RunStore(NodeQueries, MessageQueries, LlmQueries):
         """An existing run with this process as its one writer (`optimize --resume`): refused while another process
         writes it, and read whole first (`verify`), so a damaged file stops the resume before the search starts."""
         db_file(run_dir)  # no lock file in a directory that holds no run
+        example = example_reason(run_dir)
+        if example is not None:  # before the lock: an example's directory is left as shipped
+            raise StoreError(example)
         writer_fd = take_writer_lock(run_dir)
         try:
             store = cls.open(run_dir)
@@ -180,8 +196,9 @@ class RunStore(NodeQueries, MessageQueries, LlmQueries):
         )
 
     def card_dir(self) -> Path:
-        """The card directory the run was created from (a resume and a profile load the card from there)."""
-        return Path(self._read("SELECT card_dir FROM run")[0]["card_dir"])
+        """The card directory the run was created from (a resume and a profile load the card from there), as a path
+        here (`card_path.resolve_card_dir`)."""
+        return resolve_card_dir(self.run_dir, self._read("SELECT card_dir FROM run")[0]["card_dir"])
 
     def settings(self, model: type[M]) -> M:
         """The settings the run records, read as `model` (the engine's RunSettings: the store does not know it)."""
