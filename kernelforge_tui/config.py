@@ -454,6 +454,14 @@ class ClusterSettings(Section):
     aside for the rest of the process: a broken worker fails fast, so it would otherwise draw most of the work."""
 
 
+class CaptureSettings(Section):
+    """`[capture]`: how `kernelforge capture` runs the user's model."""
+
+    timeout_s: float = Field(default=600.0, gt=0, allow_inf_nan=False)
+    """The model's import, build and forward passes may take this long in all; then the capture stops (`--timeout`
+    sets it for one capture)."""
+
+
 class Settings(FileSettings):
     """Everything a user can set. Nested fields use `__` in environment variables."""
 
@@ -465,6 +473,7 @@ class Settings(FileSettings):
     reward: RewardWeights = Field(default_factory=RewardWeights)
     llm: LlmSettings = Field(default_factory=LlmSettings)
     cluster: ClusterSettings = Field(default_factory=ClusterSettings)
+    capture: CaptureSettings = Field(default_factory=CaptureSettings)
 
 
 S = TypeVar("S", bound=BaseSettings)

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelforge_tui.capture.manifest import Variant, VariantStatus
+
 REACHABLE = 0.88
 """Share of the copy ceiling the best kernels of the search reached on the H200 (softmax 88%, rms_norm 89%)."""
 LAUNCH_FLOOR_US = 2.0
@@ -87,3 +89,14 @@ def estimate(
 def saving(share: float, speedup: float) -> float:
     """Amdahl: the share of the model's time saved by making a share `share` `speedup` times faster."""
     return share * (1.0 - 1.0 / speedup) if speedup > 0 else 0.0
+
+
+STATUS_ORDER: dict[VariantStatus, int] = {"card": 0, "unsupported": 1, "no-kernel": 2}
+"""At equal saving (none, mostly): carded variants first, then those without a card, then views and allocations."""
+
+
+def ranked(variants: list[Variant]) -> list[Variant]:
+    """The variants ranked 1..n: largest expected saving first, then by STATUS_ORDER, then largest share. So the rows a
+    table shows (every carded variant, then the largest without a card) hold ranks 1..k with no gaps."""
+    order = sorted(variants, key=lambda v: (-v.expected_saving, STATUS_ORDER[v.status], -v.share, v.id))
+    return [v.model_copy(update={"rank": k + 1}) for k, v in enumerate(order)]

@@ -13,6 +13,7 @@ the CLI imports, works without torch.
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 import time
 import uuid
@@ -28,6 +29,7 @@ import kernelforge_tui
 from kernelforge_tui.capture import families, patterns, ranking
 from kernelforge_tui.capture.calls import Call, Group, group_calls
 from kernelforge_tui.capture.cards import MAX_STORED_SET_BYTES, CardRefused, write_card
+from kernelforge_tui.capture.deadline import Stage, deadline
 from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, save_capture
 from kernelforge_tui.cards.dtypes import NUMPY
@@ -67,6 +69,8 @@ class CaptureRequest:
     force: bool = False
     max_set_bytes: int = MAX_STORED_SET_BYTES
     """A sampled call whose card tensors take more is not stored (the card draws seeded sets instead)."""
+    timeout_s: float | None = None
+    """The model's import, build and passes may take this long in all (None: no limit; the CLI sets `[capture]`'s)."""
 
 
 def default_out(model_file: Path) -> Path:
@@ -96,10 +100,39 @@ def _eager_bytes(group: Group) -> int:
 
 
 def _check_out(out: Path, force: bool) -> None:
+    """Before the model runs: the output directory is free (or --force and a directory) and can be made, so that a
+    capture is not lost at its end, after the model ran for minutes."""
     if out.exists() and not force:
         raise BadInput(f"{out} exists: pass --force to replace it, or -o another directory")
     if out.exists() and not out.is_dir():
-        raise BadInput(f"{out} exists and is not a directory")
+        raise BadInput(f"{out} exists and is not a directory: remove it, or -o another directory")
+    parent = out.absolute().parent
+    existing = next(p for p in (parent, *parent.parents) if p.exists())
+    if not existing.is_dir():
+        raise BadInput(f"{out} cannot be made: {existing} is not a directory; -o a directory elsewhere")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise BadInput(f"{out} cannot be made: {existing} is not writable; -o a directory you can write")
+
+
+class CaptureInterrupted(KeyboardInterrupt):
+    """Ctrl-C during a capture, saying what it interrupted and what is on disk. Still a KeyboardInterrupt, so that a
+    caller that stops on Ctrl-C (the bench) stops; the CLI prints the message as its one line."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """What the model's passes gave: its calls, their variants and plans, the sampled tensors and the timings."""
+
+    calls: list[Call]
+    groups: list[Group]
+    trace: list[int]
+    plans: list[families.CardPlan | families.NoCard]
+    samples: dict[tuple[int, int], dict[str, np.ndarray]]
+    timings: Timings
 
 
 def capture_model(
@@ -107,19 +140,53 @@ def capture_model(
     template_check: TemplateCheck | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> CaptureManifest:
-    """Capture the model and write the capture directory `request.out`; its manifest."""
+    """Capture the model and write the capture directory `request.out`; its manifest. Ctrl-C raises
+    CaptureInterrupted; a model that runs past `request.timeout_s` raises CaptureTimeout; nothing is written then."""
     say = progress or (lambda _: None)
-    _check_out(request.out, request.force)
     if request.samples < 0 or request.repeats < 1:
         raise BadInput("--samples must be 0 or more and --repeats 1 or more")
-    recorder = require_torch()
-    entry = Entry.parse(request.entry)
-    device = recorder.resolve_device(request.device)
-    kwargs = dict(request.kwargs or {})
+    _check_out(request.out, request.force)
+    stage = Stage("loading torch")
+    written = False
+    try:
+        recorder = require_torch()
+        entry = Entry.parse(request.entry)
+        device = recorder.resolve_device(request.device)
+        kwargs = dict(request.kwargs or {})
+        with deadline(request.timeout_s, stage):
+            recorded = _record(request, recorder, entry, device, kwargs, stage, say)
+        stage.now = f"writing the cards into a temporary directory beside {request.out}"
+        manifest, old = _manifest(request, recorder, entry, device, kwargs, recorded, template_check, say)
+        written = True
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, CaptureInterrupted):
+            raise
+        if written:
+            raise CaptureInterrupted(f"capture interrupted after {request.out} was written") from None
+        kept = f"; {request.out} is as it was" if request.out.exists() else ""
+        raise CaptureInterrupted(f"capture interrupted while {stage.now}: nothing was written{kept}") from None
+    return manifest
+
+
+def _record(
+    request: CaptureRequest,
+    recorder: ModuleType,
+    entry: Entry,
+    device: str,
+    kwargs: dict[str, Json],
+    stage: Stage,
+    say: Callable[[str], None],
+) -> _Recorded:
+    """Import and build the model, and run its passes: warm-up, recording, sampling, timing."""
+    stage.now = "importing the model file and building the model"
     say(f"building the model: {request.model_file} {entry}(device={device!r})")
     built = build(request.model_file, entry, {"device": device, **kwargs})
+    stage.now = "running the model's warm-up passes"
     recorder.warm_up(built, request.model_file, device)
-    say("recording the aten calls of one forward pass")
+    stage.now = "recording the aten calls of one forward pass"
+    say(stage.now)
     calls: list[Call] = recorder.record(built, request.model_file)
     groups, trace = group_calls(calls, patterns.find(calls))
     plans = [families.plan(g) for g in groups]
@@ -133,19 +200,36 @@ def capture_model(
                 card_shape = tuple(families._eval_dims(t.dims, plan.sizes))
                 result = int(t.path.removeprefix("out[").rstrip("]")) if t.role == "output" else 0
                 taps.append(recorder.Tap(indices[t.step], t.role, t.path, result, (g, instance), t.name, card_shape))
+    stage.now = "copying the tensors of sampled calls (a forward pass)"
     say(f"{len(calls)} aten calls, {len(groups)} variants; copying {len(taps)} tensors of sampled calls")
     samples: dict[tuple[int, int], dict[str, np.ndarray]] = recorder.sample(built, request.model_file, calls, taps)
+    stage.now = f"timing {request.repeats} forward passes"
     say(f"timing {request.repeats} forward passes ({'CUDA' if device.startswith('cuda') else 'CPU'})")
     timings = recorder.time_calls(built, request.model_file, calls, device, request.repeats)
-    total_us = sum(timings.per_call_us)
+    return _Recorded(calls, groups, trace, plans, samples, timings)
 
+
+def _manifest(
+    request: CaptureRequest,
+    recorder: ModuleType,
+    entry: Entry,
+    device: str,
+    kwargs: dict[str, Json],
+    recorded: _Recorded,
+    template_check: TemplateCheck | None,
+    say: Callable[[str], None],
+) -> tuple[CaptureManifest, Path | None]:
+    """Write the cards and the manifest into a temporary directory beside the destination, then move it into place;
+    with the old capture it replaced, moved aside (the caller deletes it)."""
+    timings = recorded.timings
+    total_us = sum(timings.per_call_us)
     out = request.out
     work = out.parent / f".{out.name}.tmp-{uuid.uuid4().hex[:8]}"
     work.mkdir(parents=True)
     try:
-        variants = _variants(request, groups, plans, samples, timings, total_us, work, template_check, say)
-        ranked = sorted(variants, key=lambda v: (-v.expected_saving, -v.share, v.id))
-        ranked = [v.model_copy(update={"rank": k + 1}) for k, v in enumerate(ranked)]
+        variants = _variants(
+            request, recorded.groups, recorded.plans, recorded.samples, timings, total_us, work, template_check, say
+        )
         manifest = CaptureManifest(
             kernelforge_version=kernelforge_tui.__version__,
             torch_version=str(recorder.torch.__version__),
@@ -160,20 +244,36 @@ def capture_model(
             repeats=timings.repeats,
             total_time_us=total_us,
             forward_wall_us=timings.forward_wall_us,
-            calls=len(calls),
+            calls=len(recorded.calls),
             copy_gbps=timings.copy_gbps,
             created_at=time.time(),
-            variants=ranked,
-            trace=[f"v{g + 1:02d}" for g in trace],
+            variants=ranking.ranked(variants),
+            trace=[f"v{g + 1:02d}" for g in recorded.trace],
         )
         save_capture(manifest, work)
-        if out.exists():
-            shutil.rmtree(out)
-        work.rename(out)
+        old = _move_into_place(work, out, request.force)
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    return manifest
+    return manifest, old
+
+
+def _move_into_place(work: Path, out: Path, force: bool) -> Path | None:
+    """`work` becomes `out`. An old `out` (--force) is moved aside first, and returned to be deleted once `work` is in
+    place, so that an interruption leaves the old capture or the new one whole, never half of one."""
+    if out.exists() and not force:
+        raise BadInput(f"{out} appeared while the model ran: pass --force to replace it, or -o another directory")
+    if not out.exists():
+        work.rename(out)
+        return None
+    old = out.parent / f".{out.name}.old-{uuid.uuid4().hex[:8]}"
+    out.rename(old)
+    try:
+        work.rename(out)
+    except BaseException:
+        old.rename(out)
+        raise
+    return old
 
 
 def _variants(

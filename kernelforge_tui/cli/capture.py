@@ -19,7 +19,7 @@ from rich.table import Table
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, load_capture
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK, fail
-from kernelforge_tui.config import load_settings
+from kernelforge_tui.config import CaptureSettings, load_settings
 from kernelforge_tui.engine.capture_search import (
     REPORT,
     CaptureOptimizeOptions,
@@ -30,6 +30,8 @@ from kernelforge_tui.errors import BadInput, install_fix
 
 SHOW_UNSUPPORTED = 12
 """Rows of variants without a card that --show lists (largest share first); the rest are summed in one line."""
+EXIT_INTERRUPTED = 130
+"""128 + SIGINT: what a shell reports for a command stopped by Ctrl-C."""
 
 
 def add_capture_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -68,6 +70,13 @@ def add_capture_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
         help="store a sampled call as a card's input set only up to this size (64); larger cards draw seeded sets",
     )
     cap.add_argument("--force", action="store_true", help="replace the output directory if it exists")
+    cap.add_argument(
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="stop the capture when the model's import, build and passes take longer in all (default: timeout_s of "
+        f"the config file's [capture] table, {CaptureSettings.model_fields['timeout_s'].default:g})",
+    )
     cap.add_argument("--show", metavar="DIR", help="print a capture directory's ranked table and exit")
     cap.add_argument("--json", action="store_true", help="machine-readable output (the manifest)")
 
@@ -110,7 +119,7 @@ def cmd_capture(args: argparse.Namespace, console: Console) -> int:
         return EXIT_OK
     if not args.model:
         raise BadInput("give MODEL_FILE to capture, or --show DIR")
-    from kernelforge_tui.capture.run import CaptureRequest, capture_model, default_out
+    from kernelforge_tui.capture.run import CaptureInterrupted, CaptureRequest, capture_model, default_out
 
     model = Path(args.model)
     out = Path(args.out) if args.out else default_out(model)
@@ -124,6 +133,7 @@ def cmd_capture(args: argparse.Namespace, console: Console) -> int:
         repeats=args.repeats,
         force=args.force,
         max_set_bytes=int(args.max_set_mib * 2**20),
+        timeout_s=load_settings().capture.timeout_s if args.timeout is None else args.timeout,
     )
     quiet = args.json
 
@@ -131,7 +141,10 @@ def cmd_capture(args: argparse.Namespace, console: Console) -> int:
         if not quiet:
             console.print(f"[dim]{escape(line)}[/]")
 
-    manifest = capture_model(request, template_check=template_problem, progress=say)
+    try:
+        manifest = capture_model(request, template_check=template_problem, progress=say)
+    except CaptureInterrupted as stop:
+        return fail(console, args.json, "interrupted", stop.message, EXIT_INTERRUPTED)
     if args.json:
         print(manifest.model_dump_json(indent=1))
         return EXIT_OK
