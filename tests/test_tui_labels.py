@@ -13,7 +13,7 @@ from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING, KernelSummary, ceil
 from kernelforge_tui.models.nodes import NodeStatus
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.widgets import MetricsPane, SearchTree
+from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree
 
 from .fakes.synthetic import T0, SyntheticSource
 from .fakes.tui import screen_text, settle
@@ -74,3 +74,18 @@ def test_show_words_the_share_through_the_same_function() -> None:
     fields |= {"params": {}, "hints": [], "run_id": "r", "run_dir": "d"}
     text = render_summary(KernelSummary.model_construct(**fields))
     assert ceiling_share_text(0.81, False) in text and PEAK_VS_CEILING in text
+
+
+async def test_at_80x24_the_tree_has_the_width_and_the_diff_a_useful_height() -> None:
+    app = KernelForgeApp(SyntheticSource(40), TuiSettings())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, pilot)
+        tree, diff, metrics = app.query_one(SearchTree), app.query_one(DiffPane), app.query_one(MetricsPane)
+        assert tree.size.width >= 76 and diff.scrollable_content_region.height >= 9
+        best = app.state.nodes[app.state.best_id or 0]
+        assert f"#{best.id} timed {best.speedup:.2f}x" in screen_text(app)  # the number and the status in words
+        assert metrics.size.width >= 30
+        parent = app.state.nodes[best.parent_id or 0]
+        assert best.speedup is not None and parent.speedup is not None
+        text = screen_text(app)
+        assert f"(+{best.speedup - parent.speedup:.2f}x)" in text  # each change after its value, with its unit

@@ -77,6 +77,8 @@ WIDE = 150
 """From this many columns on, the metrics go under the tree and the code takes the wider right column."""
 SHORT = 30
 """Below this many rows, the code takes a larger share of the height from the metrics."""
+NARROW = 110
+"""Below this many columns, the tree takes the whole width on top and the code and the metrics share the rest."""
 
 
 def over_ssh() -> bool:
@@ -105,6 +107,19 @@ class KernelForgeApp(App[None]):
     KernelForgeApp.-wide #tree { row-span: 1; }
     KernelForgeApp.-wide #detail { row-span: 2; }
     KernelForgeApp.-wide #log { height: 10; }
+    /* Narrow (80 columns): the tree the whole width on top, so its labels keep their words; the code under it with
+       the metrics beside; panes keep only a top border (their title), the metrics a left one too. */
+    KernelForgeApp.-narrow #main { grid-columns: 1fr 34; grid-rows: 2fr 3fr; }
+    KernelForgeApp.-narrow #tree { row-span: 1; column-span: 2; min-width: 0; }
+    KernelForgeApp.-narrow #log { height: 4; }
+    KernelForgeApp.-narrow .pane, KernelForgeApp.-narrow .pane:focus, KernelForgeApp.-narrow .pane:focus-within {
+        border: none; border-top: round $primary 30%;
+    }
+    KernelForgeApp.-narrow .pane:focus, KernelForgeApp.-narrow .pane:focus-within { border-top: round $primary; }
+    KernelForgeApp.-narrow #metrics { border-left: round $primary 30%; }
+    KernelForgeApp.-narrow #metrics:focus, KernelForgeApp.-narrow #metrics:focus-within {
+        border-left: round $primary;
+    }
     /* A key that cannot act now is greyed, not dimmed below WCAG AA: it stays readable, and visibly off. */
     FooterKey.-disabled { text-style: none; }
     FooterKey.-disabled .footer-key--key, FooterKey.-disabled .footer-key--description { color: $text-disabled; }
@@ -242,6 +257,7 @@ class KernelForgeApp(App[None]):
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_class(event.size.width >= WIDE, "-wide")
+        self.set_class(event.size.width < NARROW, "-narrow")
         self.set_class(event.size.height < SHORT, "-short")
 
     # -- engine ---------------------------------------------------------------------------------

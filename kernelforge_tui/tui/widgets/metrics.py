@@ -22,6 +22,8 @@ from kernelforge_tui.tui.source import AgentFacts, ProfileRead
 
 BAR_WIDTH = 16
 LABEL_WIDTH = 10
+COMPACT_WIDTH = 50
+"""Below this many columns the pane is compact: narrower bars, each change against the parent after its value."""
 
 
 def bar(share: float, width: int = BAR_WIDTH) -> str:
@@ -81,6 +83,9 @@ class MetricsPane(VerticalScroll, can_focus=True):
         self._current = (detail, parent)
         self._redraw()
 
+    def on_resize(self) -> None:
+        self._redraw()  # compact or not follows the width
+
     def _redraw(self) -> None:
         if self._current is not None:
             self._body.update(self.render_detail(*self._current))
@@ -88,7 +93,7 @@ class MetricsPane(VerticalScroll, can_focus=True):
     @property
     def bar_width(self) -> int:
         """A bar's cells: narrower in a narrow pane, where the words need the room."""
-        return BAR_WIDTH if self.size.width >= 50 else BAR_WIDTH // 2
+        return BAR_WIDTH if self.size.width >= COMPACT_WIDTH else BAR_WIDTH // 2
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"metrics-pane--{name}", partial=True)
@@ -110,12 +115,23 @@ class MetricsPane(VerticalScroll, can_focus=True):
         node, ev = d.node, d.evaluation
         pev = p.evaluation if p is not None else None
         label = self._style("label")
+        # Narrow, the change against the parent follows its value instead of taking a column of its own.
+        compact = 0 < self.size.width < COMPACT_WIDTH
         table = Table.grid(padding=(0, 1), expand=True)
         table.add_column(style=label, no_wrap=True, width=LABEL_WIDTH)
         table.add_column(overflow="fold", ratio=1)  # wraps: a number's words are never cut
-        table.add_column(no_wrap=True, justify="right")
+        if not compact:
+            table.add_column(no_wrap=True, justify="right")
 
-        head = Text(f"#{node.id} {node.status}", style="bold", no_wrap=True, overflow="ellipsis")
+        def add(name: str, value: RenderableType, change: RenderableType) -> None:
+            if not compact:
+                table.add_row(name, value, change)
+            elif isinstance(value, str | Text) and isinstance(change, str | Text) and str(change):
+                table.add_row(name, Text.assemble(value, " (", change, ")"))
+            else:
+                table.add_row(name, value)
+
+        head = Text(f"#{node.id} {node.status}", style="bold", overflow="fold")
         if node.parent_id is not None:
             head.append(f" · child of #{node.parent_id}", style=label)
         if node.proposer:
@@ -126,7 +142,9 @@ class MetricsPane(VerticalScroll, can_focus=True):
             rows.append(Text(node.mutation, overflow="ellipsis", no_wrap=True))
         if node.status == "failed":
             rows.append(Text(f"{node.failure or 'failed'}: {node.reason}", style=self._style("error")))
-        if p is not None:
+        if p is not None and compact:
+            table.add_row("", Text(f"(in brackets: the change vs #{p.node.id})", style=label))
+        elif p is not None:
             table.add_row("", "", Text(f"change vs #{p.node.id}", style=label))
 
         res = ev.result if ev is not None else None
@@ -135,18 +153,18 @@ class MetricsPane(VerticalScroll, can_focus=True):
         if speedup is not None:
             parent_speedup = p.node.speedup if p is not None else None
             base = f" ({res.baseline.median_us:.2f} us)" if res is not None and res.baseline is not None else ""
-            table.add_row(
+            add(
                 "speedup",
                 Text.assemble((f"{speedup:.2f}x", "bold"), (f" as fast as the baseline{base}", label)),
                 self._delta(speedup, parent_speedup, False, "+.2f", "x"),
             )
             bounds = res.speedup_interval if res is not None and res.speedup_interval else node.speedup_interval
             if bounds is not None:
-                table.add_row("", Text(f"95% sure: {bounds[0]:.2f}x to {bounds[1]:.2f}x", style=label), "")
+                add("", Text(f"95% sure: {bounds[0]:.2f}x to {bounds[1]:.2f}x", style=label), "")
         share = ev.ceiling_share if ev is not None and ev.ceiling_share is not None else node.ceiling_share
         if share is not None:
             parent_share = (pev.ceiling_share if pev is not None else None) or (p.node.ceiling_share if p else None)
-            table.add_row(
+            add(
                 "ceiling",
                 Text.assemble(
                     (bar(share, self.bar_width), self._style("bar")),
@@ -159,24 +177,24 @@ class MetricsPane(VerticalScroll, can_focus=True):
         pcand = pres.candidate if pres is not None else None
         if cand is not None:
             before = pcand.median_us if pcand else (p.node.latency_us if p else None)
-            table.add_row(
+            add(
                 "time",
                 Text.assemble(f"{cand.median_us:.2f} us", (" a call (median)", label)),
                 self._delta(cand.median_us, before, True, "%"),
             )
-            table.add_row(
+            add(
                 "spread",
                 Text.assemble(f"{cand.p10_us:.2f}-{cand.p90_us:.2f} us", (" (10th-90th percentile)", label)),
                 "",
             )
-            table.add_row(
+            add(
                 "runs",
                 Text.assemble(f"{cand.reps}", (" timed · variation ", label), f"{cand.cv:.1%}", (" (cv)", label)),
                 "",
             )
         elif node.latency_us is not None:
             before = p.node.latency_us if p is not None else None
-            table.add_row(
+            add(
                 "time",
                 Text.assemble(f"{node.latency_us:.2f} us", (" a call (median)", label)),
                 self._delta(node.latency_us, before, True, "%"),
@@ -186,35 +204,35 @@ class MetricsPane(VerticalScroll, can_focus=True):
             for name, stats in ev.build.ptxas.items():
                 prev = pstats.get(name) or (next(iter(pstats.values())) if len(pstats) == 1 else None)
                 if len(ev.build.ptxas) > 1:
-                    table.add_row("kernel", name, "")
-                table.add_row(
+                    add("kernel", name, "")
+                add(
                     "registers",
                     Text.assemble(str(stats.registers), (" per thread", label)),
                     self._delta(stats.registers, prev.registers if prev else None, True, "+d", " regs"),
                 )
-                table.add_row(
+                add(
                     "shared mem",
                     Text.assemble(f"{stats.shared_bytes} B", (" per block", label)),
                     self._delta(stats.shared_bytes, prev.shared_bytes if prev else None, True, "+d", " B"),
                 )
                 spills = stats.spill_store_bytes + stats.spill_load_bytes
                 pspills = prev.spill_store_bytes + prev.spill_load_bytes if prev else None
-                table.add_row(
+                add(
                     "spills",
                     Text.assemble(f"{spills} B", (" to slow local memory", label)),
                     self._delta(spills, pspills, True, "+d", " B"),
                 )
         if d.profile is not None and d.profile.profile is None:
-            table.add_row("profile", Text(f"unreadable: {d.profile.error}", style=self._style("error")), "")
+            add("profile", Text(f"unreadable: {d.profile.error}", style=self._style("error")), "")
         elif d.profile is not None and d.profile.profile is not None:
             hw = d.profile.profile.hardware
             phw = p.profile.profile.hardware if p is not None and p.profile and p.profile.profile else None
             pkeys = {m.label: m.value for m in phw.key_metrics} if phw is not None else {}
             class_delta = Text(f"was {phw.class_name}", style=label) if phw and phw.bottleneck != hw.bottleneck else ""
-            table.add_row("profile", Text.assemble((hw.class_name, "bold"), (" (Nsight Compute)", label)), class_delta)
+            add("profile", Text.assemble((hw.class_name, "bold"), (" (Nsight Compute)", label)), class_delta)
             for metric in hw.key_metrics:
                 lower_is_better = metric.unit == "bytes" or "per request" in metric.label
-                table.add_row(
+                add(
                     "",
                     Text.assemble((f"{metric.label} ", label), metric.value_text()),
                     self._delta(
@@ -230,10 +248,10 @@ class MetricsPane(VerticalScroll, can_focus=True):
                 rows_after.append(Text(PEAK_VS_CEILING[0].upper() + PEAK_VS_CEILING[1:] + ".", style=label))
         facts = d.agents
         if facts is not None and facts.repair_of is not None:
-            table.add_row("origin", f"repair of #{facts.repair_of}", "")
+            add("origin", f"repair of #{facts.repair_of}", "")
         if facts is not None and facts.judge_score is not None:
             score = facts.judge_score
-            table.add_row(
+            add(
                 "judge",
                 Text.assemble(
                     (bar(score, self.bar_width), self._style("bar")), f" {score:.2f}", (" the LLM judge's score", label)
@@ -242,19 +260,19 @@ class MetricsPane(VerticalScroll, can_focus=True):
             )
         reward = d.reward
         if reward is not None:
-            table.add_row(
+            add(
                 "reward",
                 Text.assemble((f"{reward.total:+.3f}", "bold"), (" the search's score of it (why: below)", label)),
                 "",
             )
-        table.add_row(
+        add(
             "subtree",
             Text.assemble(f"{node.visits}", (" candidates tried under it, mean reward ", label), f"{node.value:+.3f}"),
             "",
         )
         flags = [f for f, on in (("banned", node.banned), ("pinned", node.pinned), ("export", node.export)) if on]
         if flags:
-            table.add_row("flags", ", ".join(flags), "")
+            add("flags", ", ".join(flags), "")
         rows.append(table)
         if reward is not None:
             rows.append(Text.assemble(("why: ", label), reward.explanation, overflow="fold"))
