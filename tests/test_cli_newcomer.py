@@ -23,6 +23,7 @@ from kernelforge_tui.config import data_dir, kernels_dir
 from kernelforge_tui.engine.at_rest import steer_at_rest
 from kernelforge_tui.models.commands import BanSubtree
 from kernelforge_tui.store import DB_NAME, EXAMPLE_MARK, RunStore, StoreError, copy_run
+from kernelforge_tui.store.files import connect
 
 from .conftest import EXAMPLES
 
@@ -102,6 +103,7 @@ def test_an_example_run_is_read_without_writing_and_refuses_writers(run_dir: Pat
     with RunStore.open(run_dir, readonly=True) as store:
         store.nodes()
         assert store.read_only_reason is not None and "kernelforge runs copy" in store.read_only_reason
+    connect(run_dir / DB_NAME, readonly=True).close()  # how other readers (cast export) open it
     for write in (lambda: RunStore.open(run_dir), lambda: RunStore.resume(run_dir)):
         with pytest.raises(StoreError, match=r"opens read-only: copy it .*kernelforge runs copy"):
             write()

@@ -78,11 +78,11 @@ def read_only_reason(run_dir: Path) -> str | None:
     return f"run {run_dir} cannot be written by this user: {copy_hint(run_dir)}"
 
 
-def connect(path: Path, readonly: bool, immutable: bool = False) -> sqlite3.Connection:
-    """A connection to the database at `path` (rows as sqlite3.Row, foreign keys on), its errors named. `immutable`
-    (readonly, for a file no process writes): no WAL index or lock beside it, so nothing is left in its directory."""
+def connect(path: Path, readonly: bool) -> sqlite3.Connection:
+    """A connection to the database at `path` (rows as sqlite3.Row, foreign keys on), its errors named. An example's
+    (`example_reason`) that no process writes is read `immutable`: no WAL index or lock is left beside it."""
     with named(path):
-        if immutable:
+        if readonly and example_reason(path.parent) is not None and not writer_live(path.parent):
             conn = _sqlite(f"{path.resolve().as_uri()}?immutable=1")
         elif readonly:
             conn = _connect_readonly(path)

@@ -95,9 +95,7 @@ class RunStore(NodeQueries, MessageQueries, LlmQueries):
         example = example_reason(run_dir)
         if example is not None and not readonly:
             raise StoreError(example)
-        store = cls(
-            run_dir, connect(path, readonly, immutable=example is not None and not writer_live(run_dir)), readonly
-        )
+        store = cls(run_dir, connect(path, readonly), readonly)
         store.read_only_reason = read_only_reason(run_dir)
         try:
             version = store._version()
