@@ -181,8 +181,10 @@ async def test_a_wide_terminal_gives_the_code_most_of_the_width() -> None:
     narrow = make_app()
     async with narrow.run_test(size=(80, 24)) as pilot:
         await settle(narrow, pilot)
-        diff, metrics = narrow.query_one(DiffPane), narrow.query_one(MetricsPane)
-        assert diff.outer_size.width >= 0.55 * 80 and diff.outer_size.height > metrics.outer_size.height
+        diff, tree, metrics = narrow.query_one(DiffPane), narrow.query_one(SearchTree), narrow.query_one(MetricsPane)
+        assert tree.outer_size.width == 80 and diff.region.y > tree.region.y  # the tree on top, the whole width
+        assert diff.outer_size.width >= 0.55 * 80 and diff.outer_size.height >= 9  # beside the metrics, below it
+        assert metrics.region.y == diff.region.y and metrics.region.x > diff.region.x
 
 
 async def test_the_help_scrolls_on_a_short_terminal() -> None:

@@ -4,12 +4,10 @@ node's kernel to take away."""
 
 from __future__ import annotations
 
-import io
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 from textual.message import Message
 from textual.notifications import Notify
 
@@ -20,11 +18,11 @@ from kernelforge_tui.models.events import StateChanged
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.screens import ChartScreen, ExportScreen
-from kernelforge_tui.tui.widgets import LogPane, MetricsPane
+from kernelforge_tui.tui.widgets import LogPane
 from kernelforge_tui.tui.widgets.chart import ProgressChart, column_rows, progress_of, resample
 
 from .fakes.synthetic import SyntheticSource
-from .fakes.tui import screen_text, settle
+from .fakes.tui import metrics_text, screen_text, settle
 
 
 def make_app(source: SyntheticSource, **settings: object) -> KernelForgeApp:
@@ -37,15 +35,6 @@ def notes_of(notes: list[str]) -> Callable[[Message], None]:
             notes.append(f"{message.notification.title}: {message.notification.message}")
 
     return hook
-
-
-def metrics_text(app: KernelForgeApp) -> str:
-    """The metrics pane's whole text at 120 columns, scrolled into view or not."""
-    pane = app.query_one(MetricsPane)
-    assert pane._current is not None
-    console = Console(width=120, file=io.StringIO(), record=True, color_system=None)
-    console.print(pane.render_detail(*pane._current))
-    return console.export_text()
 
 
 # -- metrics -------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree, Strea
 
 from .conftest import EXAMPLES, ROOT
 from .fakes.synthetic import PLAN
-from .fakes.tui import screen_text, settle
+from .fakes.tui import metrics_text, screen_text, settle
 
 CARD = EXAMPLES / "cards" / "softmax_f32_small"
 pytestmark = pytest.mark.skipif(not CARD.is_dir(), reason="example card missing")
@@ -104,8 +104,7 @@ async def test_a_recorded_run_explains_its_rewards_and_exports_a_kernel_beside_i
         assert app.selected == info.best_node_id
         detail = app.query_one(MetricsPane)._current
         assert detail is not None and detail[0].reward == record.reward
-        text = screen_text(app)
-        assert f"{record.reward.total:+.3f} the search's score of it" in text
+        assert f"{record.reward.total:+.3f} the search's score of it" in metrics_text(app)
         await pilot.press("m")
         await settle(app, pilot)
         await pilot.press("enter")

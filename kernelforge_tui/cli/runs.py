@@ -421,7 +421,7 @@ def _models(infos: list[RunInfo], args: argparse.Namespace, console: Console) ->
 def cmd_tui(args: argparse.Namespace, console: Console) -> int:
     from kernelforge_tui.tui.launch import run_tui
 
-    run_dir = run_tui(
+    note = run_tui(
         Path(args.card),
         budget_from(args),
         theme=args.theme,
@@ -430,12 +430,7 @@ def cmd_tui(args: argparse.Namespace, console: Console) -> int:
         simulate_seconds=simulate_seconds_from(args),
         cluster=args.cluster,
     )
-    if run_dir:
-        console.print(
-            f"run stored in {escape(run_dir)}: `kernelforge open` it, or continue it with "
-            f"`kernelforge open {escape(run_dir)} --resume` (or `{escape(stored_resume_command(Path(run_dir)))}`)",
-            soft_wrap=True,
-        )
+    console.print(escape(note), soft_wrap=True)
     return EXIT_OK
 
 
@@ -454,5 +449,5 @@ def cmd_open(args: argparse.Namespace, console: Console) -> int:
         cluster=args.cluster,
     )
     if note:
-        console.print(escape(note))
+        console.print(escape(note), soft_wrap=True)
     return EXIT_OK

@@ -69,7 +69,8 @@ def continued_search(
 
 
 def _drive(search: Search, settings: TuiSettings) -> str:
-    """The TUI over a search in this process until it quits; the run directory."""
+    """The TUI over a search in this process until it quits; the line saying where the run is and how to go on."""
+    from kernelforge_tui.engine.setup import stored_resume_command
     from kernelforge_tui.tui.app import KernelForgeApp
     from kernelforge_tui.tui.source import LiveSearchSource
 
@@ -78,7 +79,11 @@ def _drive(search: Search, settings: TuiSettings) -> str:
         app.run()
     finally:
         search.store.close()
-    return str(search.store.run_dir)
+    run_dir = search.store.run_dir
+    return (
+        f"run stored in {run_dir}: `kernelforge open` it, or continue it with `kernelforge open {run_dir} --resume` "
+        f"(or `{stored_resume_command(run_dir)}`)"
+    )
 
 
 def run_tui(
@@ -91,7 +96,7 @@ def run_tui(
     simulate_seconds: float = 0.01,
     cluster: str | None = None,
 ) -> str:
-    """Search a card under the TUI; the run directory (resumable with `optimize --resume` or `open --resume`)."""
+    """Search a card under the TUI; the line saying where the run is stored and how to continue it."""
     apply_ssh_defaults()
     settings = load_tui_settings(theme=theme)
     search = new_search(
@@ -123,8 +128,7 @@ def open_run(
     settings = load_tui_settings(theme=theme)
     if resume:
         search = continued_search(run, budget, simulate=simulate, simulate_seconds=simulate_seconds, cluster=cluster)
-        run_dir = _drive(search, settings)
-        return f"run stored in {run_dir}: continue it again with `kernelforge open {run_dir} --resume`"
+        return _drive(search, settings)
     source = open_source(run)
     KernelForgeApp(source, settings).run()
     return source.note if isinstance(source, RestingRunSource) else None

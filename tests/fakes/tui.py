@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import html
+import io
 import re
 from dataclasses import dataclass
 
+from rich.console import Console
 from textual.pilot import Pilot
 
 from kernelforge_tui.tui.app import KernelForgeApp
+from kernelforge_tui.tui.widgets import MetricsPane
 
 
 def screen_text(app: KernelForgeApp) -> str:
@@ -16,6 +19,15 @@ def screen_text(app: KernelForgeApp) -> str:
     svg = app.export_screenshot()
     lines = re.findall(r"<text[^>]*>(.*?)</text>", svg)
     return html.unescape("".join(lines)).replace("\xa0", " ")
+
+
+def metrics_text(app: KernelForgeApp) -> str:
+    """The metrics pane's whole text at 120 columns, scrolled into view or not."""
+    pane = app.query_one(MetricsPane)
+    assert pane._current is not None
+    console = Console(width=120, file=io.StringIO(), record=True, color_system=None)
+    console.print(pane.render_detail(*pane._current))
+    return console.export_text()
 
 
 async def settle(app: KernelForgeApp, pilot: Pilot[None]) -> None:

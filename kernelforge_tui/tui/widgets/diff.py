@@ -157,20 +157,27 @@ class DiffPane(ScrollView, can_focus=True):
     # -- what is shown ----------------------------------------------------------------------------
 
     def _retitle(self) -> None:
+        """Title and subtitle; where the layout leaves the pane no bottom border (narrow terminals), what is shown
+        moves into the title, which drops the word "Diff" to make room."""
         layout = "side by side" if self.side_by_side else "unified"
-        if self._current is None:
-            self.border_title = f"Diff vs {self.base} · {layout}"
-        else:
-            _, _, old_name, new_name = self._current
-            against = f"parent {old_name}" if self.base == "parent" and old_name.startswith("#") else old_name
-            self.border_title = f"Diff {new_name} vs {against} · {layout}"
         if not self.folded:
             shown = "whole file"
         elif self._fits:
             shown = "whole diff (fits)"
         else:
             shown = "changed hunks"
-        self.border_subtitle = f"{shown} · ←→ scroll"
+        if self._current is None:
+            what = f"vs {self.base}"
+        else:
+            _, _, old_name, new_name = self._current
+            against = f"parent {old_name}" if self.base == "parent" and old_name.startswith("#") else old_name
+            what = f"{new_name} vs {against}"
+        if self.styles.border_bottom[0] in ("", "none", "hidden"):
+            self.border_title = f"{what} · {layout} · {shown}"
+            self.border_subtitle = ""
+        else:
+            self.border_title = f"Diff {what} · {layout}"
+            self.border_subtitle = f"{shown} · ←→ scroll"
 
     def watch_base(self) -> None:
         self._retitle()
@@ -273,6 +280,7 @@ class DiffPane(ScrollView, can_focus=True):
         self.refresh()
 
     def on_resize(self, event: Resize) -> None:
+        self._retitle()  # a change of layout may take the bottom border away or give it back
         d = self._diff
         fits = self._whole <= self.scrollable_content_region.height
         if self.folded and d is not None and d.compared and fits != self._fits:
