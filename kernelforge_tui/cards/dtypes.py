@@ -60,20 +60,6 @@ def float_limits(dtype: str) -> tuple[float, float, float]:
     return largest, normal, subnormal
 
 
-C_TYPES: dict[str, str] = {
-    "float32": "float",
-    "float16": "__half",
-    "bfloat16": "__nv_bfloat16",
-    "float64": "double",
-    "int32": "int",
-    "int64": "long long",
-    "uint8": "unsigned char",
-    "int8": "signed char",
-    "bool": "bool",
-}
-"""The CUDA C type of one element, for generated helper kernels."""
-
-
 def to_storage(array: np.ndarray, dtype: str) -> np.ndarray:
     """The array as it is written to .npz."""
     return np.ascontiguousarray(array.astype(NUMPY[dtype], copy=False)).view(STORAGE[dtype])

@@ -17,7 +17,6 @@ loader refuses until `kernelforge verify` passes on a GPU.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import subprocess
@@ -464,8 +463,3 @@ def export(
     finally:
         staged.unlink(missing_ok=True)
     return manifest
-
-
-def audit_table(manifest: CastManifest) -> list[dict[str, object]]:
-    """The audit as rows (for --json and tables)."""
-    return [json.loads(a.model_dump_json()) for a in manifest.audit]

@@ -967,11 +967,3 @@ def load(
         device_type=device_type,
         driver=driver,
     )
-
-
-def run_with(path: Path | str, body: Callable[[], Any], **options: Any) -> tuple[Any, Cast]:
-    """Run `body()` with the package loaded; (its result, the Cast with its counters)."""
-    cast = load(path, **options)
-    with cast:
-        result = body()
-    return result, cast
