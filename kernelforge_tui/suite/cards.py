@@ -1,9 +1,9 @@
 """A task at one precision and scale, as an operator card directory the whole product reads.
 
-The card is an ordinary one (card.toml, baseline.cu, reference.py): the search, the GPU worker, the TUI and
-`kernelforge check` need nothing suite-specific. Its reference.py imports the task from this package, so the
-reference is the suite's own NumPy code (never a copy that could drift), and a task with structured inputs
-draws every seeded, fresh and stress set through the same file.
+The card is an ordinary one (card.toml, baseline.cu, reference.py): the search (`kernelforge optimize`), the GPU
+worker, the TUI and `kernelforge eval` need nothing suite-specific. Its reference.py imports the task from this
+package, so the reference is the suite's own NumPy code (never a copy that could drift), and a task with
+structured inputs draws every seeded, fresh and stress set through the same file.
 """
 
 from __future__ import annotations
