@@ -351,15 +351,32 @@ class ClusterBuilder(Builder):
 
     def __init__(self, cluster: Cluster, settings: Settings, arch: str) -> None:
         b = settings.build
-        super().__init__(nvcc=None, arch=arch, flags=b.flags, timeout_s=b.timeout_s, max_parallel=b.max_parallel)
+        super().__init__(
+            nvcc=None,
+            arch=arch,
+            flags=b.flags,
+            timeout_s=b.timeout_s,
+            max_parallel=b.max_parallel,
+            max_log_bytes=b.max_log_bytes,
+            max_diagnostics=b.max_diagnostics,
+            max_global_bytes=b.max_global_bytes,
+        )
         self.cluster = cluster
 
     async def toolchain(self) -> tuple[str | None, str | None]:
         return f"nvcc on the cluster at {self.cluster.address}", await self.cluster.nvcc_version()
 
     def chain(self, version: str) -> Toolchain:
-        arch = self._arch or DEFAULT_ARCH
-        return Toolchain(arch=arch, version=version, flags=list(self.flags), timeout_s=self.timeout_s)
+        """What a worker builds with (a build task) and keys its cache by (a GPU task): this builder's own."""
+        return Toolchain(
+            arch=self._arch or DEFAULT_ARCH,
+            version=version,
+            flags=list(self.flags),
+            timeout_s=self.timeout_s,
+            max_log_bytes=self.max_log_bytes,
+            max_diagnostics=self.max_diagnostics,
+            max_global_bytes=self.max_global_bytes,
+        )
 
     async def compile(self, nvcc: str, source: str, arch: str, key: str) -> BuildResult:
         client = await self.cluster.client()

@@ -52,12 +52,28 @@ HOSTED_CARDS = 2
 
 
 class Toolchain(BaseModel):
-    """What the coordinator's cache keys are made of: a worker's builder must make the same keys."""
+    """What the coordinator's cache keys are made of: a worker's builder must make the same keys. The `[build]`
+    caps are among them, and a build task on a worker holds nvcc's output and the globals to the coordinator's."""
 
     arch: str
     version: str
     flags: list[str]
     timeout_s: float
+    max_log_bytes: int
+    max_diagnostics: int
+    max_global_bytes: int
+
+    def builder(self, cache_dir: Path) -> Builder:
+        """A build task's builder: this worker's nvcc, the coordinator's flags, timeout and caps."""
+        return Builder(
+            arch=self.arch,
+            flags=self.flags,
+            timeout_s=self.timeout_s,
+            cache_dir=cache_dir,
+            max_log_bytes=self.max_log_bytes,
+            max_diagnostics=self.max_diagnostics,
+            max_global_bytes=self.max_global_bytes,
+        )
 
 
 class Simulation(BaseModel):
@@ -131,7 +147,16 @@ class ShippedBuilder(Builder):
     was shipped; a build it is asked for and does not have fails without being cached)."""
 
     def __init__(self, toolchain: Toolchain, cache_dir: Path) -> None:
-        super().__init__(nvcc=None, arch=toolchain.arch, flags=toolchain.flags, cache_dir=cache_dir)
+        super().__init__(
+            nvcc=None,
+            arch=toolchain.arch,
+            flags=toolchain.flags,
+            timeout_s=toolchain.timeout_s,
+            cache_dir=cache_dir,
+            max_log_bytes=toolchain.max_log_bytes,
+            max_diagnostics=toolchain.max_diagnostics,
+            max_global_bytes=toolchain.max_global_bytes,
+        )
         self.version = toolchain.version
 
     async def toolchain(self) -> tuple[str | None, str | None]:
@@ -263,8 +288,7 @@ def _worker_address() -> str:
 def compile_remote(toolchain: Toolchain, source: str, key: str) -> tuple[str, bytes | None]:
     """A build task: nvcc on this worker, into a scratch cache; the result as JSON and the cubin's bytes."""
     with tempfile.TemporaryDirectory(prefix="kernelforge-remote-build-") as scratch:
-        builder = Builder(arch=toolchain.arch, flags=toolchain.flags, timeout_s=toolchain.timeout_s)
-        builder.cache_dir = Path(scratch)
+        builder = toolchain.builder(cache_dir=Path(scratch))
         result = asyncio.run(_compile_checked(builder, toolchain, source, key))
         cubin = result.cubin_path.read_bytes() if result.ok and result.cubin_path is not None else None
         return result.model_copy(update={"cubin_path": None}).model_dump_json(), cubin
