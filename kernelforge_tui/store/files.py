@@ -28,6 +28,11 @@ HINTS = {
     "SQLITE_CANTOPEN": "it cannot be opened here: check the directory's permissions",
     "SQLITE_BUSY": "another process holds it locked: try again",
     "SQLITE_FULL": "the disk is full: free some space, then resume the run",
+    "SQLITE_TOOBIG": (
+        "one value of this write is over SQLite's limit for one string or blob, so nothing of the write was "
+        "stored and the file is not damaged: lower the provider's limits.reply_bytes (an LLM reply is stored "
+        "whole), then resume the run"
+    ),
 }
 """What to do about each SQLite error (by its primary name), for one-line messages."""
 
