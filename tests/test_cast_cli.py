@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.cast.manifest import Machine
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.gpu.detect import detect_gpus
 
-from .fixtures.cast.cast_support import softmax_entry, write_cast
+from .fixtures.cast.cast_support import MACHINE, softmax_entry, write_cast
 
 SCRIPT = """
 import sys
@@ -77,3 +78,46 @@ def test_verify_refuses_a_garbage_file_before_it_asks_for_a_gpu(
     code = main(["verify", str(garbage), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 2 and "not a readable zip" in out["message"]
+
+
+def test_verify_refuses_a_package_of_no_kernel_and_leaves_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    package = write_cast(tmp_path / "empty.cast", [], machine=None)
+    before = package.read_bytes()
+    code = main(["verify", str(package), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 2 and "holds no kernel" in out["message"] and "left as it was" in out["message"]
+    assert package.read_bytes() == before
+
+
+def _gpu_checks_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verify's GPU side faked: a GPU and its tools here, and every kernel disagreeing with eager PyTorch."""
+    from kernelforge_tui.cast import verify
+    from kernelforge_tui.cast.probe import KernelCheck
+    from kernelforge_tui.gpu import build
+
+    def probe(package: Path, kernels: list[str], progress: object) -> tuple[dict[str, KernelCheck], Machine]:
+        return {k: KernelCheck(kernel=k, ok=False, reason="set fresh:7001: disagrees") for k in kernels}, MACHINE
+
+    monkeypatch.setattr(verify, "require_gpu_tools", lambda help_text: None)
+    monkeypatch.setattr(verify, "find_sanitizer", lambda: "compute-sanitizer")
+    monkeypatch.setattr(build, "detect_arch", lambda: "sm_90")
+    monkeypatch.setattr(verify, "run_probe", probe)
+
+
+def test_verify_where_no_kernel_passes_leaves_the_package_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _gpu_checks_fail(monkeypatch)
+    package = write_cast(tmp_path / "m.cast", [softmax_entry()], machine=None)
+    before = package.read_bytes()
+    code = main(["verify", str(package)])
+    out = " ".join(capsys.readouterr().out.split())
+    assert code == 1 and package.read_bytes() == before
+    assert "nothing written" in out and f"{package} is left as it was" in out and "disagrees" in out
+    elsewhere = tmp_path / "out.cast"
+    code = main(["verify", str(package), "--output", str(elsewhere), "--json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 1 and summary["package"] is None and summary["kernels"] == []
+    assert summary["audit"][0]["decision"] == "fallback" and not elsewhere.exists()

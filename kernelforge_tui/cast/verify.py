@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from kernelforge_tui.cast.manifest import (
     SANITIZER_TOOLS,
     AuditEntry,
+    CastError,
     CastManifest,
     CheckRecord,
     KernelEntry,
@@ -142,10 +143,16 @@ def verify(
 ) -> CastManifest:
     """Check every kernel of the package at `path` here; write the stamped package to `out` (default: in place).
     The package is read (and refused, CastError) before anything asks for a GPU; its old stamp is not looked at,
-    since every check runs again."""
+    since every check runs again. A package of no kernel is refused, and when no kernel passes nothing is written
+    (the manifest returned says why): the file at `path` (or `out`) stays as it was."""
     from kernelforge_tui.gpu.build import detect_arch
 
     package = read_package(path, stamp="ignore")
+    if not package.manifest.kernels:
+        raise CastError(
+            f"{path} holds no kernel (its audit says why each variant runs the original operators): there is "
+            "nothing to verify, and the file is left as it was"
+        )
     require_gpu_tools(VERIFY_NO_GPU_HELP if by == "verify" else EXPORT_NO_GPU_HELP)
     manifest = package.manifest
     files = package.members
@@ -179,6 +186,8 @@ def verify(
     stamp = Stamp(machine=machine, at=time.time(), by=by, sanitizer=True)
     notes = [n for n in manifest.notes if "--no-sanitize" not in n]
     result = manifest.model_copy(update={"kernels": kept, "audit": audit, "stamp": stamp, "notes": notes})
+    if not kept:  # a package of no kernel would replace one that another machine may still prove
+        return result
     used = {name for entry in kept for name in entry.files.sha256} | {n for n in files if n.startswith("reports/")}
     write_package(out or path, result, {n: d for n, d in files.items() if n in used})
     return result

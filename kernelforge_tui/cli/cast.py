@@ -72,7 +72,7 @@ def _progress(console: Console, as_json: bool) -> Callable[[str], None]:
 
 
 def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, written: bool = True) -> None:
-    """The package's audit, kernels and stamp; `written` False: export kept no kernel and wrote no file."""
+    """The package's audit, kernels and stamp; `written` False: export or verify kept no kernel and wrote no file."""
     if as_json:
         summary = {
             "ok": True,
@@ -158,7 +158,9 @@ def cmd_verify(args: argparse.Namespace, console: Console) -> int:
         manifest = verify(args.package, args.output, progress=_progress(console, args.json))
     except CastError as exc:
         raise BadInput(str(exc)) from None
-    _show(console, manifest, args.output or args.package, args.json)
+    _show(console, manifest, args.output or args.package, args.json, written=bool(manifest.kernels))
+    if not manifest.kernels and not args.json:
+        console.print(f"{escape(str(args.package))} is left as it was: no kernel passed the checks on this machine")
     return EXIT_OK if manifest.kernels else EXIT_FAILED
 
 
