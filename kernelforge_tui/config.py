@@ -31,6 +31,13 @@ large one switches the check off."""
 MIN_FLUSH_BYTES = 128 * 1024 * 1024
 """The L2 flush before each timed launch writes at least this much: more than twice an H200's L2 (50 MB), so that a
 flush evicts it rather than leaving the candidate's data cached."""
+MAX_LOG_BYTES = 64 << 10
+"""nvcc output kept of one build at most: `build.max_log_bytes`'s default, and what the store keeps of any build."""
+MAX_DIAGNOSTICS = 200
+"""nvcc messages kept of one build at most: `build.max_diagnostics`'s default, and the store's cap."""
+MAX_GLOBAL_BYTES = 64 << 20
+"""Device globals (`__device__` arrays) a kernel may declare at most, in bytes: `build.max_global_bytes`'s default
+(the launch plan's buffers hold a kernel's data)."""
 
 
 class ConfigError(FieldError):
@@ -78,11 +85,11 @@ class BuildSettings(Section):
     """A build that takes longer is stopped and recorded as failed."""
     max_parallel: int = Field(default_factory=lambda: os.cpu_count() or 2, ge=1)
     """How many nvcc processes run at once."""
-    max_log_bytes: int = Field(default=64 << 10, ge=1024)
+    max_log_bytes: int = Field(default=MAX_LOG_BYTES, ge=1024)
     """nvcc output kept per build at most; a build whose output goes over it is stopped and refused."""
-    max_diagnostics: int = Field(default=200, ge=1)
+    max_diagnostics: int = Field(default=MAX_DIAGNOSTICS, ge=1)
     """nvcc messages kept per build at most; a build with more is stopped and refused."""
-    max_global_bytes: int = Field(default=64 << 20, ge=0)
+    max_global_bytes: int = Field(default=MAX_GLOBAL_BYTES, ge=0)
     """Device globals (`__device__` arrays) a kernel may declare, in bytes; a kernel with more is refused."""
 
 

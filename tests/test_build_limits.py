@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_LOG_BYTES
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.gpu.cubin_check import CubinError, cubin_use
 from kernelforge_tui.gpu.nvcc_output import OutputCap, host_paths_removed
 from kernelforge_tui.models.evaluation import (
     MAX_DIAGNOSTIC_CHARS,
-    MAX_DIAGNOSTICS,
-    MAX_LOG_BYTES,
     BuildResult,
     Diagnostic,
     Evaluation,

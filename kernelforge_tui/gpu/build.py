@@ -32,6 +32,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from kernelforge_tui.cards.plan import ResolvedArg
+from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_GLOBAL_BYTES, MAX_LOG_BYTES
 from kernelforge_tui.config import cache_dir as default_cache_root
 from kernelforge_tui.gpu.cubin_check import CubinError, cubin_use
 from kernelforge_tui.gpu.detect import detect_gpus
@@ -57,8 +58,6 @@ from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOUR
 from kernelforge_tui.gpu.source_problem import SourceProblem
 from kernelforge_tui.models.evaluation import (
     MAX_DIAGNOSTIC_CHARS,
-    MAX_DIAGNOSTICS,
-    MAX_LOG_BYTES,
     SOURCE_NAME,
     BuildFailure,
     BuildResult,
@@ -72,8 +71,6 @@ CACHE_FORMAT = 3
 
 MAX_CUBIN_BYTES = 16 << 20
 """Cubins over this size are refused: an honest kernel's is KBs; a huge one means embedded data."""
-MAX_GLOBAL_BYTES = 64 << 20
-"""Device globals (`__device__` arrays) over this many bytes are refused: the launch plan's buffers hold data."""
 BUILD_DIR_PREFIX = "kernelforge-build-"
 """A build directory is `kernelforge-build-PID-XXXX`: the PID says whether its process is still alive."""
 _BUILD_DIR = re.compile(rf"{re.escape(BUILD_DIR_PREFIX)}(\d+)-\w+")

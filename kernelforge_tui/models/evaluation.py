@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_LOG_BYTES
 from kernelforge_tui.models.nodes import FailureKind
 
 SOURCE_NAME = "candidate.cu"
@@ -19,10 +20,6 @@ SOURCE_NAME = "candidate.cu"
 
 BuildFailure = Literal["compile error", "source check", "timeout", "killed", "sandbox", "nvcc missing"]
 
-MAX_LOG_BYTES = 64 << 10
-"""What is kept of one build's compiler output at most (the build setting's default, and the store's cap)."""
-MAX_DIAGNOSTICS = 200
-"""Diagnostics kept of one build at most (the build setting's default, and the store's cap)."""
 MAX_DIAGNOSTIC_CHARS = 2000
 """A diagnostic's message and its source line are each cut to this many characters (a line may be a MiB)."""
 
