@@ -45,6 +45,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernelforge_tui.atomic import write_atomic
 from kernelforge_tui.capture import load_capture
 from kernelforge_tui.capture.run import CaptureRequest
 from kernelforge_tui.cards import load_card
@@ -648,9 +649,7 @@ def load_manifest(out: Path) -> Manifest:
 def save_manifest(manifest: Manifest, out: Path) -> None:
     """Written under a temporary name and renamed into place: a kill never leaves half a manifest."""
     manifest.table = [numbers(BY_NAME[r.workload], r) for r in manifest.results]
-    tmp = out / f".{MANIFEST}.{os.getpid()}.tmp"
-    tmp.write_text(manifest.model_dump_json(indent=1) + "\n")
-    os.replace(tmp, out / MANIFEST)
+    write_atomic(out / MANIFEST, manifest.model_dump_json(indent=1) + "\n")
 
 
 def timed(what: str, reply: TorchReply, mode: Mode) -> Timed:

@@ -17,7 +17,6 @@ loader refuses until `kernelforge verify` passes on a GPU.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import subprocess
 import tempfile
@@ -29,6 +28,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 import kernelforge_tui
+from kernelforge_tui.atomic import replacing
 from kernelforge_tui.cards.errors import CardError
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import OperatorCard
@@ -451,15 +451,12 @@ def export(
         audit=audit,
         notes=notes,
     )
-    staged = out.with_name(f".{out.name}.{os.getpid()}.export")
-    try:
+    with replacing(out, tag="export") as staged:
         write_package(staged, manifest, files)
         if sanitize and kernels:
             from kernelforge_tui.cast.verify import verify
 
             manifest = verify(staged, by="export", progress=progress)
-        if manifest.kernels:
-            os.replace(staged, out)
-    finally:
-        staged.unlink(missing_ok=True)
+        if not manifest.kernels:  # no kernel proven: `out` stays as it was
+            staged.unlink()
     return manifest

@@ -11,7 +11,8 @@ stamp carries a digest over the manifest and every member (`content_digest`); it
 that the contents are the ones stamped (an edit after verification, or a stamp typed into the JSON, is refused),
 not who stamped them.
 
-Only the standard library and pydantic are imported here: the runtime (`cast.runtime`) reads packages with it.
+Only the standard library, pydantic and `kernelforge_tui.atomic` (standard library only) are imported here: the
+runtime (`cast.runtime`) reads packages with it.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
 import zipfile
 import zlib
 from collections import Counter
@@ -28,6 +28,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from kernelforge_tui.atomic import write_atomic
 
 FORMAT: Literal["kernelforge.cast"] = "kernelforge.cast"
 FORMAT_VERSION: Literal[2] = 2
@@ -541,9 +543,4 @@ def package_bytes(manifest: CastManifest, files: dict[str, bytes], path: Path = 
 def write_package(path: Path, manifest: CastManifest, files: dict[str, bytes]) -> None:
     """Write atomically (a temporary file renamed into place): a reader never sees half a package."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_bytes(package_bytes(manifest, files, path))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic(path, package_bytes(manifest, files, path))

@@ -24,6 +24,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from kernelforge_tui.atomic import write_atomic
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder
@@ -199,10 +200,7 @@ def load_manifest(out: Path) -> BenchManifest:
 
 def save_manifest(manifest: BenchManifest, out: Path) -> None:
     """Written under a temporary name and renamed into place: a kill never leaves half a manifest."""
-    path = manifest_path(out)
-    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
-    tmp.write_text(manifest.model_dump_json(indent=1) + "\n")
-    os.replace(tmp, path)
+    write_atomic(manifest_path(out), manifest.model_dump_json(indent=1) + "\n")
 
 
 def plan_cards(options: BenchOptions) -> list[BenchCard]:

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from kernelforge_tui.atomic import write_atomic
 from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_GLOBAL_BYTES, MAX_LOG_BYTES
 from kernelforge_tui.config import cache_dir as default_cache_root
@@ -193,7 +194,7 @@ class Builder:
             return result.model_copy(update={"cubin_path": None})
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         target = self.cache_dir / f"{result.key}.cubin"
-        _atomic_write(target, cubin)
+        write_atomic(target, cubin)
         return result.model_copy(update={"cubin_path": target})
 
     def remember(self, result: BuildResult, cubin: bytes | None) -> BuildResult:
@@ -370,7 +371,7 @@ class Builder:
             )
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         target = self.cache_dir / f"{key}.cubin"
-        _atomic_write(target, data)
+        write_atomic(target, data)
         return BuildResult(ok=True, key=key, cubin_path=target, diagnostics=diagnostics, log=log, ptxas=ptxas)
 
     def _device_use_refusal(self, cubin: bytes) -> str | None:
@@ -414,7 +415,7 @@ class Builder:
 
     def _store(self, result: BuildResult) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
-        _atomic_write(self.cache_dir / f"{result.key}.json", result.model_dump_json(indent=1).encode("utf-8"))
+        write_atomic(self.cache_dir / f"{result.key}.json", result.model_dump_json(indent=1).encode("utf-8"))
 
 
 def remove_stale_build_dirs(root: Path) -> list[Path]:
@@ -483,13 +484,6 @@ def _from_problem(problem: SourceProblem, source: str) -> Diagnostic:
         message=f"{problem.message} [{problem.rule}]",
         source_line=lines[problem.line - 1] if 0 < problem.line <= len(lines) else None,
     )
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write then rename, so a reader (or a crash) never sees half a cache entry."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
 
 
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:

@@ -13,7 +13,6 @@ import asyncio
 import collections
 import contextlib
 import json
-import os
 import secrets
 import sys
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from kernelforge_tui.atomic import write_atomic
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
@@ -219,9 +219,7 @@ class Evaluator:
         if not isinstance(reply, Ceilings):
             raise WorkerError(f"measuring the GPU's ceilings failed: {reply}")
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(reply.model_dump_json(indent=2))
-        os.replace(tmp, path)
+        write_atomic(path, reply.model_dump_json(indent=2))
         return reply
 
     async def evaluate(self, source: str, plan: LaunchPlan, *, time_it: bool = True) -> Evaluation:

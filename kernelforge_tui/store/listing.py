@@ -4,12 +4,12 @@ one (an example, to steer or continue it)."""
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from kernelforge_tui.atomic import replacing
 from kernelforge_tui.models.runs import RunListing, SkippedRun
 from kernelforge_tui.store.card_path import recorded_card_dir
 from kernelforge_tui.store.errors import StoreError
@@ -76,13 +76,11 @@ def copy_run(src: Path, dest: Path) -> Path:
             dest.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create {dest} ({exc.strerror}): pick another directory") from None
-        tmp = dest / f".{DB_NAME}.{os.getpid()}.tmp"
-        try:
-            with named(tmp), contextlib.closing(connect(tmp, readonly=False)) as copy:
-                source.backup(copy)
-                copy.execute("UPDATE run SET id = ?, card_dir = ?", (dest.name, recorded_card_dir(card_dir, dest)))
-            os.replace(tmp, dest / DB_NAME)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        with (
+            replacing(dest / DB_NAME, companions=("-wal", "-shm")) as tmp,
+            named(tmp),
+            contextlib.closing(connect(tmp, readonly=False)) as copy,
+        ):
+            source.backup(copy)
+            copy.execute("UPDATE run SET id = ?, card_dir = ?", (dest.name, recorded_card_dir(card_dir, dest)))
     return dest

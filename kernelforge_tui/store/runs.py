@@ -10,6 +10,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from kernelforge_tui.atomic import replacing
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store.card_path import recorded_card_dir, resolve_card_dir
@@ -56,32 +57,29 @@ class RunStore(NodeQueries, MessageQueries, LlmQueries):
             path = run_dir / DB_NAME
             if path.exists():
                 raise StoreError(f"{run_dir} already holds a run: resume it with --resume, or pick another --run-dir")
-            tmp = run_dir / f".{DB_NAME}.{os.getpid()}.tmp"
-            for leftover in (tmp, tmp.with_name(tmp.name + "-wal"), tmp.with_name(tmp.name + "-shm")):
-                leftover.unlink(missing_ok=True)
-            building = cls(run_dir, connect(tmp, readonly=False), readonly=False)
-            building._migrate()
-            with building._tx() as c:
-                c.execute(
-                    "INSERT INTO run (id, card_name, family, card_json, card_dir, backend, gpu_name, settings_json,"
-                    " started_at, state, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        run_dir.name,
-                        card.spec.name,
-                        card.spec.family,
-                        card.spec.model_dump_json(),
-                        recorded_card_dir(card.root, run_dir),
-                        backend_name,
-                        gpu_name,
-                        settings.model_dump_json(),
-                        time.time(),
-                        "starting",
-                        os.getpid(),
-                        socket.gethostname(),
-                    ),
-                )
-            building.close()  # checkpoints the WAL into the file and removes it
-            os.replace(tmp, path)
+            with replacing(path, companions=("-wal", "-shm")) as tmp:
+                building = cls(run_dir, connect(tmp, readonly=False), readonly=False)
+                building._migrate()
+                with building._tx() as c:
+                    c.execute(
+                        "INSERT INTO run (id, card_name, family, card_json, card_dir, backend, gpu_name, settings_json,"
+                        " started_at, state, pid, host) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                        (
+                            run_dir.name,
+                            card.spec.name,
+                            card.spec.family,
+                            card.spec.model_dump_json(),
+                            recorded_card_dir(card.root, run_dir),
+                            backend_name,
+                            gpu_name,
+                            settings.model_dump_json(),
+                            time.time(),
+                            "starting",
+                            os.getpid(),
+                            socket.gethostname(),
+                        ),
+                    )
+                building.close()  # checkpoints the WAL into the file and removes it
             return cls(run_dir, connect(path, readonly=False), readonly=False, writer_fd=writer_fd)
         except BaseException:
             os.close(writer_fd)
