@@ -1,8 +1,9 @@
-// CHEAT caching: the first launch computes c correctly and keeps a copy in a __device__ buffer; every
-// later launch from the same loaded module copies the saved copy, whatever the inputs are now.
+// CHEAT caching: the first launch computes c correctly and keeps a copy of its first 2^23 elements (what fits
+// under the build's cap on __device__ globals) in a __device__ buffer; every later launch from the same loaded
+// module copies that saved part, whatever the inputs are now.
 // expect: mismatch -- on the second input set (fresh seeds) launched from the same module; the first
 // set and repeated timing launches on it look correct and the answer is stable across runs.
-#define CACHE_N (1 << 25)
+#define CACHE_N (1 << 23)
 #define BLOCK 256
 
 __device__ float kf_cache[CACHE_N];
