@@ -31,12 +31,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.store import Arrays, Card, load_card
 from kernelforge_tui.config import EvalSettings
+from kernelforge_tui.errors import install_fix
 from kernelforge_tui.suite.registry import task as suite_task
 from kernelforge_tui.suite.task import Task
 
 WARMUP = 3
 BATCH = 10
-TORCH_MISSING = "torch is not installed here: pip install 'kernelforge-tui[torch]' to time the vendor libraries"
 
 
 class VendorRequest(BaseModel):
@@ -147,7 +147,7 @@ def vendor_call(request: VendorRequest, reply: VendorReply) -> VendorCall | None
     try:
         import torch
     except ImportError:
-        reply.error = TORCH_MISSING
+        reply.error = f"torch is not installed here: {install_fix('torch')} to time the vendor libraries"
         return None
     if request.device.startswith("cuda:"):
         torch.cuda.set_device(request.device)  # the events and synchronisations of `time_interleaved` act on this GPU
