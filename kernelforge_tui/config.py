@@ -439,7 +439,10 @@ class FileSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         """Arguments beat the environment, which beats the TOML file."""
-        file = TomlConfigSettingsSource(settings_cls, toml_file=config_file(), toml_table_header=cls.toml_table)
+        try:
+            file = TomlConfigSettingsSource(settings_cls, toml_file=config_file(), toml_table_header=cls.toml_table)
+        except KeyError:  # the file has no such table: these settings keep their defaults
+            file = TomlConfigSettingsSource(settings_cls, toml_file=None)
         return (init_settings, env_settings, file)
 
 

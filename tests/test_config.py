@@ -158,3 +158,34 @@ def test_a_broken_llm_setting_is_refused_with_the_fix(config: Path, extra: str, 
     config.write_text(LLM_TOML.replace('\n[llm.roles]\nplanner = "sonnet"\n', "") + extra)
     with pytest.raises(ConfigError, match=words.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
         load_settings()
+
+
+FULL_TOML = (
+    """
+[build]
+timeout_s = 50
+[eval]
+timeout_s = 20
+[tui]
+theme = "light"
+[cluster]
+wait_s = 30
+"""
+    + LLM_TOML
+)
+TABLES = ["build", "eval", "tui", "cluster", "llm"]
+
+
+@pytest.mark.parametrize("missing", TABLES)
+def test_every_table_may_be_missing_and_keeps_its_defaults(config: Path, missing: str) -> None:
+    """The TUI read its own table with pydantic-settings' table header, which raised a KeyError (a crash of
+    `kernelforge tui` and `open`) for a file without `[tui]`, as the LLM-only config in the docs is."""
+    sections = [s for s in ("\n" + FULL_TOML).split("\n[") if s.strip()]
+    kept = [s for s in sections if s.split("]")[0].lstrip("[").split(".")[0] != missing]
+    config.write_text("".join("\n[" + s for s in kept))
+    settings, tui = load_settings(), load_tui_settings()
+    assert (settings.build.timeout_s == type(settings.build)().timeout_s) == (missing == "build")
+    assert (settings.eval.timeout_s == type(settings.eval)().timeout_s) == (missing == "eval")
+    assert (settings.cluster.wait_s == type(settings.cluster)().wait_s) == (missing == "cluster")
+    assert settings.llm.configured == (missing != "llm")
+    assert tui.theme == ("dark" if missing == "tui" else "light")
