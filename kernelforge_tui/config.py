@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, TypeVar
+from typing import Annotated, Any, ClassVar, Literal, TypedDict, TypeVar
 
 import platformdirs
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -72,6 +72,17 @@ def config_file() -> Path:
     return Path(explicit) if explicit else Path(platformdirs.user_config_dir(APP_NAME)) / "config.toml"
 
 
+class BuilderOptions(TypedDict):
+    """What a Builder takes from `[build]` beside nvcc, the target and its parallelism: the same wherever one is made
+    (here, on the coordinator of a cluster and on its workers), since the cache key includes them."""
+
+    flags: list[str]
+    timeout_s: float
+    max_log_bytes: int
+    max_diagnostics: int
+    max_global_bytes: int
+
+
 class BuildSettings(Section):
     """How candidates are compiled."""
 
@@ -91,6 +102,15 @@ class BuildSettings(Section):
     """nvcc messages kept per build at most; a build with more is stopped and refused."""
     max_global_bytes: int = Field(default=MAX_GLOBAL_BYTES, ge=0)
     """Device globals (`__device__` arrays) a kernel may declare, in bytes; a kernel with more is refused."""
+
+    def builder_options(self) -> BuilderOptions:
+        return BuilderOptions(
+            flags=list(self.flags),
+            timeout_s=self.timeout_s,
+            max_log_bytes=self.max_log_bytes,
+            max_diagnostics=self.max_diagnostics,
+            max_global_bytes=self.max_global_bytes,
+        )
 
 
 class EvalSettings(Section):

@@ -97,16 +97,7 @@ class ProfilingBackend(Protocol):
 def make_builder(settings: Settings, arch: str | None = None) -> Builder:
     """The one Builder a search shares between its build stage and its evaluators (one cubin cache)."""
     b = settings.build
-    return Builder(
-        nvcc=b.nvcc,
-        arch=b.arch or arch,
-        flags=b.flags,
-        timeout_s=b.timeout_s,
-        max_parallel=b.max_parallel,
-        max_log_bytes=b.max_log_bytes,
-        max_diagnostics=b.max_diagnostics,
-        max_global_bytes=b.max_global_bytes,
-    )
+    return Builder(nvcc=b.nvcc, arch=b.arch or arch, max_parallel=b.max_parallel, **b.builder_options())
 
 
 async def prebuild(card: Card, builder: Builder, source: str, plan: LaunchPlan) -> Evaluation | None:

@@ -351,16 +351,7 @@ class ClusterBuilder(Builder):
 
     def __init__(self, cluster: Cluster, settings: Settings, arch: str) -> None:
         b = settings.build
-        super().__init__(
-            nvcc=None,
-            arch=arch,
-            flags=b.flags,
-            timeout_s=b.timeout_s,
-            max_parallel=b.max_parallel,
-            max_log_bytes=b.max_log_bytes,
-            max_diagnostics=b.max_diagnostics,
-            max_global_bytes=b.max_global_bytes,
-        )
+        super().__init__(nvcc=None, arch=arch, max_parallel=b.max_parallel, **b.builder_options())
         self.cluster = cluster
 
     async def toolchain(self) -> tuple[str | None, str | None]:

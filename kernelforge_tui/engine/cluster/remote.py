@@ -32,7 +32,7 @@ from pydantic import BaseModel
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import Card, load_card
-from kernelforge_tui.config import Settings
+from kernelforge_tui.config import BuilderOptions, Settings
 from kernelforge_tui.engine.backend import SimulatedBackend
 from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import KernelForgeError
@@ -63,17 +63,18 @@ class Toolchain(BaseModel):
     max_diagnostics: int
     max_global_bytes: int
 
-    def builder(self, cache_dir: Path) -> Builder:
-        """A build task's builder: this worker's nvcc, the coordinator's flags, timeout and caps."""
-        return Builder(
-            arch=self.arch,
+    def options(self) -> BuilderOptions:
+        return BuilderOptions(
             flags=self.flags,
             timeout_s=self.timeout_s,
-            cache_dir=cache_dir,
             max_log_bytes=self.max_log_bytes,
             max_diagnostics=self.max_diagnostics,
             max_global_bytes=self.max_global_bytes,
         )
+
+    def builder(self, cache_dir: Path) -> Builder:
+        """A build task's builder: this worker's nvcc, the coordinator's flags, timeout and caps."""
+        return Builder(arch=self.arch, cache_dir=cache_dir, **self.options())
 
 
 class Simulation(BaseModel):
@@ -147,16 +148,7 @@ class ShippedBuilder(Builder):
     was shipped; a build it is asked for and does not have fails without being cached)."""
 
     def __init__(self, toolchain: Toolchain, cache_dir: Path) -> None:
-        super().__init__(
-            nvcc=None,
-            arch=toolchain.arch,
-            flags=toolchain.flags,
-            timeout_s=toolchain.timeout_s,
-            cache_dir=cache_dir,
-            max_log_bytes=toolchain.max_log_bytes,
-            max_diagnostics=toolchain.max_diagnostics,
-            max_global_bytes=toolchain.max_global_bytes,
-        )
+        super().__init__(nvcc=None, arch=toolchain.arch, cache_dir=cache_dir, **toolchain.options())
         self.version = toolchain.version
 
     async def toolchain(self) -> tuple[str | None, str | None]:
