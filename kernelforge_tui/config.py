@@ -7,6 +7,7 @@ once, in `~/.config/kernelforge-tui/config.toml` or the environment (`KERNELFORG
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypedDict, TypeVar
@@ -318,25 +319,52 @@ class Price(Section):
 
     input: float = Field(ge=0, allow_inf_nan=False)
     output: float = Field(ge=0, allow_inf_nan=False)
+    cache_write: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Input tokens written to the provider's prompt cache; None: `CACHE_MULTIPLIERS` of the provider's protocol."""
+    cache_read: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """Input tokens read from the prompt cache; None: `CACHE_MULTIPLIERS` of the provider's protocol."""
 
+
+CACHE_MULTIPLIERS: dict[str, tuple[float, float]] = {"anthropic": (1.25, 0.1), "openai": (1.0, 0.5)}
+"""(cache write, cache read) as multiples of the input price, per wire protocol, for a price that gives no cache
+prices of its own: Anthropic bills a 5-minute cache write at 1.25x and a read at 0.1x; OpenAI-compatible APIs bill no
+write and (OpenAI's GPT-4o family) a read at 0.5x. Newer OpenAI models read at 0.25x or 0.1x: their entries in
+DEFAULT_PRICES say so."""
 
 DEFAULT_PRICES: dict[str, Price] = {
-    "gpt-4.1": Price(input=2.0, output=8.0),
-    "gpt-4.1-mini": Price(input=0.4, output=1.6),
-    "gpt-4o": Price(input=2.5, output=10.0),
-    "gpt-4o-mini": Price(input=0.15, output=0.6),
-    "gpt-5": Price(input=1.25, output=10.0),
-    "gpt-5-mini": Price(input=0.25, output=2.0),
-    "o3": Price(input=2.0, output=8.0),
-    "o4-mini": Price(input=1.1, output=4.4),
-    "claude-opus-4-1": Price(input=15.0, output=75.0),
-    "claude-sonnet-4-5": Price(input=3.0, output=15.0),
-    "claude-haiku-4-5": Price(input=1.0, output=5.0),
-    "deepseek-chat": Price(input=0.27, output=1.1),
-    "deepseek-reasoner": Price(input=0.55, output=2.19),
+    "gpt-4.1": Price(input=2.0, output=8.0, cache_read=0.5),
+    "gpt-4.1-mini": Price(input=0.4, output=1.6, cache_read=0.1),
+    "gpt-4o": Price(input=2.5, output=10.0, cache_read=1.25),
+    "gpt-4o-mini": Price(input=0.15, output=0.6, cache_read=0.075),
+    "gpt-5": Price(input=1.25, output=10.0, cache_read=0.125),
+    "gpt-5-mini": Price(input=0.25, output=2.0, cache_read=0.025),
+    "o3": Price(input=2.0, output=8.0, cache_read=0.5),
+    "o4-mini": Price(input=1.1, output=4.4, cache_read=0.275),
+    "claude-opus-4-1": Price(input=15.0, output=75.0, cache_write=18.75, cache_read=1.5),
+    "claude-sonnet-4-5": Price(input=3.0, output=15.0, cache_write=3.75, cache_read=0.3),
+    "claude-haiku-4-5": Price(input=1.0, output=5.0, cache_write=1.25, cache_read=0.1),
+    "deepseek-chat": Price(input=0.27, output=1.1, cache_read=0.07),
+    "deepseek-reasoner": Price(input=0.55, output=2.19, cache_read=0.14),
 }
 """List prices (USD per million tokens, standard tier, as published by each vendor in 2025) of models people
-commonly point this at. A user's `[llm.pricing]` entry or a model's own `price` wins; a local server costs 0."""
+commonly point this at, looked up by `price_key`. A user's `[llm.pricing]` entry or a model's own `price` wins."""
+
+DATE_SUFFIX = re.compile(r"(?:-\d{4}-\d{2}-\d{2}|[-@]\d{8}|-latest)$")
+"""A snapshot's date (`-20250929`, `-2024-08-06`, Vertex's `@20250929`) or `-latest`: the same model's price."""
+VERSION_DOT = re.compile(r"(?<=\d)\.(?=\d)")
+
+
+def price_key(model_id: str) -> str:
+    """The id prices are looked up by: without a vendor prefix (`anthropic/`, OpenRouter's), a date suffix, case,
+    and with a version's dot as a dash (OpenRouter's `claude-sonnet-4.5` is Anthropic's `claude-sonnet-4-5`)."""
+    name = model_id.strip().lower().rsplit("/", 1)[-1]
+    return VERSION_DOT.sub("-", DATE_SUFFIX.sub("", name))
+
+
+def pricing_line(model_id: str) -> str:
+    """The `[llm.pricing]` line that prices a model, for messages that ask for one."""
+    return f'"{model_id}" = {{ input = 0.0, output = 0.0 }}'
+
 
 ROLES: tuple[str, ...] = ("analyst", "planner", "coder", "debugger", "judge")
 
@@ -399,7 +427,7 @@ class LlmSettings(Section):
     roles: RoleSettings = Field(default_factory=RoleSettings)
     agents: AgentSettings = Field(default_factory=AgentSettings)
     pricing: dict[str, Price] = Field(default_factory=dict)
-    """Model id -> price, over DEFAULT_PRICES."""
+    """Model id -> price, over DEFAULT_PRICES; an id matches exactly, else by `price_key` (prefix, date, case)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> LlmSettings:
@@ -416,8 +444,7 @@ class LlmSettings(Section):
                     f" (known: {', '.join(providers) or 'none'})"
                 )
         for role in ROLES:
-            value = getattr(self.roles, role)
-            for name in value if isinstance(value, list) else [value] if value else []:
+            for name in _names(getattr(self.roles, role)):
                 if name not in models:
                     raise ValueError(
                         f"llm.roles.{role}: no model {name!r}; add it under [[llm.models]]"
@@ -439,8 +466,34 @@ class LlmSettings(Section):
         return next(p for p in self.providers if p.name == name)
 
     def price(self, model: ModelSettings) -> Price | None:
-        """The model's price: its own, the user's table, the defaults; None when unknown."""
-        return model.price or self.pricing.get(model.model) or DEFAULT_PRICES.get(model.model)
+        """The model's price, with its cache prices filled in: its own, else the user's table (the exact id first),
+        else the defaults, both by `price_key`; None when unknown."""
+        key = price_key(model.model)
+        listed = (p for table in (self.pricing, DEFAULT_PRICES) for i, p in table.items() if price_key(i) == key)
+        found = model.price or self.pricing.get(model.model) or next(listed, None)
+        if found is None:
+            return None
+        write, read = CACHE_MULTIPLIERS[self.provider(model.provider).protocol]
+        return found.model_copy(
+            update={
+                "cache_write": found.input * write if found.cache_write is None else found.cache_write,
+                "cache_read": found.input * read if found.cache_read is None else found.cache_read,
+            }
+        )
+
+    def used_models(self) -> list[ModelSettings]:
+        """The models the roles name (the coder pool, planner, analyst, debugger, judge), in config order."""
+        named = {name for role in ROLES for name in _names(getattr(self.roles, role))}
+        return [m for m in self.models if m.name in named]
+
+    def unpriced(self, models: list[ModelSettings]) -> list[ModelSettings]:
+        """Those of `models` with no price anywhere: a money budget cannot count what they cost."""
+        return [m for m in models if self.price(m) is None]
+
+
+def _names(value: str | list[str] | None) -> list[str]:
+    """The model names a role setting holds (the coder's is a list, the others one name or None)."""
+    return value if isinstance(value, list) else [value] if value else []
 
 
 class FileSettings(BaseSettings):

@@ -1,7 +1,8 @@
 """`kernelforge doctor`: what this machine has for each stage (Python, nvcc, the sandbox, GPU, pycuda, ncu, torch),
 whether a Dask cluster (`--cluster`, or the configured one) answers with GPU workers, and whether each configured
 LLM model answers: a one-token streamed request to its provider, and what is wrong when
-it does not (unreachable, no key, bad key, unknown model, no streaming, timeout). The key itself is never shown.
+it does not (unreachable, no key, bad key, unknown model, no streaming, timeout), and which models have no price
+(a money budget refuses them). The key itself is never shown.
 
 Its exit code says whether the main job, building, proving and timing kernels, can run here: 1 when nothing can be
 built (Python, the config, nvcc) or a configured model does not answer, 3 when kernels build but cannot run (no GPU,
@@ -35,6 +36,7 @@ from kernelforge_tui.config import (
     Timeouts,
     config_file,
     load_settings,
+    pricing_line,
 )
 from kernelforge_tui.engine.cluster.backend import Cluster, worker_command
 from kernelforge_tui.errors import KernelForgeError, NoGpu, install_fix
@@ -59,7 +61,7 @@ class Check(BaseModel):
     fix: str = ""
     problem: str = ""
     """What is wrong, for scripts (LLM checks): unreachable, no_key, bad_key, unknown_model, no_streaming, timeout,
-    rate_limited, server, bad_request, protocol, dropped."""
+    rate_limited, server, bad_request, protocol, dropped; unpriced (the pricing check)."""
 
 
 def doctor_checks(cluster: str | None = None) -> list[Check]:
@@ -156,6 +158,8 @@ ESSENTIAL = frozenset({"python", "config", "nvcc"})
 """Without these nothing can be built: cards, builds and the simulated search stop too."""
 TO_RUN = frozenset({"gpu", "pycuda"})
 """Without these kernels build but cannot be proven or timed: the main job cannot run here."""
+NARROWED = {"ncu": "without ncu the search runs unprofiled", "pricing": "unpriced models: no --budget-money"}
+"""What a missing part only narrows, as the verdict says it."""
 
 
 def verdict(checks: list[Check]) -> tuple[int, str]:
@@ -174,8 +178,10 @@ def verdict(checks: list[Check]) -> tuple[int, str]:
             f"kernels build here but cannot run (missing: {', '.join(sorted(missing & TO_RUN))}): eval and optimize "
             "need a GPU and pycuda; cards, builds, `optimize --simulate` and `open` on recorded runs work"
         )
-    narrowed = " (without ncu the search runs unprofiled)" if "ncu" in missing else ""
-    return EXIT_OK, f"ready: kernels can be built, proven correct and timed here{narrowed}"
+    narrowed = [why for name, why in NARROWED.items() if name in missing]
+    return EXIT_OK, "ready: kernels can be built, proven correct and timed here" + (
+        f" ({'; '.join(narrowed)})" if narrowed else ""
+    )
 
 
 def llm_checks(llm: LlmSettings) -> list[Check]:
@@ -190,7 +196,24 @@ def llm_checks(llm: LlmSettings) -> list[Check]:
                 "[[llm.models]] for --proposer agents or hybrid)",
             )
         ]
-    return asyncio.run(_probe_all(llm))
+    return [*asyncio.run(_probe_all(llm)), pricing_check(llm)]
+
+
+def pricing_check(llm: LlmSettings) -> Check:
+    """Which models have no price: without one a call costs nothing against --budget-money, which then refuses to
+    start. Searching without a money budget still works, so this only narrows the work."""
+    unpriced = llm.unpriced(llm.models)
+    if not unpriced:
+        return Check(name="pricing", ok=True, detail=f"every model has a price ({len(llm.models)})")
+    return Check(
+        name="pricing",
+        ok=False,
+        detail="no price for " + ", ".join(f"{m.name} ({m.model})" for m in unpriced) + ": --budget-money refuses",
+        fix="add under [llm.pricing]: "
+        + "; ".join(pricing_line(m.model) for m in unpriced)
+        + " (the provider's US dollars per million tokens; 0 for a local server)",
+        problem="unpriced",
+    )
 
 
 async def _probe_all(llm: LlmSettings) -> list[Check]:

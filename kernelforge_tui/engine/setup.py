@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.config import LlmSettings, Settings, config_file
+from kernelforge_tui.config import LlmSettings, Settings, config_file, pricing_line
 from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import CAP_OPTIONS, Budget, BudgetUsage
 from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend
@@ -117,6 +117,8 @@ def prepare_run(
             card = load_card(card_dir)
             run_settings = new_run_settings(settings, options)
         proposer, llm = make_proposer(run_settings.proposer, settings.llm, card.spec.family, options.root)
+        if llm is not None and run_settings.budget.max_money is not None:
+            _all_priced(settings.llm)
         if llm is not None:
             pipeline = run_settings.pipeline.model_copy(update={"max_expanding": settings.llm.agents.expansions})
             run_settings = run_settings.model_copy(update={"pipeline": pipeline})
@@ -136,6 +138,20 @@ def prepare_run(
         if store is not None:
             store.close()
         raise
+
+
+def _all_priced(llm: LlmSettings) -> None:
+    """A money budget counts what each call costs: a model the team calls without a price would cost nothing
+    against it, so the run is refused before it starts, with the line that prices each such model."""
+    unpriced = llm.unpriced(llm.used_models())
+    if unpriced:
+        names = ", ".join(f"{m.name} ({m.model} at {m.provider})" for m in unpriced)
+        lines = "; ".join(pricing_line(m.model) for m in unpriced)
+        raise BadInput(
+            f"--budget-money needs a price for every model the team calls; none for {names}: add under "
+            f"[llm.pricing] in {config_file()}: {lines} (the provider's US dollars per million tokens; 0 for a "
+            "local server), or give the model its own price"
+        )
 
 
 def _budget_left(search: Search) -> None:
