@@ -17,11 +17,18 @@ from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.config import LlmSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.llm import LlmClient, LlmError, Malformed
-from kernelforge_tui.models.evaluation import PtxasStats
+from kernelforge_tui.models.evaluation import Ceilings, PtxasStats
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.proposers.agents import AgentProposer
-from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo, Proposal, ProposalContext
+from kernelforge_tui.proposers.base import (
+    FailedSibling,
+    LineageStep,
+    ParentInfo,
+    Proposal,
+    ProposalContext,
+    TargetGpu,
+)
 from kernelforge_tui.proposers.hybrid import HybridProposer
 from kernelforge_tui.proposers.prompting import Entry, Listing, Prompt, estimate_tokens, fit, message_tokens
 from kernelforge_tui.proposers.replies import REPLY_FORMAT
@@ -151,14 +158,14 @@ async def test_each_role_gets_what_it_must_and_the_proposal_records_the_team(
 
     (analyst,) = script.asked("analyst")
     text = text_of(analyst)
-    assert system(text) == "[prompt analyst.v1]" and analyst.body["model"] == "m-analyst"
+    assert system(text) == "[prompt analyst.v2]" and analyst.body["model"] == "m-analyst"
     assert "memory-bandwidth-bound" in text and "DRAM throughput" in text and "long_scoreboard" in text
     assert "dram__bytes" not in text and "c2clink__present" not in text  # only the class's metrics
     assert "40 registers per thread" in text
 
     (planner,) = script.asked("planner")
     text = text_of(planner)
-    assert system(text) == "[prompt planner.v1]" and planner.body["model"] == "m-planner"
+    assert system(text) == "[prompt planner.v2]" and planner.body["model"] == "m-planner"
     for expected in (
         "softmax(x) over the last axis",  # the card's description
         "rows = 21, cols = 1003",
@@ -176,13 +183,13 @@ async def test_each_role_gets_what_it_must_and_the_proposal_records_the_team(
 
     (coder,) = script.asked("coder")
     text = text_of(coder)
-    assert system(text) == "[prompt coder.v1]" and coder.body["model"] == "m-coder-a"
+    assert system(text) == "[prompt coder.v2]" and coder.body["model"] == "m-coder-a"
     assert "[rules.v1]" in text and REPLY_FORMAT in text and 'extern "C"' in text
     assert "PLAN-MARK" in text and "softmax_naive_bf16" in text and "rows = 21" in text
 
     (judge,) = script.asked("judge")
     text = text_of(judge)
-    assert system(text) == "[prompt judge.v1]" and judge.body["model"] == "m-judge"
+    assert system(text) == "[prompt judge.v2]" and judge.body["model"] == "m-judge"
     assert "DIAG-MARK" in text and "PLAN-MARK" in text
     assert "+++ candidate.cu" in text and '-extern "C" __global__ void softmax_naive_bf16' in text
 
@@ -208,6 +215,60 @@ async def test_without_an_analyst_the_report_goes_as_it_is_and_no_profile_is_sai
     assert "Not profiled" in unprofiled and "Not profiled" not in profiled
     assert {s.body["model"] for s in script.asked("planner")} == {"m-coder-a"}  # no planner: the coder plans
     assert "analyst" not in {c.role for c in sink.calls}
+
+
+H200 = Ceilings(
+    gpu_name="NVIDIA H200",
+    copy_gbps=4250.0,
+    fma_tflops=60.0,
+    capability=(9, 0),
+    sm_count=132,
+    l2_bytes=60 << 20,
+    shared_per_sm_bytes=228 << 10,
+    shared_per_block_bytes=227 << 10,
+    registers_per_sm=65536,
+    threads_per_sm=2048,
+)
+
+
+async def test_every_role_is_told_the_gpu_its_worker_measured(card: Card, profile: NodeProfile) -> None:
+    script = Script(
+        {
+            "first": [kernel()],
+            "analyst": ["DRAM-bound."],
+            "planner": [strategy("Rows in registers")],
+            "coder": [kernel()],
+            "judge": [verdict(0.9, "good")],
+            "debugger": [kernel("Guarded the tail.")],
+        }
+    )
+    roles = {"analyst": "analyst", "coder": ["coder-a"], "judge": "judge", "debugger": "debugger"}
+    gpu = TargetGpu(name="NVIDIA H200", ceilings=H200)
+    async with team(script, roles, {"pool_size": 1}) as (proposer, _, _):
+        await proposer.propose(context(card, first_expansion=True, gpu=gpu), 1)
+        await proposer.propose(context(card, profile, failed_siblings=[failed(20)], gpu=gpu), 2)
+    for role in ("first", "analyst", "planner", "coder", "judge", "debugger"):
+        (seen,) = script.asked(role)
+        head = conversation(seen)[0][1]  # the system message
+        for expected in (
+            "NVIDIA H200, sm_90 (compute capability 9.0)",
+            "132 SMs: one wave of a grid is 132 times the blocks that fit on one SM",
+            "L2 cache 60 MiB",
+            "Per SM: 228 KiB of shared memory, 65536 32-bit registers and 2048 threads",
+            "Per block: at most 1024 threads and 227 KiB of shared memory",
+            "4250 GB/s copy bandwidth",
+            "960 TFLOP/s (the dense 16-bit tensor-core rate, derived)",  # a bf16 card: 16 x the FMA rate
+            "thread block clusters",
+            "cp.async.bulk",
+        ):
+            assert expected in head, (role, expected)
+    simulated = Script({"planner": [strategy("x")] * 2, "coder": [kernel()] * 2})
+    async with team(simulated, {"coder": ["coder-a"]}) as (proposer, _, _):
+        await proposer.propose(context(card, gpu=TargetGpu(name="simulated (no GPU)", simulated=True)), 1)
+        await proposer.propose(context(card), 1)
+    said, unsaid = (conversation(seen)[0][1] for seen in simulated.asked("coder"))
+    assert "this run is simulated (simulated (no GPU))" in said and "SMs" not in said
+    assert "not measured yet" in unsaid
 
 
 # ---- strict replies ------------------------------------------------------------------------------------------------
@@ -287,7 +348,7 @@ async def test_failed_agent_kernels_are_repaired_first_within_d_rounds(card: Car
     assert repairs[20].proposer == "agents:debugger" and repairs[20].source == KERNEL
     texts = {int(t.split("REASON-")[1].split(")")[0]): t for t in map(text_of, script.asked("debugger"))}
     assert set(texts) == {20, 24}
-    assert system(texts[20]) == "[prompt debugger.v1]" and "FAILED-SOURCE-MARK" in texts[20]
+    assert system(texts[20]) == "[prompt debugger.v2]" and "FAILED-SOURCE-MARK" in texts[20]
     assert "How it failed: mismatch (repair 1 of at most 2)" in texts[20] and "y[3, 17] = nan" in texts[20]
     assert "How it failed: compile (repair 2 of at most 2)" in texts[24]
     assert sorted(c.node_id or 0 for c in sink.calls if c.role == "debugger") == [20, 24]
@@ -403,7 +464,7 @@ async def test_the_top_k_coders_each_write_a_first_kernel_at_once_and_one_failin
     assert proposal.proposer == "agents:coder-c"
     assert proposal.mutation == "first kernel by coder-c: One block per row, the row in registers."
     text = text_of(script.asked("first")[0])
-    assert system(text) == "[prompt first.v1]" and "softmax_naive_bf16" in text and "rows = 21" in text
+    assert system(text) == "[prompt first.v2]" and "softmax_naive_bf16" in text and "rows = 21" in text
     assert proposal.llm_calls == [c.id for c in sink.calls if c.model == "m-coder-c"]
 
 

@@ -20,16 +20,18 @@ from kernelforge_tui.config import (
     Timeouts,
     load_settings,
 )
-from kernelforge_tui.engine.backend import SimulatedBackend, make_builder
+from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder, target_gpu
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.router import rank_coders
 from kernelforge_tui.engine.search import MAX_LLM_FAILURES, Search
 from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
 from kernelforge_tui.engine.tree import TreeSettings
+from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.llm import ChatMessage, LlmClient
+from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.models.events import BudgetUsed, EngineEvent, LlmCallEnded, LlmCallStarted, LlmText
 from kernelforge_tui.models.llm import ModelRecord
-from kernelforge_tui.proposers.base import Proposal, ProposalContext
+from kernelforge_tui.proposers.base import Proposal, ProposalContext, TargetGpu
 from kernelforge_tui.proposers.replies import parse_kernel
 from kernelforge_tui.store import DB_NAME, RunStore
 from tests.fakes.llm_server import LlmServer, Reply
@@ -163,6 +165,7 @@ async def test_calls_are_recorded_linked_and_costed_exactly(tmp_path: Path, serv
     assert streamed == calls[0].reply  # the reply streamed to the views is the reply recorded
     budget = [e for e in events if isinstance(e, BudgetUsed)][-1]
     assert budget.tokens == 96 and budget.money_usd == pytest.approx(6 * CALL_NANOUSD / 1e9)
+    assert proposer.contexts[0].gpu == TargetGpu(name="simulated (no GPU)", simulated=True)
     # the root's first expansion with an LLM team takes a whole batch (4), whatever the widening allows
     assert proposer.contexts[0].first_expansion and len(calls) > 4 and not proposer.contexts[-1].first_expansion
     assert len([n for n in written if n.parent_id == store.nodes()[0].id]) >= 4
@@ -264,6 +267,17 @@ async def test_a_rejected_reply_is_a_failed_node_that_keeps_the_reply(tmp_path: 
     assert node.status == "failed" and node.failure == "compile" and "0 ```cuda blocks" in node.reason
     assert search.store.node_record(node.id).source == "no code here"
     search.store.close()
+
+
+def test_the_proposers_are_told_the_gpu_its_worker_measured(tmp_path: Path) -> None:
+    gpu = GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-1", capability="9.0", driver="570", memory_mib=141000)
+    settings = load_settings()
+    backend = GpuBackend(make_card(tmp_path / "card"), settings, [gpu], make_builder(settings, gpu.arch))
+    assert target_gpu(backend) == TargetGpu(name="NVIDIA H200")  # not measured yet
+    measured = Ceilings(gpu_name="NVIDIA H200", copy_gbps=4250.0, fma_tflops=60.0, capability=(9, 0), sm_count=132,
+                        l2_bytes=60 << 20, shared_per_sm_bytes=228 << 10)  # fmt: skip
+    backend.evaluators[0].ceilings = measured
+    assert target_gpu(backend) == TargetGpu(name="NVIDIA H200", ceilings=measured)
 
 
 def test_the_router_ranks_coders_by_smoothed_success_on_the_family() -> None:

@@ -30,9 +30,10 @@ from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
 from kernelforge_tui.gpu.profile import ProfilingUnavailable
 from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
 from kernelforge_tui.gpu.statistics import robust_stats, speedup_interval
-from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck, Timing
+from kernelforge_tui.models.evaluation import Ceilings, EvalResult, Evaluation, SetCheck, Timing
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.proposers.base import TargetGpu
 
 EVALUATING: contextvars.ContextVar[int | None] = contextvars.ContextVar("evaluating", default=None)
 """The node a GPU lane is evaluating (set by the pipeline): a backend that shows where its work is (a cluster)
@@ -92,6 +93,24 @@ class ProfilingBackend(Protocol):
     """
 
     async def profile(self, source: str, plan: LaunchPlan, measured_us: float | None = None) -> NodeProfile: ...
+
+
+@runtime_checkable
+class MeasuringBackend(Protocol):
+    """A backend whose GPU worker measured the GPU (its ceilings and the SM's resources)."""
+
+    @property
+    def ceilings(self) -> Ceilings | None:
+        """None until a worker has measured them."""
+        ...
+
+
+def target_gpu(backend: EvaluationBackend) -> TargetGpu:
+    """The GPU as the proposers are told of it: measured, simulated, or not measured yet."""
+    if isinstance(backend, PipelinedBackend) and backend.name == SIMULATED:  # a simulated cluster's too
+        return TargetGpu(name=backend.gpu_name, simulated=True)
+    ceilings = backend.ceilings if isinstance(backend, MeasuringBackend) else None
+    return TargetGpu(name=backend.gpu_name, ceilings=ceilings)
 
 
 def make_builder(settings: Settings, arch: str | None = None) -> Builder:
@@ -176,6 +195,11 @@ class GpuBackend:
             gpu = evaluator.gpu
             self._profilers[gpu.index] = ProfilingService(self.card, self.settings.profile, gpu, evaluator.ceilings)
             self._lanes.release(evaluator)
+
+    @property
+    def ceilings(self) -> Ceilings | None:
+        """The first GPU's, as its worker measured them (each lane holds its candidates to its own)."""
+        return self.evaluators[0].ceilings
 
     async def build(self, source: str, plan: LaunchPlan) -> Evaluation | None:
         return await prebuild(self.card, self.builder, source, plan)

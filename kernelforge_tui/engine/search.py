@@ -18,7 +18,7 @@ from functools import partial
 
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import ProfileSettings, RewardWeights
-from kernelforge_tui.engine.backend import EvaluationBackend
+from kernelforge_tui.engine.backend import EvaluationBackend, target_gpu
 from kernelforge_tui.engine.budget import Meter
 from kernelforge_tui.engine.commands import CommandHandler
 from kernelforge_tui.engine.events import EventBus
@@ -477,6 +477,7 @@ class Search:
             best_speedup=self.champion.speedup,
             lineage=lineage,
             first_expansion=self._first_expansion(node_id),
+            gpu=target_gpu(self.backend),
         )
 
     def _record(self, node_id: int, evaluation: Evaluation) -> None:

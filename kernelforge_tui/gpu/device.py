@@ -174,7 +174,8 @@ class GpuDevice:
 
     # -- ceilings --------------------------------------------------------------------------------------------
     def measure_ceilings(self, helpers_cubin: Path) -> Ceilings:
-        """Copy bandwidth and FP32 FMA rate: the best of several launch shapes (and of the driver's own copy)."""
+        """Copy bandwidth and FP32 FMA rate: the best of several launch shapes (and of the driver's own copy); with
+        them the SM's resources as the driver reports them (the agents' prompts describe the GPU from these)."""
         helpers = self.load_helpers(helpers_cubin)
         attr = self.drv.device_attribute
         sms = self.device.get_attribute(attr.MULTIPROCESSOR_COUNT)
@@ -206,6 +207,10 @@ class GpuDevice:
             capability=(major, minor),
             sm_count=sms,
             l2_bytes=self.device.get_attribute(attr.L2_CACHE_SIZE),
+            shared_per_sm_bytes=self.device.get_attribute(attr.MAX_SHARED_MEMORY_PER_MULTIPROCESSOR),
+            shared_per_block_bytes=self.device.get_attribute(attr.MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
+            registers_per_sm=self.device.get_attribute(attr.MAX_REGISTERS_PER_MULTIPROCESSOR),
+            threads_per_sm=self.device.get_attribute(attr.MAX_THREADS_PER_MULTIPROCESSOR),
         )
 
     def _median_us(self, run: Any, reps: int) -> float:

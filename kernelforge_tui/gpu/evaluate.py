@@ -141,8 +141,9 @@ class GpuWorker:
 
 
 def ceilings_path(gpu_uuid: str) -> Path:
-    """Where one GPU's measured ceilings are cached (v2: best of several copy launch shapes)."""
-    return cache_dir() / "ceilings" / f"v2-{gpu_uuid}.json"
+    """Where one GPU's measured ceilings are cached (v2: best of several copy launch shapes; v3: with the SM's
+    shared memory, registers and threads)."""
+    return cache_dir() / "ceilings" / f"v3-{gpu_uuid}.json"
 
 
 def cached_ceilings(gpu_uuid: str) -> Ceilings | None:

@@ -104,6 +104,14 @@ class Ceilings(Strict):
     capability: tuple[int, int]
     sm_count: int
     l2_bytes: int
+    shared_per_sm_bytes: int | None = None
+    """Shared memory one SM holds (the blocks resident on it share it). None: measured before it was recorded."""
+    shared_per_block_bytes: int | None = None
+    """The most shared memory one block may have (opted in: the worker raises a kernel's limit past 48 KiB)."""
+    registers_per_sm: int | None = None
+    """32-bit registers one SM holds."""
+    threads_per_sm: int | None = None
+    """Threads resident on one SM at most."""
 
     def compute_tflops(self, dtypes: Iterable[str]) -> float:
         """The FLOP rate a card with inputs of these dtypes is held against: with a bf16 or fp16 input the dense

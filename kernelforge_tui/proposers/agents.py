@@ -46,6 +46,7 @@ from kernelforge_tui.proposers.sections import (
     card_text,
     failures_listing,
     first_line,
+    gpu_text,
     kernel_text,
     lineage_listing,
     operator_line,
@@ -161,6 +162,7 @@ class AgentProposer:
         fields = {
             **kernel_rules(),
             "card": card_text(ctx.card),
+            "gpu": gpu_text(ctx.gpu, ctx.card),
             "baseline": kernel_text(ctx.parent.source, ctx.parent.plan),
             "hints": bullets(ctx.hints, "(none)"),
         }
@@ -185,6 +187,7 @@ class AgentProposer:
         fields = {
             **kernel_rules(),
             "card": card_text(ctx.card),
+            "gpu": gpu_text(ctx.gpu, ctx.card),
             "kernel": kernel_text(failed.source, plan),
             "mutation": failed.summary,
             "failure": str(failed.failure),
@@ -226,6 +229,7 @@ class AgentProposer:
             return self._analyses[ctx.parent.id]
         fields = {
             "operator": operator_line(ctx.card),
+            "gpu": gpu_text(ctx.gpu, ctx.card),
             "plan": plan_json(ctx.parent.plan),
             "speedup": speedup_text(ctx.parent.speedup),
             "ptxas": ptxas_text(ctx.parent),
@@ -244,6 +248,7 @@ class AgentProposer:
         parent = ctx.parent
         fields = {
             "card": card_text(ctx.card),
+            "gpu": gpu_text(ctx.gpu, ctx.card),
             "kernel": kernel_text(parent.source, parent.plan),
             "speedup": speedup_text(parent.speedup),
             "analysis": analysis.text,
@@ -271,6 +276,7 @@ class AgentProposer:
             fields = {
                 **kernel_rules(),
                 "card": card_text(ctx.card),
+                "gpu": gpu_text(ctx.gpu, ctx.card),
                 "kernel": kernel_text(ctx.parent.source, ctx.parent.plan),
                 "strategy": strategy.text,
             }
@@ -303,6 +309,7 @@ class AgentProposer:
         before, after = ctx.parent.source.splitlines(keepends=True), kernel.source.splitlines(keepends=True)
         diff = "".join(difflib.unified_diff(before, after, "parent.cu", "candidate.cu"))
         fields = {
+            "gpu": gpu_text(ctx.gpu, ctx.card),
             "analysis": analysis.text,
             "strategy": strategy.text,
             "diff": diff or "(the source is unchanged)",

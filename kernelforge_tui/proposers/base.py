@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.llm.client import sha256
-from kernelforge_tui.models.evaluation import PtxasStats
+from kernelforge_tui.models.evaluation import Ceilings, PtxasStats
 from kernelforge_tui.models.nodes import FailureKind, ParamValue
 from kernelforge_tui.models.profiles import NodeProfile
 
@@ -95,6 +95,17 @@ class FailedSibling(BaseModel):
     """A repair of it is already in the tree (or on its way): the debugger does not repair it again."""
 
 
+class TargetGpu(BaseModel):
+    """The GPU the candidates are measured on, as the agents' prompts describe it: what the GPU worker measured, or
+    that nothing was (a simulated run invents its timings)."""
+
+    name: str
+    """The backend's GPU name ("NVIDIA H200 x2", "simulated (no GPU)")."""
+    ceilings: Ceilings | None = None
+    """As the worker measured them; None before any GPU measured (a cluster's first evaluation) or when simulated."""
+    simulated: bool = False
+
+
 class ProposalContext(BaseModel):
     """Everything a proposer may use to propose children of one node."""
 
@@ -116,6 +127,8 @@ class ProposalContext(BaseModel):
     """The parent's ancestors, root first, the parent last."""
     first_expansion: bool = False
     """The parent is the root and has no children yet: a pooled proposer asks several models for a first kernel."""
+    gpu: TargetGpu | None = None
+    """The GPU the candidates are measured on; None: not said (a proposer called outside a search)."""
 
 
 @runtime_checkable

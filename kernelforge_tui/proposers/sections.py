@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.stress import running
 from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo
+from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo, TargetGpu
 from kernelforge_tui.proposers.prompting import Entry, Listing
 
 REASON_CHARS = 1500
@@ -67,6 +67,61 @@ def card_text(card: OperatorCard) -> str:
             bullets(stress, "(none for this family)"),
         ]
     )
+
+
+HOPPER = (9, 0)
+"""The first compute capability with thread block clusters and the Tensor Memory Accelerator."""
+
+
+def _size(nbytes: int) -> str:
+    return f"{nbytes / 2**20:g} MiB" if nbytes >= 2**20 else f"{nbytes / 2**10:g} KiB"
+
+
+def gpu_text(gpu: TargetGpu | None, card: OperatorCard) -> str:
+    """The GPU the candidates are measured on, from what its worker measured: what sizes grids to waves, blocks to
+    the SM's shared memory and registers, and an edit to the ceilings it is held to; a simulated run says so."""
+    if gpu is not None and gpu.simulated:
+        return (
+            f"None: this run is simulated ({gpu.name}). Its timings are invented from the source, not measured, so "
+            "no GPU's limits are known here; write what would be fast on a recent NVIDIA data-centre GPU."
+        )
+    c = gpu.ceilings if gpu is not None else None
+    if c is None:
+        where = f"{gpu.name}, " if gpu is not None else ""
+        return f"{where}not measured yet: write what would be fast on a recent NVIDIA data-centre GPU."
+    major, minor = c.capability
+    lines = [f"{c.gpu_name}, sm_{major}{minor} (compute capability {major}.{minor}), as its GPU worker measured it:"]
+    lines.append(
+        f"- {c.sm_count} SMs: one wave of a grid is {c.sm_count} times the blocks that fit on one SM at once; "
+        f"L2 cache {_size(c.l2_bytes)} (flushed before every timed launch)."
+    )
+    if c.shared_per_sm_bytes is not None and c.registers_per_sm is not None and c.threads_per_sm is not None:
+        lines.append(
+            f"- Per SM: {_size(c.shared_per_sm_bytes)} of shared memory, {c.registers_per_sm} 32-bit registers and "
+            f"{c.threads_per_sm} threads, shared by the blocks resident on it."
+        )
+    if c.shared_per_block_bytes is not None:
+        lines.append(
+            f"- Per block: at most 1024 threads and {_size(c.shared_per_block_bytes)} of shared memory: static "
+            "__shared__ arrays up to 48 KiB, beyond that dynamic (extern __shared__, sized by the launch plan's "
+            "shared_bytes; the harness raises the kernel's limit)."
+        )
+    held = c.compute_tflops(t.dtype for t in card.inputs)
+    rate = "the measured FP32 FMA rate" if held == c.fma_tflops else "the dense 16-bit tensor-core rate, derived"
+    lines.append(
+        f"- Ceilings this card is held to: {c.copy_gbps:.0f} GB/s copy bandwidth (measured, bytes read plus written) "
+        f"and {held:.0f} TFLOP/s ({rate}); a kernel timed faster than they allow fails as a cheat."
+    )
+    if c.capability >= HOPPER:
+        lines.append(
+            "- Available on this architecture: thread block clusters (a compile-time __cluster_dims__ on the "
+            "kernel, the grid a multiple of it; the launch plan has no cluster field) with distributed shared "
+            "memory, and the Tensor Memory Accelerator's bulk copies that need no tensor map (cp.async.bulk with an "
+            "mbarrier). Tiled TMA needs a tensor map, which only host code can make: not available to a candidate."
+        )
+    else:
+        lines.append("- No thread block clusters or TMA on this architecture (they need sm_90 or newer).")
+    return "\n".join(lines)
 
 
 def plan_json(plan: LaunchPlan) -> str:

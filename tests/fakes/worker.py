@@ -40,7 +40,8 @@ def _answer(request: object, mode: str) -> ReplyEnvelope:
         return ReplyEnvelope(reply=CardLoaded(sets=["set_1", "fresh-0"], device_bytes=1, seconds=0.0), kind="card")
     if isinstance(request, MeasureCeilings):
         ceilings = Ceilings(gpu_name="Fake GPU", copy_gbps=4000.0, fma_tflops=60.0, capability=(9, 0), sm_count=132,
-                            l2_bytes=60 << 20)  # fmt: skip
+                            l2_bytes=60 << 20, shared_per_sm_bytes=233472, shared_per_block_bytes=232448,
+                            registers_per_sm=65536, threads_per_sm=2048)  # fmt: skip
         return ReplyEnvelope(reply=ceilings, kind="ceilings")
     return ReplyEnvelope(reply=EvalResult(ok=True, gpu_seconds=0.01), kind="eval")
 
