@@ -33,6 +33,7 @@ from kernelforge_tui.proposers.hybrid import HybridProposer
 from kernelforge_tui.proposers.prompting import Entry, Listing, Prompt, estimate_tokens, fit, message_tokens
 from kernelforge_tui.proposers.replies import REPLY_FORMAT
 from kernelforge_tui.proposers.role_replies import parse_strategy, parse_verdict
+from kernelforge_tui.proposers.sections import card_text
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
 from tests.fakes.agent_replies import (
@@ -107,6 +108,8 @@ def context(card: Card, profile: NodeProfile | None = None, **fields: Any) -> Pr
         source=card.baseline_source(),
         plan=card.spec.baseline.plan,
         speedup=1.25,
+        latency_us=12.5,
+        ceiling_share=0.45,
         profile=profile,
         ptxas=PtxasStats(registers=40),
     )
@@ -162,6 +165,7 @@ async def test_each_role_gets_what_it_must_and_the_proposal_records_the_team(
     assert "memory-bandwidth-bound" in text and "DRAM throughput" in text and "long_scoreboard" in text
     assert "dram__bytes" not in text and "c2clink__present" not in text  # only the class's metrics
     assert "40 registers per thread" in text
+    assert "Measured so far: 1.25x the baseline, 12.50 us a call (median), 45% of the measured ceiling" in text
 
     (planner,) = script.asked("planner")
     text = text_of(planner)
@@ -172,7 +176,7 @@ async def test_each_role_gets_what_it_must_and_the_proposal_records_the_team(
         "|out - ref| <= 1e-08 + 0.016 * |ref|",
         "stress:large-logits",
         "softmax_naive_bf16",  # the parent kernel
-        "1.25x the baseline",
+        "1.25x the baseline, 12.50 us a call (median), 45% of the measured ceiling",  # as the metrics pane says
         "LINEAGE-MARK",
         "DIAG-MARK",
         "40 registers per thread",
@@ -191,6 +195,7 @@ async def test_each_role_gets_what_it_must_and_the_proposal_records_the_team(
     text = text_of(judge)
     assert system(text) == "[prompt judge.v2]" and judge.body["model"] == "m-judge"
     assert "DIAG-MARK" in text and "PLAN-MARK" in text
+    assert card_text(card.spec) in text  # the same card section the coder gets
     assert "+++ candidate.cu" in text and '-extern "C" __global__ void softmax_naive_bf16' in text
 
     assert proposal.proposer == "agents:coder-a"
@@ -269,6 +274,8 @@ async def test_every_role_is_told_the_gpu_its_worker_measured(card: Card, profil
     said, unsaid = (conversation(seen)[0][1] for seen in simulated.asked("coder"))
     assert "this run is simulated (simulated (no GPU))" in said and "SMs" not in said
     assert "not measured yet" in unsaid
+    planned = text_of(simulated.asked("planner")[0])
+    assert "12.50 us a call (median), 45% of a simulated ceiling (no GPU measured it)" in planned
 
 
 # ---- strict replies ------------------------------------------------------------------------------------------------

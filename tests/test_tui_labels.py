@@ -9,7 +9,8 @@ from typing import Any
 from textual.pilot import Pilot
 
 from kernelforge_tui.engine.backend import SIMULATED
-from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING, KernelSummary, ceiling_share_text, render_summary
+from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING, KernelSummary, render_summary
+from kernelforge_tui.models.evaluation import ceiling_share_text
 from kernelforge_tui.models.nodes import NodeStatus
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings

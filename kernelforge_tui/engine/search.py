@@ -463,6 +463,7 @@ class Search:
             params=self.tree[node_id].params,
             latency_us=record.latency_us,
             speedup=record.speedup,
+            ceiling_share=record.ceiling_share,
             profile=profile,
             ptxas=build.ptxas.get(record.plan.entry) if build is not None else None,
         )

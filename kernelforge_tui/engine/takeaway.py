@@ -16,7 +16,7 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.store import to_toml
 from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.evaluation import Evaluation, speedup_text
+from kernelforge_tui.models.evaluation import Evaluation, ceiling_share_text, speedup_text
 from kernelforge_tui.models.nodes import MEASURED, NodeRecord, NodeStatus
 from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.models.runs import RunInfo
@@ -134,14 +134,6 @@ PEAK_VS_CEILING = (
     "measured on this GPU; ncu's % of peak is the busiest unit's utilisation, which counts every byte it moved"
 )
 """How the share of the ceiling differs from Nsight Compute's "% of peak", wherever both are shown."""
-
-
-def ceiling_share_text(share: float, simulated: bool) -> str:
-    """The share of the ceiling in words, the same in `show`, summary.md and the TUI; a simulated run measured no
-    ceiling and says so."""
-    if simulated:
-        return f"{share:.0%} of a simulated ceiling (no GPU measured it)"
-    return f"{share:.0%} of the measured ceiling"
 
 
 def render_summary(s: KernelSummary) -> str:

@@ -218,3 +218,11 @@ def speedup_text(speedup: float, interval: tuple[float, float] | None, digits: i
     if interval is not None:
         text += f" (95%: {interval[0]:.{digits}f}-{interval[1]:.{digits}f})"
     return text
+
+
+def ceiling_share_text(share: float, simulated: bool) -> str:
+    """The share of the ceiling in words, the same in `show`, summary.md, the TUI and the agents' prompts; a
+    simulated run measured no ceiling and says so."""
+    if simulated:
+        return f"{share:.0%} of a simulated ceiling (no GPU measured it)"
+    return f"{share:.0%} of the measured ceiling"

@@ -50,10 +50,10 @@ from kernelforge_tui.proposers.sections import (
     kernel_text,
     lineage_listing,
     operator_line,
+    parent_speed,
     plan_json,
     profile_text,
     ptxas_text,
-    speedup_text,
 )
 
 LOST = (LlmError, Malformed)
@@ -231,7 +231,7 @@ class AgentProposer:
             "operator": operator_line(ctx.card),
             "gpu": gpu_text(ctx.gpu, ctx.card),
             "plan": plan_json(ctx.parent.plan),
-            "speedup": speedup_text(ctx.parent.speedup),
+            "speed": parent_speed(ctx.parent, ctx.gpu),
             "ptxas": ptxas_text(ctx.parent),
             "report": report,
         }
@@ -250,7 +250,7 @@ class AgentProposer:
             "card": card_text(ctx.card),
             "gpu": gpu_text(ctx.gpu, ctx.card),
             "kernel": kernel_text(parent.source, parent.plan),
-            "speedup": speedup_text(parent.speedup),
+            "speed": parent_speed(parent, ctx.gpu),
             "analysis": analysis.text,
             "ptxas": ptxas_text(parent),
             "planned": bullets(planned, "(nothing yet)"),
@@ -309,6 +309,7 @@ class AgentProposer:
         before, after = ctx.parent.source.splitlines(keepends=True), kernel.source.splitlines(keepends=True)
         diff = "".join(difflib.unified_diff(before, after, "parent.cu", "candidate.cu"))
         fields = {
+            "card": card_text(ctx.card),
             "gpu": gpu_text(ctx.gpu, ctx.card),
             "analysis": analysis.text,
             "strategy": strategy.text,

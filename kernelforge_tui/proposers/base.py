@@ -57,6 +57,8 @@ class ParentInfo(BaseModel):
     latency_us: float | None = None
     speedup: float | None = None
     """Baseline time over the parent's time (the root, the card's baseline, is about 1.0)."""
+    ceiling_share: float | None = None
+    """The parent's share of the measured ceiling (as the metrics pane shows it)."""
     profile: NodeProfile | None = None
     """The parent's Nsight Compute profile when it was profiled: its metrics, its bottleneck class and the
     metrics that matter for it (`profile.hardware.lines()` reads as text), its ptxas stats."""

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.stress import running
+from kernelforge_tui.models.evaluation import ceiling_share_text
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo, TargetGpu
 from kernelforge_tui.proposers.prompting import Entry, Listing
@@ -151,16 +152,27 @@ def ptxas_text(parent: ParentInfo) -> str:
     )
 
 
-def speedup_text(speedup: float | None) -> str:
-    return f"{speedup:.3g}x the baseline" if speedup is not None else "not measured"
+def speed_text(
+    speedup: float | None, latency_us: float | None = None, share: float | None = None, simulated: bool = False
+) -> str:
+    """How fast a kernel measured, in the words the metrics pane uses: its speedup, its time a call, and its share
+    of the ceiling (`ceiling_share_text`, which says when the ceiling is a simulated one)."""
+    parts = [f"{speedup:.3g}x the baseline"] if speedup is not None else []
+    parts += [f"{latency_us:.2f} us a call (median)"] if latency_us is not None else []
+    parts += [ceiling_share_text(share, simulated)] if share is not None else []
+    return ", ".join(parts) or "not measured"
+
+
+def parent_speed(parent: ParentInfo, gpu: TargetGpu | None) -> str:
+    return speed_text(parent.speedup, parent.latency_us, parent.ceiling_share, gpu is not None and gpu.simulated)
 
 
 def lineage_listing(lineage: Sequence[LineageStep]) -> Listing:
     entries = [
         Entry(
             step.id,
-            f"#{step.id} {step.mutation}: {speedup_text(step.speedup)}",
-            f"#{step.id} {first_line(step.mutation, 60)}: {speedup_text(step.speedup)}",
+            f"#{step.id} {step.mutation}: {speed_text(step.speedup)}",
+            f"#{step.id} {first_line(step.mutation, 60)}: {speed_text(step.speedup)}",
         )
         for step in lineage
     ]

@@ -14,8 +14,8 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING, ceiling_share_text
-from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING
+from kernelforge_tui.models.evaluation import Evaluation, ceiling_share_text
 from kernelforge_tui.models.nodes import NodeView
 from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.tui.source import AgentFacts, ProfileRead
