@@ -17,7 +17,7 @@ from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.config import LlmSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.llm import LlmClient, LlmError, Malformed
-from kernelforge_tui.models.evaluation import Ceilings, PtxasStats
+from kernelforge_tui.models.evaluation import Ceilings, Diagnostic, PtxasStats
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.proposers.agents import AgentProposer
@@ -360,6 +360,32 @@ async def test_failed_agent_kernels_are_repaired_first_within_d_rounds(card: Car
     assert "How it failed: compile (repair 2 of at most 2)" in texts[24]
     assert sorted(c.node_id or 0 for c in sink.calls if c.role == "debugger") == [20, 24]
     assert [p.mutation for p in proposals if p.repair_of is None] == ["Rows in registers"]
+
+
+async def test_the_debugger_reads_the_builds_messages_errors_first_against_numbered_lines(card: Card) -> None:
+    warnings = [
+        Diagnostic(line=3, severity="warning", message=f"WARNING-{i}", source_line="  int unused;") for i in range(4)
+    ]
+    message = 'ERROR-{} "VEC" is\n undefined'  # a message over two lines is read as one
+    errors = [
+        Diagnostic(line=10 + i, column=5, severity="error", message=message.format(i), source_line=f"  v = VEC({i});")
+        for i in range(22)
+    ]
+    reason = "compile error: line 10: ERROR-0"
+    sibling = failed(24, failure=FailureKind.COMPILE, reason=reason, diagnostics=[*warnings, *errors])
+    script = Script({"debugger": [kernel("Defined VEC.")]})
+    async with team(script, {"coder": ["coder-a"], "debugger": "debugger"}) as (proposer, _, _):
+        await proposer.propose(context(card, failed_siblings=[sibling]), 1)
+    (seen,) = script.asked("debugger")
+    text = text_of(seen)
+    shown = text.split("# What the compiler and the source check said about it (errors first)\n")[1]
+    lines = shown.splitlines()
+    assert lines[0] == 'candidate.cu:10:5: error: ERROR-0 "VEC" is undefined' and lines[1] == "    10 |   v = VEC(0);"
+    assert [line.split(": ")[2] for line in lines[0:40:2]] == [f'ERROR-{i} "VEC" is undefined' for i in range(20)]
+    assert "WARNING-0" not in shown and lines[40] == "(6 more messages left out)"
+    numbered = FAILED_SOURCE.splitlines()
+    width = len(str(len(numbered)))
+    assert f"{1:>{width}} | // FAILED-SOURCE-MARK" in text and f"{len(numbered)} | {numbered[-1]}" in text
 
 
 async def test_with_no_debug_rounds_nothing_is_repaired(card: Card) -> None:

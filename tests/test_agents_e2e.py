@@ -16,7 +16,7 @@ import pytest
 
 from kernelforge_tui.config import DEFAULT_PRICES
 from kernelforge_tui.store import RunStore
-from tests.fakes.agent_replies import CARD_DIR, KERNEL, PLAN, Script, kernel, strategy, verdict
+from tests.fakes.agent_replies import CARD_DIR, KERNEL, PLAN, Script, kernel, strategy, text_of, verdict
 from tests.fakes.llm_server import LlmServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,6 +127,11 @@ def test_optimize_with_the_agent_team_end_to_end(tmp_path: Path, proposer: str) 
         repairs = [records[n.id] for n in team if records[n.id].repair_of is not None]
         assert repairs and all(r.repair_of in {b.id for b in broken} for r in repairs)
         assert any(r.status == "timed" for r in repairs)  # the debugger's fix built and was measured
+        line = next(n for n, text in enumerate(BROKEN.splitlines(), start=1) if "int int" in text)
+        for asked in script.asked("debugger"):  # nvcc's own message on the line, and the source numbered
+            text = text_of(asked)
+            assert f"candidate.cu:{line}:79: error: invalid combination of type specifiers" in text
+            assert f"{line} | {BROKEN.splitlines()[line - 1]}" in text
     judged = [r for r in records.values() if r.judge_score is not None]
     assert judged and all(r.judge_score == 0.8 for r in judged)
     assert all(r.reward is None or r.reward.term("judge") is not None for r in judged)

@@ -436,6 +436,7 @@ class Search:
         failed: list[FailedSibling] = []
         for child in self.tree.failed_children(node_id):
             sibling = self.store.node_record(child.id)
+            verdict = self.store.evaluation(child.id)
             failed.append(
                 FailedSibling(
                     node_id=child.id,
@@ -448,6 +449,7 @@ class Search:
                     proposer=sibling.proposer,
                     repair_round=self.tree.repair_round(child.id),
                     repaired=self.tree.repaired(child.id),
+                    diagnostics=verdict.build.diagnostics if verdict is not None and verdict.build is not None else [],
                 )
             )
         evaluation = self.store.evaluation(node_id)

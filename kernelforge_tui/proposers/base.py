@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.llm.client import sha256
-from kernelforge_tui.models.evaluation import Ceilings, PtxasStats
+from kernelforge_tui.models.evaluation import Ceilings, Diagnostic, PtxasStats
 from kernelforge_tui.models.nodes import FailureKind, ParamValue
 from kernelforge_tui.models.profiles import NodeProfile
 
@@ -95,6 +95,8 @@ class FailedSibling(BaseModel):
     """How many debugger repairs led to this node (0: not a repair)."""
     repaired: bool = False
     """A repair of it is already in the tree (or on its way): the debugger does not repair it again."""
+    diagnostics: list[Diagnostic] = Field(default_factory=list)
+    """Its build's compiler and source-check messages, placed in its source (bounded as the build stored them)."""
 
 
 class TargetGpu(BaseModel):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.stress import running
-from kernelforge_tui.models.evaluation import ceiling_share_text
+from kernelforge_tui.models.evaluation import Diagnostic, ceiling_share_text
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo, TargetGpu
 from kernelforge_tui.proposers.prompting import Entry, Listing
@@ -129,8 +129,42 @@ def plan_json(plan: LaunchPlan) -> str:
     return plan.model_dump_json()
 
 
-def kernel_text(source: str, plan: LaunchPlan) -> str:
-    return f"```cuda\n{source.rstrip()}\n```\nLaunch plan:\n```json\n{plan_json(plan)}\n```"
+def kernel_text(source: str, plan: LaunchPlan, numbered: bool = False) -> str:
+    """The source in a CUDA block and the plan in a JSON block; `numbered` prefixes each line with its number as the
+    compiler counts them (`  12 | `), for a reader matching diagnostics to lines."""
+    lines = source.rstrip().splitlines()
+    if numbered:
+        width = len(str(len(lines)))
+        lines = [f"{i:>{width}} | {line}" for i, line in enumerate(lines, start=1)]
+    body = "\n".join(lines)
+    return f"```cuda\n{body}\n```\nLaunch plan:\n```json\n{plan_json(plan)}\n```"
+
+
+DIAGNOSTICS_SHOWN = 20
+"""A debugger sees this many of a build's messages, errors first (the first errors are the cause; the rest are
+mostly their echoes)."""
+MESSAGE_CHARS = 400
+LINE_CHARS = 200
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def diagnostics_text(diagnostics: Sequence[Diagnostic], shown: int = DIAGNOSTICS_SHOWN) -> str:
+    """The build's messages, errors first in the compiler's order, each placed and with the source line it names."""
+    if not diagnostics:
+        return "(none recorded)"
+    ordered = sorted(diagnostics, key=lambda d: d.severity != "error")
+    lines = []
+    for d in ordered[:shown]:
+        where = d.file if d.line is None else f"{d.file}:{d.line}" + (f":{d.column}" if d.column else "")
+        lines.append(f"{where}: {d.severity}: {_cut(' '.join(d.message.split()), MESSAGE_CHARS)}")
+        if d.line is not None and d.source_line:
+            lines.append(f"    {d.line} | {_cut(d.source_line.rstrip(), LINE_CHARS)}")
+    if len(ordered) > shown:
+        lines.append(f"({len(ordered) - shown} more messages left out)")
+    return "\n".join(lines)
 
 
 def profile_text(profile: NodeProfile | None) -> str:
