@@ -47,8 +47,8 @@ import torch
 from kernelforge_tui.cast import load
 from kernelforge_tui.cast.export import export
 from kernelforge_tui.cast.manifest import CastManifest, KernelEntry, read_package
-from kernelforge_tui.cast.probe import as_call, aten_call, card_of, input_sets
-from kernelforge_tui.cast.runtime import Cast, disagreement, probe_machine
+from kernelforge_tui.cast.probe import as_call, card_of, input_sets
+from kernelforge_tui.cast.runtime import Cast, aten_call, disagreement, probe_machine
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -419,14 +419,26 @@ def host_parts(
     - eager: the original operator; cast: the same call with the package loaded (dispatch + guard + launch);
     - round_trip, direct: the floor of any torch.library override (a Python kernel that returns a ready result at
       once, called through the dispatcher, and called directly);
-    - the hot path's parts: guard (`admit`: key tuples, one modulo, set lookups), full_check (`check`, which
-      explains refusals), alloc (the output), stream (torch's current one), driver_call (a prepared launch into
-      a ready output: pointers into the argument block and one driver call), run (alloc + stream + pointers +
-      driver call), launch (`runner.launch`, run on the first tensor's device);
+    - the hot path's parts: guard (the call's signature looked up among decided ones, and its pointers against
+      the alignment), full_check (`check`, which explains refusals), alloc (the output), stream (torch's current
+      one), driver_call (a prepared launch into a ready output: pointers into the argument block and one driver
+      call), run (alloc + stream + pointers + driver call), launch (`runner.launch`, run on the first tensor's
+      device);
     - refused, eager_refused: the refused call through the package and eagerly."""
-    admitted = runner.admit(tuple(args))
-    assert admitted is not None, "the hot path's guard refuses the call its kernel was made for"
-    device, tensors, in_pointers = admitted
+    from kernelforge_tui.cast.runtime import signature
+
+    tensors = runner.check(args, kwargs)
+    assert not isinstance(tensors, str), f"the guard refuses the call its kernel was made for: {tensors}"
+    device = max(tensors[0].get_device(), 0)
+    in_pointers = [t.data_ptr() for t in tensors]
+    call = tuple(args)
+    decided = {signature(call, torch.Tensor): (runner, device, runner.fallbacks, "")}
+    alignments = runner.alignments
+
+    def guard() -> Any:
+        found = decided.get(signature(call, torch.Tensor))
+        return found, [p % a for p, a in zip([t.data_ptr() for t in tensors], alignments, strict=True)]
+
     out = runner.run(device, tensors, in_pointers)
     outs = [out] if isinstance(out, torch.Tensor) else list(out)
     launcher = runner.launchers[device]
@@ -439,13 +451,12 @@ def host_parts(
     def kernel(keyset: Any, *a: Any, **k: Any) -> Any:
         return ready
 
-    call = tuple(args)
     return {
         "eager": (lambda: op(*args, **kwargs), None),
         "cast": (lambda: op(*args, **kwargs), lambda: cast),
         "round_trip": (lambda: op(*args, **kwargs), lambda: python_kernel(op, kernel, key)),
         "direct": (lambda: kernel(None, *args, **kwargs), None),
-        "guard": (lambda: runner.admit(call), None),
+        "guard": (guard, None),
         "full_check": (lambda: runner.check(args, kwargs), None),
         "alloc": (
             (lambda: torch.empty_like(tensors[like]))
@@ -707,7 +718,7 @@ def micro_markdown(r: dict[str, Any]) -> str:
             r["round_trip_us"],
         ),
         ("through the package (dispatch + guard + run)", r["cast_us"]),
-        ("guard (`admit`: key tuples, one modulo, set lookups)", r["guard_us"]),
+        ("guard (the signature's decision looked up, one modulo per pointer)", r["guard_us"]),
         ("full guard (`check`, which explains refusals)", r["guard_full_check_us"]),
         ("output allocation", r["alloc_us"]),
         ("torch's current stream (CPU: none)", r["stream_us"]),

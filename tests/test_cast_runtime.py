@@ -312,62 +312,84 @@ def _with_scalar(accepts: list[Any]) -> KernelEntry:
     return entry.model_copy(update={"guard": entry.guard.model_copy(update={"args": [*entry.guard.args, extra]})})
 
 
-def test_the_hot_path_admits_only_what_the_full_guard_admits() -> None:
+def test_a_signature_holds_everything_the_guard_decides_on() -> None:
+    # The hot path keeps the guard's decision per call signature (`signature`): two calls with one signature must
+    # get one decision from the full guard, pointers aside (the hot path checks those per call).
+    from kernelforge_tui.cast.runtime import signature
+
     entry, _ = softmax_entry(alignment=64)
     runner = _runner(entry)
     x = torch.randn(4, 8)
-    misaligned = torch.randn(4 * 8 + 1)[1:].view(4, 8)
-    assert runner.admit((x, -1, False)) is None  # no call admitted on this device yet: the full guard decides
-    assert runner.check([x, -1, False], {}) == [x]
     calls: list[tuple[object, ...]] = [
         (x, -1, False),
+        (torch.randn(4, 8), -1, False),  # another tensor of the same signature
         (x, 1, False),
         (x, 0, False),
-        (x, True, False),  # True == 1, but not an int
+        (x, True, False),  # True == 1 and hashes alike, but is not an int
         (x, 1.0, False),
         (x, -1, True),
         (x, -1, 0),
         (x, -1),
         (x, -1, False, None),
-        (x, [-1], False),
         (x.double(), -1, False),
         (torch.randn(8, 4).t(), -1, False),
-        (misaligned, -1, False),
         (torch.randn(3, 8), -1, False),
         (1.5, -1, False),
     ]
-    admitted = []
+    decided: dict[tuple[object, ...], object] = {}
     for call in calls:
-        fast = runner.admit(call)
-        slow = runner.check(list(call), {})
-        if fast is not None:
-            assert not isinstance(slow, str), (call, slow)
-            device, tensors, pointers = fast
-            assert device == 0 and tensors == slow and pointers == [t.data_ptr() for t in tensors]
-            admitted.append(call)
-    assert admitted == [(x, -1, False), (x, 1, False)]
+        verdict = runner.check(list(call), {}, "signature")
+        verdict = verdict if isinstance(verdict, str) else "admitted"
+        assert decided.setdefault(signature(call, torch.Tensor), verdict) == verdict, call
+    assert len(decided) == len(calls) - 1  # only the two calls on equal tensors share a signature
+    assert [v for v in decided.values() if v == "admitted"] == ["admitted"] * 2  # dim -1 and dim 1
+    with pytest.raises(TypeError):
+        hash(signature((x, [-1], False), torch.Tensor))  # a list: not kept, the full guard decides every time
+
+
+def test_the_hot_path_takes_a_decided_signature_and_checks_each_calls_pointers(tmp_path: Path) -> None:
+    driver = HostSoftmax()
+    x = torch.randn(4, 8)
+    misaligned = torch.randn(4 * 8 + 1)[1:].view(4, 8)  # the signature of x, 4 bytes past a 64-byte boundary
+    with load(_package(tmp_path), machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver) as cast:
+        (override,) = cast._overrides
+        (runner,) = cast.runners
+        checks: list[str] = []
+        full_guard = runner.check
+        runner.check = lambda args, kwargs, where="call": checks.append(where) or full_guard(args, kwargs, where)  # type: ignore[method-assign]
+        ys = [torch.softmax(x, -1) for _ in range(3)]
+        refused = [torch.softmax(x.double(), -1) for _ in range(2)]
+        uncovered = [torch.softmax(torch.randn(3, 8), -1) for _ in range(2)]
+        assert len(override.decisions) == 3
+        off = torch.softmax(misaligned, -1)
+    # Once per signature (the first call: its signature, then its pointers), and for the misaligned call again.
+    assert checks == ["signature", "call", "signature", "signature", "call"]
+    assert all(torch.allclose(y, _eager(x)) for y in ys) and torch.allclose(off, _eager(misaligned))
+    assert all(torch.equal(r, _eager(x.double())) for r in refused) and len(uncovered) == 2
+    (kernel,) = cast.stats().kernels
+    assert kernel.hits == 3 and len(driver.launches) == 3
+    assert kernel.fallbacks == {
+        "dtype self float64 (kernel: float32)": 2,
+        "self not 64-byte aligned (a view that starts mid-buffer)": 1,
+    }
+    assert cast.stats().overloads[0].uncovered == {"shape [3, 8] float32": 2}
 
 
 def test_scalars_are_admitted_as_the_full_guard_names_them() -> None:
-    # A dtype named in the manifest ("float32") is admitted as torch's object and as the name; a list as a list.
+    # A dtype named in the manifest ("float32") is admitted as torch's object and as the name; a list as a list,
+    # and a tuple where the guard has a list.
     x = torch.randn(4, 8)
     cases: list[tuple[list[Any], list[Any], list[Any]]] = [
         (["float32"], [torch.float32, "float32"], [torch.float64, "float64", 1]),
-        ([[1, 2]], [[1, 2]], [[2, 1], [1], 3]),
+        ([[1, 2]], [[1, 2], (1, 2)], [[2, 1], [1], 3]),
         ([None], [None], [0, False]),
     ]
     for accepts, good, bad in cases:
         runner = _runner(_with_scalar(accepts))
-        assert not isinstance(runner.check([x, -1, False, good[0]], {}), str)
         for value in good:
-            assert runner.admit((x, -1, False, value)) is not None, (accepts, value)
+            assert runner.check([x, -1, False, value], {}) == [x], (accepts, value)
         for value in bad:
-            assert runner.admit((x, -1, False, value)) is None, (accepts, value)
             assert isinstance(runner.check([x, -1, False, value], {}), str), (accepts, value)
-    # A tuple where the guard has a list: the hot path leaves it to the full guard, which admits it.
-    runner = _runner(_with_scalar([[1, 2]]))
-    assert runner.admit((x, -1, False, (1, 2))) is None
-    assert runner.check([x, -1, False, (1, 2)], {}) == [x]
 
 
 def test_a_left_out_default_is_decided_once_and_a_keyword_takes_the_full_guard(tmp_path: Path) -> None:
@@ -390,11 +412,9 @@ def test_a_left_out_default_is_decided_once_and_a_keyword_takes_the_full_guard(t
     )
     entry = entry.model_copy(update={"guard": guard})
     runner = _runner(entry)
-    assert set(runner.fast_arity) == {2}
     a, b = torch.randn(4, 8), torch.randn(4, 8)
     assert runner.check([a, b], {}) == [a, b]
-    assert runner.admit((a, b)) is not None
-    assert runner.admit((a,)) is None and runner.admit((a, b, 1)) is None
+    assert runner.check([a, b, 1], {}) == "more arguments than the captured call passed"
     assert runner.check([a, b], {"alpha": 2}) == "alpha=2 (kernel: 1)"
     path = write_cast(tmp_path / "add.cast", [(entry, files)], machine=HERE)
     driver = HostSoftmax()
@@ -402,19 +422,23 @@ def test_a_left_out_default_is_decided_once_and_a_keyword_takes_the_full_guard(t
         torch.add(a, b)
         torch.add(a, b)  # the hot path: alpha left out
         torch.add(a, b, alpha=2)  # a keyword: the full guard, which refuses it
+        assert len(cast._overrides[0].decisions) == 1  # a call with a keyword is not kept
     (kernel,) = cast.stats().kernels
     assert kernel.hits == 2 and kernel.fallbacks == {"alpha=2 (kernel: 1)": 1}
     assert [p[0] for *_, p in driver.launches] == [a.data_ptr()] * 2
 
 
-def test_a_disabled_kernel_leaves_the_hot_path() -> None:
-    entry, _ = softmax_entry(alignment=64)
-    runner = _runner(entry)
+def test_a_disabled_kernel_leaves_the_hot_path(tmp_path: Path) -> None:
+    driver = HostSoftmax()
     x = torch.randn(4, 8)
-    assert runner.check([x, -1, False], {}) == [x] and runner.admit((x, -1, False)) is not None
-    runner.disable("at hit 1: test")
-    assert runner.admit((x, -1, False)) is None
-    assert runner.check([x, -1, False], {}) == "disabled: disagreed with eager in shadow mode"
+    with load(_package(tmp_path), machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver) as cast:
+        torch.softmax(x, -1)
+        torch.softmax(x, -1)  # decided: the hot path
+        cast.runners[0].disable("at hit 2: test")
+        after = torch.softmax(x, -1)
+    assert torch.equal(after, _eager(x)) and len(driver.launches) == 2
+    (kernel,) = cast.stats().kernels
+    assert kernel.hits == 2 and kernel.fallbacks == {"disabled: disagreed with eager in shadow mode": 1}
 
 
 def test_outputs_are_allocated_in_the_guards_shapes_and_strides() -> None:

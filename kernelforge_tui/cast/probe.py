@@ -35,6 +35,7 @@ from kernelforge_tui.cards.dtypes import from_storage
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.store import Arrays, draw_inputs
 from kernelforge_tui.cast.manifest import CastError, KernelEntry, Machine, Package, TensorGuard, read_package
+from kernelforge_tui.cast.runtime import aten_call
 from kernelforge_tui.gpu.statistics import median_settled, robust_stats, speedup_interval
 
 if TYPE_CHECKING:
@@ -148,37 +149,6 @@ def call_inputs(
     """The call's input tensors from one of the card's sets: in the call's shapes, each placed at the guard's
     alignment (`placed`)."""
     return {g.name: placed(as_call(arrays[g.name], g), g, device, exact) for g in entry.guard.inputs}
-
-
-def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any, list[Any], dict[str, Any]]:
-    """(the overload, args, kwargs) of the captured call, with the given tensors in place."""
-    import torch
-
-    from kernelforge_tui.cast.runtime import split_overload
-
-    namespace, name, which = split_overload(entry.guard.overload)
-    op = getattr(getattr(getattr(torch.ops, namespace), name), which)
-    schema = {i: str(a.type) for i, a in enumerate(op._schema.arguments)}
-    named = {a.name: str(a.type) for a in op._schema.arguments}
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    for arg in entry.guard.args:
-        if arg.tensor is not None:
-            value: Any = tensors[arg.tensor]
-        else:
-            value = arg.accepts[0]
-            kind = schema.get(arg.position, "") if arg.position is not None else named.get(arg.name, "")
-            if isinstance(value, str) and ("ScalarType" in kind or "Layout" in kind or "MemoryFormat" in kind):
-                value = getattr(torch, value)
-            elif isinstance(value, str) and "Device" in kind:
-                value = torch.device(value)
-        if arg.position is None:
-            kwargs[arg.name] = value
-        else:
-            while len(args) < arg.position:
-                args.append(None)
-            args.append(value)
-    return op, args, kwargs
 
 
 # -- check -------------------------------------------------------------------------------------------------------

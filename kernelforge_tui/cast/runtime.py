@@ -8,13 +8,14 @@ architecture); a call that passes runs the generated kernel on torch's current s
 outputs from torch's allocator; any other call goes to the original kernel. Leaving the `with` block restores the
 operators. Counters say, per kernel, how many calls it ran and why others fell back; `report()` prints them.
 
-The hot path (a hit) does per call only what changes between calls; everything else is made at load: the guard is
-each tensor's (shape, strides, dtype) against a key tuple, its pointer against the alignment (one modulo), each
-scalar a set lookup and the device a dict lookup (`KernelRunner.admit`); the output is `torch.empty_like` of an
-input of its shape, strides and dtype (else `torch.empty`); the stream is torch's raw current stream (one C call);
-the launch writes the pointers into a prepared argument block and makes one driver call with prepared arguments
-(`driver.ctypes_launcher`). A call the hot path does not take (keywords, a first call on a device, a refusal) goes
-through the full guard (`KernelRunner.check`), which says why it refuses.
+The hot path (a hit) does per call only what changes between calls; everything else is decided once: the guard's
+decision per call signature (each tensor's shape, strides, dtype and device, each scalar with its type:
+`signature`) is kept, so a call of a decided signature costs one dict lookup and, for a hit, its pointers against
+the alignment (one modulo each); the output is `torch.empty_like` of an input of its shape, strides and dtype (else
+`torch.empty`); the stream is torch's raw current stream (one C call); the launch writes the pointers into a
+prepared argument block and makes one driver call with prepared arguments (`driver.ctypes_launcher`). A refused
+signature costs the same lookup before the original kernel. A call the hot path does not take (keywords, a new
+signature, a misaligned pointer) goes through the full guard (`KernelRunner.check`), which says why it refuses.
 
 Trust: a package is used only with a stamp that matches its contents and every member's sha256 checked, all at
 `load()`, and only on a machine like the one it was verified on (architecture, driver major, CUDA, torch); anything
@@ -39,7 +40,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -69,6 +70,12 @@ ENV_SHADOW = "KERNELFORGE_CAST_SHADOW"
 OFF_VALUES = frozenset({"off", "0", "false", "no"})
 MAX_REASONS = 16
 """Distinct fallback reasons kept per counter; more are counted under "other reasons"."""
+MAX_DECISIONS = 256
+"""Call signatures whose guard decision an overload keeps (a program with shapes without end decides the rest per
+call)."""
+
+Where = Literal["call", "signature", "graph"]
+"""What `KernelRunner.check` sees: a call, a call's signature (pointers unchecked) or a graph node's FakeTensors."""
 
 _ACTIVE: set[str] = set()
 """Overloads a Cast has registered in this process: two at once would chain unpredictably."""
@@ -122,12 +129,25 @@ class KernelStats(BaseModel):
     """Calls of this variant's shapes that fell back, by reason (misaligned, on another device, disabled, ...)."""
     shadow_checks: int = 0
     disabled: str = ""
+    compiled_calls: int = 0
+    """Calls of its kernelforge op that ran the kernel: a compiled graph's (once per capture under CUDA graphs,
+    whose replays call nothing), or a direct call."""
+    graph_nodes: int = 0
+    """Nodes of compiled graphs the compile path gave to the kernel (`torch.compile(backend="kernelforge")`)."""
+
+    @property
+    def used_in(self) -> str:
+        """Where the kernel ran or was compiled in: eager, compile, both, or unused."""
+        eager, compiled = self.hits > 0, self.graph_nodes > 0 or self.compiled_calls > 0
+        return "both" if eager and compiled else "eager" if eager else "compile" if compiled else "unused"
 
 
 class OverloadStats(BaseModel):
     overload: str
     uncovered: dict[str, int]
     """Calls no kernel's shapes and dtypes cover, by reason: they ran the original operator."""
+    graph_refused: dict[str, int] = Field(default_factory=dict)
+    """Nodes of compiled graphs the compile path left to Inductor, by reason."""
 
 
 class CastStats(BaseModel):
@@ -147,6 +167,20 @@ class CastStats(BaseModel):
         return sum(sum(k.fallbacks.values()) for k in self.kernels) + sum(
             sum(o.uncovered.values()) for o in self.overloads
         )
+
+
+Decision = tuple["KernelRunner | None", int, "Counter[str]", str]
+"""The guard's decision for a call signature: (the runner, the device index, its fallbacks, "") for one it admits,
+else (None, 0, the counter the refusal is counted in, why)."""
+
+
+def signature(args: tuple[Any, ...], tensor_type: Any) -> tuple[Any, ...]:
+    """What the guard's decision on a call depends on, its data pointers aside: each tensor's (shape, strides,
+    dtype, device) and each other argument with its type (True is not 1). TypeError (when hashed) for an
+    unhashable argument."""
+    return tuple(
+        [(a.shape, a.stride(), a.dtype, a.device) if isinstance(a, tensor_type) else (type(a), a) for a in args]
+    )
 
 
 def _count(counter: Counter[str], reason: str) -> None:
@@ -260,38 +294,12 @@ def view_problem(tensor: TensorGuard) -> str:
     return ""
 
 
-def _fast_accepts(accepts: Sequence[Any]) -> tuple[frozenset[tuple[type, Any]], tuple[list[Any], ...]]:
-    """The accepted values as the fast guard looks them up: (type, value) pairs, with each accepted name of a torch
-    object (a dtype, layout, memory format or device by name) also as the object itself, whose name the slow guard
-    would compare; and the accepted lists (`int[]` arguments), compared as lists."""
-    import torch
-
-    pairs: set[tuple[type, Any]] = set()
-    lists: list[list[Any]] = []
-    for value in accepts:
-        if isinstance(value, list):
-            lists.append(value)
-            continue
-        pairs.add((type(value), value))
-        if isinstance(value, str):
-            candidates: list[Any] = [getattr(torch, value, None)]
-            with contextlib.suppress(RuntimeError, TypeError, ValueError):  # not a device's name
-                candidates.append(torch.device(value))
-            for obj in candidates:
-                kinds = (torch.dtype, torch.layout, torch.memory_format, torch.device)
-                if isinstance(obj, kinds) and _plain(obj) == value:
-                    pairs.add((type(obj), obj))
-    return frozenset(pairs), tuple(lists)
-
-
 class KernelRunner:
-    """One accepted kernel: its guard, compiled for fast checks, its functions per device, and its counters.
+    """One accepted kernel: its guard, its functions per device, and its counters.
 
-    Two guards with one meaning. `check()` takes any call and says why it refuses one. `admit()` is the hot path:
-    for calls passed positionally (as the dispatcher passes aten calls to Python kernels) it compares each tensor's
-    (shape, strides, dtype) with a key made at load, its data pointer with one modulo, and each scalar with a set
-    lookup; a device is admitted there only after `check()` has admitted a call on it (a CUDA device of the stamped
-    architecture). Whatever `admit()` does not admit goes to `check()`, so `admit()` can only be stricter."""
+    One guard, `check()`, for every path: a call (eager, through the override or the kernelforge op), a call's
+    signature (what the hot path caches: everything but the data pointers, which it checks per call), and a node of
+    a graph being compiled (FakeTensors: the alignment from the storage offset)."""
 
     def __init__(
         self,
@@ -349,37 +357,20 @@ class KernelRunner:
         self.shadow_checks = 0
         self.disabled = ""
         self._load_lock = threading.Lock()
+        self.compiled_calls = 0
+        """Calls of its kernelforge op that ran the kernel (a compiled graph's, or a direct call)."""
+        self.graph_nodes = 0
+        """Graph nodes the compile path replaced with its op."""
+        self._load_lock = threading.Lock()
         # -- made once for the hot path --
         self._tensor_type = torch.Tensor
-        self.ready: dict[torch.device, int] = {}
-        """Devices `check()` has admitted a call on (a CUDA device of the kernel's architecture), to their index:
-        `admit()` takes calls on these only. Emptied when the kernel is disabled."""
         self.launchers: dict[int, drivers.Launcher] = {}
         """Per device index: the driver's prepared launch (function, grid, block, shared memory, argument block)."""
-        self.fast_tensors: tuple[tuple[int, tuple[Any, ...], int], ...] = ()
-        """(position, (shape, strides, dtype), alignment) per tensor argument."""
-        self.fast_arity: dict[int, tuple[tuple[int, frozenset[tuple[type, Any]], tuple[list[Any], ...]], ...]] = {}
-        """Per number of positional arguments a call without keywords may pass: the scalar checks for those; the
-        arguments it leaves out must be ones whose default the guard accepts (decided here, once)."""
+        self.positions: tuple[int, ...] | None = None
+        """Each tensor argument's position, where every one is positional: a call's tensors for the cached path."""
         if all(arg.position is not None for arg, _, _ in self.tensor_args):
-            self.fast_tensors = tuple(
-                (int(arg.position or 0), (tuple(spec.shape), tuple(spec.strides), dtype), spec.alignment)
-                for arg, spec, dtype in self.tensor_args
-            )
-            last_tensor = max((pos for pos, _, _ in self.fast_tensors), default=-1)
-            for count in range(last_tensor + 1, self.positional + 1):
-                checks = []
-                for scalar, accepted in self.scalar_args:
-                    if scalar.position is not None and scalar.position < count:
-                        checks.append((scalar.position, *_fast_accepts(scalar.accepts)))
-                        continue
-                    left_out = scalar.default if scalar.has_default else MISSING
-                    if type(left_out) not in _PLAIN:
-                        left_out = _plain(left_out)
-                    if not _accepted(left_out, accepted, scalar.accepts):
-                        break
-                else:
-                    self.fast_arity[count] = tuple(checks)
+            self.positions = tuple(int(arg.position or 0) for arg, _, _ in self.tensor_args)
+        self.alignments = tuple(spec.alignment for _, spec, _ in self.tensor_args)
         self.alloc: list[tuple[int, tuple[int, ...], torch.dtype]] = []
         """Per output: the input whose shape, strides and dtype it has (-1: none), its shape and dtype. An output
         like an input is `torch.empty_like` of it (the cheapest allocation from Python), else `torch.empty`."""
@@ -408,46 +399,11 @@ class KernelRunner:
             self._stream = _current_stream
 
     # -- the guard ---------------------------------------------------------------------------------------------
-    def admit(self, args: tuple[Any, ...]) -> tuple[int, list[torch.Tensor], list[int]] | None:
-        """The hot path's guard, for a call without keyword arguments: (device index, input tensors, their data
-        pointers) when it admits the call, else None (then `check()` decides, and says why)."""
-        scalars = self.fast_arity.get(len(args))
-        if scalars is None:
-            return None
-        tensors: list[torch.Tensor] = []
-        pointers: list[int] = []
-        device = None
-        for position, key, alignment in self.fast_tensors:
-            t = args[position]
-            if not isinstance(t, self._tensor_type) or (t.shape, t.stride(), t.dtype) != key:
-                return None
-            pointer = t.data_ptr()
-            if pointer % alignment:
-                return None
-            if device is None:
-                device = t.device
-            elif t.device != device:
-                return None
-            tensors.append(t)
-            pointers.append(pointer)
-        for position, pairs, lists in scalars:
-            value = args[position]
-            if type(value) is list:
-                if value not in lists:
-                    return None
-            else:
-                try:
-                    if (type(value), value) not in pairs:
-                        return None
-                except TypeError:  # unhashable: the slow guard decides
-                    return None
-        index = self.ready.get(device)  # type: ignore[arg-type]
-        if index is None:
-            return None
-        return index, tensors, pointers
-
-    def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[torch.Tensor] | str:
-        """The call's input tensors when the guard admits it, else why not (one short reason)."""
+    def check(self, args: Sequence[Any], kwargs: dict[str, Any], where: Where = "call") -> list[torch.Tensor] | str:
+        """The call's input tensors when the guard admits it, else why not (one short reason). `where` says what
+        the alignment is checked on: a call's data pointers; nothing, for a call's signature (the cached hot path
+        checks the pointers of every call it takes); a graph's FakeTensors, their storage offsets (a storage starts
+        aligned: torch's allocators give 512 bytes on CUDA, and the op checks the pointers again when it runs)."""
         tensors: list[torch.Tensor] = []
         for arg, spec, dtype in self.tensor_args:
             t = _argument(args, kwargs, arg)
@@ -461,8 +417,10 @@ class KernelRunner:
                 return f"{arg.name} on {t.device.type}, not a {self.device_type.upper()} device"
             if t.stride() != spec.strides:
                 return f"strides {arg.name}{list(t.stride())} (kernel: contiguous {list(spec.strides)})"
-            if t.data_ptr() % spec.alignment:
-                return f"{arg.name} not {spec.alignment}-byte aligned (a view that starts mid-buffer)"
+            if where != "signature":
+                offset = t.data_ptr() if where == "call" else t.storage_offset() * t.element_size()
+                if offset % spec.alignment:
+                    return f"{arg.name} not {spec.alignment}-byte aligned (a view that starts mid-buffer)"
             tensors.append(t)
         if len(args) > self.positional or any(name not in self.keywords for name in kwargs):
             return "more arguments than the captured call passed"
@@ -490,13 +448,11 @@ class KernelRunner:
             return f"device {device} is sm_{have[0]}{have[1]}, the kernel is for sm_{need[0]}{need[1]}"
         if self.disabled:
             return "disabled: disagreed with eager in shadow mode"
-        self.ready[tensors[0].device] = device
         return tensors
 
     def disable(self, why: str) -> None:
         """Every later call goes to the original operator, with this reason."""
         self.disabled = why
-        self.ready.clear()
 
     # -- the launch --------------------------------------------------------------------------------------------
     def driver(self) -> drivers.Driver:
@@ -577,6 +533,8 @@ class KernelRunner:
             fallbacks=dict(self.fallbacks),
             shadow_checks=self.shadow_checks,
             disabled=self.disabled,
+            compiled_calls=self.compiled_calls,
+            graph_nodes=self.graph_nodes,
         )
 
 
@@ -597,6 +555,35 @@ def _torch_dtype(name: str) -> torch.dtype:
     if not isinstance(dtype, torch.dtype):
         raise CastError(f"unknown dtype {name!r} in the package")
     return dtype
+
+
+def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any, list[Any], dict[str, Any]]:
+    """(the overload, args, kwargs) of the captured call, with the given tensors in place."""
+    import torch
+
+    namespace, name, which = split_overload(entry.guard.overload)
+    op = getattr(getattr(getattr(torch.ops, namespace), name), which)
+    schema = {i: str(a.type) for i, a in enumerate(op._schema.arguments)}
+    named = {a.name: str(a.type) for a in op._schema.arguments}
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for arg in entry.guard.args:
+        if arg.tensor is not None:
+            value: Any = tensors[arg.tensor]
+        else:
+            value = arg.accepts[0]
+            kind = schema.get(arg.position, "") if arg.position is not None else named.get(arg.name, "")
+            if isinstance(value, str) and ("ScalarType" in kind or "Layout" in kind or "MemoryFormat" in kind):
+                value = getattr(torch, value)
+            elif isinstance(value, str) and "Device" in kind:
+                value = torch.device(value)
+        if arg.position is None:
+            kwargs[arg.name] = value
+        else:
+            while len(args) < arg.position:
+                args.append(None)
+            args.append(value)
+    return op, args, kwargs
 
 
 # -- one overload ----------------------------------------------------------------------------------------------
@@ -629,60 +616,97 @@ class _Override:
             self.by_key.setdefault(runner.key, []).append(runner)
         self.first_tensor = runners[0].tensor_args[0][0]
         self.uncovered: Counter[str] = Counter()
-        self.reasons: dict[Any, str] = {}
-        """Uncovered calls' reasons by (shape, dtype): formatting one costs more than the rest of a refusal."""
+        self.graph_refused: Counter[str] = Counter()
+        """Graph nodes of this overload the compile path left to Inductor, by reason."""
         op = getattr(getattr(getattr(torch.ops, namespace), name), which)
         self.tensor_positions = [
             i for i, a in enumerate(op._schema.arguments) if not a.kwarg_only and str(a.type) == "Tensor"
         ]
         self.tensor_type = torch.Tensor
         self.capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing
-        self.fast = tuple(r for r in runners if r.fast_arity)
-        """The runners `admit()` can take calls for, tried in order; with more than two of them, looked up by the
-        call's first tensor instead (`fast_index`)."""
-        self.fast_first = self.fast[0].fast_tensors[0][0] if self.fast else 0
-        self.fast_index: dict[tuple[Any, ...], list[KernelRunner]] | None = None
-        if len(self.fast) > 2 and all(r.fast_tensors[0][0] == self.fast_first for r in self.fast):
-            self.fast_index = {}
-            for runner in self.fast:
-                self.fast_index.setdefault(runner.fast_tensors[0][1], []).append(runner)
+        self.decisions: dict[tuple[Any, ...], Decision] = {}
+        """The guard's decision per call signature (`signature`): what the hot path looks up."""
 
     def kernel(self) -> Callable[..., Any]:
         """The function torch.library calls for every call of the overload: the hot path inline (a plain function,
         cheaper to call than an object), anything it cannot take to `slow`. The dispatcher passes an aten call's
-        arguments positionally, keyword-only ones aside: a call without keywords whose tensors and scalars `admit()`
-        takes runs the kernel here."""
-        fast, index, pick, slow, shadow = self.fast, self.fast_index, self._fast_runners, self.slow, self.shadow
-        fallback, cast, capturing = self.fallback, self.cast, self.capturing
+        arguments positionally, keyword-only ones aside: a call without keywords whose signature the guard has
+        decided before costs a dict lookup, and a hit its pointers' alignment; the rest goes to `slow`."""
+        decisions, slow, shadow, fallback = self.decisions, self.slow, self.shadow, self.fallback
+        cast, capturing, tensor_type = self.cast, self.capturing, self.tensor_type
         unsupported = drivers.LaunchUnsupported
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if not kwargs:
-                for runner in fast if index is None else pick(args):
-                    admitted = runner.admit(args)
-                    if admitted is None:
-                        continue
-                    try:
-                        result = runner.run(*admitted)
-                    except unsupported as exc:
-                        _count(runner.fallbacks, str(exc))
+                try:
+                    decided = decisions.get(signature(args, tensor_type))
+                except TypeError:  # an unhashable argument (a list): the full guard decides
+                    decided = None
+                if decided is not None:
+                    runner, index, counter, reason = decided
+                    if runner is None:
+                        _count(counter, reason)
                         return fallback(keyset, args, kwargs)
-                    runner.hits += 1
-                    every = cast.shadow_every
-                    if every and runner.hits % every == 0 and not (runner.on_cuda and capturing()):
-                        return shadow(runner, keyset, args, kwargs, result)
-                    return result
+                    tensors = [args[p] for p in runner.positions or ()]
+                    pointers = [t.data_ptr() for t in tensors]
+                    for pointer, alignment in zip(pointers, runner.alignments, strict=True):
+                        if pointer % alignment:
+                            break
+                    else:
+                        if not runner.disabled:
+                            try:
+                                result = runner.run(index, tensors, pointers)
+                            except unsupported as exc:
+                                _count(runner.fallbacks, str(exc))
+                                return fallback(keyset, args, kwargs)
+                            runner.hits += 1
+                            every = cast.shadow_every
+                            if every and runner.hits % every == 0 and not (runner.on_cuda and capturing()):
+                                return shadow(runner, keyset, args, kwargs, result)
+                            return result
             return slow(keyset, args, kwargs)
 
         return kernel
 
-    def _fast_runners(self, args: tuple[Any, ...]) -> Sequence[KernelRunner]:
-        """The runners whose first tensor's (shape, strides, dtype) the call's has (many kernels of one overload)."""
-        position = self.fast_first
-        t = args[position] if len(args) > position else None
-        if not isinstance(t, self.tensor_type):
-            return ()
-        return self.fast_index.get((t.shape, t.stride(), t.dtype), ()) if self.fast_index is not None else ()
+    def choose(
+        self, args: Sequence[Any], kwargs: dict[str, Any], where: Where = "call"
+    ) -> tuple[KernelRunner | None, list[torch.Tensor] | str]:
+        """The runner whose guard admits the call (`KernelRunner.check`, `where` as there) and its input tensors;
+        else why not, with the runner that refused it where only one could have taken it (None: no kernel covers
+        the call's shapes, or several refused it)."""
+        first = _argument(args, kwargs, self.first_tensor)
+        if not isinstance(first, self.tensor_type):
+            return None, f"{self.first_tensor.name} is not a tensor"
+        runners = self.by_key.get(tuple(first.shape))
+        if runners is None:
+            return None, f"shape {list(first.shape)} {str(first.dtype).removeprefix('torch.')}"
+        reason = ""
+        for runner in runners:
+            admitted = runner.check(args, kwargs, where)
+            if not isinstance(admitted, str):
+                return runner, admitted
+            reason = admitted
+        return (runners[0] if len(runners) == 1 else None), reason
+
+    def slow(self, keyset: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The full guard, for any call the hot path did not take: it decides the call's signature once (kept for
+        the hot path: calls without keywords, up to MAX_DECISIONS signatures) and then the call itself (its
+        pointers' alignment), and says why it refuses one."""
+        runner, decided = self.choose(args, kwargs, "signature")
+        if not kwargs and len(self.decisions) < MAX_DECISIONS:
+            with contextlib.suppress(TypeError):  # an unhashable argument: not kept
+                key = signature(tuple(args), self.tensor_type)
+                if isinstance(decided, str):
+                    self.decisions[key] = (None, 0, self.uncovered if runner is None else runner.fallbacks, decided)
+                elif runner is not None and runner.positions is not None:
+                    self.decisions[key] = (runner, max(decided[0].get_device(), 0), runner.fallbacks, "")
+        if runner is not None and not isinstance(decided, str):
+            decided = runner.check(args, kwargs)
+        if isinstance(decided, str):
+            _count(self.uncovered if runner is None else runner.fallbacks, decided)
+            return self.fallback(keyset, args, kwargs)
+        assert runner is not None
+        return self.hit(runner, keyset, args, kwargs, max(decided[0].get_device(), 0), decided)
 
     def hit(
         self,
@@ -692,11 +716,10 @@ class _Override:
         kwargs: dict[str, Any],
         device: int,
         tensors: list[torch.Tensor],
-        pointers: list[int] | None = None,
     ) -> Any:
         """Launch an admitted call and count it (shadowed one in N): what `kernel()` does inline for its hits."""
         try:
-            result = runner.run(device, tensors, pointers)
+            result = runner.run(device, tensors)
         except drivers.LaunchUnsupported as exc:
             _count(runner.fallbacks, str(exc))
             return self.fallback(keyset, args, kwargs)
@@ -705,37 +728,6 @@ class _Override:
         if every and runner.hits % every == 0 and not (runner.on_cuda and self.capturing()):
             return self.shadow(runner, keyset, args, kwargs, result)
         return result
-
-    def slow(self, keyset: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        """The full guard, for any call `admit()` did not take: it admits what the hot path could not decide (a
-        keyword argument, the first call on a device) and says why it refuses the rest."""
-        first = _argument(args, kwargs, self.first_tensor)
-        is_tensor = isinstance(first, self.tensor_type)
-        runners = self.by_key.get(tuple(first.shape)) if is_tensor else None
-        if runners is None:
-            key = (first.shape, first.dtype) if is_tensor else None
-            reason = self.reasons.get(key)
-            if reason is None:
-                if is_tensor:
-                    reason = f"shape {list(first.shape)} {str(first.dtype).removeprefix('torch.')}"
-                else:
-                    reason = f"{self.first_tensor.name} is not a tensor"
-                if len(self.reasons) < 4 * MAX_REASONS:
-                    self.reasons[key] = reason
-            _count(self.uncovered, reason)
-            return self.fallback(keyset, args, kwargs)
-        reason = ""
-        for runner in runners:
-            admitted = runner.check(args, kwargs)
-            if isinstance(admitted, str):
-                reason = admitted
-                continue
-            return self.hit(runner, keyset, args, kwargs, max(admitted[0].get_device(), 0), admitted)
-        if len(runners) == 1:
-            _count(runners[0].fallbacks, reason)
-        else:
-            _count(self.uncovered, reason)
-        return self.fallback(keyset, args, kwargs)
 
     def fallback(self, keyset: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """The original kernel. A Python number where the schema has a Tensor (a wrapped scalar, `x + 1.5`) comes
