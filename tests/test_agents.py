@@ -20,7 +20,7 @@ from kernelforge_tui.llm import LlmClient, LlmError, Malformed
 from kernelforge_tui.models.evaluation import Ceilings, Diagnostic, PtxasStats
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.proposers.agents import AgentProposer
+from kernelforge_tui.proposers.agents import UNUSABLE, AgentProposer
 from kernelforge_tui.proposers.base import (
     FailedSibling,
     LineageStep,
@@ -386,6 +386,38 @@ async def test_the_debugger_reads_the_builds_messages_errors_first_against_numbe
     numbered = FAILED_SOURCE.splitlines()
     width = len(str(len(numbered)))
     assert f"{1:>{width}} | // FAILED-SOURCE-MARK" in text and f"{len(numbered)} | {numbered[-1]}" in text
+
+
+async def test_an_unusable_reply_goes_back_to_the_role_that_was_writing_not_to_the_debugger(card: Card) -> None:
+    unusable = "the model's reply could not be used (kept as the source): the reply has 0 ```cuda blocks"
+    prose = {"failure": FailureKind.MALFORMED, "reason": unusable, "source": "Only prose.", "plan": None}
+    again = prose | {"repair_round": 1}
+    # a coder's unusable reply; a kernel that failed and the debugger's unusable reply to it; an unusable first
+    # kernel and the unusable rewrite of it
+    siblings = [
+        failed(30, "agents:coder-b", summary="Rows in registers", **prose),
+        failed(24, failure=FailureKind.COMPILE, repaired=True),
+        failed(31, "agents:debugger", summary=f"repair of #24 (round 1): {UNUSABLE}", repair_of=24, **again),
+        failed(32, summary=f"first kernel by coder-a: {UNUSABLE}", repaired=True, **prose),
+        failed(33, summary=f"rewrite of #32 (round 1): {UNUSABLE}", repair_of=32, **again),
+    ]
+    script = Script({"rewrite": [kernel("Rewrote it.")] * 2, "debugger": [kernel("Fixed the signature.")]})
+    roles = {"coder": ["coder-a", "coder-b"], "debugger": "debugger"}
+    async with team(script, roles, {"debug_rounds": 3}) as (proposer, _, _):
+        proposals = await proposer.propose(context(card, failed_siblings=siblings), 3)
+    by_link = {p.repair_of: p for p in proposals}
+    assert set(by_link) == {30, 31, 33}
+    assert by_link[30].mutation == "rewrite of #30 (round 1): Rewrote it." and by_link[30].proposer == "agents:coder-b"
+    assert by_link[33].mutation == "rewrite of #33 (round 2): Rewrote it." and by_link[33].proposer == "agents:coder-a"
+    assert by_link[31].mutation.startswith("repair of #24 (round 2): ") and by_link[31].proposer == "agents:debugger"
+    rewrites = {seen.body["model"]: text_of(seen) for seen in script.asked("rewrite")}
+    assert system(rewrites["m-coder-b"]) == "[prompt rewrite.v1]" and "Only prose." not in rewrites["m-coder-b"]
+    for model, task in (("m-coder-b", "Rows in registers"), ("m-coder-a", "first kernel by coder-a")):
+        assert f"# The step the kernel was to make\n{task}\n" in rewrites[model]
+        assert "0 ```cuda blocks" in rewrites[model] and "softmax_naive_bf16" in rewrites[model]  # the parent
+    (debugged,) = (text_of(seen) for seen in script.asked("debugger"))  # for #24's kernel, never for prose
+    assert "FAILED-SOURCE-MARK" in debugged and "REASON-24" in debugged and "Only prose." not in debugged
+    assert "How it failed: compile (repair 2 of at most 3)" in debugged
 
 
 async def test_with_no_debug_rounds_nothing_is_repaired(card: Card) -> None:

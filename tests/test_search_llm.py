@@ -264,7 +264,7 @@ async def test_a_rejected_reply_is_a_failed_node_that_keeps_the_reply(tmp_path: 
     search.proposer = Rejecting(search.llm)  # type: ignore[arg-type]
     await collect(search)
     (node,) = [n for n in search.store.nodes() if n.parent_id is not None]
-    assert node.status == "failed" and node.failure == "compile" and "0 ```cuda blocks" in node.reason
+    assert node.status == "failed" and node.failure == "malformed" and "0 ```cuda blocks" in node.reason
     assert search.store.node_record(node.id).source == "no code here"
     search.store.close()
 

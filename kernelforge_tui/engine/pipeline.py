@@ -147,8 +147,9 @@ class Pipeline:
         self.tree.add(view.id, parent_id, proposal.params, proposal.mutation, repair_of)
         self.bus.emit(NodeAdded(node=view))
         if proposal.rejected is not None:
-            problem = f"the model's reply could not be used (kept as the source): {proposal.rejected}"
-        if problem is not None:
+            reason = f"the model's reply could not be used (kept as the source): {proposal.rejected}"
+            self.on_done(view.id, Evaluation(ok=False, failure=FailureKind.MALFORMED, reason=reason))
+        elif problem is not None:
             self.on_done(view.id, Evaluation(ok=False, failure=FailureKind.COMPILE, reason=problem))
         else:
             self.enqueue(view.id, priority, 1)

@@ -448,6 +448,7 @@ class Search:
                     plan=sibling.plan,
                     proposer=sibling.proposer,
                     repair_round=self.tree.repair_round(child.id),
+                    repair_of=sibling.repair_of,
                     repaired=self.tree.repaired(child.id),
                     diagnostics=verdict.build.diagnostics if verdict is not None and verdict.build is not None else [],
                 )

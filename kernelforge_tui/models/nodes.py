@@ -40,6 +40,9 @@ class FailureKind(StrEnum):
     TIMEOUT = "timeout"
     CHEAT = "cheat"
     WORKER = "worker"
+    MALFORMED = "malformed"
+    """The model's reply held no kernel that could be read (no code block, a plan that does not fit the card), even
+    after one request to fix it: the reply is kept as the source, and it goes back to the coder, not the debugger."""
 
 
 class Frozen(BaseModel):

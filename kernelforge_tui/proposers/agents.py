@@ -8,7 +8,8 @@ proposes, and a failure costs one node, never the run: a provider error loses th
 cannot be used gets one request to fix it and then becomes a failed node with the reply kept.
 
 How an expansion goes: failed children the team wrote are repaired first (at most D rounds along the repair
-links), then new candidates fill the rest: one diagnosis of the parent, one strategy per candidate planned in turn
+links: a failed kernel by the debugger, an unusable reply by the coder again, told why), then new candidates fill
+the rest: one diagnosis of the parent, one strategy per candidate planned in turn
 (each planner call told what was already planned), then every candidate coded and judged at once; a strategy the
 judge scores below `judge_accept` goes back to the planner with the critique while rounds (R) remain.
 """
@@ -29,6 +30,7 @@ from kernelforge_tui.llm.client import Answer, LlmClient, Malformed
 from kernelforge_tui.llm.errors import LlmError
 from kernelforge_tui.llm.types import ChatMessage
 from kernelforge_tui.models.llm import Role
+from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.proposers.base import FailedSibling, Proposal, ProposalContext
 from kernelforge_tui.proposers.prompting import Entry, Listing, fit, load
 from kernelforge_tui.proposers.replies import REPLY_FORMAT, KernelReply, parse_kernel
@@ -77,11 +79,24 @@ class Rejection:
     problem: str
 
 
+UNUSABLE = "the reply could not be used"
+"""What a rejected reply's node says it did."""
+
+
 def said(kernel: KernelReply | Rejection) -> str:
     """What the writer says it did (its reply's first line of prose), for the node's mutation text."""
     if isinstance(kernel, Rejection):
-        return "the reply could not be used"
+        return UNUSABLE
     return first_line(kernel.prose, TITLE_CHARS) or "no summary given"
+
+
+def origin(failed: FailedSibling, siblings: Sequence[FailedSibling]) -> FailedSibling:
+    """The failure an unusable reply was written for: back along the repair links past every unusable reply, to
+    a kernel that failed (a debugger's reply) or to the first unusable reply (a coder's)."""
+    by_id = {s.node_id: s for s in siblings}
+    while failed.failure == FailureKind.MALFORMED and failed.repair_of in by_id:
+        failed = by_id[failed.repair_of]
+    return failed
 
 
 def ids(*answers: Answer[Any]) -> tuple[int, ...]:
@@ -152,7 +167,7 @@ class AgentProposer:
             pool = self.coders[: min(self.settings.agents.pool_size, n)]
             return await settle([self._first_kernel(ctx, model) for model in pool])
         repairs = [failed for failed in ctx.failed_siblings if self._repairable(failed)][:n]
-        jobs = [self._repair(ctx, failed) for failed in repairs]
+        jobs = [self._redo(ctx, failed) for failed in repairs]
         if n > len(repairs):
             jobs.append(self._new_candidates(ctx, n - len(repairs)))
         return await settle(jobs)
@@ -180,10 +195,22 @@ class AgentProposer:
             and failed.repair_round < self.settings.agents.debug_rounds
         )
 
-    async def _repair(self, ctx: ProposalContext, failed: FailedSibling) -> list[Proposal]:
+    def _redo(self, ctx: ProposalContext, failed: FailedSibling) -> Coroutine[Any, Any, list[Proposal]]:
+        """A failed kernel goes to the debugger; an unusable reply back to the role that was writing: the coder
+        (with why it could not be used), or the debugger again for the kernel it was repairing."""
+        if failed.failure != FailureKind.MALFORMED:
+            return self._repair(ctx, failed, failed)
+        written_for = origin(failed, ctx.failed_siblings)
+        if written_for.failure != FailureKind.MALFORMED:
+            return self._repair(ctx, written_for, failed)
+        return self._rewrite(ctx, written_for, failed)
+
+    async def _repair(self, ctx: ProposalContext, failed: FailedSibling, link: FailedSibling) -> list[Proposal]:
+        """The debugger's fix of `failed`, recorded as a repair of `link` (`failed` itself, or a debugger's
+        unusable reply to it), whose round it continues."""
         model = self.settings.roles.debugger or self.coder
         plan = failed.plan or ctx.parent.plan
-        round_ = failed.repair_round + 1
+        round_ = link.repair_round + 1
         reason = failed.reason.strip()
         fields = {
             **kernel_rules(),
@@ -202,7 +229,27 @@ class AgentProposer:
         calls: list[int] = []
         kernel = await self._write(ctx.card, "debugger", model, messages, failed.node_id, calls)
         mutation = f"repair of #{failed.node_id} (round {round_}): {said(kernel)}"
-        return [self._proposal(kernel, model, mutation, plan, calls, repair_of=failed.node_id)]
+        return [self._proposal(kernel, model, mutation, plan, calls, repair_of=link.node_id)]
+
+    async def _rewrite(self, ctx: ProposalContext, written_for: FailedSibling, link: FailedSibling) -> list[Proposal]:
+        """The coder's kernel for the step whose reply (`link`, the latest of a chain starting at `written_for`)
+        could not be used, told why; by the model that wrote it when it is one of the coders."""
+        writer = written_for.proposer.removeprefix(f"{self.name}:")
+        model = writer if writer in self.coders else self.coder
+        round_ = link.repair_round + 1
+        fields = {
+            **kernel_rules(),
+            "card": card_text(ctx.card),
+            "gpu": gpu_text(ctx.gpu, ctx.card),
+            "kernel": kernel_text(ctx.parent.source, ctx.parent.plan),
+            "task": written_for.summary.removesuffix(f": {UNUSABLE}"),
+            "problem": link.reason.strip() or "(no reason recorded)",
+        }
+        messages = fit(load("rewrite"), self.settings.agents.prompt_tokens, fields, {})
+        calls: list[int] = []
+        kernel = await self._write(ctx.card, "coder", model, messages, ctx.parent.id, calls)
+        mutation = f"rewrite of #{link.node_id} (round {round_}): {said(kernel)}"
+        return [self._proposal(kernel, model, mutation, ctx.parent.plan, calls, repair_of=link.node_id)]
 
     async def _new_candidates(self, ctx: ProposalContext, count: int) -> list[Proposal]:
         analysis = await self._analysis(ctx)

@@ -92,7 +92,9 @@ class FailedSibling(BaseModel):
     plan: LaunchPlan | None = None
     proposer: str = ""
     repair_round: int = 0
-    """How many debugger repairs led to this node (0: not a repair)."""
+    """How many repairs (or rewrites of unusable replies) led to this node (0: not a repair)."""
+    repair_of: int | None = None
+    """The sibling this one repairs or rewrites, if it is a repair."""
     repaired: bool = False
     """A repair of it is already in the tree (or on its way): the debugger does not repair it again."""
     diagnostics: list[Diagnostic] = Field(default_factory=list)
