@@ -44,13 +44,17 @@ class Harness:
             self.loop.run_until_complete(evaluator.close())
 
 
-def evaluate_once(loop: asyncio.AbstractEventLoop, evaluator: Evaluator, kernel: Path) -> Evaluation:
-    """Start `evaluator`, evaluate `kernel` with the plan beside it, close it: for a card or settings of its own."""
+def evaluate_once(
+    loop: asyncio.AbstractEventLoop, evaluator: Evaluator, kernel: Path, plan: LaunchPlan | None = None
+) -> Evaluation:
+    """Start `evaluator`, evaluate `kernel` launched by `plan` (default: the plan file beside it), close it: for a
+    card or settings of its own."""
+    launch = plan if plan is not None else plan_for_kernel(kernel)
 
     async def run() -> Evaluation:
         await evaluator.start()
         try:
-            return await evaluator.evaluate(kernel.read_text(), plan_for_kernel(kernel))
+            return await evaluator.evaluate(kernel.read_text(), launch)
         finally:
             await evaluator.close()
 

@@ -94,14 +94,16 @@ def test_worker_recovers_after_a_cheat(harness: Harness) -> None:
 
 def test_output_kept_from_before_the_launch_is_caught_in_the_timed_runs(loop: asyncio.AbstractEventLoop) -> None:
     """A kernel honest through every check that then keeps any output that is not NaN: caught because the timed
-    runs start from stale results or noise, not the poison, and the last timed output is checked. Exactly 60
-    timed runs (its 32 honest launches cover the 3 + 2 sets, the second run and the warm-up, not the timing)."""
+    launches start from stale results or noise, not the poison, and each is checked. Its 32 honest launches cover the
+    9 sets (the card's 3, 2 fresh, 4 stress), the second run, the 3 warm-ups and 19 timed launches: the 20th
+    (started from noise) is the first it keeps."""
     settings = Settings.model_validate({"eval": {"timeout_s": 10.0, "fresh_seeds": 2, "min_reps": 60, "max_reps": 60}})
     evaluator = Evaluator(load_card(CARDS / "vector_add_f32"), Builder(arch="sm_90"), settings, require_gpu()[0])
     evaluation = evaluate_once(loop, evaluator, CHEATS / "vector_add_f32" / "keeps_output_when_timed.cu")
     assert not evaluation.ok
     assert evaluation.failure == "cheat", evaluation.reason
-    assert "timed runs (started from random finite values) was wrong" in evaluation.reason
+    assert evaluation.reason.startswith("1 of its 20 timed launches gave a wrong output (launch 20)"), evaluation.reason
+    assert "launch 20, started from random finite values: c: " in evaluation.reason
     assert evaluation.result is not None and all(check.ok for check in evaluation.result.checks)
 
 

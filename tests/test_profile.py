@@ -36,7 +36,7 @@ from kernelforge_tui.gpu.profile import (
     ProfileTimeout,
 )
 from kernelforge_tui.gpu.profiling import BuiltKernel, ProfilingService, build_for_profile
-from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, PtxasStats
+from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, PtxasStats, Timing
 from kernelforge_tui.models.profiles import HardwareReport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
@@ -295,16 +295,22 @@ def test_a_16_bit_card_is_held_to_the_tensor_core_roof(tmp_path: Path) -> None:
             "inputs": [{"name": k, "dtype": "bfloat16", "shape": ["n", "n"]} for k in ("a", "b")],
             "outputs": [{"name": "c", "dtype": "bfloat16", "shape": ["n", "n"]}],
             "input_sets": [{"name": "s", "seed": 1}], "reference": {"function": "x"},
+            "cost": {"flops": "2 * n * n * n"},
         }
     )  # fmt: skip
     gpu = GpuInfo(index=0, name="NVIDIA H200", uuid="GPU-0", capability="9.0", driver="1", memory_mib=1)
     evaluator = Evaluator(save_card(spec, tmp_path, {}), Builder(arch="sm_90"), Settings(), gpu, worker=object())  # type: ignore[arg-type]
     evaluator.ceilings = H200
     built = BuildResult(ok=True, key="k")
-    tensor_core = evaluator._judge(EvalResult(ok=True, achieved_tflops=5.4 * 60.0), built)
+
+    def timed_at(tflops: float) -> EvalResult:
+        us = flops / (tflops * 1e12) * 1e6
+        return EvalResult(ok=True, candidate=Timing(median_us=us, p10_us=us, p90_us=us, cv=0.0, reps=20))
+
+    tensor_core = evaluator._judge(timed_at(5.4 * 60.0), built)
     assert tensor_core.ok and tensor_core.ceiling_share == pytest.approx(5.4 / 16)
-    skipped = evaluator._judge(EvalResult(ok=True, achieved_tflops=20 * 60.0), built)
-    assert not skipped.ok and skipped.failure == "cheat" and "125% of it" in skipped.reason
+    skipped = evaluator._judge(timed_at(20 * 60.0), built)
+    assert not skipped.ok and skipped.failure == "cheat" and "125% of the speed physics allows" in skipped.reason
 
 
 def test_analyse_needs_speed_of_light() -> None:

@@ -1,31 +1,31 @@
-"""The GPU worker's pure rules, on any machine: which prefill each launch gets, what a failed check says, the
-noise a prefill copies, timing statistics and the device memory a card needs."""
+"""The GPU worker's pure rules, on any machine: which prefill each launch gets, what a failed check says, how the
+helpers' records read as a check, timing statistics and the device memory a card needs."""
 
 from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 import pytest
 
 from kernelforge_tui.cards import load_card
-from kernelforge_tui.cards.model import Tolerance
+from kernelforge_tui.cards.model import OperatorCard, Tolerance
 from kernelforge_tui.gpu.checks import (
     FIRST_RUN,
-    NOISE_PERIOD,
     SECOND_RUN,
     CompareCounts,
     Fill,
     Prefill,
+    WrongLaunch,
     add_exact_output,
     add_float_output,
     add_timings,
     bytes_needed,
     describe,
     fill_for,
-    noise_block,
+    set_check,
     stale_source,
+    timed_failure,
     timed_fill,
 )
 from kernelforge_tui.gpu.statistics import median_settled
@@ -37,13 +37,12 @@ TOL = Tolerance(rtol=1e-5, atol=1e-8)
 
 
 def test_only_the_first_run_of_each_set_starts_from_the_poison() -> None:
-    """The second run and every timed run start from finite values: a kernel that reads its output first shows."""
+    """The second run and every timed run start from finite values: a kernel that reads its output first shows.
+    Timed launches alternate another set's results (plausible, so keeping them is caught) and noise."""
     assert FIRST_RUN.prefill is Prefill.POISON
     assert fill_for(SECOND_RUN, 3) == Fill(Prefill.STALE, 3)
     timed = [timed_fill(i, 3) for i in range(10)]
-    assert all(fill.prefill is not Prefill.POISON for fill in timed)
-    assert {fill.prefill for fill in timed} == {Prefill.STALE, Prefill.NOISE}
-    assert timed_fill(9, 3) == Fill(Prefill.NOISE)  # the last of an even batch is the one checked after timing
+    assert timed == [Fill(Prefill.STALE, 3), Fill(Prefill.NOISE)] * 5
 
 
 def test_stale_results_come_from_a_fresh_set_else_the_second_set_else_noise() -> None:
@@ -62,26 +61,51 @@ def test_a_prefill_is_named_in_words() -> None:
     assert describe(FIRST_RUN, names) == "the NaN poison"
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int32", "int64", "uint8", "int8"])
-def test_noise_is_finite_varied_and_of_the_outputs_dtype(dtype: str) -> None:
-    block = noise_block(dtype, 5000, np.random.default_rng(7))
-    assert len(block) == 5000
-    assert block.dtype == (np.dtype(ml_dtypes.bfloat16) if dtype == "bfloat16" else np.dtype(dtype))
-    values = block.astype(np.float64)
-    assert np.isfinite(values).all()
-    assert len(np.unique(values)) > 100
-    assert np.abs(values).max() <= 1000
+SPEC = OperatorCard.model_validate(
+    {
+        "name": "two_outputs", "family": "elementwise", "sizes": {"n": 8},
+        "inputs": [{"name": "x", "dtype": "float32", "shape": ["n"]}],
+        "outputs": [
+            {"name": "y", "dtype": "float32", "shape": ["n"], "tolerance": {"rtol": 1e-5, "atol": 1e-8}},
+            {"name": "k", "dtype": "int32", "shape": ["n"]},
+        ],
+        "input_sets": [{"name": "seed_1", "seed": 1}], "reference": {"function": "x"},
+    }
+)  # fmt: skip
 
 
-def test_noise_is_drawn_once_per_period_and_differs_between_workers() -> None:
-    assert len(noise_block("float32", 10 * NOISE_PERIOD, np.random.default_rng(0))) == NOISE_PERIOD
-    one, two = (noise_block("float32", 100, np.random.default_rng(seed)) for seed in (1, 2))
-    assert not np.array_equal(one, two)
+def records(float_words: list[int], int_words: list[int]) -> np.ndarray:
+    """One record per output of SPEC (y's CompareResult, k's count and first byte), 8 words each."""
+    return np.array([float_words + [0] * (8 - len(float_words)), int_words + [0] * 6], dtype=np.uint64)
 
 
-def test_bool_noise_holds_only_valid_bools() -> None:
-    block = noise_block("bool", 1000, np.random.default_rng(0))
-    assert block.dtype == np.bool_ and set(block.view(np.uint8).tolist()) == {0, 1}
+def test_a_launchs_records_read_as_one_check_of_every_output() -> None:
+    """The helpers' records of one launch, in the card's output order: y's compare counts, k's byte count."""
+    passed = set_check(SPEC, "seed_1", FIRST_RUN, records([0, 0, 2**64 - 1], [0, 2**64 - 1]))
+    assert passed.ok and passed.numel == 16 and passed.bad == 0
+    wrong_k = set_check(SPEC, "seed_1", FIRST_RUN, records([0, 0, 2**64 - 1], [8, 12]))
+    assert not wrong_k.ok and wrong_k.first_bad_index == 3 and wrong_k.bad == 2
+    assert wrong_k.reason == "k: integer output differs from the reference"
+    unwritten = set_check(SPEC, "seed_1", FIRST_RUN, records([8, 0, 0, 0, 0, 8], [0, 2**64 - 1]))
+    assert unwritten.reason == "y was never written (all 8 elements still hold the NaN poison)"
+    with pytest.raises(ValueError):
+        set_check(SPEC, "seed_1", FIRST_RUN, records([0], [0])[:1])
+
+
+def test_wrong_timed_launches_are_counted_and_named() -> None:
+    check = SetCheck(name="seed_1", ok=False, reason="c: 4 of 4 elements outside rtol=1e-05, atol=1e-08")
+    names = ["seed_1", "fresh-0"]
+    wrong = [WrongLaunch(number=k, fill=timed_fill(k - 1, 1), check=check) for k in range(1, 20, 2)]
+    assert timed_failure(wrong, 20, names) == (
+        "10 of its 20 timed launches gave a wrong output (launch 1, 3, 5, 7, 9, 11, 13, 15, ...), though every run "
+        "before the timing was right; launch 1, started from set fresh-0's reference outputs: c: 4 of 4 elements "
+        "outside rtol=1e-05, atol=1e-08"
+    )
+    one = [WrongLaunch(number=2, fill=timed_fill(1, 1), check=check)]
+    assert timed_failure(one, 10, names).startswith(
+        "1 of its 10 timed launches gave a wrong output (launch 2), though every run before the timing was right; "
+        "launch 2, started from random finite values: "
+    )
 
 
 def test_compare_counts_decode_the_helpers_words() -> None:
@@ -182,8 +206,9 @@ def test_timing_settles_when_the_median_is_known_well_enough() -> None:
     assert not median_settled([100.0 + x for x in rng.normal(0, 20, 40)], 0.002)
 
 
-def test_device_memory_counts_the_noise_beside_the_outputs() -> None:
+def test_device_memory_counts_the_first_runs_copy_beside_the_outputs() -> None:
+    """Noise is drawn on the GPU into the outputs themselves: no buffer of its own."""
     spec = load_card(EXAMPLES / "cards" / "vector_add_f32").spec
     tensor = 4 * spec.sizes["n"]
-    assert bytes_needed(spec, 5, 1000) == 5 * (2 * 2 * tensor + tensor) + 3 * tensor + 1000
-    assert math.isclose(bytes_needed(spec, 0, 0) / tensor, 3)
+    assert bytes_needed(spec, 5, 1000) == 5 * (2 * 2 * tensor + tensor) + 2 * tensor + 1000
+    assert math.isclose(bytes_needed(spec, 0, 0) / tensor, 2)

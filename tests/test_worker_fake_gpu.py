@@ -6,10 +6,12 @@ public launch API that profiling uses, are exercised on every CI run.
 
 from __future__ import annotations
 
+import operator
 import shutil
 import sys
 import types
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -130,15 +132,86 @@ def half_then_inf() -> cuda.Kernel:
     return run
 
 
+HONEST_LAUNCHES = 13
+"""The launches before the timing on the 1000-element card: 9 sets (the card's, fresh and stress), the second run
+and 3 warm-ups. A cheat honest for these is timed from launch 14 on (timed launch 1)."""
+
+
+def skips_timed(skipped: Callable[[int], bool]) -> Callable[[], cuda.Kernel]:
+    """Honest for HONEST_LAUNCHES, then writes nothing on the timed launches (numbered from 1) `skipped` picks: a
+    __device__ launch counter's cheat."""
+
+    def make() -> cuda.Kernel:
+        launches = 0
+
+        def run(a: int, b: int, c: int, n: np.int32) -> None:
+            nonlocal launches
+            launches += 1
+            if launches <= HONEST_LAUNCHES or not skipped(launches - HONEST_LAUNCHES):
+                x, y, out = vectors(a, b, c, int(n))
+                out[:] = x + y
+
+        return run
+
+    return make
+
+
+def honest_with_a_counter() -> cuda.Kernel:
+    """Keeps a launch counter and takes another (equally right) path on odd launches: state, but no cheat."""
+    launches = 0
+
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        nonlocal launches
+        launches += 1
+        x, y, out = vectors(a, b, c, int(n))
+        out[:] = x + y if launches % 2 else y + x
+
+    return run
+
+
+PREFILLS: list[np.ndarray] = []
+"""What the output held as each launch of `records_prefills` started."""
+
+
+def records_prefills() -> cuda.Kernel:
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        x, y, out = vectors(a, b, c, int(n))
+        PREFILLS.append(out.copy())
+        out[:] = x + y
+
+    return run
+
+
+def modifies_input_when_timed() -> cuda.Kernel:
+    """Honest, but from its first timed launch on it also bumps b[0] after using it (its output stays right)."""
+    launches = 0
+
+    def run(a: int, b: int, c: int, n: np.int32) -> None:
+        nonlocal launches
+        launches += 1
+        x, y, out = vectors(a, b, c, int(n))
+        out[:] = x + y
+        if launches > HONEST_LAUNCHES:
+            y[0] += 1
+
+    return run
+
+
 KERNELS: dict[str, Callable[[], cuda.Kernel]] = {
     "baseline": honest,
     "honest": honest,
     "reads_output": reads_output,
-    "keeps_output_when_timed": keeps_output_after(13),
+    "keeps_output_when_timed": keeps_output_after(HONEST_LAUNCHES),
     "never_writes": never_writes,
     "computes_nan": computes_nan,
     "zeroes_non_finite": zeroes_non_finite,
     "half_then_inf": half_then_inf,
+    "skips_every_other": skips_timed(lambda timed: timed % 2 == 1),
+    "skips_every_third": skips_timed(lambda timed: timed % 3 == 1),
+    **{f"skips_launch_{k}": skips_timed(partial(operator.eq, k)) for k in (1, 2, 10, 11, 20)},
+    "honest_with_a_counter": honest_with_a_counter,
+    "records_prefills": records_prefills,
+    "modifies_input_when_timed": modifies_input_when_timed,
 }
 
 
@@ -235,11 +308,15 @@ def test_without_fresh_sets_the_second_run_starts_from_the_second_sets_results(f
 
 def test_a_kernel_that_keeps_its_output_when_timed_fails_the_timed_check(fake_cuda: None, card: Card) -> None:
     """Honest for 13 launches (9 sets: the card's, fresh and stress; the second run; 3 warm-ups), then it keeps
-    whatever is not NaN."""
+    whatever is not NaN: every timed launch of the first batch is wrong, and the timing stops there."""
     result = evaluate(card, "keeps_output_when_timed")
     assert not result.ok and result.failure == "cheat"
     assert all(check.ok for check in result.checks)
-    assert result.reason.startswith("its output during the timed runs (started from random finite values) was wrong")
+    assert result.reason.startswith(
+        "10 of its 10 timed launches gave a wrong output (launch 1, 2, 3, 4, 5, 6, 7, 8, ...), though every run "
+        "before the timing was right; launch 1, started from set fresh-0's reference outputs: c: 1000 of 1000 "
+        "elements outside rtol=1e-05"
+    )
 
 
 def test_the_public_launch_api_launches_once_on_one_set(fake_cuda: None, card: Card) -> None:
@@ -256,8 +333,69 @@ def test_the_public_launch_api_launches_once_on_one_set(fake_cuda: None, card: C
     worker.close()
 
 
-def test_noise_fills_a_buffer_by_repeating_its_block(fake_cuda: None) -> None:
-    device = GpuDevice(cuda)
-    block = np.arange(7, dtype=np.uint8)
-    buffer = device.tiled(block, 40)
-    assert cuda.view(int(buffer), np.uint8, 40).tolist() == (list(range(7)) * 6)[:40]
+# -- every timed launch is checked (issue 30) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "launches"),
+    [("skips_every_other", "1, 3, 5, 7, 9"), ("skips_every_third", "1, 4, 7, 10")],
+)
+def test_a_kernel_that_skips_timed_launches_by_a_counter_is_caught(
+    fake_cuda: None, card: Card, name: str, launches: str
+) -> None:
+    """Right on every set, the second run and the last timed launch (20: the one checked before), wrong on the
+    timed launches its counter skips: each of those is checked, and the first batch's are named."""
+    result = evaluate(card, name)
+    assert not result.ok and result.failure == "cheat"
+    assert all(check.ok for check in result.checks)
+    skipped = len(launches.split(", "))
+    assert result.reason.startswith(
+        f"{skipped} of its 10 timed launches gave a wrong output (launch {launches}), though every run before the "
+        "timing was right; launch 1, started from set fresh-0's reference outputs: c: 1000 of 1000 elements outside"
+    )
+    assert result.candidate is None and result.speedup is None
+
+
+@pytest.mark.parametrize("launch", [1, 2, 10, 11, 20])
+def test_no_timed_launch_goes_unchecked(fake_cuda: None, card: Card, launch: int) -> None:
+    """One skipped timed launch, wherever it falls (first or last of a batch, the second batch), is caught; the
+    prefill it kept is named (odd launches start from another set's results, even ones from fresh noise)."""
+    result = evaluate(card, f"skips_launch_{launch}")
+    assert not result.ok and result.failure == "cheat", result.reason
+    started = "set fresh-0's reference outputs" if launch % 2 else "random finite values"
+    assert result.reason.startswith(f"1 of its {10 * ((launch + 9) // 10)} timed launches gave a wrong output "
+                                    f"(launch {launch}),")  # fmt: skip
+    assert f"launch {launch}, started from {started}: c: " in result.reason
+
+
+def test_an_honest_kernel_with_a_launch_counter_passes(fake_cuda: None, card: Card) -> None:
+    result = evaluate(card, "honest_with_a_counter")
+    assert result.ok, result.reason
+    assert result.candidate is not None and result.candidate.reps >= 20
+
+
+def test_each_timed_launch_starts_from_a_prefill_of_its_own(fake_cuda: None, card: Card) -> None:
+    """Timed launches alternate another set's results with noise drawn afresh for each launch: no two noise
+    prefills are alike, none is the poison, and the stale one is fresh-0's references."""
+    PREFILLS.clear()
+    result = evaluate(card, "records_prefills")
+    assert result.ok, result.reason
+    timed = PREFILLS[HONEST_LAUNCHES:]
+    assert len(timed) == 20
+    noise, stale = timed[1::2], timed[0::2]
+    assert all(np.isfinite(fill).all() and np.abs(fill).max() <= 4 for fill in noise)
+    assert len({fill.tobytes() for fill in noise}) == len(noise)
+    fresh, _ = fresh_set(card)
+    assert all(np.array_equal(fill, fresh["c"]) for fill in stale)
+
+
+def fresh_set(card: Card) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """fresh-0 as the worker draws it (seed 99, the one `evaluate` loads with): (references, inputs)."""
+    inputs = card.draw(99)
+    return card.reference(inputs), inputs
+
+
+def test_an_input_changed_while_timed_is_caught_after_the_timing(fake_cuda: None, card: Card) -> None:
+    result = evaluate(card, "modifies_input_when_timed")
+    assert not result.ok and result.failure == "cheat" and result.fatal
+    assert result.reason.startswith("while it was timed, it modified its input 'b' (")

@@ -121,7 +121,10 @@ def passed_checks(record: NodeRecord, evaluation: Evaluation | None) -> list[str
     if result.deterministic:
         checks.append("deterministic: the same bits on both runs")
     if result.candidate is not None:
-        checks.append("still right after the timed runs (no work skipped on repeats)")
+        checks.append(
+            f"right on each of its {result.candidate.reps} timed launches, every one checked (no work skipped on any), "
+            "and its fastest tenth within what the card's roofline floor allows"
+        )
     return checks
 
 

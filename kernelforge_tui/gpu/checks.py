@@ -19,10 +19,6 @@ from kernelforge_tui.cards.model import OperatorCard, Tolerance
 from kernelforge_tui.gpu.statistics import robust_stats, speedup_interval
 from kernelforge_tui.models.evaluation import EvalResult, SetCheck
 
-NOISE_PERIOD = 1 << 20
-"""Elements of random noise drawn per output; the device buffer repeats the block (drawing 1e8 values would
-cost seconds and gigabytes on the host for nothing a kernel could exploit)."""
-
 
 class Prefill(StrEnum):
     """What an output buffer holds when a candidate starts: a kernel must overwrite it, never read it."""
@@ -32,7 +28,8 @@ class Prefill(StrEnum):
     STALE = "stale"
     """Another input set's reference outputs: a kernel that keeps what it finds returns a plausible wrong answer."""
     NOISE = "noise"
-    """Random finite values: a kernel that reads its output first (treating NaN as "empty") is thrown off."""
+    """Random finite values, drawn afresh on the GPU for each launch (`kf_noise_<dtype>`): a kernel that reads its
+    output first (treating NaN as "empty") is thrown off, and no launch's prefill repeats another's."""
 
 
 @dataclass(frozen=True)
@@ -72,14 +69,10 @@ def fill_for(prefill: Prefill, stale_set: int | None) -> Fill:
     return Fill(Prefill.STALE, stale_set)
 
 
-def timed_fill(batch_index: int, stale_set: int | None) -> Fill:
-    """Timed launches of the candidate alternate stale results and noise, starting with stale results.
-
-    Batches have an even length and the candidate runs last in odd positions, so the timed launch whose
-    output is checked afterwards started from noise, while the second run (checked too) started from
-    stale results: both finite prefills are checked on every candidate.
-    """
-    return fill_for(Prefill.NOISE if batch_index % 2 else Prefill.STALE, stale_set)
+def timed_fill(launch: int, stale_set: int | None) -> Fill:
+    """Timed launches of the candidate alternate stale results and fresh noise, starting with stale results: every
+    one is checked, so one that keeps a plausible output (another set's) fails as surely as one that keeps noise."""
+    return fill_for(Prefill.NOISE if launch % 2 else Prefill.STALE, stale_set)
 
 
 def describe(fill: Fill, set_names: Sequence[str]) -> str:
@@ -90,17 +83,6 @@ def describe(fill: Fill, set_names: Sequence[str]) -> str:
         return "random finite values"
     assert fill.stale_set is not None
     return f"set {set_names[fill.stale_set]}'s reference outputs"
-
-
-def noise_block(dtype: str, numel: int, rng: np.random.Generator) -> np.ndarray:
-    """Finite random values of an output's dtype (small integers for integer dtypes), at most NOISE_PERIOD of them."""
-    count = min(numel, NOISE_PERIOD)
-    if dtype in FLOATING:
-        return rng.uniform(-4.0, 4.0, count).astype(NUMPY[dtype])
-    if dtype == "bool":
-        return rng.integers(0, 2, count).astype(np.bool_)
-    info = np.iinfo(dtype)
-    return rng.integers(max(int(info.min), -1000), min(int(info.max), 1000), count, endpoint=True).astype(NUMPY[dtype])
 
 
 # -- verdicts ------------------------------------------------------------------------------------------------
@@ -195,6 +177,49 @@ def add_exact_output(check: SetCheck, name: str, numel: int, itemsize: int, bad_
     check.reason = f"{name}: integer output differs from the reference"
 
 
+def set_check(spec: OperatorCard, name: str, fill: Fill, records: np.ndarray) -> SetCheck:
+    """One launch's check from the helpers' records, one per output in the card's order (a CompareResult for a
+    floating-point output, kf_count_diff's count and first byte for an integer one); `fill`: what the outputs held
+    before the launch."""
+    check = SetCheck(name=name, ok=True)
+    for tensor, words in zip(spec.outputs, records, strict=True):
+        if tensor.dtype in FLOATING:
+            counts = CompareCounts.from_words(words)
+            add_float_output(check, tensor.name, tensor.dims(spec.sizes), tensor.effective_tolerance(), counts, fill)
+        else:
+            numel, itemsize = tensor.numel(spec.sizes), NUMPY[tensor.dtype].itemsize
+            add_exact_output(check, tensor.name, numel, itemsize, int(words[0]), int(words[1]))
+    return check
+
+
+@dataclass(frozen=True)
+class WrongLaunch:
+    """A timed launch whose output was wrong: its number (from 1, in timing order), its prefill, its check."""
+
+    number: int
+    fill: Fill
+    check: SetCheck
+
+
+SHOWN_LAUNCHES = 8
+"""Wrong timed launches a reason lists by number."""
+
+
+def timed_failure(wrong: Sequence[WrongLaunch], timed: int, set_names: Sequence[str]) -> str:
+    """The reason of a candidate whose output was wrong on some timed launches, when every checked run before
+    the timing was right: it behaves differently on some launches (a launch counter, a clock, what the buffer
+    held)."""
+    numbers = ", ".join(str(w.number) for w in wrong[:SHOWN_LAUNCHES])
+    if len(wrong) > SHOWN_LAUNCHES:
+        numbers += ", ..."
+    first = wrong[0]
+    return (
+        f"{len(wrong)} of its {timed} timed launches gave a wrong output (launch {numbers}), though every run "
+        f"before the timing was right; launch {first.number}, started from {describe(first.fill, set_names)}: "
+        f"{first.check.reason}"
+    )
+
+
 def row_of(index: int, dims: tuple[int, ...]) -> str:
     if len(dims) < 2:
         return ""
@@ -222,8 +247,8 @@ def add_timings(result: EvalResult, samples: dict[str, list[float]], bytes_moved
 
 
 def bytes_needed(spec: OperatorCard, n_sets: int, flush_bytes: int) -> int:
-    """Device memory for a loaded card: per set working and pristine inputs and references; the outputs, the
-    first run's copy of them and their noise; the L2 flush scratch."""
+    """Device memory for a loaded card: per set working and pristine inputs and references; the outputs and the
+    first run's copy of them; the L2 flush scratch."""
     ins = sum(t.nbytes(spec.sizes) for t in spec.inputs)
     outs = sum(t.nbytes(spec.sizes) for t in spec.outputs)
-    return n_sets * (2 * ins + outs) + 3 * outs + flush_bytes
+    return n_sets * (2 * ins + outs) + 2 * outs + flush_bytes

@@ -23,8 +23,10 @@ from kernelforge_tui.models.evaluation import Ceilings
 GUARD_BYTES = 64 * 1024
 """Canary bytes before and after every candidate-visible buffer: a write past the end lands here."""
 CANARY = 0xA7
-COMPARE_RESULT_BYTES = 64
-"""The helpers' CompareResult: three counters, two doubles (as bits), three more counters, 8 bytes each."""
+RECORD_WORDS = 8
+"""A helper's result record in 8-byte words: CompareResult (three counters, two doubles as bits, three more
+counters), or kf_count_diff's count and first index in its first two words."""
+RECORD_BYTES = 8 * RECORD_WORDS
 
 
 class CandidateFault(Exception):
@@ -43,6 +45,20 @@ class Guarded:
         return int(self.alloc) + GUARD_BYTES
 
 
+@dataclass
+class Records:
+    """Result records of the helper kernels on the device, one per check, read back in one copy: the checks of
+    many launches queue on the stream with no wait between them."""
+
+    alloc: Any
+    count: int
+
+    def ptr(self, index: int) -> int:
+        if not 0 <= index < self.count:
+            raise IndexError(f"record {index} of {self.count}")
+        return int(self.alloc) + index * RECORD_BYTES
+
+
 class GpuDevice:
     """One GPU's context, stream and helper kernels (`helpers.cu`), and what the worker does with them."""
 
@@ -55,8 +71,8 @@ class GpuDevice:
         self.stream = drv.Stream()
         self.helpers: Any = None
         self.helpers_path: Path | None = None
-        self.compare_result = drv.mem_alloc(COMPARE_RESULT_BYTES)
-        self.count_result = drv.mem_alloc(16)
+        self.record = self.records(1)
+        """The record of the checks that are read at once (`count_diff`, `compare`)."""
 
     def load_helpers(self, path: Path) -> Any:
         """The helper kernels' module, loaded once per cubin."""
@@ -78,18 +94,15 @@ class GpuDevice:
         self.drv.memset_d8(buffer.ptr + nbytes, CANARY, GUARD_BYTES)
         return buffer
 
-    def tiled(self, block: np.ndarray, nbytes: int) -> Any:
-        """A new buffer of `nbytes` holding `block` repeated: one upload, then copies that double the filled part."""
-        buffer = self.alloc(nbytes)
-        block = np.ascontiguousarray(block)
-        if nbytes:
-            self.drv.memcpy_htod(buffer, block)
-        filled = block.nbytes
-        while filled < nbytes:
-            step = min(filled, nbytes - filled)
-            self.drv.memcpy_dtod(int(buffer) + filled, buffer, step)
-            filled += step
-        return buffer
+    def records(self, count: int) -> Records:
+        return Records(self.drv.mem_alloc(count * RECORD_BYTES), count)
+
+    def read(self, records: Records, count: int) -> np.ndarray:
+        """The first `count` records, as uint64 words (count x RECORD_WORDS), once the stream has finished."""
+        host = np.zeros((count, RECORD_WORDS), dtype=np.uint64)
+        self.drv.memcpy_dtoh_async(host, records.alloc, self.stream)
+        self.sync()
+        return host
 
     def poison(self, ptr: int, nbytes: int, dtype: str) -> None:
         """Fill a buffer with the dtype's poison pattern (NaN for floats), on the stream."""
@@ -103,6 +116,12 @@ class GpuDevice:
             self.drv.memset_d32_async(ptr, bits, nbytes // 4, self.stream)
         else:  # 8-byte types: their pattern repeats 16 bits (a NaN double, an unlikely integer)
             self.drv.memset_d16_async(ptr, bits & 0xFFFF, nbytes // 2, self.stream)
+
+    def noise(self, ptr: int, numel: int, dtype: str, seed: int) -> None:
+        """Fill a buffer with random finite values drawn from `seed` (`kf_noise_<dtype>`), on the stream."""
+        fn = self.helpers.get_function(f"kf_noise_{dtype}")
+        grid = self.grid_for(numel)
+        fn(np.uintp(ptr), np.int64(numel), np.uint64(seed), block=(256, 1, 1), grid=grid, stream=self.stream)
 
     def copy(self, dst: Any, src: Any, nbytes: int) -> None:
         """Device to device, on the stream."""
@@ -120,25 +139,31 @@ class GpuDevice:
         sms = int(self.device.get_attribute(self.drv.device_attribute.MULTIPROCESSOR_COUNT))
         return (max(1, min((n + 255) // 256, sms * 8)), 1, 1)
 
-    def count_diff(self, a: int, b: int | None, value: int, nbytes: int) -> tuple[int, int]:
-        """(how many bytes differ, the first one) between a and b (or a and a constant byte)."""
-        self.drv.memset_d32_async(self.count_result, 0, 2, self.stream)
-        self.drv.memset_d32_async(int(self.count_result) + 8, 0xFFFFFFFF, 2, self.stream)
+    def _clear(self, record: int, first_word: int) -> None:
+        """Zero a record but for the word of the first bad index, all ones: what the helpers count into."""
+        self.drv.memset_d32_async(record, 0, RECORD_WORDS * 2, self.stream)
+        self.drv.memset_d32_async(record + 8 * first_word, 0xFFFFFFFF, 2, self.stream)
+
+    def queue_count_diff(self, record: int, a: int, b: int | None, value: int, nbytes: int) -> None:
+        """Count into `record` (words 0 and 1) the bytes where a differs from b (or from a constant byte)."""
+        self._clear(record, first_word=1)
         fn = self.helpers.get_function("kf_count_diff")
         fn(
             np.uintp(a),
             np.uintp(b or 0),
             np.uint8(value),
             np.int64(nbytes),
-            self.count_result,
+            np.uintp(record),
             block=(256, 1, 1),
             grid=self.grid_for(nbytes),
             stream=self.stream,
         )
-        host = np.zeros(2, dtype=np.uint64)
-        self.drv.memcpy_dtoh_async(host, self.count_result, self.stream)
-        self.sync()
-        return int(host[0]), int(host[1])
+
+    def count_diff(self, a: int, b: int | None, value: int, nbytes: int) -> tuple[int, int]:
+        """(how many bytes differ, the first one) between a and b (or a and a constant byte)."""
+        self.queue_count_diff(self.record.ptr(0), a, b, value, nbytes)
+        words = self.read(self.record, 1)[0]
+        return int(words[0]), int(words[1])
 
     def stray_writes(self, buffers: list[tuple[str, Guarded]]) -> str:
         """Describe the first write into a canary region of the labelled buffers, or return ''."""
@@ -150,27 +175,27 @@ class GpuDevice:
                 return f"wrote outside its buffers: {where} of {label}"
         return ""
 
-    def compare(self, out: int, reference: Any, numel: int, dtype: str, tol: Tolerance) -> CompareCounts:
-        """A floating-point output against its reference within the tolerance (`kf_compare_<dtype>`)."""
-        self.drv.memset_d32_async(self.compare_result, 0, COMPARE_RESULT_BYTES // 4, self.stream)
-        self.drv.memset_d32_async(int(self.compare_result) + 16, 0xFFFFFFFF, 2, self.stream)
+    def queue_compare(self, record: int, out: int, reference: Any, numel: int, dtype: str, tol: Tolerance) -> None:
+        """Count into `record` how a floating-point output differs from its reference (`kf_compare_<dtype>`)."""
+        self._clear(record, first_word=2)
         fn = self.helpers.get_function(f"kf_compare_{dtype}")
         fn(
             np.uintp(out),
-            reference,
+            np.uintp(int(reference)),
             np.int64(numel),
             np.float64(tol.rtol),
             np.float64(tol.atol),
             np.uint64(POISON_BITS[dtype]),
-            self.compare_result,
+            np.uintp(record),
             block=(256, 1, 1),
             grid=self.grid_for(numel),
             stream=self.stream,
         )
-        host = np.zeros(COMPARE_RESULT_BYTES // 8, dtype=np.uint64)
-        self.drv.memcpy_dtoh_async(host, self.compare_result, self.stream)
-        self.sync()
-        return CompareCounts.from_words(host)
+
+    def compare(self, out: int, reference: Any, numel: int, dtype: str, tol: Tolerance) -> CompareCounts:
+        """A floating-point output against its reference within the tolerance, read at once."""
+        self.queue_compare(self.record.ptr(0), out, reference, numel, dtype, tol)
+        return CompareCounts.from_words(self.read(self.record, 1)[0])
 
     # -- ceilings --------------------------------------------------------------------------------------------
     def measure_ceilings(self, helpers_cubin: Path) -> Ceilings:

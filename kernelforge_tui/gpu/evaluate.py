@@ -30,6 +30,7 @@ from kernelforge_tui.config import Settings, cache_dir
 from kernelforge_tui.errors import BaselineFailed, CheckFailed
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
+from kernelforge_tui.gpu.hardware import roofline_floor
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
     Evaluate,
@@ -262,23 +263,26 @@ class Evaluator:
         return reply
 
     def _judge(self, result: EvalResult, built: BuildResult) -> Evaluation:
-        """Hold the measured rates against the ceilings: faster than physics means skipped work."""
+        """Hold the timed launches against the card's roofline floor: faster than physics means skipped work.
+
+        The share shown is the median's; the refusal looks at the fastest tenth of the launches, so a kernel fast
+        beyond physics on some launches only is refused too (honest launches scatter a few percent, not 10%)."""
         share = None
-        if result.ok and self.ceilings is not None:
-            margin = self.settings.eval.ceiling_margin
-            shares = []
-            if result.achieved_gbps is not None:
-                shares.append(result.achieved_gbps / self.ceilings.copy_gbps)
-            if result.achieved_tflops is not None:
-                inputs = [t.dtype for t in self.card.spec.inputs]
-                shares.append(result.achieved_tflops / self.ceilings.compute_tflops(inputs))
-            share = max(shares, default=None)
-            if share is not None and share > margin:
-                result.ok, result.failure = False, FailureKind.CHEAT
-                result.reason = (
-                    f"faster than the measured ceiling ({share:.0%} of it, limit {margin:.0%}): "
-                    "it must skip work the operator requires"
-                )
+        spec = self.card.spec
+        if result.ok and self.ceilings is not None and result.candidate is not None:
+            floor = roofline_floor(spec.flops(), spec.bytes_moved(), self.ceilings, [t.dtype for t in spec.inputs])
+            if floor.seconds > 0:
+                floor_us = floor.seconds * 1e6
+                share = floor_us / result.candidate.median_us
+                fastest = floor_us / result.candidate.p10_us
+                margin = self.settings.eval.ceiling_margin
+                if fastest > margin:
+                    result.ok, result.failure = False, FailureKind.CHEAT
+                    result.reason = (
+                        f"impossible: a tenth of its timed launches took {result.candidate.p10_us:.3g} us or less, "
+                        f"under the roofline floor of {floor_us:.3g} us ({floor.limit}): {fastest:.0%} of the speed "
+                        f"physics allows, limit {margin:.0%}; it must skip work the operator requires"
+                    )
         return Evaluation(
             ok=result.ok,
             failure=result.failure,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Literal
 
 from kernelforge_tui.config import ClassifierSettings as ClassifierSettings
@@ -162,6 +163,30 @@ def _compute_metrics(values: Mapping[str, float]) -> list[KeyMetric]:
         text = ", ".join(f"{label} {count / all_fp:.0%}" for label, count in mix.items())
         out.append(KeyMetric(label="fp32 thread instructions", value=all_fp, unit="count", note=text))
     return out
+
+
+@dataclass(frozen=True)
+class RooflineFloor:
+    """The least time a card's counted work can take on this GPU: its bytes at the measured copy ceiling or its
+    FLOPs at the compute ceiling its dtypes are held to, whichever is longer. A launch faster than this skipped
+    work: no kernel moves bytes faster than the memory does, or computes faster than the units do."""
+
+    seconds: float
+    bound: Literal["memory", "compute"]
+    limit: str
+    """What sets it, in words: `100.7 MB at the measured copy ceiling of 4250 GB/s`."""
+
+
+def roofline_floor(flops: int, counted_bytes: int, ceilings: Ceilings, dtypes: Sequence[str] = ()) -> RooflineFloor:
+    """The roofline floor of a card's counted work (`dtypes`: its inputs', which pick the compute roof)."""
+    copy_s = counted_bytes / (ceilings.copy_gbps * 1e9)
+    compute_tflops = ceilings.compute_tflops(dtypes)
+    compute_s = flops / (compute_tflops * 1e12)
+    if copy_s >= compute_s:
+        limit = f"{counted_bytes / 1e6:.4g} MB at the measured copy ceiling of {ceilings.copy_gbps:.0f} GB/s"
+        return RooflineFloor(seconds=copy_s, bound="memory", limit=limit)
+    limit = f"{flops / 1e9:.4g} GFLOP at the compute ceiling of {compute_tflops:.0f} TFLOP/s"
+    return RooflineFloor(seconds=compute_s, bound="compute", limit=limit)
 
 
 def roofline(

@@ -136,6 +136,73 @@ extern "C" __global__ void kf_count_diff(const uint8_t* a, const uint8_t* b, uin
     }
 }
 
+// Random finite values over an output before a timed launch, drawn afresh for each launch from `seed` (splitmix64
+// of seed + index): floats uniform in [-4, 4) (16-bit ones may round up to 4), integers in [-1000, 1000] within
+// their type's range, bools 0 or 1. No launch's prefill repeats another's, so no kernel can learn it.
+__device__ __forceinline__ unsigned long long mix64(unsigned long long z) {
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+__device__ __forceinline__ float unit_noise(unsigned long long bits) {
+    return -4.0f + 8.0f * (float)(bits >> 40) * 5.9604644775390625e-8f;  // 24 random bits * 2^-24
+}
+__device__ __forceinline__ void noise_value(float* p, unsigned long long bits) { *p = unit_noise(bits); }
+__device__ __forceinline__ void noise_value(double* p, unsigned long long bits) {
+    *p = -4.0 + 8.0 * (double)(bits >> 11) * 1.1102230246251565e-16;  // 53 random bits * 2^-53
+}
+__device__ __forceinline__ void noise_value(__half* p, unsigned long long bits) { *p = __float2half(unit_noise(bits)); }
+__device__ __forceinline__ void noise_value(__nv_bfloat16* p, unsigned long long bits) {
+    *p = __float2bfloat16(unit_noise(bits));
+}
+template <typename T>
+__device__ __forceinline__ void noise_int(T* p, unsigned long long bits, long long low, long long high) {
+    *p = (T)(low + (long long)(bits % (unsigned long long)(high - low + 1)));
+}
+__device__ __forceinline__ void noise_value(int* p, unsigned long long bits) { noise_int(p, bits, -1000, 1000); }
+__device__ __forceinline__ void noise_value(long long* p, unsigned long long bits) { noise_int(p, bits, -1000, 1000); }
+__device__ __forceinline__ void noise_value(signed char* p, unsigned long long bits) { noise_int(p, bits, -128, 127); }
+__device__ __forceinline__ void noise_value(unsigned char* p, unsigned long long bits) { noise_int(p, bits, 0, 255); }
+__device__ __forceinline__ void noise_value(bool* p, unsigned long long bits) { *p = (bits & 1) != 0; }
+
+template <typename T>
+__device__ void noise(T* out, long long n, unsigned long long seed) {
+    long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        noise_value(out + i, mix64(seed + (unsigned long long)i));
+    }
+}
+
+// One entry per dtype a card may use (kf_noise_<dtype>, as the worker names it).
+extern "C" __global__ void kf_noise_float32(float* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_float64(double* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_float16(__half* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_bfloat16(__nv_bfloat16* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_int32(int* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_int64(long long* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_int8(signed char* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_uint8(unsigned char* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+extern "C" __global__ void kf_noise_bool(bool* out, long long n, unsigned long long seed) {
+    noise(out, n, seed);
+}
+
 // The FMA ceiling: 8 independent chains per thread, `iters` x 8 FMAs (2 FLOPs each) per thread; the
 // outer loop is unrolled so loop bookkeeping does not take issue slots from the FMAs.
 extern "C" __global__ void kf_fma_peak(float* sink, int iters, float seed) {

@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
+from kernelforge_tui.cards.dtypes import FLOATING
 from kernelforge_tui.cards.model import InputSet, OperatorCard
 from kernelforge_tui.cards.store import Arrays, Card, load_card, make_side_by_side
 from kernelforge_tui.config import EvalSettings
@@ -30,17 +30,17 @@ from kernelforge_tui.gpu.checks import (
     SECOND_RUN,
     Fill,
     Prefill,
-    add_exact_output,
-    add_float_output,
+    WrongLaunch,
     add_timings,
     bytes_needed,
     describe,
     fill_for,
-    noise_block,
+    set_check,
     stale_source,
+    timed_failure,
     timed_fill,
 )
-from kernelforge_tui.gpu.device import CandidateFault, GpuDevice, Guarded
+from kernelforge_tui.gpu.device import CandidateFault, GpuDevice, Guarded, Records
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
     Evaluate,
@@ -58,6 +58,8 @@ from kernelforge_tui.models.nodes import FailureKind
 HostMaker = Callable[[], tuple[Arrays, Arrays | None]]
 """Makes one set on the host: its inputs, and its reference outputs where they come from the host."""
 
+TIMED_BATCH = 10
+"""Timed launches of each kernel between two waits for the GPU; their checks are read back together."""
 SCALAR_NUMPY = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64, "float32": np.float32}
 PREPARED_CODE = {"int32": "i", "int64": "q", "uint32": "I", "uint64": "Q", "float32": "f"}
 
@@ -88,10 +90,12 @@ class State:
     sets: list[DeviceSet]
     outputs: dict[str, Guarded]
     first_outputs: dict[str, Any]
-    noise: dict[str, Any]
-    """Per output, random finite values to prefill it with (see checks.Prefill)."""
+    rng: np.random.Generator
+    """Draws the seed of each NOISE prefill (seeded from the load's fresh seed, which no kernel can know)."""
     stale_set: int | None
     """The set whose references STALE prefills copy (checks.stale_source)."""
+    records: Records
+    """One helper record per output and timed launch of a batch (the checks of a single run use the first ones)."""
     scratch: Any
     device_bytes: int
     kernels: dict[str, LoadedKernel] = field(default_factory=dict)
@@ -159,8 +163,9 @@ class Worker:
             sets=sets,
             outputs=out_buffers,
             first_outputs={name: self.gpu.alloc(buf.nbytes) for name, buf in out_buffers.items()},
-            noise=self._noise(spec, np.random.default_rng(request.fresh_seed)),
+            rng=np.random.default_rng(request.fresh_seed),
             stale_set=stale_source([s.name for s in sets]),
+            records=self.gpu.records(TIMED_BATCH * len(spec.outputs)),
             scratch=self.gpu.alloc(request.settings.flush_bytes),
             device_bytes=need,
         )
@@ -181,8 +186,9 @@ class Worker:
             sets=[self._upload_set(which.name, card.spec, inputs, None)],
             outputs=self._output_buffers(card.spec),
             first_outputs={},
-            noise={},
+            rng=np.random.default_rng(),
             stale_set=None,
+            records=self.gpu.records(len(card.spec.outputs)),
             scratch=None,
             device_bytes=0,
         )
@@ -206,14 +212,6 @@ class Worker:
             if refs is not None:
                 self.drv.memcpy_htod(references[tensor.name], np.ascontiguousarray(refs[tensor.name]))
         return DeviceSet(name=name, inputs=working, pristine=pristine, references=references)
-
-    def _noise(self, spec: OperatorCard, rng: np.random.Generator) -> dict[str, Any]:
-        """Per output, a buffer of random finite values (one drawn block, repeated on the device)."""
-        noise: dict[str, Any] = {}
-        for tensor in spec.outputs:
-            block = noise_block(tensor.dtype, tensor.numel(spec.sizes), rng)
-            noise[tensor.name] = self.gpu.tiled(block, tensor.nbytes(spec.sizes))
-        return noise
 
     def _baseline_references(self, baseline: KernelRef) -> None:
         """References for seeded and fresh sets from the baseline kernel, for cards without a host reference."""
@@ -278,38 +276,42 @@ class Worker:
         )
 
     def _prefill(self, fill: Fill) -> None:
-        """Fill the outputs before a launch: the poison, another set's references, or noise (checks.Prefill)."""
+        """Fill the outputs before a launch: the poison, another set's references, or fresh noise (checks.Prefill)."""
         state = self._state()
-        for tensor in state.card.spec.outputs:
+        spec = state.card.spec
+        for tensor in spec.outputs:
             buffer = state.outputs[tensor.name]
             if fill.prefill is Prefill.POISON:
                 self.gpu.poison(buffer.ptr, buffer.nbytes, tensor.dtype)
-                continue
-            if fill.prefill is Prefill.NOISE:
-                source = state.noise[tensor.name]
+            elif fill.prefill is Prefill.NOISE:
+                seed = int(state.rng.integers(0, 2**63))
+                self.gpu.noise(buffer.ptr, tensor.numel(spec.sizes), tensor.dtype, seed)
             else:
                 assert fill.stale_set is not None
-                source = state.sets[fill.stale_set].references[tensor.name]
-            self.gpu.copy(buffer.ptr, source, buffer.nbytes)
+                self.gpu.copy(buffer.ptr, state.sets[fill.stale_set].references[tensor.name], buffer.nbytes)
 
     # -- checks --------------------------------------------------------------------------------------
+    def _queue_checks(self, device_set: DeviceSet, first_record: int) -> None:
+        """Queue the compare of each output against the set's reference, into records from `first_record` on:
+        on the stream after the launch, with no wait, so a timed launch's check never stalls the timing."""
+        state = self._state()
+        spec = state.card.spec
+        for k, tensor in enumerate(spec.outputs):
+            record = state.records.ptr(first_record + k)
+            buffer = state.outputs[tensor.name]
+            reference = device_set.references[tensor.name]
+            if tensor.dtype in FLOATING:
+                tol = tensor.effective_tolerance()
+                self.gpu.queue_compare(record, buffer.ptr, reference, tensor.numel(spec.sizes), tensor.dtype, tol)
+            else:
+                self.gpu.queue_count_diff(record, buffer.ptr, int(reference), 0, buffer.nbytes)
+
     def _compare(self, device_set: DeviceSet, fill: Fill) -> SetCheck:
         """Each output against the set's reference, on the GPU; `fill` is what the outputs held before."""
         state = self._state()
-        spec = state.card.spec
-        check = SetCheck(name=device_set.name, ok=True)
-        for tensor in spec.outputs:
-            buffer = state.outputs[tensor.name]
-            reference = device_set.references[tensor.name]
-            numel = tensor.numel(spec.sizes)
-            if tensor.dtype not in FLOATING:
-                bad_bytes, first = self.gpu.count_diff(buffer.ptr, int(reference), 0, buffer.nbytes)
-                add_exact_output(check, tensor.name, numel, NUMPY[tensor.dtype].itemsize, bad_bytes, first)
-                continue
-            tol = tensor.effective_tolerance()
-            counts = self.gpu.compare(buffer.ptr, reference, numel, tensor.dtype, tol)
-            add_float_output(check, tensor.name, tensor.dims(spec.sizes), tol, counts, fill)
-        return check
+        outputs = len(state.card.spec.outputs)
+        self._queue_checks(device_set, 0)
+        return set_check(state.card.spec, device_set.name, fill, self.gpu.read(state.records, outputs))
 
     def _stray_writes(self) -> str:
         """Describe writes into any canary region of the outputs or of any set's inputs, or return ''."""
@@ -398,10 +400,12 @@ class Worker:
         return None
 
     def _time(self, request: Evaluate, candidate: LoadedKernel, result: EvalResult) -> None:
-        """Interleaved, L2-flushed timing of candidate and baseline on the first set, then the checks on it."""
+        """Interleaved, L2-flushed timing of candidate and baseline on the first set; every timed launch of the
+        candidate is prefilled before its flush and checked after its end event, outside what is timed."""
         state = self._state()
         settings = state.settings
         first = state.sets[0]
+        outputs = len(state.card.spec.outputs)
         kernels = [("candidate", candidate)]
         if request.baseline is not None:
             kernels.append(("baseline", self.load_kernel(request.baseline)))
@@ -411,21 +415,29 @@ class Worker:
                 self._launch(kernel, first)
         self.gpu.sync()
         started = time.perf_counter()
-        batch = 10
-        last = timed_fill(batch - 1, state.stale_set)
-        while True:
+        wrong: list[WrongLaunch] = []
+        while not wrong:
             events = []
-            for i in range(batch):
+            fills = []
+            for i in range(TIMED_BATCH):
                 for name, kernel in kernels if i % 2 == 0 else kernels[::-1]:
                     if name == "candidate":
-                        self._prefill(timed_fill(i, state.stale_set))
+                        fills.append(timed_fill(len(samples["candidate"]) + i, state.stale_set))
+                        self._prefill(fills[-1])
                     self.drv.memset_d32_async(state.scratch, i, settings.flush_bytes // 4, self.gpu.stream)
                     begin, end = self.drv.Event(), self.drv.Event()
                     begin.record(self.gpu.stream)
                     self._launch(kernel, first)
                     end.record(self.gpu.stream)
                     events.append((name, begin, end))
-            self.gpu.sync()
+                    if name == "candidate":
+                        self._queue_checks(first, i * outputs)
+            records = self.gpu.read(state.records, TIMED_BATCH * outputs)
+            done = len(samples["candidate"])
+            for i, fill in enumerate(fills):
+                check = set_check(state.card.spec, first.name, fill, records[i * outputs : (i + 1) * outputs])
+                if not check.ok:
+                    wrong.append(WrongLaunch(number=done + i + 1, fill=fill, check=check))
             for name, begin, end in events:
                 samples[name].append(end.time_since(begin) * 1000.0)
             reps = len(samples["candidate"])
@@ -433,15 +445,15 @@ class Worker:
             spent = time.perf_counter() - started
             if reps >= settings.max_reps or spent > settings.timing_budget_s or (reps >= settings.min_reps and settled):
                 break
-        # Batches are even, so the candidate ran last (from `last`): its final timed output must still be
-        # right, or it skipped work on repeats or kept what the buffer held.
-        check = self._compare(first, last)
-        if not check.ok:
+        tampered = self._stray_writes() or self._modified_inputs(first)
+        if tampered:
+            result.ok, result.failure, result.fatal = False, FailureKind.CHEAT, True
+            result.reason = f"while it was timed, it {tampered}"
+        elif wrong:
             result.ok, result.failure = False, FailureKind.CHEAT
-            started_from = describe(last, [s.name for s in state.sets])
-            result.reason = f"its output during the timed runs (started from {started_from}) was wrong: {check.reason}"
-            return
-        add_timings(result, samples, request.bytes_moved, request.flops)
+            result.reason = timed_failure(wrong, len(samples["candidate"]), [s.name for s in state.sets])
+        else:
+            add_timings(result, samples, request.bytes_moved, request.flops)
 
     # -- ceilings ------------------------------------------------------------------------------------
     def measure_ceilings(self, request: MeasureCeilings) -> Ceilings:

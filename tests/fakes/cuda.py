@@ -1,8 +1,8 @@
 """A stand-in for `pycuda.driver` over host memory, so the GPU worker's own code runs on a CPU machine.
 
 Device memory is one flat byte array; pointers are offsets into it (plus a base, so none is 0). The helper
-kernels (`kf_count_diff`, `kf_compare_*`) are NumPy versions of helpers.cu with the same results layout; a
-candidate "cubin" is a Python function named by the cubin's file stem in `KERNELS`. Only the calls the
+kernels (`kf_count_diff`, `kf_compare_*`, `kf_noise_*`) are NumPy versions of helpers.cu with the same results
+layout; a candidate "cubin" is a Python function named by the cubin's file stem in `KERNELS`. Only the calls the
 worker makes exist, with pycuda's signatures; timings are a fixed 0.1 ms per event pair.
 """
 
@@ -20,6 +20,14 @@ BASE = 1 << 20
 HEAP_BYTES = 256 << 20
 
 FLOAT_TYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+INT_RANGES = {
+    "int32": (np.int32, -1000, 1000),
+    "int64": (np.int64, -1000, 1000),
+    "int8": (np.int8, -128, 127),
+    "uint8": (np.uint8, 0, 255),
+    "bool": (np.bool_, 0, 1),
+}
+"""kf_noise_<dtype>'s range for each integer dtype (helpers.cu)."""
 
 
 class Error(Exception):
@@ -227,6 +235,20 @@ def _compare(dtype: Any) -> Kernel:
     return compare
 
 
+def _noise(dtype: str) -> Kernel:
+    """Random finite values from the seed, in kf_noise_<dtype>'s ranges (not its bits: a NumPy generator)."""
+
+    def noise(out: Any, n: Any, seed: Any) -> None:
+        rng = np.random.default_rng(int(seed))
+        if dtype in FLOAT_TYPES:
+            MEMORY.view(int(out), FLOAT_TYPES[dtype], int(n))[:] = rng.uniform(-4.0, 4.0, int(n))
+            return
+        kind, low, high = INT_RANGES[dtype]
+        MEMORY.view(int(out), kind, int(n))[:] = rng.integers(low, high, int(n), endpoint=True)
+
+    return noise
+
+
 class Module:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -236,6 +258,8 @@ class Module:
             return Function(_count_diff)
         if name.startswith("kf_compare_"):
             return Function(_compare(FLOAT_TYPES[name.removeprefix("kf_compare_")]))
+        if name.startswith("kf_noise_"):
+            return Function(_noise(name.removeprefix("kf_noise_")))
         return Function(KERNELS[self.path.stem]())
 
 
