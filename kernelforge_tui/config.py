@@ -300,11 +300,20 @@ class ProviderSettings(Section):
     timeouts: Timeouts = Field(default_factory=Timeouts)
     retries: Retries = Field(default_factory=Retries)
     limits: Limits = Field(default_factory=Limits)
+    stream_options: bool = True
+    """Protocol openai: ask for the usage at the end of each stream (`stream_options = {include_usage = true}`);
+    false for a server that rejects the field (its calls' usage is then estimated, `llm.pricing`)."""
 
     @field_validator("base_url")
     @classmethod
     def _no_trailing_slash(cls, value: str) -> str:
         return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _options_of_its_protocol(self) -> ProviderSettings:
+        if not self.stream_options and self.protocol != "openai":
+            raise ValueError(f"stream_options is an option of protocol openai, not {self.protocol}: remove it")
+        return self
 
     def api_key(self) -> str | None:
         """The key, read now from the environment (None when unset or empty)."""
@@ -378,10 +387,22 @@ class ModelSettings(Section):
     model: str = Field(min_length=1)
     """The id the provider knows (e.g. "claude-sonnet-4-5", "gpt-5", "qwen2.5-coder:32b")."""
     max_tokens: int = Field(default=8192, gt=0)
+    max_tokens_limit: int | None = Field(default=None, gt=0)
+    """The most output tokens the model accepts: a kernel reply cut off at max_tokens is asked for again with twice
+    max_tokens, up to this. None: with max_tokens again (and a shorter request)."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Request fields sent as they are: temperature, reasoning_effort, thinking = {type = "enabled", ...}."""
     price: Price | None = None
     """Overrides the pricing table for this model."""
+
+    @model_validator(mode="after")
+    def _limit_above_budget(self) -> ModelSettings:
+        if self.max_tokens_limit is not None and self.max_tokens_limit < self.max_tokens:
+            raise ValueError(
+                f"llm.models.{self.name}: max_tokens_limit ({self.max_tokens_limit}) is below max_tokens "
+                f"({self.max_tokens}); raise max_tokens_limit to the model's output limit, or lower max_tokens"
+            )
+        return self
 
 
 class RoleSettings(Section):

@@ -30,7 +30,7 @@ from kernelforge_tui.proposers.base import (
     TargetGpu,
 )
 from kernelforge_tui.proposers.hybrid import HybridProposer
-from kernelforge_tui.proposers.prompting import Entry, Listing, Prompt, estimate_tokens, fit, message_tokens
+from kernelforge_tui.proposers.prompting import Entry, Listing, Prompt, estimate_tokens, fit, load, message_tokens
 from kernelforge_tui.proposers.replies import REPLY_FORMAT
 from kernelforge_tui.proposers.role_replies import parse_strategy, parse_verdict
 from kernelforge_tui.proposers.sections import card_text
@@ -71,7 +71,11 @@ def profile() -> NodeProfile:
 
 
 def settings(
-    server: LlmServer, protocol: str, roles: dict[str, Any], agents: dict[str, Any] | None = None
+    server: LlmServer,
+    protocol: str,
+    roles: dict[str, Any],
+    agents: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> LlmSettings:
     provider = {
         "name": "fake",
@@ -80,7 +84,7 @@ def settings(
         "timeouts": {"connect_s": 2, "idle_s": 2, "total_s": 10},
         "retries": {"max_attempts": 1, "backoff_s": 0.01},
     }
-    models = [{"name": name, "provider": "fake", "model": f"m-{name}"} for name in MODELS]
+    models = [{"name": name, "provider": "fake", "model": f"m-{name}", **(model or {})} for name in MODELS]
     return LlmSettings.model_validate(
         {"providers": [provider], "models": models, "roles": roles, "agents": agents or {}}
     )
@@ -93,10 +97,12 @@ async def team(
     agents: dict[str, Any] | None = None,
     protocol: str = "openai",
     coder_order: list[str] | None = None,
+    model: dict[str, Any] | None = None,
 ) -> AsyncIterator[tuple[AgentProposer, RecordingSink, LlmServer]]:
+    """`model`: fields every model gets (max_tokens, ...)."""
     sink = RecordingSink()
     with LlmServer(responder=script) as server:
-        llm = settings(server, protocol, roles, agents)
+        llm = settings(server, protocol, roles, agents, model)
         async with LlmClient(llm, sink) as client:
             yield AgentProposer(client, llm, coder_order), sink, server
 
@@ -309,6 +315,40 @@ async def test_a_plan_that_fails_validation_is_sent_back_once_and_the_fix_is_use
     assert proposal.rejected is None and proposal.plan.args == PLAN["args"] and proposal.source == KERNEL
     assert proposal.llm_calls == [*sink.ids("planner"), *sink.ids("coder")]  # the refused plan's call and the fix
     assert [c.outcome for c in sink.calls if c.role == "coder"] == ["malformed", "ok"]
+
+
+@pytest.mark.parametrize(("protocol", "finish"), [("openai", "length"), ("anthropic", "max_tokens")])
+@pytest.mark.parametrize(("limit", "fix_up"), [(3000, 2000), (1500, 1500), (None, 1000)])
+async def test_a_reply_cut_off_at_max_tokens_is_asked_again_shorter_and_the_operator_is_told(
+    card: Card, protocol: str, finish: str, limit: int | None, fix_up: int
+) -> None:
+    cut = Reply(chunks=("Kept the row in registers.\n```cuda\n", 'extern "C" __global__ void'), finish=finish)
+    script = Script({"planner": [strategy("Rows in registers")], "coder": [cut, kernel()]})
+    model = {"max_tokens": 1000, "max_tokens_limit": limit}
+    async with team(script, {"coder": ["coder-a"]}, protocol=protocol, model=model) as (proposer, sink, _):
+        (proposal,) = await proposer.propose(context(card), 1)
+    asked, again = script.asked("coder")
+    assert asked.body["max_tokens"] == 1000 and again.body["max_tokens"] == fix_up
+    first, retry = conversation(asked), conversation(again)
+    assert len(retry) == len(first) and retry[:-1] == first[:-1]  # the cut reply is not sent back: shorter
+    role, ask = retry[-1]
+    shorter = load("cut_off").text(reply_format=REPLY_FORMAT)
+    assert role == "user" and ask == f"{first[-1][1]}\n\n{shorter}" and "cut off at the length limit" in shorter
+    assert "max_tokens" not in ask  # the model is not told to change a setting
+    assert proposal.rejected is None and proposal.source == KERNEL
+    assert [c.outcome for c in sink.calls if c.role == "coder"] == ["malformed", "ok"]
+    assert "cut off at max_tokens (1000)" in sink.calls[1].error  # the record says what happened
+    (note,) = proposal.notes  # the operator is told, in the search's log
+    assert "the coder's reply from coder-a was cut off at max_tokens (1000)" in note
+    assert (f"with {fix_up} tokens" if limit else "the same 1000 tokens (no max_tokens_limit is set)") in note
+    assert "raise max_tokens for coder-a under [[llm.models]]" in note
+
+
+def test_a_max_tokens_limit_below_max_tokens_is_refused() -> None:
+    model = {"name": "m", "provider": "p", "model": "x", "max_tokens": 4000, "max_tokens_limit": 2000}
+    provider = {"name": "p", "protocol": "openai", "base_url": "http://127.0.0.1:1/v1"}
+    with pytest.raises(ValueError, match=r"max_tokens_limit \(2000\) is below max_tokens \(4000\)"):
+        LlmSettings.model_validate({"providers": [provider], "models": [model]})
 
 
 def test_the_planners_and_the_judges_replies_are_read_strictly() -> None:

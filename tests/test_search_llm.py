@@ -29,7 +29,7 @@ from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.llm import ChatMessage, LlmClient
 from kernelforge_tui.models.evaluation import Ceilings
-from kernelforge_tui.models.events import BudgetUsed, EngineEvent, LlmCallEnded, LlmCallStarted, LlmText
+from kernelforge_tui.models.events import BudgetUsed, EngineEvent, LlmCallEnded, LlmCallStarted, LlmText, LogLine
 from kernelforge_tui.models.llm import ModelRecord
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, TargetGpu
 from kernelforge_tui.proposers.replies import parse_kernel
@@ -257,12 +257,15 @@ async def test_expansions_run_side_by_side(tmp_path: Path, server: LlmServer) ->
 async def test_a_rejected_reply_is_a_failed_node_that_keeps_the_reply(tmp_path: Path, server: LlmServer) -> None:
     class Rejecting(CoderProposer):
         async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
+            rejected, notes = "the reply has 0 ```cuda blocks", ["NOTE-MARK for the operator"]
             return [Proposal(source="no code here", plan=ctx.parent.plan, mutation="?", proposer="agents:m",
-                             rejected="the reply has 0 ```cuda blocks")]  # fmt: skip
+                             rejected=rejected, notes=notes)]  # fmt: skip
 
     search, _ = make_search(tmp_path, llm_settings(server.url), Budget(max_iterations=1))
     search.proposer = Rejecting(search.llm)  # type: ignore[arg-type]
-    await collect(search)
+    events, _ = await collect(search)
+    (note,) = [e for e in events if isinstance(e, LogLine) and "NOTE-MARK" in e.text]  # the proposal's notes
+    assert note.level == "warning" and note.text == "NOTE-MARK for the operator"
     (node,) = [n for n in search.store.nodes() if n.parent_id is not None]
     assert node.status == "failed" and node.failure == "malformed" and "0 ```cuda blocks" in node.reason
     assert search.store.node_record(node.id).source == "no code here"

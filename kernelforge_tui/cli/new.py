@@ -144,7 +144,8 @@ async def written_baseline(settings: Settings, builder: Builder, draft: CardDraf
             try:
                 answer = await client.ask("coder", model, messages, str)
             except Malformed as bad:  # cut off at max_tokens: a repair cannot help
-                raise CheckFailed(f"{model} wrote no usable baseline: {bad}") from None
+                fix = f"raise max_tokens for {model} under [[llm.models]]"
+                raise CheckFailed(f"{model} wrote no usable baseline: {bad}. Fix: {fix}") from None
             calls.append(answer.call)
             try:
                 kernel = parse_kernel(answer.text, draft.spec)

@@ -421,7 +421,10 @@ class Search:
                     "error",
                     node_id,
                 )
-            elif self.pipeline.submit(node_id, proposal, priority) is not None:
+                continue
+            for note in proposal.notes:
+                self.bus.log(note, "warning", node_id)
+            if self.pipeline.submit(node_id, proposal, priority) is not None:
                 added += 1
         if added == 0:
             self.tree[node_id].exhausted = True

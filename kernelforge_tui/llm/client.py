@@ -23,7 +23,7 @@ from kernelforge_tui.config import LlmSettings
 from kernelforge_tui.llm.errors import LlmError
 from kernelforge_tui.llm.pricing import cost_nanousd
 from kernelforge_tui.llm.provider import Provider
-from kernelforge_tui.llm.types import ChatMessage, ChatReply, ChatRequest
+from kernelforge_tui.llm.types import ChatMessage, ChatReply, ChatRequest, Spend
 from kernelforge_tui.models.llm import CallOutcome, LlmCall, Role
 
 T = TypeVar("T")
@@ -36,6 +36,15 @@ class Malformed(Exception):
 
     call: LlmCall | None = None
     reply: str = ""
+
+
+class Truncated(Malformed):
+    """A reply cut off at `max_tokens` before it ended. The text names no fix: what the model is told is the
+    caller's to choose (a larger budget is the operator's setting, not the model's)."""
+
+    def __init__(self, max_tokens: int) -> None:
+        super().__init__(f"the reply was cut off at max_tokens ({max_tokens}) before it ended")
+        self.max_tokens = max_tokens
 
 
 class CallSink(Protocol):
@@ -109,10 +118,11 @@ class LlmClient:
         node_id: int | None = None,
         max_tokens: int | None = None,
     ) -> Answer[T]:
-        """Ask `model_name` (a config name) in the given role. LlmError when the provider fails, Malformed when
-        `parse` rejects the reply (or the reply was cut at max_tokens), CancelledError when cancelled: each is
-        recorded first, with the tokens and cost the provider reported where it reported them. A call the sink
-        refuses (a budget is spent) never goes out: LlmError of kind "budget"."""
+        """Ask `model_name` (a config name) in the given role. LlmError when the provider fails (of kind "refused"
+        when the model refused the request), Malformed when `parse` rejects the reply (or the reply was cut at
+        max_tokens), CancelledError when cancelled: each is recorded first, with the tokens and cost of every
+        attempt, as the provider reported them or estimated where it did not. A call the sink refuses (a budget is
+        spent) never goes out: LlmError of kind "budget"."""
         model = self.settings.model(model_name)
         provider = self.providers[model.provider]
         request = ChatRequest(
@@ -129,9 +139,10 @@ class LlmClient:
         loop = asyncio.get_running_loop()
         start = loop.time()
         keep = self.settings.agents.record_text
+        spend = Spend()
 
         def record(outcome: CallOutcome, reply: ChatReply | None, text: str = "", error: str = "") -> LlmCall:
-            usage = reply.usage if reply is not None else None
+            usage = spend.total()  # every attempt's, however the call ended
             call = LlmCall(
                 node_id=node_id,
                 role=role,
@@ -143,6 +154,9 @@ class LlmClient:
                 reply_sha256=sha256(text),
                 input_tokens=usage.input_tokens if usage else 0,
                 output_tokens=usage.output_tokens if usage else 0,
+                cache_write_tokens=usage.cache_write_tokens if usage else 0,
+                cache_read_tokens=usage.cache_read_tokens if usage else 0,
+                estimated=usage.estimated if usage else False,
                 cost_nanousd=cost_nanousd(usage, self.settings.price(model)),
                 latency_s=reply.latency_s if reply is not None else loop.time() - start,
                 first_token_s=reply.first_token_s if reply is not None else None,
@@ -153,18 +167,26 @@ class LlmClient:
             return self.sink.ended(key, call)
 
         try:
-            reply = await provider.chat(request, lambda text, retry: self.sink.text(key, text, retry))
+            reply = await provider.chat(request, lambda text, retry: self.sink.text(key, text, retry), spend)
         except LlmError as err:
             record("error", None, error=str(err))
             raise
         except asyncio.CancelledError:
             record("cancelled", None, error="cancelled: the search paused or stopped")
             raise
+        if reply.refused:
+            problem = f"the model refused the request (finish reason {reply.finish_reason})"
+            record("refused", reply, reply.text, problem)
+            raise LlmError(
+                provider.settings.name,
+                "refused",
+                problem,
+                f"rephrase what the {role} is asked (the card's description, your hints), or give the role another "
+                "model",
+            )
         try:
             if reply.truncated:
-                raise Malformed(
-                    f"the reply was cut off at max_tokens ({request.max_tokens}): raise max_tokens for {model.name}"
-                )
+                raise Truncated(request.max_tokens)
             value = parse(reply.text)
         except Malformed as bad:
             bad.call = record("malformed", reply, reply.text, str(bad))

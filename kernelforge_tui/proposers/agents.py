@@ -19,17 +19,17 @@ from __future__ import annotations
 import asyncio
 import difflib
 from collections.abc import Coroutine, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.config import LlmSettings
+from kernelforge_tui.config import LlmSettings, ModelSettings
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.llm.client import Answer, LlmClient, Malformed
+from kernelforge_tui.llm.client import Answer, LlmClient, Malformed, Truncated
 from kernelforge_tui.llm.errors import LlmError
 from kernelforge_tui.llm.types import ChatMessage
-from kernelforge_tui.models.llm import Role
+from kernelforge_tui.models.llm import LlmCall, Role
 from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.proposers.base import FailedSibling, Proposal, ProposalContext
 from kernelforge_tui.proposers.prompting import Entry, Listing, fit, load
@@ -69,6 +69,19 @@ class Analysis:
 
     text: str
     calls: tuple[int, ...] = ()
+
+
+@dataclass
+class Trail:
+    """What writing one candidate left behind: the calls (linked to the node it becomes) and lines for the
+    operator's log."""
+
+    calls: list[int] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def add(self, call: LlmCall | None) -> None:
+        if call is not None and call.id is not None:
+            self.calls.append(call.id)
 
 
 @dataclass(frozen=True)
@@ -182,11 +195,11 @@ class AgentProposer:
             "baseline": kernel_text(ctx.parent.source, ctx.parent.plan),
             "hints": bullets(ctx.hints, "(none)"),
         }
-        calls: list[int] = []
+        trail = Trail()
         messages = fit(load("first"), self.settings.agents.prompt_tokens, fields, {})
-        kernel = await self._write(ctx.card, "coder", model, messages, ctx.parent.id, calls)
+        kernel = await self._write(ctx.card, "coder", model, messages, ctx.parent.id, trail)
         mutation = f"first kernel by {model}: {said(kernel)}"
-        return [self._proposal(kernel, model, mutation, ctx.parent.plan, calls)]
+        return [self._proposal(kernel, model, mutation, ctx.parent.plan, trail)]
 
     def _repairable(self, failed: FailedSibling) -> bool:
         return (
@@ -226,10 +239,10 @@ class AgentProposer:
         entries = [Entry(failed.node_id, reason, reason[:REASON_CHARS])] if reason else []
         why = Listing(entries, "", "(no reason recorded)", foldable=False)
         messages = fit(load("debugger"), self.settings.agents.prompt_tokens, fields, {"reason": why})
-        calls: list[int] = []
-        kernel = await self._write(ctx.card, "debugger", model, messages, failed.node_id, calls)
+        trail = Trail()
+        kernel = await self._write(ctx.card, "debugger", model, messages, failed.node_id, trail)
         mutation = f"repair of #{failed.node_id} (round {round_}): {said(kernel)}"
-        return [self._proposal(kernel, model, mutation, plan, calls, repair_of=link.node_id)]
+        return [self._proposal(kernel, model, mutation, plan, trail, repair_of=link.node_id)]
 
     async def _rewrite(self, ctx: ProposalContext, written_for: FailedSibling, link: FailedSibling) -> list[Proposal]:
         """The coder's kernel for the step whose reply (`link`, the latest of a chain starting at `written_for`)
@@ -246,10 +259,10 @@ class AgentProposer:
             "problem": link.reason.strip() or "(no reason recorded)",
         }
         messages = fit(load("rewrite"), self.settings.agents.prompt_tokens, fields, {})
-        calls: list[int] = []
-        kernel = await self._write(ctx.card, "coder", model, messages, ctx.parent.id, calls)
+        trail = Trail()
+        kernel = await self._write(ctx.card, "coder", model, messages, ctx.parent.id, trail)
         mutation = f"rewrite of #{link.node_id} (round {round_}): {said(kernel)}"
-        return [self._proposal(kernel, model, mutation, ctx.parent.plan, calls, repair_of=link.node_id)]
+        return [self._proposal(kernel, model, mutation, ctx.parent.plan, trail, repair_of=link.node_id)]
 
     async def _new_candidates(self, ctx: ProposalContext, count: int) -> list[Proposal]:
         analysis = await self._analysis(ctx)
@@ -318,10 +331,10 @@ class AgentProposer:
         """Code the strategy and have it judged; a low score sends it back to the planner while rounds remain.
         The last round's kernel is submitted (a re-plan that fails keeps the kernel already written)."""
         agents = self.settings.agents
-        calls = list(analysis.calls)
+        trail = Trail(list(analysis.calls))
         round_ = 1
         while True:
-            calls += strategy.calls
+            trail.calls += strategy.calls
             fields = {
                 **kernel_rules(),
                 "card": card_text(ctx.card),
@@ -330,11 +343,11 @@ class AgentProposer:
                 "strategy": strategy.text,
             }
             messages = fit(load("coder"), agents.prompt_tokens, fields, {})
-            kernel = await self._write(ctx.card, "coder", self.coder, messages, ctx.parent.id, calls)
+            kernel = await self._write(ctx.card, "coder", self.coder, messages, ctx.parent.id, trail)
             verdict = None if isinstance(kernel, Rejection) else await self._judge(ctx, analysis, strategy, kernel)
-            calls += ids(verdict) if verdict is not None else ()
+            trail.calls += ids(verdict) if verdict is not None else ()
             score = verdict.value.score if verdict is not None else None
-            proposal = self._proposal(kernel, self.coder, strategy.title, ctx.parent.plan, calls, judge_score=score)
+            proposal = self._proposal(kernel, self.coder, strategy.title, ctx.parent.plan, trail, judge_score=score)
             if verdict is None or verdict.value.score >= agents.judge_accept or round_ >= agents.planning_rounds:
                 return [proposal]
             critique = (
@@ -380,11 +393,12 @@ class AgentProposer:
         model: str,
         messages: list[ChatMessage],
         node_id: int,
-        calls: list[int],
+        trail: Trail,
     ) -> KernelReply | Rejection:
         """A kernel parsed strictly from `model`'s reply. A reply that cannot be used gets one request to fix it
-        (the reply and what is wrong with it); a second one is a Rejection that keeps it. Every call, the unusable
-        ones included, is added to `calls`."""
+        (the reply and what is wrong with it); a second one is a Rejection that keeps it. A reply cut off at
+        max_tokens is asked for again without it, with a larger budget where the model's limit allows, and the
+        operator is told. Every call, the unusable ones included, is added to the trail."""
 
         def parse(text: str) -> KernelReply:
             return parse_kernel(text, card)
@@ -392,15 +406,24 @@ class AgentProposer:
         try:
             answer = await self.client.ask(role, model, messages, parse, node_id=node_id)
         except Malformed as bad:
-            calls += [bad.call.id] if bad.call is not None and bad.call.id is not None else []
-            retry = fix_request(messages, bad.reply or None, str(bad))
+            trail.add(bad.call)
+            retry, max_tokens = fix_request(messages, bad.reply or None, str(bad)), None
+            if isinstance(bad, Truncated):
+                retry, max_tokens = cut_request(messages), self._fix_up_tokens(model, bad.max_tokens)
+                trail.notes.append(cut_note(role, self.settings.model(model), bad.max_tokens, max_tokens))
             try:
-                answer = await self.client.ask(role, model, retry, parse, node_id=node_id)
+                answer = await self.client.ask(role, model, retry, parse, node_id=node_id, max_tokens=max_tokens)
             except Malformed as again:
-                calls += [again.call.id] if again.call is not None and again.call.id is not None else []
+                trail.add(again.call)
                 return Rejection(again.reply or f"// the model's reply was empty: {again}\n", str(again))
-        calls += ids(answer)
+        trail.add(answer.call)
         return answer.value
+
+    def _fix_up_tokens(self, model: str, cut_at: int) -> int:
+        """The budget of the request after a reply cut at `cut_at` tokens: twice as many, within the model's
+        `max_tokens_limit` (without one, the same: the request is shorter instead)."""
+        limit = self.settings.model(model).max_tokens_limit or cut_at
+        return max(cut_at, min(2 * cut_at, limit))
 
     def _proposal(
         self,
@@ -408,7 +431,7 @@ class AgentProposer:
         model: str,
         mutation: str,
         plan: LaunchPlan,
-        calls: list[int],
+        trail: Trail,
         *,
         repair_of: int | None = None,
         judge_score: float | None = None,
@@ -421,7 +444,8 @@ class AgentProposer:
                 mutation=mutation,
                 proposer=proposer,
                 repair_of=repair_of,
-                llm_calls=list(calls),
+                llm_calls=list(trail.calls),
+                notes=list(trail.notes),
                 rejected=kernel.problem,
             )
         return Proposal(
@@ -431,7 +455,8 @@ class AgentProposer:
             proposer=proposer,
             repair_of=repair_of,
             judge_score=judge_score,
-            llm_calls=list(calls),
+            llm_calls=list(trail.calls),
+            notes=list(trail.notes),
         )
 
 
@@ -439,6 +464,24 @@ def kernel_rules() -> dict[str, str]:
     """What every prompt that asks for a kernel says about it: the rules (with their file's id) and the form."""
     rules = load("rules")
     return {"rules": f"[{rules.id}]\n{rules.text()}", "reply_format": REPLY_FORMAT}
+
+
+def cut_request(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The conversation again, without the reply that was cut off (it would make the request longer by a whole
+    budget of tokens), its last user message asking for a shorter answer."""
+    ask = load("cut_off").text(reply_format=REPLY_FORMAT)
+    last = messages[-1]
+    return [*messages[:-1], ChatMessage(role="user", content=f"{last.content}\n\n{ask}")]
+
+
+def cut_note(role: Role, model: ModelSettings, cut_at: int, fix_up: int) -> str:
+    """The operator's log line for a reply cut off at max_tokens: what was done, and the setting that avoids it."""
+    budget = f"{fix_up} tokens" if fix_up > cut_at else f"the same {cut_at} tokens (no max_tokens_limit is set)"
+    return (
+        f"the {role}'s reply from {model.name} was cut off at max_tokens ({cut_at}): asked again, without the cut "
+        f"reply, for a shorter answer with {budget}; raise max_tokens for {model.name} under [[llm.models]] (and "
+        "max_tokens_limit, the most a retry may ask for) to avoid the extra call"
+    )
 
 
 def fix_request(messages: list[ChatMessage], reply: str | None, problem: str) -> list[ChatMessage]:

@@ -45,6 +45,9 @@ class Proposal(BaseModel):
     rejected: str | None = None
     """Why the model's reply could not be used: the engine records the node as failed at once, the reply kept as its
     source."""
+    notes: list[str] = Field(default_factory=list)
+    """What the operator should know about how it was written (a reply cut off at max_tokens and asked for again):
+    the search logs each line."""
 
 
 class ParentInfo(BaseModel):
