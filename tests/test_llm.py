@@ -153,7 +153,7 @@ async def test_retries_stop_after_max_attempts(server: LlmServer, protocol: str)
 
 
 @protocols
-@pytest.mark.parametrize("end", ["cut", "no_terminal"])
+@pytest.mark.parametrize("end", ["cut", "short"])
 async def test_a_dropped_stream_is_retried_from_scratch(server: LlmServer, protocol: str, end: str) -> None:
     server.script(Reply(chunks=("lost", " text"), end=end))  # type: ignore[arg-type]
     reply = await chat(server, protocol)

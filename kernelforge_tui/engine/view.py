@@ -32,7 +32,7 @@ from kernelforge_tui.models.events import (
     SearchState,
     StateChanged,
 )
-from kernelforge_tui.models.llm import LlmCall, LlmTotals, Role
+from kernelforge_tui.models.llm import CallOutcome, LlmCall, LlmTotals, Role
 from kernelforge_tui.models.nodes import NodeStatus, NodeView
 from kernelforge_tui.models.runs import RunInfo
 
@@ -181,11 +181,17 @@ def count_text(n: int) -> str:
     return f"{n / 1_000_000:.2f}M"
 
 
+def token_notes(call: LlmCall) -> str:
+    """What a call's token counts hide: its cached input tokens, and whether the counts are an estimate."""
+    cached = call.cache_write_tokens + call.cache_read_tokens
+    return (f" ({cached:,} cached)" if cached else "") + (" (estimated)" if call.estimated else "")
+
+
 def call_summary(call: LlmCall) -> str:
     """A call in one line: role, model, tokens, cost, latency, outcome (and its error's first line)."""
     text = (
-        f"{call.role} {call.provider}/{call.model}: {call.input_tokens:,} in + {call.output_tokens:,} out tokens,"
-        f" {money_text(call.cost_usd)}, {call.latency_s:.1f} s"
+        f"{call.role} {call.provider}/{call.model}: {call.input_tokens:,} in + {call.output_tokens:,} out tokens"
+        f"{token_notes(call)}, {money_text(call.cost_usd)}, {call.latency_s:.1f} s"
     )
     if call.attempts > 1:
         text += f", {call.attempts} attempts"
@@ -195,7 +201,13 @@ def call_summary(call: LlmCall) -> str:
     return text
 
 
-CALL_LOG_LEVEL: dict[str, LogLevel] = {"ok": "info", "cancelled": "info", "error": "warning", "malformed": "warning"}
+CALL_LOG_LEVEL: dict[CallOutcome, LogLevel] = {
+    "ok": "info",
+    "cancelled": "info",
+    "error": "warning",
+    "malformed": "warning",
+    "refused": "warning",
+}
 
 
 @dataclass

@@ -24,6 +24,7 @@ LlmErrorKind = Literal[
     "idle",
     "timeout",
     "protocol",
+    "refused",
     "budget",
 ]
 RETRYABLE: frozenset[LlmErrorKind] = frozenset({"rate_limited", "server", "dropped", "idle"})

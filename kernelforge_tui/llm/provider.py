@@ -33,8 +33,9 @@ import httpx
 from kernelforge_tui.config import ProviderSettings
 from kernelforge_tui.llm.errors import LlmError, LlmErrorKind
 from kernelforge_tui.llm.masking import Masker
-from kernelforge_tui.llm.types import ChatReply, ChatRequest, Retrying, StreamEnd, StreamEvent, TextDelta
-from kernelforge_tui.llm.wire import WIRES, WireError, sse_events, sse_lines
+from kernelforge_tui.llm.pricing import estimated_usage
+from kernelforge_tui.llm.types import ChatReply, ChatRequest, Retrying, Spend, StreamEnd, StreamEvent, TextDelta
+from kernelforge_tui.llm.wire import WireError, sse_events, sse_lines, wire_for
 
 T = TypeVar("T")
 
@@ -48,7 +49,7 @@ class Provider:
     def __init__(self, settings: ProviderSettings, http: httpx.AsyncClient) -> None:
         self.settings = settings
         self._http = http
-        self._wire = WIRES[settings.protocol]
+        self._wire = wire_for(settings)
         self._slots = asyncio.Semaphore(settings.max_concurrency)
 
     def __repr__(self) -> str:
@@ -58,15 +59,19 @@ class Provider:
         """The text with every copy of this provider's key masked (what the client records of a call)."""
         return Masker(self.settings.api_key())(text)
 
-    async def chat(self, request: ChatRequest, on_text: Callable[[str, bool], None] | None = None) -> ChatReply:
-        """The whole reply, with its latency and time to first token. `on_text(text, retry)` sees each piece as it
-        arrives, and `("", True)` when an attempt failed and a new one starts (drop the text so far)."""
+    async def chat(
+        self, request: ChatRequest, on_text: Callable[[str, bool], None] | None = None, spend: Spend | None = None
+    ) -> ChatReply:
+        """The whole reply, with its latency, time to first token and usage over every attempt. `on_text(text,
+        retry)` sees each piece as it arrives, and `("", True)` when an attempt failed and a new one starts (drop the
+        text so far). `spend` gets each attempt's usage as it ends, also when the call fails or is cancelled."""
         loop = asyncio.get_running_loop()
         start = loop.time()
         parts: list[str] = []
         first: float | None = None
         attempts = 1
-        async with aclosing(self.stream_chat(request)) as events:
+        spend = spend if spend is not None else Spend()
+        async with aclosing(self.stream_chat(request, spend)) as events:
             async for event in events:
                 if isinstance(event, TextDelta):
                     if first is None:
@@ -81,7 +86,7 @@ class Provider:
                 else:
                     return ChatReply(
                         text="".join(parts),
-                        usage=event.usage,
+                        usage=spend.total(),
                         finish_reason=event.finish_reason,
                         latency_s=loop.time() - start,
                         first_token_s=first,
@@ -89,9 +94,11 @@ class Provider:
                     )
         raise AssertionError("stream_chat ends with a StreamEnd or raises")
 
-    async def stream_chat(self, request: ChatRequest) -> AsyncGenerator[StreamEvent, None]:
+    async def stream_chat(self, request: ChatRequest, spend: Spend | None = None) -> AsyncGenerator[StreamEvent, None]:
         """The reply as it is written: text deltas, a `Retrying` before each new attempt, then one `StreamEnd`.
-        Iterate it inside `contextlib.aclosing` so that leaving early (a cancel, a break) closes the stream at once."""
+        Iterate it inside `contextlib.aclosing` so that leaving early (a cancel, a break) closes the stream at once.
+        `spend` gets each attempt's usage as the attempt ends (`Spend`)."""
+        spend = spend if spend is not None else Spend()
         key = self._key()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.timeouts.total_s
@@ -99,7 +106,7 @@ class Provider:
         attempt = 1
         while True:
             try:
-                async with self._slots, aclosing(self._attempt(request, key, deadline)) as events:
+                async with self._slots, aclosing(self._attempt(request, key, deadline, spend)) as events:
                     async for event in events:
                         yield event
                 return
@@ -127,8 +134,10 @@ class Provider:
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     async def _attempt(
-        self, request: ChatRequest, key: str | None, deadline: float
+        self, request: ChatRequest, key: str | None, deadline: float, spend: Spend
     ) -> AsyncGenerator[StreamEvent, None]:
+        """One request and its stream. Once the server took the request (200, a stream) the attempt is billed, so its
+        usage goes to `spend` however it ends: as reported, or estimated where the server did not say."""
         timeouts = self.settings.timeouts
         http_request = self._http.build_request(
             "POST",
@@ -141,6 +150,9 @@ class Provider:
             response = await self._within(self._http.send(http_request, stream=True), deadline, "the response")
         except httpx.TransportError as exc:
             raise self._dropped(f"the connection failed ({type(exc).__name__}: {exc})") from exc
+        accepted = ended = False
+        parser = self._wire.parser()
+        received = 0
         try:
             if response.status_code != 200:
                 body = await self._error_body(response, deadline)
@@ -151,24 +163,33 @@ class Provider:
                     f"the reply is not a stream ({response.headers.get('content-type', 'no content type')})",
                     "point base_url at a server that streams server-sent events",
                 )
-            parser = self._wire.parser()
+            accepted = True
             masker = Masker(key)
+            end: StreamEnd | None = None
             async for event, data in sse_events(sse_lines(self._capped(self._chunks(response, deadline)))):
                 try:
                     delta = parser.feed(event, data)
                 except WireError as exc:
-                    kind: LlmErrorKind = "server" if exc.retryable else "protocol"
-                    raise self._error(kind, str(exc), "try again later, or another provider") from exc
+                    raise self._error(exc.kind, str(exc), self._fix(exc.kind, request.model)) from exc
                 if isinstance(delta, TextDelta):
+                    received += len(delta.text)
                     if text := masker.feed(delta.text):
                         yield TextDelta(text=text)
                 elif isinstance(delta, StreamEnd):
-                    if text := masker.flush():
-                        yield TextDelta(text=text)
-                    yield delta
-                    return
-            raise self._dropped("the stream ended before its final event")
+                    end = delta
+                    break
+            # A stream that closed after its final usage and finish reason is whole: not retried, not paid twice.
+            end = end or parser.ended()
+            if end is None:
+                raise self._dropped("the stream ended before its final event")
+            if text := masker.flush():
+                yield TextDelta(text=text)
+            ended = True
+            spend.attempts.append(end.usage if end.usage is not None else estimated_usage(request, None, received))
+            yield end
         finally:
+            if accepted and not ended:  # broken, stalled, refused mid-stream or cancelled: billed all the same
+                spend.attempts.append(estimated_usage(request, parser.reported(), None))
             await response.aclose()
 
     async def _chunks(self, response: httpx.Response, deadline: float) -> AsyncGenerator[bytes, None]:
@@ -235,15 +256,10 @@ class Provider:
         # Fed, not flushed: a body cut at the limit may end in the beginning of the key.
         detail = _detail(Masker(key).feed(body.decode("utf-8", "replace")))
         said = f"HTTP {status}" + (f" ({detail})" if detail else "")
-        env = self.settings.api_key_env
         if status == 429 or status >= 500:
-            return self._error(
-                "rate_limited" if status == 429 else "server",
-                said,
-                "wait and try again, or lower max_concurrency" if status == 429 else "try again later",
-                status=status,
-                retry_after_s=_retry_after(response.headers.get("retry-after")),
-            )
+            kind: LlmErrorKind = "rate_limited" if status == 429 else "server"
+            retry_after_s = _retry_after(response.headers.get("retry-after"))
+            return self._error(kind, said, self._fix(kind, model), status=status, retry_after_s=retry_after_s)
         if 300 <= status < 400:
             location = response.headers.get("location", "")[:DETAIL_CHARS]
             return self._error(
@@ -253,23 +269,26 @@ class Provider:
                 status=status,
             )
         if status in (401, 403):
-            fix = (
-                f"check the key in {env} (set {env} to a valid key)" if env else "set api_key_env to the key's variable"
-            )
-            return self._error("auth", f"the key was refused: {said}", fix, status=status)
+            return self._error("auth", f"the key was refused: {said}", self._fix("auth", model), status=status)
         if status == 404:
-            return self._error(
-                "not_found",
-                f"not found: {said}",
-                f"check the model name ({model}) and base_url ({self.settings.base_url})",
-                status=status,
-            )
+            return self._error("not_found", f"not found: {said}", self._fix("not_found", model), status=status)
         return self._error(
-            "bad_request",
-            f"the request was refused: {said}",
-            "check the model's extra fields and max_tokens",
-            status=status,
+            "bad_request", f"the request was refused: {said}", self._fix("bad_request", model), status=status
         )
+
+    def _fix(self, kind: LlmErrorKind, model: str) -> str:
+        """The fix for an error of this kind, the same whether an HTTP status or the stream reported it."""
+        env = self.settings.api_key_env
+        key = f"check the key in {env} (set {env} to a valid key)" if env else "set api_key_env to the key's variable"
+        fixes: dict[LlmErrorKind, str] = {
+            "auth": key,
+            "not_found": f"check the model name ({model}) and base_url ({self.settings.base_url})",
+            "bad_request": "check the model's extra fields and max_tokens; a prompt too long for the model's context "
+            "needs a lower llm.agents.prompt_tokens",
+            "rate_limited": "wait and try again, or lower max_concurrency",
+            "server": "try again later",
+        }
+        return fixes.get(kind, "try again later, or another provider")
 
     def _dropped(self, problem: str) -> LlmError:
         return self._error("dropped", problem, "check the network and base_url, or try again later")

@@ -14,9 +14,10 @@ from pydantic import Field
 from kernelforge_tui.models.nodes import Frozen
 
 Role = Literal["analyst", "planner", "coder", "debugger", "judge"]
-CallOutcome = Literal["ok", "error", "malformed", "cancelled"]
+CallOutcome = Literal["ok", "error", "malformed", "refused", "cancelled"]
 """ok: a usable reply; error: the provider failed (the error says how); malformed: a reply the role could not use
-(no code block, a plan that fails validation, a judge score that is not one) after its repair request; cancelled:
+(no code block, a plan that fails validation, a judge score that is not one) after its repair request; refused: the
+model or the provider's content filter refused the request (finish reason refusal or content_filter); cancelled:
 the search paused or stopped while it was being written."""
 
 NANO = 1_000_000_000
@@ -44,7 +45,15 @@ class LlmCall(Frozen):
     reply: str | None = None
     reply_sha256: str
     input_tokens: int = Field(default=0, ge=0)
+    """Every prompt token, over every attempt, the cached ones included."""
     output_tokens: int = Field(default=0, ge=0)
+    cache_write_tokens: int = Field(default=0, ge=0)
+    """Of the input tokens, those written to the provider's prompt cache (priced apart)."""
+    cache_read_tokens: int = Field(default=0, ge=0)
+    """Of the input tokens, those read from the prompt cache (priced apart)."""
+    estimated: bool = False
+    """Some of the tokens (and so the cost) are an estimate: an attempt the provider billed but did not report, such
+    as a stream that broke or was cancelled before its usage (`llm.pricing.estimated_usage`)."""
     cost_nanousd: int = Field(default=0, ge=0)
     latency_s: float = 0.0
     first_token_s: float | None = None

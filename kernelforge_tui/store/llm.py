@@ -9,12 +9,23 @@ from kernelforge_tui.models.llm import LlmCall, LlmTotals, ModelRecord
 from kernelforge_tui.models.nodes import MEASURED
 from kernelforge_tui.store.database import Database
 
-_COLUMNS = (
+_FIRST_COLUMNS = (
     "node, child, role, provider, model, prompt, prompt_sha256, reply, reply_sha256, input_tokens, output_tokens,"
     " cost_nanousd, latency_s, first_token_s, attempts, outcome, error, at"
 )
+_CACHE_COLUMNS = ("cache_write_tokens", "cache_read_tokens", "estimated")
+_COLUMNS = f"{_FIRST_COLUMNS}, {', '.join(_CACHE_COLUMNS)}"
 LLM_SCHEMA = 4
 """The first schema with LLM calls: an older run (opened read-only) has none."""
+CACHE_SCHEMA = 5
+"""The first schema with cached tokens and estimates: a call of an older run has neither."""
+
+
+def _read_columns(schema_version: int) -> str:
+    """The columns read back: an older run's calls read as calls with no cached tokens and no estimate."""
+    if schema_version >= CACHE_SCHEMA:
+        return _COLUMNS
+    return f"{_FIRST_COLUMNS}, {', '.join(f'0 AS {column}' for column in _CACHE_COLUMNS)}"
 
 
 class LlmQueries(Database):
@@ -24,7 +35,7 @@ class LlmQueries(Database):
         """Store a call; the call as stored (with its id)."""
         with self._tx() as c:
             cursor = c.execute(
-                f"INSERT INTO llm_calls ({_COLUMNS}) VALUES ({','.join('?' * 18)})",
+                f"INSERT INTO llm_calls ({_COLUMNS}) VALUES ({','.join('?' * 21)})",
                 (
                     call.node_id,
                     call.child_id,
@@ -44,6 +55,9 @@ class LlmQueries(Database):
                     call.outcome,
                     call.error,
                     call.at,
+                    call.cache_write_tokens,
+                    call.cache_read_tokens,
+                    call.estimated,
                 ),
             )
         return call.model_copy(update={"id": cursor.lastrowid})
@@ -52,11 +66,12 @@ class LlmQueries(Database):
         """Every call of the run, or those that wrote node `node_id` or worked on it, in the order they were made."""
         if self._version() < LLM_SCHEMA:
             return []
+        columns = _read_columns(self.schema_version)
         if node_id is None:
-            rows = self._read(f"SELECT id, {_COLUMNS} FROM llm_calls ORDER BY id")
+            rows = self._read(f"SELECT id, {columns} FROM llm_calls ORDER BY id")
         else:
             rows = self._read(
-                f"SELECT id, {_COLUMNS} FROM llm_calls WHERE child = ? OR node = ? ORDER BY id", (node_id, node_id)
+                f"SELECT id, {columns} FROM llm_calls WHERE child = ? OR node = ? ORDER BY id", (node_id, node_id)
             )
         return [_call(r) for r in rows]
 
@@ -127,4 +142,7 @@ def _call(r: sqlite3.Row) -> LlmCall:
         outcome=r["outcome"],
         error=r["error"],
         at=r["at"],
+        cache_write_tokens=r["cache_write_tokens"],
+        cache_read_tokens=r["cache_read_tokens"],
+        estimated=bool(r["estimated"]),
     )

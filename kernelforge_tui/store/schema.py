@@ -113,6 +113,12 @@ MIGRATIONS: list[str] = [
     ALTER TABLE nodes ADD COLUMN repair_of INTEGER REFERENCES nodes(id);
     ALTER TABLE nodes ADD COLUMN judge_score REAL;
     """,
+    # 5: each call's cached input tokens (priced apart) and whether its tokens are an estimate.
+    """
+    ALTER TABLE llm_calls ADD COLUMN cache_write_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE llm_calls ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE llm_calls ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
+    """,
 ]
 """Migration i (0-based) takes the schema from version i to i + 1. Append; never edit a released one."""
 

@@ -26,7 +26,18 @@ class Reply:
     status: int = 200
     chunks: tuple[str, ...] = ("Hello", ", ", "world")
     input_tokens: int = 11
+    """Every prompt token, the cached ones included (Anthropic's `input_tokens` field gets those not cached)."""
     output_tokens: int = 5
+    cache_write_tokens: int = 0
+    """Anthropic's cache_creation_input_tokens (OpenAI reports no cache writes)."""
+    cache_read_tokens: int = 0
+    """Anthropic's cache_read_input_tokens; OpenAI's prompt_tokens_details.cached_tokens."""
+    usage_every_chunk: bool = False
+    """OpenAI: usage in every chunk from the first (vLLM's continuous_usage_stats), not only at the end."""
+    refusal: bool = False
+    """OpenAI: the chunks come as `refusal` deltas instead of content (a model that declines, structured outputs)."""
+    stream_error: dict[str, Any] | None = None
+    """With end="error": the error object the stream reports after the first text chunk."""
     finish: str | None = None
     """None: the protocol's own ("stop" or "end_turn")."""
     headers: dict[str, str] = field(default_factory=dict)
@@ -34,11 +45,13 @@ class Reply:
     """The error message in the JSON body of a reply whose status is not 200."""
     error_bytes: int = 0
     """Pad the error body with spaces (valid JSON still) to this many bytes, sent 64 KiB at a time."""
-    end: Literal["done", "cut", "no_terminal", "stall", "hold", "endless"] = "done"
-    """done: the whole stream; cut: close the socket after the first chunk, mid chunked body; no_terminal: a complete
-    HTTP body without the protocol's terminal event; stall: sleep `stall_s` after the first chunk; hold: after the
-    first chunk, wait until the client closes the connection; endless: after the first chunk, repeat the last text
-    chunk until the client closes the connection."""
+    end: Literal["done", "cut", "short", "no_terminal", "error", "stall", "hold", "endless"] = "done"
+    """done: the whole stream; cut: close the socket after the first chunk, mid chunked body; short: a complete HTTP
+    body that ends after the first chunk (no finish reason, no final usage); no_terminal: a complete HTTP body with
+    the final usage and finish reason but without the protocol's terminal event; error: the protocol's error event
+    (`stream_error`) after the first chunk, then the body ends; stall: sleep `stall_s` after the first chunk; hold:
+    after the first chunk, wait until the client closes the connection; endless: after the first chunk, repeat the
+    last text chunk until the client closes the connection."""
     stall_s: float = 0.0
     chunk_delay_s: float = 0.0
     delay_s: float = 0.0
@@ -113,23 +126,31 @@ class LlmServer:
             self.active -= 1
 
 
-def _openai_events(reply: Reply) -> tuple[list[str], str]:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> str:
-        payload = {
-            "object": "chat.completion.chunk",
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-        }
-        return f"data: {json.dumps(payload)}\n\n"
-
-    events = [chunk({"role": "assistant", "content": ""})]
-    events += [chunk({"content": text}) for text in reply.chunks]
-    events.append(chunk({}, reply.finish or "stop"))
-    usage = {
+def _openai_events(reply: Reply, include_usage: bool) -> tuple[list[str], str]:
+    """The chunks; the usage only when the request asked for it (`stream_options`), as OpenAI does."""
+    usage: dict[str, Any] = {
         "prompt_tokens": reply.input_tokens,
         "completion_tokens": reply.output_tokens,
         "total_tokens": reply.input_tokens + reply.output_tokens,
     }
-    events.append(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n")
+    if reply.cache_read_tokens:
+        usage["prompt_tokens_details"] = {"cached_tokens": reply.cache_read_tokens}
+
+    def chunk(delta: dict[str, Any], finish: str | None = None, so_far: int | None = None) -> str:
+        payload: dict[str, Any] = {
+            "object": "chat.completion.chunk",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if reply.usage_every_chunk and so_far is not None:
+            payload["usage"] = usage | {"completion_tokens": so_far, "total_tokens": reply.input_tokens + so_far}
+        return f"data: {json.dumps(payload)}\n\n"
+
+    field = "refusal" if reply.refusal else "content"
+    events = [chunk({"role": "assistant", "content": ""}, so_far=0)]
+    events += [chunk({field: text}, so_far=i + 1) for i, text in enumerate(reply.chunks)]
+    events.append(chunk({}, reply.finish or "stop"))
+    if include_usage:
+        events.append(f"data: {json.dumps({'choices': [], 'usage': usage})}\n\n")
     return events, "data: [DONE]\n\n"
 
 
@@ -141,7 +162,12 @@ def _anthropic_events(reply: Reply) -> tuple[list[str], str]:
         "id": "msg_1",
         "role": "assistant",
         "content": [],
-        "usage": {"input_tokens": reply.input_tokens, "output_tokens": 1},
+        "usage": {
+            "input_tokens": reply.input_tokens - reply.cache_write_tokens - reply.cache_read_tokens,
+            "cache_creation_input_tokens": reply.cache_write_tokens,
+            "cache_read_input_tokens": reply.cache_read_tokens,
+            "output_tokens": 1,
+        },
     }
     events = [
         event("message_start", {"message": message}),
@@ -161,6 +187,12 @@ def _anthropic_events(reply: Reply) -> tuple[list[str], str]:
     return events, event("message_stop", {})
 
 
+def _error_event(path: str, error: dict[str, Any]) -> str:
+    if path.endswith("/chat/completions"):
+        return f"data: {json.dumps({'error': error})}\n\n"
+    return f"event: error\ndata: {json.dumps({'type': 'error', 'error': error})}\n\n"
+
+
 def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -173,13 +205,13 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
             body = json.loads(self.rfile.read(length))
             reply = server._take(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
             try:
-                self._answer(reply)
+                self._answer(reply, body)
             except OSError:
                 self.close_connection = True
             finally:
                 server._done()
 
-        def _answer(self, reply: Reply) -> None:
+        def _answer(self, reply: Reply, body: dict[str, Any]) -> None:
             time.sleep(reply.delay_s)
             if reply.status != 200:
                 payload = json.dumps({"type": "error", "error": {"type": "scripted", "message": reply.error}}).encode()
@@ -193,7 +225,7 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                 self._until_client_leaves(payload[i : i + 65536] for i in range(0, len(payload), 65536))
                 return
             if self.path.endswith("/chat/completions"):
-                events, terminal = _openai_events(reply)
+                events, terminal = _openai_events(reply, (body.get("stream_options") or {}).get("include_usage", False))
             elif self.path.endswith("/v1/messages"):
                 events, terminal = _anthropic_events(reply)
             else:
@@ -212,6 +244,10 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                         self.close_connection = True
                         self.connection.shutdown(socket.SHUT_RDWR)
                         return
+                    if reply.end in ("short", "error"):
+                        if reply.end == "error":
+                            self._chunk(_error_event(self.path, reply.stream_error or {}))
+                        break
                     if reply.end == "stall":
                         time.sleep(reply.stall_s)
                     if reply.end == "hold":
@@ -222,7 +258,7 @@ def _handler(server: LlmServer) -> type[BaseHTTPRequestHandler]:
                         self._until_client_leaves(itertools.repeat(f"{len(piece):x}\r\n".encode() + piece + b"\r\n"))
                         return
                 time.sleep(reply.chunk_delay_s)
-            if reply.end != "no_terminal":
+            if reply.end in ("done", "stall"):
                 self._chunk(terminal)
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

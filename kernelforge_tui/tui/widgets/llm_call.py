@@ -17,7 +17,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.widget import Widget
 
-from kernelforge_tui.engine.view import LiveCall, money_text
+from kernelforge_tui.engine.view import LiveCall, money_text, token_notes
 from kernelforge_tui.models.llm import LlmCall
 
 LIVE_LINES = 16
@@ -83,7 +83,7 @@ class CallView(Widget):
         self.call = call
         self.streamed = streamed
         """Whether a call in flight streams its text here (not in a run followed from another process)."""
-        self._failed = isinstance(call, LlmCall) and call.outcome in ("error", "malformed")
+        self._failed = isinstance(call, LlmCall) and call.outcome in ("error", "malformed", "refused")
         self.set_class(self._failed, "-failed")
 
     def show(self, call: LiveCall) -> None:
@@ -131,7 +131,7 @@ class CallView(Widget):
         rows.append(
             Text.assemble(
                 ("tokens ", label),
-                f"{call.input_tokens:,} in / {call.output_tokens:,} out",
+                f"{call.input_tokens:,} in / {call.output_tokens:,} out{token_notes(call)}",
                 ("  cost ", label),
                 money_text(call.cost_usd),
                 ("  latency ", label),
