@@ -26,7 +26,8 @@ Shares are of the copy ceiling the GPU worker measured on the card's GPU (bytes 
 bandwidth, over the time). The goals and the issue's eager and torch.compile shares are data (`WORKLOADS`). The
 table goes to stdout, DIR/vs_torch.md, and every number to DIR/vs_torch.json, rewritten after every step. Rerun the
 same command on the same DIR to continue: a finished run, a capture and torch's times already measured are reused,
-a run cut short is resumed from its store.
+a run cut short is resumed from its store. The manifest's file, the directory's one-writer lock, the GPU lanes and
+each card's search or resume are `kernelforge bench`'s own (`engine.bench`), so the two benches resume alike.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import asyncio
 import contextlib
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -45,28 +45,36 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from kernelforge_tui.atomic import write_atomic
 from kernelforge_tui.capture import load_capture
 from kernelforge_tui.capture.run import CaptureRequest
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.cast.beside import BesideReply, BesideRequest
 from kernelforge_tui.config import Settings, load_settings
-from kernelforge_tui.engine.backend import GpuBackend, make_builder
-from kernelforge_tui.engine.bench import VendorResult, vendor_result
+from kernelforge_tui.engine.backend import EvaluationBackend, make_builder
+from kernelforge_tui.engine.bench import (
+    CARDS,
+    RUNS,
+    VendorResult,
+    bench_lock,
+    gpu_ceilings,
+    read_manifest,
+    recorded,
+    search_card,
+    vendor_result,
+    write_manifest,
+)
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.setup import RunOptions, prepare_run, recorded_run
+from kernelforge_tui.engine.setup import RunOptions, run_lanes
 from kernelforge_tui.engine.vendor_timer import VendorTimer
-from kernelforge_tui.errors import BadInput, KernelForgeError, NoGpu
+from kernelforge_tui.errors import KernelForgeError, NoGpu
 from kernelforge_tui.gpu.detect import GpuInfo, require_gpu
 from kernelforge_tui.gpu.evaluate import build_candidate, cached_ceilings
 from kernelforge_tui.gpu.statistics import robust_stats
 from kernelforge_tui.models.evaluation import Ceilings, Evaluation
 from kernelforge_tui.models.events import BestImproved
 from kernelforge_tui.models.nodes import ParamValue
-from kernelforge_tui.models.runs import RunInfo
-from kernelforge_tui.store import DB_NAME, RunStore, StoreError, UnreadableRecord
-from kernelforge_tui.store.lock import take_writer_lock
+from kernelforge_tui.store import RunStore, UnreadableRecord
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task as suite_task
 from kernelforge_tui.suite.task import Precision, Task
@@ -76,9 +84,7 @@ SCRIPT = Path(__file__).resolve()
 MODELS = SCRIPT.with_name("vs_torch_models.py")
 MANIFEST = "vs_torch.json"
 TABLE = "vs_torch.md"
-RUNS = "runs"
 CAPTURES = "captures"
-CARDS = "cards"
 TORCH = "torch"
 """DIR/torch/<workload>.request.json, .reply.json and .log: what each torch subprocess was asked, answered, printed."""
 DEFAULT_MINUTES = 10.0
@@ -637,19 +643,14 @@ class Manifest(BaseModel):
 
 
 def load_manifest(out: Path) -> Manifest:
-    """The bench recorded in `out`; KernelForgeError when there is none or it does not read."""
-    try:
-        return Manifest.model_validate_json((out / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise KernelForgeError(f"{out} holds no {MANIFEST}: run `python bench/vs_torch.py --out {out}` first") from None
-    except ValueError as exc:
-        raise KernelForgeError(f"{out / MANIFEST} does not read as a vs_torch manifest: {exc}") from None
+    """The bench recorded in `out`; BadInput when there is none or it does not read."""
+    return read_manifest(out / MANIFEST, Manifest, f"python bench/vs_torch.py --out {out}")
 
 
 def save_manifest(manifest: Manifest, out: Path) -> None:
-    """Written under a temporary name and renamed into place: a kill never leaves half a manifest."""
+    """The table's numbers derived again, then the manifest written as the product's bench writes its own."""
     manifest.table = [numbers(BY_NAME[r.workload], r) for r in manifest.results]
-    write_atomic(out / MANIFEST, manifest.model_dump_json(indent=1) + "\n")
+    write_manifest(out / MANIFEST, manifest)
 
 
 def timed(what: str, reply: TorchReply, mode: Mode) -> Timed:
@@ -755,13 +756,7 @@ class Bench:
         self.manifest.gpus = [f"{g.index}: {g.name}" for g in gpus]
         queue = iter(workloads)
         self.say(f"{len(workloads)} workloads on {len(gpus)} GPU(s): {', '.join(self.manifest.gpus)}")
-        lanes = [asyncio.create_task(self._lane(gpu, queue)) for gpu in gpus]
-        try:
-            await asyncio.gather(*lanes)
-        finally:
-            for lane in lanes:
-                lane.cancel()
-            await asyncio.gather(*lanes, return_exceptions=True)
+        await run_lanes(self._lane(gpu, queue) for gpu in gpus)
         self.manifest.ended_at = time.time()
         self.say("done")
 
@@ -841,31 +836,32 @@ class Bench:
         return card
 
     async def _search(self, workload: Workload, result: WorkloadResult, card: Card, gpu: GpuInfo) -> None:
-        """The card searched (or its finished run reused, or its run resumed) on the lane's GPU."""
+        """The card searched (or its finished run reused, or its run resumed) on the lane's GPU, as the product's
+        bench searches its cards."""
         options = self.manifest.options
         run_dir = self.out / RUNS / workload.name
         info = recorded(run_dir)
         if info is None or info.state != "finished":
-            if info is None and run_dir.exists():
-                shutil.rmtree(run_dir)  # killed while its store was made: start afresh
-            budget = Budget(max_minutes=options.minutes, max_iterations=options.iterations)
             run_options = RunOptions(
-                resume=str(run_dir) if info is not None else None,
-                run_dir=None if info is not None else run_dir,
-                root=self.out / RUNS,
-                budget=Budget() if info is not None else budget,
+                budget=Budget(max_minutes=options.minutes, max_iterations=options.iterations),
                 proposer=PROPOSER,
                 simulate=self.simulate,
                 gpus=None if self.simulate else [gpu.index],
             )
             verb = "resuming its run" if info is not None else f"searching ({options.minutes:g} min)"
             self.say(f"{workload.name} on GPU {gpu.index}: {card.spec.name}: {verb}")
-            try:
-                await self._run_search(workload, result, card, gpu, run_options)
-            except BadInput as exc:
-                if info is None:
-                    raise
-                self.say(f"{workload.name}: its run is not resumed ({exc}): its results so far stand")
+
+            def on_best(event: BestImproved) -> None:
+                self.say(f"{workload.name} on GPU {gpu.index}: best {event.speedup:.3g}x (node {event.node_id})")
+
+            def on_end(backend: EvaluationBackend) -> None:
+                result.ceilings = gpu_ceilings(backend) or result.ceilings
+
+            end = await search_card(
+                card.root, run_dir, self.settings, run_options, on_best, on_end, resume=info is not None
+            )
+            if end.refused:
+                self.say(f"{workload.name}: its run is {end.reason}")
         result.ceilings = result.ceilings or cached_ceilings(gpu.uuid)
         result.ours = ours(run_dir)
         if workload.vendor:
@@ -896,41 +892,6 @@ class Bench:
             launch=launch,
         )
         result.beside = beside_result(node, library, await self.beside_measure(request, gpu.index))
-
-    async def _run_search(
-        self, workload: Workload, result: WorkloadResult, card: Card, gpu: GpuInfo, run_options: RunOptions
-    ) -> None:
-        """One search to its end, its new bests said as they come; the GPU worker's ceilings kept."""
-        search = prepare_run(card.root, self.settings, run_options)
-        events = search.subscribe()
-
-        async def follow() -> None:
-            while True:
-                event = await events.get()
-                if isinstance(event, BestImproved):
-                    self.say(f"{workload.name} on GPU {gpu.index}: best {event.speedup:.3g}x (node {event.node_id})")
-
-        follower = asyncio.create_task(follow())
-        try:
-            await search.run()
-        finally:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
-            if isinstance(search.backend, GpuBackend):
-                measured = (e.ceilings for e in search.backend.evaluators if e.ceilings is not None)
-                result.ceilings = next(measured, None) or result.ceilings
-            search.store.close()
-
-
-def recorded(run_dir: Path) -> RunInfo | None:
-    """The run in `run_dir` as its store records it; None when there is none (or only a damaged one)."""
-    if not (run_dir / DB_NAME).is_file():
-        return None
-    try:
-        return recorded_run(str(run_dir)).info
-    except StoreError:
-        return None
 
 
 def ours(run_dir: Path) -> Ours:
@@ -989,14 +950,10 @@ async def run_bench(
     if gpus is None:
         detected = require_gpu()
         gpus = detected[: options.gpus or len(detected)]
-    out.mkdir(parents=True, exist_ok=True)
-    lock = take_writer_lock(out)
-    try:
+    with bench_lock(out):
         bench = Bench(out, settings, open_manifest(out, options), say, **stand_ins)
         await bench.run(workloads, gpus)
         return bench.manifest
-    finally:
-        os.close(lock)
 
 
 # ---- the table ------------------------------------------------------------------------------------------------------

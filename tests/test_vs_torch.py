@@ -484,3 +484,54 @@ def test_the_table_says_what_the_best_kernels_profile_says(tmp_path: Path) -> No
     result.ours = vs.ours(result.ours.run_dir)
     assert result.ours.profile == "memory-bandwidth-bound: SM 10%, memory 90% of peak"
     assert "the best kernel's profile: memory-bandwidth-bound: SM 10%, memory 90% of peak" in vs.table(bench.manifest)
+
+
+def test_a_search_cut_short_is_resumed_on_the_next_call_and_a_spent_one_is_not(tmp_path: Path) -> None:
+    """The bench cancelled mid-search (Ctrl-C) leaves its run resumable: the same call continues that run to its
+    cap, keeping what was measured, instead of searching afresh. A run whose cap is spent is not resumed again."""
+    workloads = [vs.BY_NAME["softmax"].model_copy(update={"shape": (8, 64)})]
+    options = vs.Options(workloads=["softmax"], minutes=1.0, iterations=3, compile=False)
+    stand_ins = StandIns()
+    run_dir = tmp_path / vs.RUNS / "softmax"
+    lines: list[str] = []
+
+    def bench() -> Any:
+        manifest = vs.open_manifest(tmp_path, options)
+        return vs.Bench(
+            tmp_path, Settings(), manifest, lines.append, True, stand_ins.torch, stand_ins.vendor, stand_ins.beside
+        )
+
+    async def cut_short() -> None:
+        running = asyncio.create_task(bench().run(workloads, [FAKE_GPU]))
+        while not running.done():
+            if (run_dir / "run.sqlite").is_file():
+                with RunStore.open(run_dir, readonly=True) as store:
+                    info = store.run_info()
+                if info.node_count - info.in_flight_count >= 2:
+                    break
+            await asyncio.sleep(0.02)
+        assert not running.done(), "the search ended before it could be cut short"
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+
+    asyncio.run(cut_short())
+    with RunStore.open(run_dir, readonly=True) as store:
+        assert store.run_info().state != "finished"
+        measured = {n.id: n.speedup for n in store.nodes() if n.speedup is not None}
+    lines.clear()
+    again = bench()
+    asyncio.run(again.run(workloads, [FAKE_GPU]))
+    assert any("softmax on GPU 0: softmax_bf16_8x64: resuming its run" in line for line in lines)
+    assert not any("searching" in line for line in lines)
+    ours = again.manifest.result("softmax").ours
+    assert ours is not None and ours.state == "finished" and ours.candidates == 3  # the cap over both sessions
+    with RunStore.open(run_dir, readonly=True) as store:
+        after = {n.id: n.speedup for n in store.nodes()}
+    assert all(after[i] == speedup for i, speedup in measured.items()), "what was measured is kept"
+
+    with RunStore.resume(run_dir) as store:  # as if cut short just as its last candidate was measured
+        store.set_state("interrupted", "killed")
+    lines.clear()
+    asyncio.run(bench().run(workloads, [FAKE_GPU]))
+    assert any("softmax: its run is not resumed (run " in line and "its results so far stand" in line for line in lines)

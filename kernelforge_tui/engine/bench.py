@@ -8,7 +8,9 @@ has one writer (the cards' searches are tasks of one event loop), so a bench kil
 was. Each card's search is pinned to its own GPU; a task's minutes are shared among its cards as
 `capture_search.split_budget` shares a capture's, so that several GPUs divide the wall time. The vendor is timed in
 a subprocess per GPU lane (`VendorTimer`), since torch is an optional extra and a faulting vendor call must not end
-the bench.
+the bench. The manifest's file, the one-writer lock and a card's search or resume in its run directory are
+functions of their own (`read_manifest`, `bench_lock`, `search_card`), so that a bench script with its own table
+(bench/vs_torch.py) resumes as this one does.
 """
 
 from __future__ import annotations
@@ -19,21 +21,28 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.atomic import write_atomic
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
-from kernelforge_tui.engine.backend import GpuBackend, SimulatedBackend, make_builder
+from kernelforge_tui.engine.backend import EvaluationBackend, GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.capture_search import MIN_MINUTES, SEARCH_OVERHEAD_MINUTES, split_budget
 from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend, time_vendor
 from kernelforge_tui.engine.feedback import cannot_serve
-from kernelforge_tui.engine.search import Search
-from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, load_proposer, prepare_run
+from kernelforge_tui.engine.setup import (
+    DEFAULT_PROPOSER,
+    RunOptions,
+    load_proposer,
+    prepare_run,
+    run_lanes,
+    run_telling_bests,
+)
 from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.gpu.detect import detect_gpus
@@ -59,6 +68,7 @@ DEFAULT_MINUTES_PER_TASK = 2.0
 VENDOR_REPS = 100
 NO_TEMPLATE = "no template"
 SIMULATED_VENDOR = "not timed: a simulated bench runs nothing on a GPU"
+M = TypeVar("M", bound=BaseModel)
 
 CardState = Literal["pending", "running", "finished", "no-template", "failed", "not-run"]
 DONE: tuple[CardState, ...] = ("finished", "no-template", "failed", "not-run")
@@ -185,22 +195,44 @@ def manifest_path(out: Path) -> Path:
     return out / MANIFEST
 
 
-def load_manifest(out: Path) -> BenchManifest:
-    """The bench recorded in `out`; BadInput when there is none or it does not read."""
-    path = manifest_path(out)
+def read_manifest(path: Path, model: type[M], makes_it: str) -> M:
+    """A bench's manifest (this bench's or a script's own model of one); BadInput when there is none, saying the
+    command that `makes_it`, or when it does not read."""
     try:
-        return BenchManifest.model_validate_json(path.read_text())
+        return model.model_validate_json(path.read_text())
     except FileNotFoundError:
-        raise BadInput(
-            f"{out} holds no bench ({MANIFEST} is missing): run `kernelforge bench -o {out}` first"
-        ) from None
-    except (OSError, ValidationError) as exc:
+        raise BadInput(f"{path.parent} holds no bench ({path.name} is missing): run `{makes_it}` first") from None
+    except (OSError, ValueError) as exc:  # ValueError: not UTF-8, not JSON, not the model (ValidationError)
         raise BadInput(f"{path} does not read as a bench manifest: {exc}") from None
 
 
-def save_manifest(manifest: BenchManifest, out: Path) -> None:
+def write_manifest(path: Path, manifest: BaseModel) -> None:
     """Written under a temporary name and renamed into place: a kill never leaves half a manifest."""
-    write_atomic(manifest_path(out), manifest.model_dump_json(indent=1) + "\n")
+    write_atomic(path, manifest.model_dump_json(indent=1) + "\n")
+
+
+def load_manifest(out: Path) -> BenchManifest:
+    """The bench recorded in `out`; BadInput when there is none or it does not read."""
+    return read_manifest(manifest_path(out), BenchManifest, f"kernelforge bench -o {out}")
+
+
+def save_manifest(manifest: BenchManifest, out: Path) -> None:
+    write_manifest(manifest_path(out), manifest)
+
+
+@contextlib.contextmanager
+def bench_lock(out: Path) -> Iterator[None]:
+    """`out` made and held by this process while its bench runs, so that its manifest has one writer; BadInput
+    while another process runs it."""
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = take_writer_lock(out)
+    except StoreError as exc:
+        raise BadInput(f"bench {out}: another process runs it ({exc})") from None
+    try:
+        yield
+    finally:
+        os.close(lock)
 
 
 def plan_cards(options: BenchOptions) -> list[BenchCard]:
@@ -301,18 +333,11 @@ async def run_bench(
     """Run (or continue) the bench in `out`: every selected card searched in turn, the manifest saved after each
     change. NoGpu and a cancellation end it (the card in progress stays resumable); a card's own failure (its
     baseline does not build or pass) is recorded and the next card runs."""
-    out.mkdir(parents=True, exist_ok=True)
-    try:
-        lock = take_writer_lock(out)
-    except StoreError as exc:
-        raise BadInput(f"bench {out}: another process runs it ({exc})") from None
-    try:
+    with bench_lock(out):
         planned = plan_cards(options)
         bench = _Bench(out, settings, open_manifest(out, options, planned), progress)
         await bench.run({c.card for c in planned})
         return bench.manifest
-    finally:
-        os.close(lock)
 
 
 class _Bench:
@@ -360,13 +385,7 @@ class _Bench:
         self.say(f"bench {self.out}: {done} of {len(self.manifest.cards)} cards done; {self._spread(devices)}")
         queue = iter([c for c in self.manifest.cards if c.state not in DONE and c.card in selected])
         overheads: list[float] = []
-        lanes = [asyncio.create_task(self._lane(device, queue, overheads)) for device in devices]
-        try:
-            await asyncio.gather(*lanes)
-        finally:  # one lane's end of the bench (NoGpu, a refused run, Ctrl-C) stops the others, their cards resumable
-            for lane in lanes:
-                lane.cancel()
-            await asyncio.gather(*lanes, return_exceptions=True)
+        await run_lanes(self._lane(device, queue, overheads) for device in devices)  # a refused run ends them all
         if self.cluster is None and not self.manifest.simulated and self.manifest.ceilings is None:  # all done before
             self.manifest.ceilings = next(filter(None, (cached_ceilings(gpu.uuid) for gpu in detect_gpus())), None)
         self.manifest.ended_at = time.time()
@@ -447,7 +466,7 @@ class _Bench:
         run_dir = self.out / RUNS / card.card
         card.run_dir = run_dir
         card.gpu = device if self.cluster is None else None  # on a cluster, each candidate's run says which GPU
-        info = _recorded(run_dir)
+        info = recorded(run_dir)
         if info is None or info.state != "finished":
             if info is None:
                 card.budget = self._budget(card, overheads)
@@ -458,13 +477,9 @@ class _Bench:
             card.state = "running"
             self.say(f"{_on(card)}: {'resuming its run' if info else 'searching'}" + _caps(card.budget))
             try:
-                await self._search(card, written, run_dir, resume=info is not None)
-            except (asyncio.CancelledError, NoGpu):
-                raise
-            except BadInput as exc:
-                if info is None:
-                    raise  # a new run refused as given (an LLM proposer without [llm]): so would every card
-                card.reason = f"not resumed ({exc}): its results so far stand"
+                card.reason = await self._search(card, written, run_dir, resume=info is not None)
+            except (asyncio.CancelledError, NoGpu, BadInput):
+                raise  # BadInput: a new run refused as given (an LLM proposer without [llm]): so would every card
             except Exception as exc:  # this card's failure (its baseline does not build) must not end the others
                 card.state, card.reason = "failed", f"{type(exc).__name__}: {exc}"
                 self.say(f"{_on(card)}: failed ({card.reason})")
@@ -482,48 +497,30 @@ class _Bench:
             self.manifest.simulated_ceiling_us = backend.baseline_us / backend.max_speedup
             self.manifest.gpu_name = backend.gpu_name
 
-    async def _search(self, card: BenchCard, written: Card, run_dir: Path, resume: bool) -> None:
+    async def _search(self, card: BenchCard, written: Card, run_dir: Path, resume: bool) -> str:
         options = self.manifest.options
         run_options = RunOptions(
-            resume=str(run_dir) if resume else None,
-            run_dir=None if resume else run_dir,
-            root=self.out / RUNS,
-            budget=card.budget if card.budget is not None and not resume else Budget(),
+            budget=card.budget or Budget(),
             proposer=options.proposer,
             simulate=options.simulate,
             simulate_seconds=options.simulate_seconds,
             gpus=None if card.gpu is None else [card.gpu],
             max_gpus=1 if self.cluster is not None else None,  # one card per GPU, as on one machine
         )
-        if not resume and run_dir.exists():
-            shutil.rmtree(run_dir)  # a run that never got its store (killed while being created): start afresh
-        search = prepare_run(written.root, self.settings, run_options, cluster=self.cluster)
-        queue = search.subscribe()
 
-        async def follow() -> None:
-            while True:
-                event = await queue.get()
-                if isinstance(event, BestImproved):
-                    card.best_speedup = event.speedup
-                    self.say(f"{_on(card)}: best {event.speedup:.3g}x (node {event.node_id})")
+        def on_best(event: BestImproved) -> None:
+            card.best_speedup = event.speedup
+            self.say(f"{_on(card)}: best {event.speedup:.3g}x (node {event.node_id})")
 
-        follower = asyncio.create_task(follow())
-        try:
-            info = await search.run()
-        finally:
-            follower.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await follower
-            self._note_gpu(search)
-            search.store.close()
-        card.reason = info.reason
+        end = await search_card(
+            written.root, run_dir, self.settings, run_options, on_best, self._note_gpu, resume, self.cluster
+        )
+        return end.reason
 
-    def _note_gpu(self, search: Search) -> None:
-        backend = search.backend
+    def _note_gpu(self, backend: EvaluationBackend) -> None:
         if isinstance(backend, GpuBackend):
             self.manifest.gpu_name = backend.gpu_name
-            measured = next((e.ceilings for e in backend.evaluators if e.ceilings is not None), None)
-            self.manifest.ceilings = measured or self.manifest.ceilings
+            self.manifest.ceilings = gpu_ceilings(backend) or self.manifest.ceilings
         elif isinstance(backend, ClusterBackend):
             self.manifest.gpu_name = f"Dask cluster at {backend.cluster.address}"
             self.manifest.ceilings = self.manifest.ceilings or backend.ceilings
@@ -584,8 +581,9 @@ def _caps(budget: Budget | None) -> str:
     return f" (budget: {shown})" if shown else ""
 
 
-def _recorded(run_dir: Path) -> RunInfo | None:
-    """The card's run as its store records it; None when there is none (or only a damaged one, started afresh)."""
+def recorded(run_dir: Path) -> RunInfo | None:
+    """A bench's run of a card as its store records it; None when there is none (or only a damaged one, started
+    afresh)."""
     if not (run_dir / DB_NAME).is_file():
         return None
     try:
@@ -593,6 +591,62 @@ def _recorded(run_dir: Path) -> RunInfo | None:
             return store.run_info()
     except StoreError:
         return None
+
+
+@dataclass(frozen=True)
+class SearchEnd:
+    """How a bench's search of one card ended."""
+
+    reason: str
+    """Why the search ended, or (`refused`) why the recorded run was not resumed."""
+    refused: bool = False
+    """The recorded run was not resumed (a cap it spent, another kind of backend): its results so far stand."""
+
+
+async def search_card(
+    card_dir: Path,
+    run_dir: Path,
+    settings: Settings,
+    options: RunOptions,
+    on_best: Callable[[BestImproved], None],
+    on_end: Callable[[EvaluationBackend], None],
+    resume: bool,
+    cluster: Cluster | None = None,
+) -> SearchEnd:
+    """A bench's search of one card, to its end, in `run_dir`: a new run under `options` or (`resume`) the recorded
+    run continued with no caps of its own. `on_best` is told each new best; `on_end` is given the backend however
+    the search ends, so that a search cut short still says which GPU it ran on and what it measured there.
+
+    A new run refused as given raises BadInput (so would every card be); a refused resume is a SearchEnd."""
+    if not resume and run_dir.exists():
+        shutil.rmtree(run_dir)  # a run that never got its store (killed while being created): start afresh
+    run_options = options.model_copy(
+        update={
+            "resume": str(run_dir) if resume else None,
+            "run_dir": None if resume else run_dir,
+            "root": run_dir.parent,
+            "budget": Budget() if resume else options.budget,
+        }
+    )
+    try:
+        search = prepare_run(card_dir, settings, run_options, cluster=cluster)
+        try:
+            info = await run_telling_bests(search, on_best)
+        finally:
+            on_end(search.backend)
+            search.store.close()
+    except BadInput as exc:
+        if not resume:
+            raise
+        return SearchEnd(f"not resumed ({exc}): its results so far stand", refused=True)
+    return SearchEnd(info.reason)
+
+
+def gpu_ceilings(backend: EvaluationBackend) -> Ceilings | None:
+    """The ceilings a search's GPU workers measured; None before they did, or on a backend with no GPU of its own."""
+    if not isinstance(backend, GpuBackend):
+        return None
+    return next((e.ceilings for e in backend.evaluators if e.ceilings is not None), None)
 
 
 def vendor_result(library: str, reply: VendorReply) -> VendorResult:

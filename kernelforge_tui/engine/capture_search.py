@@ -24,7 +24,6 @@ which no GPU latency can be set against, so a GPU search of it projects nothing.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from kernelforge_tui.cards import load_card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.cluster.backend import Cluster
-from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run
+from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run, run_lanes, run_telling_bests
 from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.models.events import BestImproved
 from kernelforge_tui.models.runs import RunInfo
@@ -304,13 +303,7 @@ async def optimize_capture(
     try:
         lanes = 1 if cluster is None else min(options.max_gpus or len(chosen), await cluster.wait_for_gpus())
         searches = _Variants(capture_dir, settings, options, chosen, report, say, cluster, lanes)
-        tasks = [asyncio.create_task(searches.lane()) for _ in range(lanes)]
-        try:
-            await asyncio.gather(*tasks)
-        finally:  # one lane's end (NoGpu, Ctrl-C) ends the others: their variants are recorded as interrupted
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+        await run_lanes(searches.lane() for _ in range(lanes))  # the others' variants recorded as interrupted
     finally:
         if cluster is not None:
             await cluster.close()
@@ -437,25 +430,17 @@ async def _search(searches: _Variants, variant: Variant, budget: Budget, result:
     )
     search = prepare_run(card, searches.settings, run_options, cluster=searches.cluster)
     result.run_dir = search.store.run_dir
-    queue = search.subscribe()
 
-    async def follow() -> None:
-        while True:
-            event = await queue.get()
-            if isinstance(event, BestImproved):
-                result.best_node = event.node_id
-                result.best_speedup = event.speedup
-                result.best_latency_us = event.latency_us
-                _project(result, options.simulate)
-                say(report)
+    def on_best(event: BestImproved) -> None:
+        result.best_node = event.node_id
+        result.best_speedup = event.speedup
+        result.best_latency_us = event.latency_us
+        _project(result, options.simulate)
+        say(report)
 
-    follower = asyncio.create_task(follow())
     try:
-        info = await search.run()
+        info = await run_telling_bests(search, on_best)
     finally:
-        follower.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await follower
         totals = search.store.llm_totals()
         result.money_usd, result.tokens = totals.cost_usd, totals.tokens
         search.store.close()

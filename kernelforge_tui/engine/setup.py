@@ -8,8 +8,11 @@ records, its store, and on a resume the same card, settings and kind of backend 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import importlib
 import shlex
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -30,7 +33,7 @@ from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.detect import NoGpuError, require_gpu
 from kernelforge_tui.llm import LlmClient
-from kernelforge_tui.models.events import BudgetUsed
+from kernelforge_tui.models.events import BestImproved, BudgetUsed
 from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import Proposer
 from kernelforge_tui.store import RunStore, new_run_dir, resolve_run
@@ -138,6 +141,39 @@ def prepare_run(
         if store is not None:
             store.close()
         raise
+
+
+async def run_telling_bests(search: Search, on_best: Callable[[BestImproved], None]) -> RunInfo:
+    """`search.run()` with `on_best` told each new best as it comes (the progress of a bench or a capture's
+    searches, which hold no view of their own)."""
+    events = search.subscribe()
+
+    async def follow() -> None:
+        while True:
+            event = await events.get()
+            if isinstance(event, BestImproved):
+                on_best(event)
+
+    follower = asyncio.create_task(follow())
+    try:
+        return await search.run()
+    finally:
+        follower.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await follower
+
+
+async def run_lanes(lanes: Iterable[Coroutine[object, object, None]]) -> None:
+    """Searches side by side, one lane (a task) per GPU taking work from a shared queue, until every lane ends.
+    One lane's end by an error or a cancellation (NoGpu, Ctrl-C) is raised and ends the others, their searches
+    left resumable."""
+    tasks = [asyncio.create_task(lane) for lane in lanes]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _all_priced(llm: LlmSettings) -> None:
