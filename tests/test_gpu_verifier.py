@@ -140,7 +140,7 @@ def test_a_memoising_kernel_is_refused_by_the_roofline_floor(loop: asyncio.Abstr
     async def run() -> tuple[Evaluation, Evaluation]:
         await evaluator.start()
         try:
-            memo = await evaluator.evaluate(VECTOR_ADD.read_text(), vector_add("vector_add_memo", per_block=1024))
+            memo = await evaluator.evaluate(VECTOR_ADD.read_text(), vector_add("vector_add_memo", per_block=4096))
             control = await evaluator.evaluate(honest.read_text(), plan_for_kernel(honest))
             return memo, control
         finally:
