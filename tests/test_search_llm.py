@@ -174,6 +174,21 @@ async def test_calls_are_recorded_linked_and_costed_exactly(tmp_path: Path, serv
     store.close()
 
 
+async def test_the_calls_of_a_candidate_dropped_as_a_duplicate_are_linked_to_the_node_that_holds_it(
+    tmp_path: Path, server: LlmServer
+) -> None:
+    server.script(*(kernel_reply(b, v) for b, v in ((128, 1), (256, 2), (128, 1), (512, 4))))
+    search, _ = make_search(tmp_path, llm_settings(server.url), Budget(max_iterations=3))
+    events, _ = await collect(search)
+    first, _, again, _ = search.store.llm_calls()[:4]
+    (node,) = [n for n in search.store.nodes() if first.child_id == n.id]
+    assert again.child_id == node.id and len(search.store.nodes()) == 4  # the root and three, not four
+    assert [c.id for c in search.store.llm_calls(node.id)] == [first.id, again.id]  # the conversation shows both
+    logged = [e.text for e in events if isinstance(e, LogLine)]
+    assert any(f"is the same as node {node.id}: dropped, its 1 LLM call linked to node {node.id}" in t for t in logged)
+    search.store.close()
+
+
 async def test_the_money_budget_stops_the_search_and_a_resume_counts_what_was_spent(
     tmp_path: Path, server: LlmServer
 ) -> None:

@@ -107,15 +107,16 @@ class Pipeline:
         """New work is withdrawn (a clock budget was reached): nothing more is built or starts on a GPU."""
         self._attempts: dict[int, int] = {}
         self._building: set[int] = set()
-        self._keys: set[str] = set()
+        self._keys: dict[str, int] = {}
+        """Each candidate's identity (`source_key`) -> the node that holds it."""
         self._source_hashes: set[str] = set()
         self._seq = itertools.count()
         self._build_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
         self._gpu_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
 
-    def remember(self, source: str, plan: LaunchPlan) -> None:
+    def remember(self, node_id: int, source: str, plan: LaunchPlan) -> None:
         """A candidate already in the run (a resume): never evaluated again, and named to proposers."""
-        self._keys.add(source_key(source, plan))
+        self._keys.setdefault(source_key(source, plan), node_id)
         self._source_hashes.add(source_digest(source))
 
     def tried_sources(self) -> set[str]:
@@ -124,12 +125,21 @@ class Pipeline:
     def submit(
         self, parent_id: int | None, proposal: Proposal, priority: Priority, allow_duplicate: bool = False
     ) -> int | None:
-        """Add a candidate to the run and queue it; None for a duplicate (same source and plan)."""
+        """Add a candidate to the run and queue it; None for a duplicate (same source and plan), whose LLM calls are
+        linked to the node that holds it (the conversation there shows them, and who wrote the same kernel)."""
         proposal, problem = screen(proposal)
         key = source_key(proposal.source, proposal.plan)
         if key in self._keys and not allow_duplicate:
+            if proposal.llm_calls:
+                same, calls = self._keys[key], len(proposal.llm_calls)
+                self.store.link_llm_calls(same, proposal.llm_calls)
+                self.bus.log(
+                    f"a candidate for node {parent_id} by {proposal.proposer} is the same as node {same}: dropped, "
+                    f"its {calls} LLM call{'s' * (calls != 1)} linked to node {same}",
+                    "debug",
+                    parent_id,
+                )
             return None
-        self.remember(proposal.source, proposal.plan)
         repair_of = proposal.repair_of if proposal.repair_of in self.tree else None
         judge = proposal.judge_score
         judge = judge if judge is not None and 0 <= judge <= 1 else None
@@ -144,6 +154,7 @@ class Pipeline:
             judge_score=judge,
             llm_calls=proposal.llm_calls,
         )
+        self.remember(view.id, proposal.source, proposal.plan)
         self.tree.add(view.id, parent_id, proposal.params, proposal.mutation, repair_of)
         self.bus.emit(NodeAdded(node=view))
         if proposal.rejected is not None:

@@ -42,7 +42,7 @@ def restore(store: RunStore, tree: Tree, pipeline: Pipeline) -> Restored:
     for rec in records:
         node = tree.add(rec.id, rec.parent_id, rec.params, rec.mutation, rec.repair_of)
         node.banned, node.pinned, node.hints = rec.banned, rec.pinned, list(rec.hints)
-        pipeline.remember(rec.source, rec.plan)
+        pipeline.remember(rec.id, rec.source, rec.plan)
     usage = BudgetUsage()
     done = [r for r in records if r.last_measurement is not None and r.status not in IN_FLIGHT]
     for rec in sorted(done, key=lambda r: r.last_measurement or 0):

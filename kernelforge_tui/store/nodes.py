@@ -58,8 +58,13 @@ class NodeQueries(Database):
             )
             node_id = cursor.lastrowid
             assert node_id is not None
-            c.executemany("UPDATE llm_calls SET child = ? WHERE id = ?", [(node_id, call) for call in llm_calls])
+            _link(c, node_id, llm_calls)
         return self.node(node_id)
+
+    def link_llm_calls(self, node_id: int, llm_calls: Sequence[int]) -> None:
+        """Link calls to a node already in the run: they wrote a candidate identical to it (dropped as such)."""
+        with self._tx() as c:
+            _link(c, node_id, llm_calls)
 
     def _set(self, node_id: int, sql: str, *values: object) -> NodeView:
         """One node's columns (`sql`: the assignments, written here, never from input); returns the new view."""
@@ -214,3 +219,7 @@ class NodeQueries(Database):
     def profiled_ids(self) -> set[int]:
         """The nodes with a saved profile."""
         return {int(r["node"]) for r in self._read("SELECT node FROM profiles")}
+
+
+def _link(c: sqlite3.Connection, node_id: int, llm_calls: Sequence[int]) -> None:
+    c.executemany("UPDATE llm_calls SET child = ? WHERE id = ?", [(node_id, call) for call in llm_calls])
