@@ -288,6 +288,13 @@ class Limits(Section):
     """Most bytes read of an error response, to say what went wrong; the rest is never read."""
 
 
+HEADER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*")
+CLIENT_HEADERS = frozenset({"host", "content-length", "content-type", "transfer-encoding", "connection"})
+"""Headers the HTTP client sets for the request it sends: a configured one would contradict it."""
+SECRET_HEADER = re.compile(r"key|token|secret|auth|password|cookie", re.IGNORECASE)
+"""What the name of a header that carries a secret holds (`api-key`, `Authorization`, `x-portkey-api-key`)."""
+
+
 class ProviderSettings(Section):
     name: str = Field(min_length=1)
     protocol: Literal["openai", "anthropic"]
@@ -303,6 +310,13 @@ class ProviderSettings(Section):
     stream_options: bool = True
     """Protocol openai: ask for the usage at the end of each stream (`stream_options = {include_usage = true}`);
     false for a server that rejects the field (its calls' usage is then estimated, `llm.pricing`)."""
+    headers: dict[str, str] = Field(default_factory=dict)
+    """Headers sent with every request, as they are (a gateway's routing header, `anthropic-beta`, attribution such
+    as OpenRouter's `HTTP-Referer` and `X-Title`); they win over the protocol's own. Never a secret: the run records
+    them, so a name that reads like one (key, token, secret, auth, password, cookie) belongs in `headers_env`."""
+    headers_env: dict[str, str] = Field(default_factory=dict)
+    """Header name -> the NAME of the environment variable holding its value, read at call time like the key and
+    masked like it (Azure's `api-key`, a gateway's own key)."""
 
     @field_validator("base_url")
     @classmethod
@@ -315,11 +329,42 @@ class ProviderSettings(Section):
             raise ValueError(f"stream_options is an option of protocol openai, not {self.protocol}: remove it")
         return self
 
+    @model_validator(mode="after")
+    def _headers_fit(self) -> ProviderSettings:
+        names = [name.lower() for name in [*self.headers, *self.headers_env]]
+        for name in [*self.headers, *self.headers_env]:
+            if not HEADER_NAME.fullmatch(name):
+                raise ValueError(f"header {name!r} is not a header name: use letters, digits and - only")
+            if name.lower() in CLIENT_HEADERS:
+                raise ValueError(f"header {name!r} is set by the HTTP client: remove it")
+            if names.count(name.lower()) > 1:
+                raise ValueError(f"header {name!r} is given twice (names ignore case): keep one")
+        for name, value in self.headers.items():
+            if SECRET_HEADER.search(name):
+                raise ValueError(
+                    f"header {name!r} reads like a secret, and headers are recorded with the run: set it from the "
+                    f'environment instead, headers_env = {{ "{name}" = "YOUR_VARIABLE" }}'
+                )
+            if not value.isprintable():
+                raise ValueError(f"header {name!r}: its value holds a control character (a line break?): remove it")
+        return self
+
     def api_key(self) -> str | None:
         """The key, read now from the environment (None when unset or empty)."""
         if self.api_key_env is None:
             return None
         return os.environ.get(self.api_key_env) or None
+
+    def secret_headers(self) -> dict[str, str | None]:
+        """The headers read from the environment, read now (None where the variable is unset or empty)."""
+        return {name: os.environ.get(env) or None for name, env in self.headers_env.items()}
+
+    def secrets(self) -> list[str]:
+        """Every secret the provider's requests carry that is set now: the key, the secret headers' values and the
+        token of such a value that names its scheme (`Bearer TOKEN`); what is masked out of all that comes back."""
+        values = [v for v in self.secret_headers().values() if v is not None]
+        key = self.api_key()
+        return ([key] if key is not None else []) + values + [v.split()[-1] for v in values if len(v.split()) > 1]
 
 
 class Price(Section):

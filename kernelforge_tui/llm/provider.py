@@ -57,7 +57,7 @@ class Provider:
 
     def mask(self, text: str) -> str:
         """The text with every copy of this provider's key masked (what the client records of a call)."""
-        return Masker(self.settings.api_key())(text)
+        return Masker(*self.settings.secrets())(text)
 
     async def chat(
         self, request: ChatRequest, on_text: Callable[[str, bool], None] | None = None, spend: Spend | None = None
@@ -99,14 +99,14 @@ class Provider:
         Iterate it inside `contextlib.aclosing` so that leaving early (a cancel, a break) closes the stream at once.
         `spend` gets each attempt's usage as the attempt ends (`Spend`)."""
         spend = spend if spend is not None else Spend()
-        key = self._key()
+        headers, secrets = self._headers()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.timeouts.total_s
         retries = self.settings.retries
         attempt = 1
         while True:
             try:
-                async with self._slots, aclosing(self._attempt(request, key, deadline, spend)) as events:
+                async with self._slots, aclosing(self._attempt(request, headers, secrets, deadline, spend)) as events:
                     async for event in events:
                         yield event
                 return
@@ -120,12 +120,20 @@ class Provider:
                 yield Retrying(attempt=attempt, delay_s=delay, reason=str(err))
                 await asyncio.sleep(delay)
 
-    def _key(self) -> str | None:
-        env = self.settings.api_key_env
-        key = self.settings.api_key()
-        if env and not key:
-            raise LlmError(self.settings.name, "no_key", f"${env} is not set", f"set {env} to the provider's API key")
-        return key
+    def _headers(self) -> tuple[dict[str, str], tuple[str, ...]]:
+        """The headers of this call's requests (the protocol's, the key's, the configured ones, those read from the
+        environment, which win in that order) and the secrets among them, read now: a variable named and unset
+        fails the call before anything is sent."""
+        settings = self.settings
+        key, secret = settings.api_key(), settings.secret_headers()
+        unset = [(settings.api_key_env, "the provider's API key")] if settings.api_key_env and key is None else []
+        unset += [(settings.headers_env[name], f"header {name}'s value") for name, v in secret.items() if v is None]
+        if unset:
+            env, what = unset[0]
+            raise LlmError(settings.name, "no_key", f"${env} is not set", f"set {env} to {what}")
+        headers = {**self._wire.headers(key), **settings.headers}
+        headers.update({name: value for name, value in secret.items() if value is not None})
+        return headers, tuple(settings.secrets())
 
     def _backoff(self, attempt: int) -> float:
         """Exponential in the attempt, capped, with the upper half jittered so that callers do not retry in step."""
@@ -134,7 +142,7 @@ class Provider:
         return ceiling / 2 + random.uniform(0, ceiling / 2)
 
     async def _attempt(
-        self, request: ChatRequest, key: str | None, deadline: float, spend: Spend
+        self, request: ChatRequest, headers: dict[str, str], secrets: tuple[str, ...], deadline: float, spend: Spend
     ) -> AsyncGenerator[StreamEvent, None]:
         """One request and its stream. Once the server took the request (200, a stream) the attempt is billed, so its
         usage goes to `spend` however it ends: as reported, or estimated where the server did not say."""
@@ -143,7 +151,7 @@ class Provider:
             "POST",
             self._wire.url(self.settings.base_url),
             json=self._wire.body(request),
-            headers=self._wire.headers(key),
+            headers=headers,
             timeout=httpx.Timeout(connect=timeouts.connect_s, read=None, write=timeouts.idle_s, pool=None),
         )
         try:
@@ -156,7 +164,7 @@ class Provider:
         try:
             if response.status_code != 200:
                 body = await self._error_body(response, deadline)
-                raise self._status_error(response, body, key, request.model)
+                raise self._status_error(response, body, secrets, request.model)
             if "text/event-stream" not in response.headers.get("content-type", ""):
                 raise self._error(
                     "protocol",
@@ -164,7 +172,7 @@ class Provider:
                     "point base_url at a server that streams server-sent events",
                 )
             accepted = True
-            masker = Masker(key)
+            masker = Masker(*secrets)
             end: StreamEnd | None = None
             async for event, data in sse_events(sse_lines(self._capped(self._chunks(response, deadline)))):
                 try:
@@ -251,10 +259,10 @@ class Provider:
                 "raise timeouts.idle_s if the model thinks long before writing, or try again later",
             ) from None
 
-    def _status_error(self, response: httpx.Response, body: bytes, key: str | None, model: str) -> LlmError:
+    def _status_error(self, response: httpx.Response, body: bytes, secrets: tuple[str, ...], model: str) -> LlmError:
         status = response.status_code
         # Fed, not flushed: a body cut at the limit may end in the beginning of the key.
-        detail = _detail(Masker(key).feed(body.decode("utf-8", "replace")))
+        detail = _detail(Masker(*secrets).feed(body.decode("utf-8", "replace")))
         said = f"HTTP {status}" + (f" ({detail})" if detail else "")
         if status == 429 or status >= 500:
             kind: LlmErrorKind = "rate_limited" if status == 429 else "server"
@@ -279,7 +287,12 @@ class Provider:
     def _fix(self, kind: LlmErrorKind, model: str) -> str:
         """The fix for an error of this kind, the same whether an HTTP status or the stream reported it."""
         env = self.settings.api_key_env
-        key = f"check the key in {env} (set {env} to a valid key)" if env else "set api_key_env to the key's variable"
+        named = [env] if env else list(self.settings.headers_env.values())
+        key = (
+            f"check the key in {' and '.join(named)} (set {named[0]} to a valid key)"
+            if named
+            else "set api_key_env (or headers_env) to the key's variable"
+        )
         fixes: dict[LlmErrorKind, str] = {
             "auth": key,
             "not_found": f"check the model name ({model}) and base_url ({self.settings.base_url})",
