@@ -30,11 +30,9 @@ from kernelforge_tui.cards.model import (
     TensorSpec,
     Tolerance,
 )
-from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, load_card, save_card
+from kernelforge_tui.cards.store import MAX_STORED_SET_BYTES, Arrays, Card, draw_inputs, load_card, save_card
 from kernelforge_tui.errors import KernelForgeError
 
-MAX_STORED_SET_BYTES = 64 << 20
-"""By default, a sampled call whose card tensors take more than this is not stored; seeded sets stand in."""
 STRESS_SEED = 1000
 SEEDED_SETS = 1
 """Seeded sets (drawn from the fitted distributions, referenced by the torch reference) beside the stored ones."""

@@ -28,12 +28,13 @@ import numpy as np
 import kernelforge_tui
 from kernelforge_tui.capture import families, patterns, ranking
 from kernelforge_tui.capture.calls import Call, Group, group_calls
-from kernelforge_tui.capture.cards import MAX_STORED_SET_BYTES, CardRefused, write_card
+from kernelforge_tui.capture.cards import CardRefused, write_card
 from kernelforge_tui.capture.deadline import Stage, deadline
 from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, save_capture
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.cards.store import MAX_STORED_SET_BYTES
 from kernelforge_tui.errors import BadInput, install_fix
 
 if TYPE_CHECKING:

@@ -49,12 +49,17 @@ from kernelforge_tui.cards.model import (
     TensorSpec,
 )
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import MANIFEST, Arrays, Card, draw_inputs, load_card, save_card
+from kernelforge_tui.cards.store import (
+    MANIFEST,
+    MAX_STORED_SET_BYTES,
+    Arrays,
+    Card,
+    draw_inputs,
+    load_card,
+    save_card,
+)
 from kernelforge_tui.errors import FieldError
 
-MAX_STORED_SET_BYTES = 64 << 20
-"""A set whose tensors take more than this is drawn from its seed when the card is loaded instead of stored as .npz
-(the example cards do the same: a 4096 x 32768 bf16 set would be hundreds of MB)."""
 PROBE_MAX_ELEMENTS = 1 << 21
 """The probe's inputs stay under this many elements each (the probe sizes shrink when a tensor has many dims)."""
 ADAPTER = "reference_adapter.py"

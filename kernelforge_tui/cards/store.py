@@ -197,6 +197,10 @@ READ_CHUNK = 1 << 20
 """Bytes decompressed at a time from an .npz member, so reading one never holds more than its array and a chunk."""
 NPY_HEADER_BYTES = 1 << 16
 """Room for the header of an .npy member beyond its data: numpy's own reader refuses headers over 10,000 bytes."""
+MAX_STORED_SET_BYTES = 64 << 20
+"""A card's input set whose tensors take more than this is drawn from its seed when the card is loaded, not stored as
+.npz (`kernelforge new` always, `kernelforge capture --max-set-mib` by default): a 4096 x 32768 bf16 set would be
+hundreds of MB on disk."""
 
 
 def _read_member(path: Path, archive: zipfile.ZipFile, spec: TensorSpec, sizes: dict[str, int]) -> np.ndarray:

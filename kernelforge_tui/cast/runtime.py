@@ -80,6 +80,8 @@ Where = Literal["call", "signature", "graph"]
 _ACTIVE: set[str] = set()
 """Overloads a Cast has registered in this process: two at once would chain unpredictably."""
 _ACTIVE_LOCK = threading.Lock()
+ACTIVE_CASTS: list[Cast] = []
+"""The packages in force, innermost last: the one `torch.compile(backend="kernelforge")` uses when given none."""
 
 
 # -- the machine ----------------------------------------------------------------------------------------------
@@ -808,7 +810,7 @@ class Cast:
                 for entry in package.manifest.kernels
             ]
         self._library: Any = None
-        self._overrides: list[_Override] = []
+        self._overrides: list[_Override] | None = None
 
     @property
     def active(self) -> bool:
@@ -823,32 +825,39 @@ class Cast:
     ) -> None:
         self.deactivate()
 
+    def overrides(self) -> list[_Override]:
+        """One per overload the package covers, made once: their decisions and counters last across `with` blocks,
+        and the compile path asks them too (`cast.compiled`)."""
+        if self._overrides is None:
+            groups: dict[str, list[KernelRunner]] = {}
+            for runner in self.runners:
+                groups.setdefault(runner.entry.guard.overload, []).append(runner)
+            self._overrides = [_Override(self, o, runners, self.dispatch_key) for o, runners in groups.items()]
+        return self._overrides
+
     def activate(self) -> None:
         """Register a kernel for each overload the package covers (nothing when inactive or already active)."""
         if self.package is None or self._library is not None or not self.runners:
             return
         import torch
 
-        groups: dict[str, list[KernelRunner]] = {}
-        for runner in self.runners:
-            groups.setdefault(runner.entry.guard.overload, []).append(runner)
+        overrides = self.overrides()
         with _ACTIVE_LOCK:
-            taken = sorted(set(groups) & _ACTIVE)
+            taken = sorted({o.overload for o in overrides} & _ACTIVE)
             if taken:
                 raise CastError(
                     f"{self.path}: another loaded package already overrides {', '.join(taken)}: leave its `with` "
                     "block first (two packages over one operator cannot be chained safely)"
                 )
-            overrides = [_Override(self, overload, runners, self.dispatch_key) for overload, runners in groups.items()]
             make_library: Callable[..., Any] = torch.library.Library
             library = make_library("aten", "IMPL")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
                 for override in overrides:
                     library.impl(override.impl_name, override.kernel(), self.dispatch_key, with_keyset=True)
-            _ACTIVE.update(groups)
+            _ACTIVE.update(o.overload for o in overrides)
             self._library = library
-            self._overrides = overrides
+            ACTIVE_CASTS.append(self)
 
     def deactivate(self) -> None:
         """Put the original operators back. `Library._destroy` is the one private torch API used here: it is how
@@ -858,11 +867,15 @@ class Cast:
         with _ACTIVE_LOCK:
             self._library._destroy()
             self._library = None
-            for override in self._overrides:
+            for override in self.overrides():
                 _ACTIVE.discard(override.overload)
+            ACTIVE_CASTS.remove(self)
 
     def stats(self) -> CastStats:
-        overloads = [OverloadStats(overload=o.overload, uncovered=dict(o.uncovered)) for o in self._overrides]
+        overloads = [
+            OverloadStats(overload=o.overload, uncovered=dict(o.uncovered), graph_refused=dict(o.graph_refused))
+            for o in self._overrides or ()
+        ]
         return CastStats(
             package=str(self.path),
             active=self.package is not None and bool(self.runners),
@@ -872,15 +885,26 @@ class Cast:
         )
 
     def report(self) -> str:
-        """The counters, for people: per kernel its hits and fallbacks by reason, per overload the calls no kernel
-        covers."""
+        """The counters, for people: per kernel its hits and fallbacks by reason, where it was used (eager, compile,
+        both) and what the package measured it to save per call; per overload the calls no kernel covers and the
+        graph nodes the compile path left to Inductor."""
         stats = self.stats()
+        latency = {r.entry.id: r.entry.latency for r in self.runners}
         lines = [f"kernelforge cast: {self.path}" + (f" ({stats.note})" if stats.note else "")]
         for k in stats.kernels:
             fell = sum(k.fallbacks.values())
             line = f"  {k.kernel}: {k.call}: {k.hits} hits, {fell} fallbacks"
             if k.shadow_checks:
                 line += f", {k.shadow_checks} shadow checks"
+            if k.graph_nodes or k.compiled_calls:
+                line += f"; compiled: {k.graph_nodes} graph nodes, {k.compiled_calls} op calls"
+            line += f"; used in: {k.used_in}"
+            measured = latency.get(k.kernel)
+            if measured is not None and measured.kernel_us is not None and measured.eager_us is not None:
+                line += (
+                    f"; {measured.eager_us - measured.kernel_us:.1f} us saved per call "
+                    f"({measured.kernel_us:.1f} vs eager {measured.eager_us:.1f} us at verification)"
+                )
             lines.append(line)
             lines += [f"      {n} x {reason}" for reason, n in sorted(k.fallbacks.items(), key=lambda kv: -kv[1])]
             if k.disabled:
@@ -889,7 +913,15 @@ class Cast:
             if o.uncovered:
                 lines.append(f"  {o.overload}: {sum(o.uncovered.values())} calls no kernel covers (original operator)")
                 lines += [f"      {n} x {reason}" for reason, n in sorted(o.uncovered.items(), key=lambda kv: -kv[1])]
-        lines.append(f"  total: {stats.hits} calls ran generated kernels, {stats.fallbacks} fell back")
+            if o.graph_refused:
+                left = sum(o.graph_refused.values())
+                lines.append(f"  {o.overload}: {left} graph nodes no kernel proves (left to Inductor)")
+                lines += [f"      {n} x {why}" for why, n in sorted(o.graph_refused.items(), key=lambda kv: -kv[1])]
+        compiled = sum(k.compiled_calls for k in stats.kernels)
+        lines.append(
+            f"  total: {stats.hits} calls ran generated kernels, {stats.fallbacks} fell back"
+            + (f"; {compiled} compiled-graph calls ran them" if compiled else "")
+        )
         return "\n".join(lines)
 
     def print_report(self, stream: Any = None) -> None:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, load_capture
 from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.cards.store import MAX_STORED_SET_BYTES
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK, fail
 from kernelforge_tui.config import CaptureSettings, load_settings
 from kernelforge_tui.engine.capture_search import (
@@ -65,9 +66,10 @@ def add_capture_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     cap.add_argument(
         "--max-set-mib",
         type=float,
-        default=64,
+        default=MAX_STORED_SET_BYTES / 2**20,
         metavar="MIB",
-        help="store a sampled call as a card's input set only up to this size (64); larger cards draw seeded sets",
+        help=f"store a sampled call as a card's input set only up to this size ({MAX_STORED_SET_BYTES >> 20}); larger "
+        "cards draw seeded sets",
     )
     cap.add_argument("--force", action="store_true", help="replace the output directory if it exists")
     cap.add_argument(
