@@ -70,9 +70,9 @@ def test_a_package_from_another_machine_is_refused_with_what_differs(
     assert f"kernelforge verify {path}" in message and "NVIDIA H200" in message
 
 
-def test_an_unverified_package_is_refused(tmp_path: Path) -> None:
+def test_a_package_not_checked_on_a_gpu_is_refused(tmp_path: Path) -> None:
     path = write_cast(tmp_path / "m.cast", [softmax_entry()], machine=None)
-    with pytest.raises(CastError, match=r"is not verified.*kernelforge verify"):
+    with pytest.raises(CastError, match=r"is not checked on a GPU yet.*kernelforge verify"):
         load(path, machine=HERE)
 
 
@@ -352,7 +352,7 @@ def test_the_hot_path_takes_a_decided_signature_and_checks_each_calls_pointers(t
     x = torch.randn(4, 8)
     misaligned = torch.randn(4 * 8 + 1)[1:].view(4, 8)  # the signature of x, 4 bytes past a 64-byte boundary
     with load(_package(tmp_path), machine=HERE, dispatch_key="CPU", device_type="cpu", driver=driver) as cast:
-        (override,) = cast._overrides
+        (override,) = cast.overrides()
         (runner,) = cast.runners
         checks: list[str] = []
         full_guard = runner.check
@@ -422,7 +422,7 @@ def test_a_left_out_default_is_decided_once_and_a_keyword_takes_the_full_guard(t
         torch.add(a, b)
         torch.add(a, b)  # the hot path: alpha left out
         torch.add(a, b, alpha=2)  # a keyword: the full guard, which refuses it
-        assert len(cast._overrides[0].decisions) == 1  # a call with a keyword is not kept
+        assert len(cast.overrides()[0].decisions) == 1  # a call with a keyword is not kept
     (kernel,) = cast.stats().kernels
     assert kernel.hits == 2 and kernel.fallbacks == {"alpha=2 (kernel: 1)": 1}
     assert [p[0] for *_, p in driver.launches] == [a.data_ptr()] * 2
