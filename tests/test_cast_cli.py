@@ -51,12 +51,12 @@ def test_run_without_a_cuda_device_runs_eagerly_and_says_so(tmp_path: Path, caps
     assert "no CUDA device: every call runs eagerly" in capsys.readouterr().err
 
 
-def test_run_refuses_an_unverified_package(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_refuses_a_package_not_checked_on_a_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("torch")
     package = write_cast(tmp_path / "m.cast", [softmax_entry()], machine=None)
     code = main(["run", str(package), str(_script(tmp_path)), str(tmp_path / "out.txt"), "0"])
     assert code == 2 and not (tmp_path / "out.txt").exists()
-    assert "is not verified" in " ".join(capsys.readouterr().out.split())
+    assert "is not checked on a GPU yet" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.skipif(bool(detect_gpus()), reason="this machine has a GPU")

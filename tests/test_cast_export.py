@@ -140,17 +140,20 @@ def test_export_without_a_gpu_refuses_unless_told(tmp_path: Path, capsys: pytest
     code = main(["export", str(run_dir), "-o", str(tmp_path / "m.cast"), "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 3 and out["error"] == "no-gpu"
-    assert "--no-sanitize" in out["message"] and "UNVERIFIED" in out["message"]
+    assert "--no-sanitize, which writes a package not checked on a GPU yet: the loader refuses it" in out["message"]
     assert not (tmp_path / "m.cast").exists()
 
 
 @needs_nvcc
-def test_the_cli_exports_unverified_with_no_sanitize(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_exports_with_no_sanitize_a_package_not_checked_on_a_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     run_dir = _run(tmp_path)
     code = main(["export", str(run_dir), "-o", str(tmp_path / "m.cast"), "--no-sanitize", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["verified"] is False and len(out["kernels"]) == 1
     assert out["audit"][0]["decision"] == "kernel"
+    assert out["audit"][0]["reason"] == "proven in the search; not checked on a GPU yet (--no-sanitize)"
 
 
 def test_the_cli_names_a_target_that_is_neither_run_nor_capture(

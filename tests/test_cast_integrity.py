@@ -110,8 +110,12 @@ def test_verify_reads_a_package_whose_stamp_went_stale(tmp_path: Path) -> None:
         read_package(path)
 
 
-def test_require_refuses_an_unverified_package(tmp_path: Path) -> None:
+def test_require_refuses_a_package_not_checked_on_a_gpu(tmp_path: Path) -> None:
     path = write_cast(tmp_path / "a.cast", [softmax_entry()], machine=None)
     assert read_package(path).manifest.stamp is None
-    with pytest.raises(CastError, match=r"is not verified.*kernelforge verify"):
+    with pytest.raises(
+        CastError,
+        match=r"is not checked on a GPU yet \(exported with --no-sanitize\): its kernels were proven in the search but "
+        r"not yet through the runtime on a GPU, so the loader refuses it until `kernelforge verify .*a\.cast` passes",
+    ):
         read_package(path, stamp="require")

@@ -87,10 +87,10 @@ def test_members_too_large_together_are_refused(tmp_path: Path) -> None:
         read_package(path, limits=SMALL)
 
 
-def test_an_unverified_package_is_refused_before_its_members_are_read(tmp_path: Path) -> None:
+def test_a_package_not_checked_on_a_gpu_is_refused_before_its_members_are_read(tmp_path: Path) -> None:
     # The bomb lies about its size; "require" stops at the manifest, so its bytes are never touched.
     path = _understated(_with_bomb(tmp_path, verified=False), BOMB, 100)
-    with pytest.raises(CastError, match="is not verified"):
+    with pytest.raises(CastError, match="is not checked on a GPU yet"):
         read_package(path, stamp="require", limits=SMALL)
 
 

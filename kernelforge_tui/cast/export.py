@@ -10,8 +10,8 @@ or fallback and why.
 What is checked after: `cast.verify` runs every kernel on the GPU against eager PyTorch (agreement on stored,
 fresh and stress inputs; timing, which must beat eager beyond the noise) and under compute-sanitizer (memcheck,
 racecheck, initcheck). A kernel that fails is left out, with the report, and the package is stamped with the
-machine. Without a GPU, export refuses unless told `--no-sanitize`: it then writes an UNVERIFIED package, which the
-loader refuses until `kernelforge verify` passes on a GPU.
+machine. Without a GPU, export refuses unless told `--no-sanitize`: it then writes a package not checked on a GPU yet
+(no stamp), which the loader refuses until `kernelforge verify` passes on a GPU.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.cast.bindings import CallBinding, from_card
 from kernelforge_tui.cast.manifest import (
+    NOT_CHECKED,
     AuditEntry,
     CastManifest,
     Guard,
@@ -275,7 +276,7 @@ def sets_left_behind(found: Found) -> str:
 def make_entry(
     found: Found, index: int, cubin: bytes, ptx: bytes, arch: str, nvcc: str
 ) -> tuple[KernelEntry, dict[str, bytes]]:
-    """The manifest entry and the files of one kernel (unverified: no checks yet)."""
+    """The manifest entry and the files of one kernel (proven in the search, not checked on a GPU yet)."""
     spec = found.card.spec
     kernel_id = f"k{index}-{_slug(found.variant)}"
     resolved = resolve(found.node.plan, spec)
@@ -380,8 +381,9 @@ def export(
     progress: Progress = lambda _: None,
 ) -> CastManifest:
     """Write the package to `out` and return its manifest. With `sanitize`, every kernel is checked on this machine's
-    GPU (`cast.verify`) before the package is stamped; without, the package is written unverified. It is made under
-    a temporary name and moved to `out` only when it holds a kernel: a package of none is never left behind."""
+    GPU (`cast.verify`) before the package is stamped; without, the package is written not checked on a GPU yet. It
+    is made under a temporary name and moved to `out` only when it holds a kernel: a package of none is never left
+    behind."""
     if sanitize:
         from kernelforge_tui.cast.verify import EXPORT_NO_GPU_HELP, require_gpu_tools
 
@@ -427,7 +429,7 @@ def export(
                 overload=found.binding.overload,
                 call=found.binding.call,
                 decision="kernel",
-                reason="proven in the search; " + ("checks below" if sanitize else "NOT verified (--no-sanitize)"),
+                reason="proven in the search; " + ("checks below" if sanitize else f"{NOT_CHECKED} (--no-sanitize)"),
                 card=found.card.spec.name,
                 kernel=entry.id,
                 run=found.run_id,

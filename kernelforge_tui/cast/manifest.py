@@ -50,6 +50,15 @@ true a bool, 1.0 a float (the guard compares types too: True is not 1 there)."""
 VERIFY_HELP = (
     "re-verify it on this machine: `kernelforge verify {path}` (re-runs every kernel's checks and re-stamps it)"
 )
+NOT_CHECKED = "not checked on a GPU yet"
+"""A package with no stamp: exported with --no-sanitize, its kernels proven in the search but not yet by the
+package's own checks through the runtime on a GPU (agreement and timing against eager, compute-sanitizer). Not
+"unverified", which reads as failed: a kernel that fails those checks is left out of the package, and a verify that
+passes no kernel writes nothing."""
+UNCHECKED_HELP = (
+    "its kernels were proven in the search but not yet through the runtime on a GPU, so the loader refuses it until "
+    "`kernelforge verify {path}` passes on a machine with the GPU it is for"
+)
 
 
 class CastError(Exception):
@@ -330,8 +339,8 @@ class CastManifest(Model):
     kernels: list[KernelEntry]
     audit: list[AuditEntry]
     stamp: Stamp | None = None
-    """None: unverified (exported with --no-sanitize): the loader refuses it until `kernelforge verify` has run on a
-    GPU."""
+    """None: not checked on a GPU yet (exported with --no-sanitize): the loader refuses it until `kernelforge verify`
+    has passed on a GPU."""
     notes: list[str] = Field(default_factory=list)
 
 
@@ -369,8 +378,9 @@ DEFAULT_LIMITS = ReadLimits()
 NOT_OURS = "not a package kernelforge wrote; export it again"
 
 StampPolicy = Literal["check", "require", "ignore"]
-"""What a reader asks of the stamp. check: one that is there must match the contents. require: also refuse an
-unverified package, before any member is read (the runtime). ignore: not looked at (verify, which replaces it)."""
+"""What a reader asks of the stamp. check: one that is there must match the contents. require: also refuse a package
+not checked on a GPU yet (no stamp), before any member is read (the runtime). ignore: not looked at (verify, which
+replaces it)."""
 
 
 class Package:
@@ -449,8 +459,7 @@ def read_package(path: Path | str, *, stamp: StampPolicy = "check", limits: Read
             manifest = _manifest(path, text)
             if stamp == "require" and manifest.stamp is None:
                 raise CastError(
-                    f"{path} is not verified (exported with --no-sanitize, or its last verification passed no "
-                    f"kernel): {VERIFY_HELP.format(path=path)} on a machine with the GPU it is for"
+                    f"{path} is {NOT_CHECKED} (exported with --no-sanitize): {UNCHECKED_HELP.format(path=path)}"
                 )
             budget -= len(text)
             members: dict[str, bytes] = {}

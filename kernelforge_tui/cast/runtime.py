@@ -939,10 +939,10 @@ def load(
     driver: drivers.Driver | None = None,
     limits: ReadLimits = DEFAULT_LIMITS,
 ) -> Cast:
-    """Open a package for use in a `with` block. Refuses (CastError) an unverified package (before reading its
-    members), one over `limits`, one whose stamp or any member's sha256 does not match its contents, and one verified
-    on a machine that differs from this one; returns an inactive Cast (every call eager, the report says why) when
-    KERNELFORGE_CAST=off or there is no CUDA device.
+    """Open a package for use in a `with` block. Refuses (CastError) a package not checked on a GPU yet (before
+    reading its members), one over `limits`, one whose stamp or any member's sha256 does not match its contents, and
+    one verified on a machine that differs from this one; returns an inactive Cast (every call eager, the report says
+    why) when KERNELFORGE_CAST=off or there is no CUDA device.
 
     `machine`: what to compare the stamp against (default: this machine, probed through torch). `binding`:
     "cuda-bindings" or "pycuda" (default: the first installed). For tests on a CPU-only build: `dispatch_key`

@@ -22,6 +22,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from kernelforge_tui.cast.manifest import (
+    NOT_CHECKED,
     SANITIZER_TOOLS,
     AuditEntry,
     CastError,
@@ -44,8 +45,8 @@ Progress = Callable[[str], None]
 CHECKS = "agreement and timing against eager PyTorch, compute-sanitizer memcheck, racecheck and initcheck, on the GPU"
 EXPORT_NO_GPU_HELP = (
     f"every kernel is checked before it goes into a package ({CHECKS}). Run this on the machine with the GPU the "
-    "package is for; or export with --no-sanitize, which writes an UNVERIFIED package that the loader refuses until "
-    "`kernelforge verify PACKAGE` passes on a GPU"
+    f"package is for; or export with --no-sanitize, which writes a package {NOT_CHECKED}: the loader refuses it "
+    "until `kernelforge verify PACKAGE` passes on a GPU"
 )
 VERIFY_NO_GPU_HELP = (
     f"verify runs every kernel's checks ({CHECKS}): run it on a machine with the GPU the package is for, "

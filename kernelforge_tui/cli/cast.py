@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelforge_tui.cast.manifest import CastError, CastManifest
+from kernelforge_tui.cast.manifest import NOT_CHECKED, UNCHECKED_HELP, CastError, CastManifest
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.store import StoreError, resolve_run
@@ -34,7 +34,7 @@ def add_cast_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     exp.add_argument(
         "--no-sanitize",
         action="store_true",
-        help="no GPU checks (for a machine without a GPU): the package is written UNVERIFIED, and the loader "
+        help=f"no GPU checks (for a machine without a GPU): the package is written {NOT_CHECKED}, and the loader "
         "refuses it until `kernelforge verify` passes on a GPU",
     )
     exp.add_argument(
@@ -117,7 +117,7 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, w
     elif manifest.stamp is not None:
         console.print(f"verified on {escape(manifest.stamp.machine.describe())} by {manifest.stamp.by}")
     else:
-        console.print("[yellow bold]UNVERIFIED[/]: the loader refuses it until `kernelforge verify` passes on a GPU")
+        console.print(f"[yellow bold]{NOT_CHECKED.upper()}[/]: {escape(UNCHECKED_HELP.format(path=path))}")
     for note in manifest.notes:
         console.print(f"[dim]note: {escape(note)}[/]")
 
