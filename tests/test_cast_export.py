@@ -152,6 +152,7 @@ def test_the_cli_exports_with_no_sanitize_a_package_not_checked_on_a_gpu(
     code = main(["export", str(run_dir), "-o", str(tmp_path / "m.cast"), "--no-sanitize", "--json"])
     out = json.loads(capsys.readouterr().out)
     assert code == 0 and out["verified"] is False and len(out["kernels"]) == 1
+    assert out["kernels"][0]["serves"] == ["eager", "compile"]
     assert out["audit"][0]["decision"] == "kernel"
     assert out["audit"][0]["reason"] == "proven in the search; not checked on a GPU yet (--no-sanitize)"
 

@@ -19,6 +19,10 @@ from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.store import StoreError, resolve_run
 
+SERVES = ["eager", "compile"]
+"""Where a packaged kernel runs: every one stands for one aten call, which the eager override (`cast.load`,
+`kernelforge run`) and the compile path (`backend="kernelforge"`, `cast.compile`) both replace."""
+
 
 def add_cast_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     exp = sub.add_parser(
@@ -54,7 +58,9 @@ def add_cast_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         "run",
         help="run a Python script with a .cast package loaded (its model unchanged)",
         description="Run SCRIPT (as `python SCRIPT ARGS...`) with the package's kernels in place of the aten calls "
-        "they were proven for; prints the hits and fallbacks at the end. KERNELFORGE_CAST=off runs it plain.",
+        'they were proven for, in eager calls and in the script\'s torch.compile(model, backend="kernelforge"); '
+        "prints, per kernel, its hits, fallbacks and where it was used at the end. KERNELFORGE_CAST=off runs it "
+        "plain.",
     )
     run.add_argument("package", type=Path, help="the .cast file")
     run.add_argument("script", type=Path, help="the Python script")
@@ -80,7 +86,8 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, w
             "verified": manifest.stamp is not None,
             "machine": manifest.stamp.machine.model_dump(mode="json") if manifest.stamp else None,
             "kernels": [
-                json.loads(k.model_dump_json(include={"id", "variant", "latency", "checks"})) for k in manifest.kernels
+                {**json.loads(k.model_dump_json(include={"id", "variant", "latency", "checks"})), "serves": SERVES}
+                for k in manifest.kernels
             ],
             "audit": [json.loads(a.model_dump_json()) for a in manifest.audit],
             "notes": manifest.notes,
@@ -111,7 +118,9 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, w
             else "not timed against eager"
         )
         base = f", {lat.speedup_vs_baseline:.2f}x the card's baseline" if lat.speedup_vs_baseline else ""
-        console.print(f"  {escape(kernel.id)}: {escape(kernel.guard.describe())}: {eager}{base}")
+        console.print(
+            f"  {escape(kernel.id)}: {escape(kernel.guard.describe())}: {eager}{base}; serves eager and compile"
+        )
     if not written:
         console.print("[yellow bold]nothing written[/]: the audit above says why each variant falls back")
     elif manifest.stamp is not None:
@@ -176,6 +185,9 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         cast = load(args.package, shadow_every=args.shadow)
     except CastError as exc:
         raise BadInput(str(exc)) from None
+    from kernelforge_tui.cast.compiled import register
+
+    register()  # the script's torch.compile(model, backend="kernelforge") takes this package
     saved = sys.argv
     sys.argv = [str(script), *args.args]
     code = 0
