@@ -14,6 +14,7 @@ from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.cli.runs import render_run
+from kernelforge_tui.engine.router import past_records
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.engine.view import RunView
 from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
@@ -107,6 +108,7 @@ def test_models_are_compared_per_card_across_runs(root: Path, capsys: pytest.Cap
     assert (qwen["kernels"], qwen["correct"], qwen["best_speedup"], qwen["cost_usd"]) == (2, 1, 1.1, 0.0)
     simulated = rows[("rms_norm_bf16_small", "local", "qwen2.5-coder:32b", True)]
     assert simulated["best_speedup"] == 9.0 and simulated["runs"] == 1  # invented speedups kept apart
+    assert simulated["kernels"] == 1 and simulated["correct"] is None and simulated["success_rate"] is None
     assert len(rows) == 4
     order = [(r["card"], r["model"]) for r in json.loads(out)]
     assert order.index(("softmax_f32_small", "gpt-5")) < order.index(("softmax_f32_small", "claude-sonnet-4-5"))
@@ -121,7 +123,20 @@ def test_models_table_shows_each_card_with_its_models(
     assert "softmax_f32_small (softmax): models compared" in out and "rms_norm_bf16_small (rms_norm)" in out
     gpt = next(line for line in out.splitlines() if "gpt-5" in line)
     assert "67%" in gpt and "3.25x" in gpt and "$0.0060" in gpt
-    assert any("9x (simulated)" in line for line in out.splitlines())
+    simulated = next(line for line in out.splitlines() if "9x (simulated)" in line)
+    assert "100%" not in simulated and simulated.split("│")[6].strip() == "-"  # no kernel proven correct
+    assert "simulated runs prove no kernel correct on a GPU" in out
+
+
+def test_a_models_cost_per_kernel_counts_only_its_kernel_writing_calls(root: Path) -> None:
+    with RunStore.open(root / "soft-1", readonly=True) as store:
+        claude = next(r for r in store.model_records() if r.model == "claude-sonnet-4-5")
+    assert (claude.cost_nanousd, claude.writing_cost_nanousd, claude.kernels) == (7_500_000, 7_000_000, 1)  # judge
+
+
+def test_the_router_learns_nothing_from_simulated_runs(root: Path) -> None:
+    records = past_records("rms_norm", root)
+    assert [(r.kernels, r.correct) for r in records] == [(2, 1)]  # rms-1's; rms-sim's 9x is not counted
 
 
 def test_models_with_no_llm_calls(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -27,7 +27,7 @@ from kernelforge_tui.engine.search import MAX_LLM_FAILURES, Search
 from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
 from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.gpu.detect import GpuInfo
-from kernelforge_tui.llm import ChatMessage, LlmClient
+from kernelforge_tui.llm import ChatMessage, FatalLlmError, LlmClient
 from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.models.events import BudgetUsed, EngineEvent, LlmCallEnded, LlmCallStarted, LlmText, LogLine
 from kernelforge_tui.models.llm import ModelRecord
@@ -251,7 +251,11 @@ async def test_a_provider_that_keeps_failing_stops_the_search(tmp_path: Path, se
 async def test_the_key_reaches_neither_the_store_nor_the_events(tmp_path: Path, server: LlmServer) -> None:
     server.script(kernel_reply(128, 1), Reply(status=401, error=f"bad key {KEY}"), kernel_reply(256, 1))
     search, _ = make_search(tmp_path, llm_settings(server.url), Budget(max_iterations=2))
-    events, _ = await collect(search)
+    queue = search.subscribe()
+    with pytest.raises(FatalLlmError) as refused:  # the refused key ends the run
+        await search.run()
+    events = [queue.get_nowait() for _ in range(queue.qsize())]
+    assert KEY not in str(refused.value) and "***" in str(refused.value)
     assert server.requests[0].headers["authorization"] == f"Bearer {KEY}"  # it was sent, to the provider only
     search.store.close()
     for path in (tmp_path / "run").iterdir():
@@ -307,7 +311,7 @@ def test_the_router_ranks_coders_by_smoothed_success_on_the_family() -> None:
 
     def record(model: str, kernels: int, correct: int) -> ModelRecord:
         return ModelRecord(provider="p", model=model, family="softmax", card="x", calls=kernels, kernels=kernels,
-                           correct=correct, best_speedup=None, cost_nanousd=0)  # fmt: skip
+                           correct=correct, best_speedup=None, cost_nanousd=0, writing_cost_nanousd=0)  # fmt: skip
 
     assert rank_coders(llm, []) == ["a", "b", "c"]  # no record: the config's order
     # b: 9 of 10 correct beats the prior; a: 1 of 4 falls below it; c has no record (prior 0.5)

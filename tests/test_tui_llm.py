@@ -93,6 +93,7 @@ class AgentSource(SyntheticSource):
                 correct=4,
                 best_speedup=1.62,
                 cost_nanousd=310_000_000,
+                writing_cost_nanousd=250_000_000,  # its planner's and judge's calls cost the rest
             ),
             ModelRecord(
                 provider="openai",
@@ -104,6 +105,7 @@ class AgentSource(SyntheticSource):
                 correct=6,
                 best_speedup=best.speedup,
                 cost_nanousd=920_000_000,
+                writing_cost_nanousd=810_000_000,
             ),
         ]
         self.totals = LlmTotals(calls=35, input_tokens=41_000, output_tokens=4_600, cost_nanousd=1_230_000_000)
@@ -406,8 +408,9 @@ async def test_the_models_screen_compares_providers() -> None:
         text = screen_text(app)
         best = source.best.speedup if source.best else 0
         assert "anthropic/claude-sonnet-4" in text and "openai/gpt-4.1" in text
-        assert "67%" in text and f"{best:.2f}x" in text and "$0.31" in text and "$0.92" in text and "$0.0517" in text
-        assert "all" in text and "35" in text and "$1.23" in text  # the totals row
+        assert "67%" in text and f"{best:.2f}x" in text and "$0.31" in text and "$0.92" in text
+        assert "$0.0417" in text and "$0.0900" in text  # per kernel: the coder's and debugger's calls only
+        assert "all" in text and "35" in text and "$1.23" in text and "$0.0707" in text  # the totals row
         source.records = source.records[:1]
         source.end("x", call("coder", 3))
         await pump(app, pilot)

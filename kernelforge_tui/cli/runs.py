@@ -322,7 +322,7 @@ RUNS_DROPPED_FIRST = ("GPUs", "ceiling", "failed", "llm", "started", "nodes", "b
 @dataclass
 class ModelRow:
     """One provider/model on one card, summed over the runs under the root (simulated runs apart: their speedups
-    are invented)."""
+    are invented, and none of their kernels was proven correct on a GPU, so they count none as correct)."""
 
     card: str
     family: str
@@ -346,8 +346,13 @@ class ModelRow:
             self.best_speedup = max(self.best_speedup or 0.0, record.best_speedup)
 
     @property
+    def proven(self) -> int | None:
+        """Kernels proven correct on a GPU; None for simulated runs, which prove nothing."""
+        return None if self.simulated else self.correct
+
+    @property
     def success_rate(self) -> float | None:
-        return self.correct / self.kernels if self.kernels else None
+        return self.correct / self.kernels if self.kernels and not self.simulated else None
 
     def as_json(self) -> dict[str, object]:
         return {
@@ -359,7 +364,7 @@ class ModelRow:
             "runs": self.runs,
             "calls": self.calls,
             "kernels": self.kernels,
-            "correct": self.correct,
+            "correct": self.proven,
             "success_rate": self.success_rate,
             "best_speedup": self.best_speedup,
             "cost_usd": usd(self.cost_nanousd),
@@ -409,12 +414,14 @@ def _models(infos: list[RunInfo], args: argparse.Namespace, console: Console) ->
                 str(r.runs),
                 str(r.calls),
                 str(r.kernels),
-                str(r.correct),
+                "-" if r.proven is None else str(r.proven),
                 "-" if r.success_rate is None else f"{r.success_rate:.0%}",
                 best,
                 f"${usd(r.cost_nanousd):.4f}",
             )
         console.print(table)
+    if any(r.simulated for r in rows):
+        console.print("simulated runs prove no kernel correct on a GPU: their correct and success columns are empty")
     return EXIT_OK
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelforge_tui.config import LlmSettings
+from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.models.llm import ModelRecord
 from kernelforge_tui.store import RunStore, StoreError, list_runs
 
@@ -19,10 +20,11 @@ PRIOR = 0.5
 
 
 def past_records(family: str, root: Path | None = None) -> list[ModelRecord]:
-    """What every readable run of this op family under `root` records of its models (unreadable runs are skipped)."""
+    """What every readable run of this op family under `root` records of its models (unreadable runs are skipped,
+    and simulated ones: they prove no kernel correct)."""
     records: list[ModelRecord] = []
     for info in list_runs(root).runs:
-        if info.family != family:
+        if info.family != family or info.backend == SIMULATED:
             continue
         try:
             with RunStore.open(info.run_dir, readonly=True) as store:

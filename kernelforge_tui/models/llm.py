@@ -106,6 +106,9 @@ class ModelRecord(Frozen):
     """Of those, the ones proven correct."""
     best_speedup: float | None
     cost_nanousd: int
+    """What all its calls cost, every role's."""
+    writing_cost_nanousd: int
+    """What its coder and debugger calls cost: the kernels' share, which the cost per kernel divides."""
 
     @property
     def success_rate(self) -> float | None:

@@ -87,14 +87,16 @@ class LlmQueries(Database):
         )
 
     def model_records(self) -> list[ModelRecord]:
-        """Per (provider, model): calls and cost of every role, and of the kernels its coder or debugger calls
-        wrote, how many reached the tree, how many were proven correct, and the best speedup among them."""
+        """Per (provider, model): calls and cost of every role, what its coder and debugger calls cost, and of the
+        kernels they wrote, how many reached the tree, how many were proven correct, and the best speedup among
+        them."""
         if self._version() < LLM_SCHEMA:
             return []
         run = self._read("SELECT card_name, family FROM run")[0]
         measured = ",".join(f"'{status}'" for status in sorted(MEASURED))
         rows = self._read(
             "SELECT provider, model, COUNT(*) AS calls, SUM(cost_nanousd) AS cost,"
+            " SUM(CASE WHEN role IN ('coder', 'debugger') THEN cost_nanousd ELSE 0 END) AS writing,"
             " (SELECT COUNT(DISTINCT n.id) FROM llm_calls k JOIN nodes n ON n.id = k.child"
             "   WHERE k.provider = c.provider AND k.model = c.model AND k.role IN ('coder', 'debugger')) AS kernels,"
             " (SELECT COUNT(DISTINCT n.id) FROM llm_calls k JOIN nodes n ON n.id = k.child"
@@ -116,6 +118,7 @@ class LlmQueries(Database):
                 correct=r["correct"],
                 best_speedup=r["best"],
                 cost_nanousd=r["cost"] or 0,
+                writing_cost_nanousd=r["writing"] or 0,
             )
             for r in rows
         ]

@@ -51,7 +51,9 @@ class ModelsScreen(ClosableScreen):
     def compose(self) -> ComposeResult:
         with VerticalScroll(can_focus=True) as box:
             box.border_title = "Models in this run"
-            box.border_subtitle = "kernels: coder and debugger replies that reached the tree · esc closes"
+            box.border_subtitle = (
+                "kernels: coder and debugger replies in the tree · per kernel: those calls' cost · esc closes"
+            )
             yield Static("reading the run's calls…", id="models-table")
 
     def on_mount(self) -> None:
@@ -83,6 +85,7 @@ class ModelsScreen(ClosableScreen):
         table = Table(box=None, padding=(0, 1), expand=True, header_style=label, show_footer=len(records) > 1)
         calls, kernels, correct = (sum(getattr(r, f) for r in records) for f in ("calls", "kernels", "correct"))
         cost = sum(r.cost_nanousd for r in records)
+        writing = sum(r.writing_cost_nanousd for r in records)
         table.add_column("provider/model", footer=Text("all", style=label), ratio=1, overflow="fold")
         table.add_column("calls", footer=str(calls), justify="right")
         table.add_column("kernels", footer=str(kernels), justify="right")
@@ -90,7 +93,7 @@ class ModelsScreen(ClosableScreen):
         table.add_column("success", footer=_rate(correct, kernels), justify="right")
         table.add_column("best", footer=f"{top:.2f}x" if top is not None else "-", justify="right")
         table.add_column("cost", footer=money_text(usd(cost)), justify="right")
-        table.add_column("per kernel", footer=_per_kernel(cost, kernels), justify="right")
+        table.add_column("per kernel", footer=_per_kernel(writing, kernels), justify="right")
         for r in records:
             best = Text(f"{r.best_speedup:.2f}x" if r.best_speedup is not None else "-")
             if r.best_speedup is not None and r.best_speedup == top:
@@ -103,7 +106,7 @@ class ModelsScreen(ClosableScreen):
                 _rate(r.correct, r.kernels),
                 best,
                 money_text(usd(r.cost_nanousd)),
-                _per_kernel(r.cost_nanousd, r.kernels),
+                _per_kernel(r.writing_cost_nanousd, r.kernels),
             )
         return table
 
