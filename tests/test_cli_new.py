@@ -367,7 +367,7 @@ def test_a_provider_that_refuses_the_key_ends_new_with_nothing_written(
     configure_llm(server)
     server.script(Reply(status=401, error="bad key"))
     code, out = new(capsys, work)
-    assert code == 1 and "the key was refused" in out
+    assert code == 2 and "the key was refused" in out  # a refused key is the setup's to fix, as bad input
     assert nothing_left(work)
 
 

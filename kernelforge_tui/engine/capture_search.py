@@ -39,6 +39,7 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.cluster.backend import Cluster
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run, run_lanes, run_telling_bests
 from kernelforge_tui.errors import BadInput, NoGpu
+from kernelforge_tui.llm import FatalLlmError
 from kernelforge_tui.models.events import BestImproved
 from kernelforge_tui.models.runs import RunInfo
 
@@ -377,7 +378,7 @@ class _Variants:
             self.say(self.report)
             try:
                 info = await _search(self, variant, budget, result)
-            except (asyncio.CancelledError, NoGpu):  # nothing else can run either
+            except (asyncio.CancelledError, NoGpu, FatalLlmError):  # nothing else can run either
                 result.state, result.reason = "failed", "interrupted"
                 _write(self.report, self.capture_dir)
                 raise

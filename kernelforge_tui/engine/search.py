@@ -33,7 +33,7 @@ from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.engine.strategies import make_strategy
 from kernelforge_tui.engine.tree import Tree
 from kernelforge_tui.errors import BadInput, BaselineFailed
-from kernelforge_tui.llm import LlmClient, LlmError
+from kernelforge_tui.llm import FatalLlmError, LlmClient, LlmError
 from kernelforge_tui.models.commands import EngineCommand
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import BestImproved, EngineEvent, NodeChanged, SearchState, StateChanged
@@ -116,6 +116,8 @@ class Search:
         self.stop_reason: str | None = None
         self.paused = False
         self._baseline_failed = False
+        self._fatal: FatalLlmError | None = None
+        """The provider error that stopped the run (a refused key): raised once the run is recorded."""
         self._nodes_at_reopening = 0
         """How many nodes the tree had when the pruned subtrees were last reopened (`_reopen_pruned`)."""
 
@@ -178,7 +180,7 @@ class Search:
         """Start the backend, search until a budget, a Stop or an exhausted tree, close the backend.
 
         Raises BaselineFailed (after the run is recorded as finished) when the card's baseline did not build
-        or evaluate."""
+        or evaluate, and FatalLlmError when a provider refused its key (the run is resumable once it is fixed)."""
         self.bus.emit(StateChanged(state="starting", reason="starting the evaluation backend"))
         try:
             await self.backend.start()
@@ -221,6 +223,8 @@ class Search:
                 self.store.set_state("interrupted", "the search was cancelled; resume it with --resume")
         if self._baseline_failed:
             raise BaselineFailed(self.stop_reason or "the card's baseline failed to evaluate")
+        if self._fatal is not None:
+            raise self._fatal
         return self.store.run_info()
 
     def _start_or_resume(self) -> None:
@@ -399,6 +403,10 @@ class Search:
         try:
             proposals = await self.proposer.propose(self._context(node_id), n)
             offered = list(proposals[:n])
+        except FatalLlmError as exc:  # every call would fail alike: stop now, not after three paid expansions
+            self._fatal = self._fatal or exc
+            self.stop(f"the LLM provider cannot be used: {exc}")
+            return
         except LlmError as exc:
             if exc.kind == "budget":
                 return  # the driver stops the search for the budget

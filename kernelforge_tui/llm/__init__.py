@@ -2,7 +2,7 @@
 
 from kernelforge_tui.config import ProviderSettings, Retries, Timeouts
 from kernelforge_tui.llm.client import Answer, CallSink, LlmClient, Malformed, NullSink
-from kernelforge_tui.llm.errors import LlmError, LlmErrorKind
+from kernelforge_tui.llm.errors import FatalLlmError, LlmError, LlmErrorKind
 from kernelforge_tui.llm.provider import Provider
 from kernelforge_tui.llm.types import (
     ChatMessage,
@@ -21,6 +21,7 @@ __all__ = [
     "ChatMessage",
     "ChatReply",
     "ChatRequest",
+    "FatalLlmError",
     "LlmClient",
     "LlmError",
     "LlmErrorKind",

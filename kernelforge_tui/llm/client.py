@@ -20,7 +20,7 @@ from typing import Generic, Protocol, TypeVar
 import httpx
 
 from kernelforge_tui.config import LlmSettings
-from kernelforge_tui.llm.errors import LlmError
+from kernelforge_tui.llm.errors import FATAL, FatalLlmError, LlmError
 from kernelforge_tui.llm.pricing import cost_nanousd
 from kernelforge_tui.llm.provider import Provider
 from kernelforge_tui.llm.types import ChatMessage, ChatReply, ChatRequest, Spend
@@ -119,10 +119,10 @@ class LlmClient:
         max_tokens: int | None = None,
     ) -> Answer[T]:
         """Ask `model_name` (a config name) in the given role. LlmError when the provider fails (of kind "refused"
-        when the model refused the request), Malformed when `parse` rejects the reply (or the reply was cut at
-        max_tokens), CancelledError when cancelled: each is recorded first, with the tokens and cost of every
-        attempt, as the provider reported them or estimated where it did not. A call the sink refuses (a budget is
-        spent) never goes out: LlmError of kind "budget"."""
+        when the model refused the request; FatalLlmError instead when its key is refused or not set), Malformed
+        when `parse` rejects the reply (or the reply was cut at max_tokens), CancelledError when cancelled: each is
+        recorded first, with the tokens and cost of every attempt, as the provider reported them or estimated where
+        it did not. A call the sink refuses (a budget is spent) never goes out: LlmError of kind "budget"."""
         model = self.settings.model(model_name)
         provider = self.providers[model.provider]
         request = ChatRequest(
@@ -170,6 +170,8 @@ class LlmClient:
             reply = await provider.chat(request, lambda text, retry: self.sink.text(key, text, retry), spend)
         except LlmError as err:
             record("error", None, error=str(err))
+            if err.kind in FATAL:
+                raise FatalLlmError(err) from err
             raise
         except asyncio.CancelledError:
             record("cancelled", None, error="cancelled: the search paused or stopped")

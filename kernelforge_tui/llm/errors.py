@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from kernelforge_tui.errors import KernelForgeError
+from kernelforge_tui.errors import BadInput, KernelForgeError
 
 LlmErrorKind = Literal[
     "no_key",
@@ -28,6 +28,8 @@ LlmErrorKind = Literal[
     "budget",
 ]
 RETRYABLE: frozenset[LlmErrorKind] = frozenset({"rate_limited", "server", "dropped", "idle"})
+FATAL: frozenset[LlmErrorKind] = frozenset({"auth", "no_key"})
+"""Kinds every later call to the provider would repeat (a refused or missing key): they end the whole run."""
 
 
 class LlmError(KernelForgeError):
@@ -69,3 +71,13 @@ class LlmError(KernelForgeError):
             retry_after_s=self.retry_after_s,
             attempts=attempts,
         )
+
+
+class FatalLlmError(BadInput):
+    """A provider error that no later call can escape (`FATAL`: the key is refused or not set): it stops the whole
+    run at once with the fix (exit code 2), rather than failing expansion after expansion, each paid for. Not an
+    LlmError, so that no role's fallback (an analysis without the analyst, a kernel without a judge) swallows it."""
+
+    def __init__(self, error: LlmError) -> None:
+        self.error = error
+        super().__init__(str(error))
