@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.models.events import LlmCallEnded, LlmCallStarted, LlmText
 from kernelforge_tui.models.llm import LlmCall, LlmTotals, ModelRecord
 from kernelforge_tui.tui.app import KernelForgeApp
@@ -420,6 +421,22 @@ async def test_the_models_screen_compares_providers() -> None:
         await pilot.press("M")
         await pilot.pause()
         assert not isinstance(app.screen, ModelsScreen)
+
+
+async def test_a_simulated_runs_models_screen_counts_no_kernel_correct() -> None:
+    source = AgentSource()
+    source.header = source.header.model_copy(update={"backend": SIMULATED})
+    app = make_app(source)
+    async with app.run_test(size=(140, 40)) as pilot:
+        await pilot.press("M")
+        await settle(app, pilot)
+        await app.screen.workers.wait_for_complete()
+        await pilot.pause()
+        text = screen_text(app)
+    claude = next(line for line in text.splitlines() if "anthropic/claude-sonnet-4" in line)
+    cells = claude.split("anthropic/claude-sonnet-4")[1].split()
+    assert cells[:3] == ["14", "6", "-"] and "67%" not in text  # correct and success left empty
+    assert "simulated run: no kernel is proven correct" in text
 
 
 # -- snapshots ---------------------------------------------------------------------------------------

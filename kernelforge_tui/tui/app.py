@@ -708,7 +708,8 @@ class KernelForgeApp(App[None]):
 
     def action_models(self) -> None:
         """The run's providers and models compared (the same key closes them)."""
-        self.push_screen(ModelsScreen(self.llm.model_records, close_keys=self._active_keys()["models"]))
+        simulated = self.state.header.backend == SIMULATED
+        self.push_screen(ModelsScreen(self.llm.model_records, simulated, close_keys=self._active_keys()["models"]))
 
     def action_cluster(self) -> None:
         """Where the run measures: the live cluster's workers, or the store's count per GPU (the same key closes it)."""

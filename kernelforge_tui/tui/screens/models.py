@@ -41,10 +41,12 @@ class ModelsScreen(ClosableScreen):
             super().__init__()
             self.records = records
 
-    def __init__(self, read: Callable[[], list[ModelRecord]], close_keys: str = "") -> None:
+    def __init__(self, read: Callable[[], list[ModelRecord]], simulated: bool = False, close_keys: str = "") -> None:
         super().__init__(close_keys)
         """The keys that opened the screen (the app's, as remapped) close it too."""
         self._read_records = read
+        self.simulated = simulated
+        """The run's timings are simulated: no kernel was proven correct on a GPU, and the screen counts none."""
         self.records: list[ModelRecord] | None = None
         """As last read; None before the first read lands."""
 
@@ -52,7 +54,9 @@ class ModelsScreen(ClosableScreen):
         with VerticalScroll(can_focus=True) as box:
             box.border_title = "Models in this run"
             box.border_subtitle = (
-                "kernels: coder and debugger replies in the tree · per kernel: those calls' cost · esc closes"
+                "simulated run: no kernel is proven correct · esc closes"
+                if self.simulated
+                else "kernels: coder and debugger replies in the tree · per kernel: those calls' cost · esc closes"
             )
             yield Static("reading the run's calls…", id="models-table")
 
@@ -89,8 +93,8 @@ class ModelsScreen(ClosableScreen):
         table.add_column("provider/model", footer=Text("all", style=label), ratio=1, overflow="fold")
         table.add_column("calls", footer=str(calls), justify="right")
         table.add_column("kernels", footer=str(kernels), justify="right")
-        table.add_column("correct", footer=str(correct), justify="right")
-        table.add_column("success", footer=_rate(correct, kernels), justify="right")
+        table.add_column("correct", footer=self._proven(correct), justify="right")
+        table.add_column("success", footer=self._rate(correct, kernels), justify="right")
         table.add_column("best", footer=f"{top:.2f}x" if top is not None else "-", justify="right")
         table.add_column("cost", footer=money_text(usd(cost)), justify="right")
         table.add_column("per kernel", footer=_per_kernel(writing, kernels), justify="right")
@@ -102,17 +106,19 @@ class ModelsScreen(ClosableScreen):
                 f"{r.provider}/{r.model}",
                 str(r.calls),
                 str(r.kernels),
-                str(r.correct),
-                _rate(r.correct, r.kernels),
+                self._proven(r.correct),
+                self._rate(r.correct, r.kernels),
                 best,
                 money_text(usd(r.cost_nanousd)),
                 _per_kernel(r.writing_cost_nanousd, r.kernels),
             )
         return table
 
+    def _proven(self, correct: int) -> str:
+        return "-" if self.simulated else str(correct)
 
-def _rate(correct: int, kernels: int) -> str:
-    return f"{correct / kernels:.0%}" if kernels else "-"
+    def _rate(self, correct: int, kernels: int) -> str:
+        return f"{correct / kernels:.0%}" if kernels and not self.simulated else "-"
 
 
 def _per_kernel(cost_nanousd: int, kernels: int) -> str:
