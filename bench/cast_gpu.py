@@ -230,19 +230,19 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
-def end_to_end(work: Workload, cast: Cast, rounds: int, per_round: int) -> dict[str, Any]:
-    """Eager, the package and torch.compile, interleaved per round; CUDA events and synchronised wall clock."""
-    work.redraw(0)
-    say("compiling with torch.compile (the package not loaded)")
-    compiled = work.compiled()
-    modes: dict[str, Callable[[], Any]] = {"eager": work.forward, "cast": work.forward, "compile": compiled}
-    for name, fn in modes.items():  # warm-up (and torch.compile's compilation)
-        if name == "cast":
-            with cast:
-                for _ in range(5):
-                    fn()
-        else:
-            for _ in range(5):
+Part = tuple[Callable[[], Any], Callable[[], Any] | None]
+"""A thing to time per call, and what to hold it in (a context manager's factory: a loaded package, a
+registration), or None."""
+
+
+def time_modes(modes: dict[str, Part], rounds: int, per_round: int, warmup: int = 5) -> dict[str, Any]:
+    """Each mode's forward (held in its context, where it has one) timed in interleaved rounds, the order turned
+    every other round: per call CUDA events (device), synchronised wall clock (wall) and the time to return
+    (host: what the host spends enqueueing), then `per_round` forwards back to back with no sync between them, as
+    the layers of a model run. Warm-up first (torch.compile's compilation, a graph's capture)."""
+    for fn, hold in modes.values():
+        with hold() if hold is not None else contextlib.nullcontext():
+            for _ in range(warmup):
                 fn()
     torch.cuda.synchronize()
     device: dict[str, list[float]] = {name: [] for name in modes}
@@ -253,39 +253,49 @@ def end_to_end(work: Workload, cast: Cast, rounds: int, per_round: int) -> dict[
     for r in range(rounds):
         order = list(modes) if r % 2 == 0 else list(reversed(modes))
         for name in order:
-            if name == "cast":
-                cast.activate()
-            try:
+            fn, hold = modes[name]
+            with hold() if hold is not None else contextlib.nullcontext():
                 for _ in range(per_round):
                     torch.cuda.synchronize()
                     begin, end = new_event(enable_timing=True), new_event(enable_timing=True)
                     started = time.perf_counter()
                     begin.record()
-                    modes[name]()
+                    fn()
                     host[name].append((time.perf_counter() - started) * 1e6)  # enqueued: the host's share
                     end.record()
                     torch.cuda.synchronize()
                     wall[name].append((time.perf_counter() - started) * 1e6)
                     device[name].append(begin.elapsed_time(end) * 1000.0)
-                # Back to back, as the layers of a model run: the queue never drains between forwards.
                 torch.cuda.synchronize()
                 begin, end = new_event(enable_timing=True), new_event(enable_timing=True)
                 begin.record()
                 for _ in range(per_round):
-                    modes[name]()
+                    fn()
                 end.record()
                 torch.cuda.synchronize()
                 stream[name].append(begin.elapsed_time(end) * 1000.0 / per_round)
-            finally:
-                cast.deactivate()
-    result: dict[str, Any] = {}
-    for name in modes:
-        result[name] = {
+    return {
+        name: {
             "device": summary(device[name]),
             "wall": summary(wall[name]),
             "host": summary(host[name]),
             "back_to_back": summary(stream[name]),
         }
+        for name in modes
+    }
+
+
+def end_to_end(work: Workload, cast: Cast, rounds: int, per_round: int) -> dict[str, Any]:
+    """Eager, the package and torch.compile, interleaved per round (`time_modes`)."""
+    work.redraw(0)
+    say("compiling with torch.compile (the package not loaded)")
+    compiled = work.compiled()
+    modes: dict[str, Part] = {
+        "eager": (work.forward, None),
+        "cast": (work.forward, lambda: cast),
+        "compile": (compiled, None),
+    }
+    result = time_modes(modes, rounds, per_round)
     for name in ("cast", "compile"):
         for kind in ("device", "wall", "back_to_back"):
             result[f"{name}_speedup_{kind}"] = result["eager"][kind]["median_us"] / result[name][kind]["median_us"]
@@ -368,11 +378,6 @@ def kernel_profile(work: Workload, cast: Cast, forwards: int = 10) -> dict[str, 
             per_kernel[event.name] = per_kernel.get(event.name, 0.0) + event.time_range.elapsed_us() / forwards
         result[mode] = {"kernels_us": per_kernel, "busy_us": sum(per_kernel.values())}
     return result
-
-
-Part = tuple[Callable[[], Any], Callable[[], Any] | None]
-"""A thing to time per call, and what to hold it in (a context manager's factory: a loaded package, a
-registration), or None."""
 
 
 def interleaved(parts: dict[str, Part], calls: int, windows: int, sync: bool = True) -> dict[str, float]:
