@@ -1,20 +1,15 @@
 """Golden renders: the sha256 of every template seed's source and plan, and of a fixed-seed sample of each template's
 space, on the suite's cards (smallest and largest scale, every precision) and two group norm cards.
 
-Why: a template candidate's source is what the GPU runs and what a run store remembers as tried, so a change to a
-render must be a reviewed change, never a side effect of moving text around. After a deliberate change, rewrite the
-digests with `KERNELFORGE_UPDATE_GOLDEN=1 pytest tests/test_template_golden.py` and commit the JSON with a word on
-why the kernels changed.
+Why: a template candidate's source is what the GPU runs, so a change to a render must be a reviewed change, never a
+side effect of moving text around. Updating the digests: tests/golden_digests.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import random
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +19,8 @@ from kernelforge_tui.proposers.templates.common import Params, Template
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import TASKS
 
-GOLDEN = Path(__file__).parent / "golden" / "template_renders.json"
-UPDATE = os.environ.get("KERNELFORGE_UPDATE_GOLDEN") == "1"
+from .golden_digests import assert_matches_golden, sha256
+
 SAMPLES = 24
 """Sampled configurations per template, beyond the seeds, spread over its cards."""
 DRAWS = 400
@@ -88,11 +83,7 @@ def _key(card: OperatorCard, params: Params) -> str:
 def _digests(template: Template, card: OperatorCard, params: Params) -> str:
     """`<sha256 of the source> <sha256 of the plan's JSON>`: one line a render in the JSON."""
     source, plan = template.render(card, params)
-    return f"{_sha256(source)} {_sha256(plan.model_dump_json())}"
-
-
-def _sha256(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
+    return f"{sha256(source)} {sha256(plan.model_dump_json())}"
 
 
 def renders(template: Template) -> dict[str, str]:
@@ -118,16 +109,4 @@ def renders(template: Template) -> dict[str, str]:
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: type(t).__name__)
 def test_every_render_matches_its_golden_digest(template: Template) -> None:
-    name = type(template).__name__
-    got = renders(template)
-    golden: dict[str, dict[str, str]] = json.loads(GOLDEN.read_text()) if GOLDEN.is_file() else {}
-    if UPDATE:
-        golden[name] = got
-        GOLDEN.parent.mkdir(exist_ok=True)
-        GOLDEN.write_text(json.dumps(dict(sorted(golden.items())), indent=1) + "\n")
-    want = golden.get(name, {})
-    changed = sorted(k for k in got.keys() & want.keys() if got[k] != want[k])
-    assert (changed, sorted(got.keys() - want.keys()), sorted(want.keys() - got.keys())) == ([], [], []), (
-        f"{name}'s renders differ from {GOLDEN.name} (changed, new, gone): if the change is meant, rerun with "
-        "KERNELFORGE_UPDATE_GOLDEN=1 and commit the JSON saying why"
-    )
+    assert_matches_golden("template_renders.json", type(template).__name__, renders(template))

@@ -16,7 +16,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kernelforge_tui.capture.baselines import CUDA as BASELINE_PIECES
 from kernelforge_tui.cards.model import Distribution, Expr, OpFamily, Tolerance
+from kernelforge_tui.cuda_files import CudaFiles
 
 Arrays = dict[str, np.ndarray]
 Sizes = dict[str, int]
@@ -37,6 +39,11 @@ class Tensor:
     shape: tuple[Expr, ...]
     dtype: str = T
     distribution: Distribution = field(default_factory=Distribution)
+
+
+BASELINES = CudaFiles("kernelforge_tui.suite.tasks", shared=BASELINE_PIECES)
+"""The tasks' baseline kernels, suite/tasks/cuda/*.cu: each is the text after the prelude (capture/cuda/prelude.cuh),
+and may include the captured baselines' shared pieces (block_reduce.cuh)."""
 
 
 @dataclass(frozen=True)

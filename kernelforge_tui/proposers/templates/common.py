@@ -18,7 +18,7 @@ from typing import ClassVar, Literal, NamedTuple
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.profiles import Bottleneck
-from kernelforge_tui.proposers.templates.source import Value, render
+from kernelforge_tui.proposers.templates.source import Value
 
 Params = dict[str, ParamValue]
 Space = dict[str, tuple[ParamValue, ...]]
@@ -198,11 +198,6 @@ def vec_widths(dtype: str) -> tuple[int, ...]:
     return tuple(v for v in (1, 2, 4, 8) if v * ELEMENT_BYTES[dtype] <= 16)
 
 
-def launch_bounds(block: int, min_blocks: int) -> str:
-    """Always bound the block size: without it ptxas may use more registers than a 1024-thread launch allows."""
-    return f"__launch_bounds__({block}, {min_blocks})"
-
-
 def prelude_values(dtype: str, vec: int) -> dict[str, Value]:
     """The values cuda/prelude.cuh renders with: the dtype's header, C type and conversions, the vector's width."""
     to_f, from_f = {
@@ -221,20 +216,9 @@ def prelude_values(dtype: str, vec: int) -> dict[str, Value]:
     }
 
 
-def prelude(dtype: str, vec: int) -> str:
-    """Headers, the element type T, fp32 conversions, and a 16-byte-or-less aligned vector of VEC elements
-    (cuda/prelude.cuh)."""
-    return render("prelude.cuh", **prelude_values(dtype, vec))
-
-
 def reduce_values(fast_exp: bool) -> dict[str, Value]:
     """The values cuda/reduce.cuh renders with: the exp the kernel chose (fast __expf or accurate expf)."""
     return {"expf": "__expf" if fast_exp else "expf"}
-
-
-def reduce_helpers(fast_exp: bool) -> str:
-    """The reduction states and group_reduce (cuda/reduce.cuh), with the exp the kernel chose."""
-    return render("reduce.cuh", **reduce_values(fast_exp))
 
 
 def streaming_space(card: OperatorCard) -> Space:

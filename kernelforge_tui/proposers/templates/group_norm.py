@@ -1,5 +1,8 @@
 """Group norm over NCHW: y = (x - mean) * rstd * gamma[c] + beta[c], statistics per (sample, group), eps 1e-5.
 
+The kernel is cuda/group_norm.cu with its shared pieces (cuda/group_norm_*.cuh); the passes over a group's chunks are
+written here, since their count and order follow the strategy and the moments.
+
 Convention: inputs x [n, c, h, w], then per-channel scale and shift [c] (taken by position, any
 names, e.g. x, gamma, beta); output y like x, optionally followed by the group statistics mean and rstd [n, groups]
 (what aten.native_group_norm returns beside y: a captured call must return them); sizes n, c, h, w, groups (c
@@ -25,7 +28,8 @@ times; elsewhere (an outlier first element) it makes the centred pass too. Every
 cluster merges the same parts in the same order, so all take the same branch.
 
 A cluster's blocks push their partial statistics into each other's shared memory (st.async onto each receiver's
-mbarrier, see PUSHED_REDUCE) rather than each pulling the others' between cluster barriers (two barriers fewer).
+mbarrier, see cuda/group_norm_pushed_reduce.cuh) rather than each pulling the others' between cluster barriers (two
+barriers fewer).
 
 Clusters are sized at compile time (__cluster_dims__), which a plain launch honours up to the portable 8 blocks;
 16 would need cudaFuncAttributeNonPortableClusterSizeAllowed set on the function, which the worker does not set.
@@ -55,11 +59,11 @@ from kernelforge_tui.proposers.templates.common import (
     Space,
     Template,
     dtype_of,
-    launch_bounds,
-    prelude,
-    reduce_helpers,
+    prelude_values,
+    reduce_values,
     vec_widths,
 )
+from kernelforge_tui.proposers.templates.source import render
 
 SIZES = ("n", "c", "h", "w", "groups")
 ON_CHIP = ("registers", "smem", "bulk", "pipelined")
@@ -135,46 +139,16 @@ def output_mean(strategy: str, moments: str) -> str:
     return "mean" if strategy == "reread" else "sums.t / (float)len"
 
 
-HEADERS = {"smem": "#include <cuda_pipeline.h>\n", "pipelined": "#include <cuda_pipeline.h>\n"}
-"""The headers of the strategies that copy into shared memory with cp.async, a copy a thread."""
 WAIT = {"smem": "__pipeline_wait_prior(0);\n", "bulk": "mbarrier_wait(&copy_bar, 0);\n"}
 """How a thread waits for its block's copies into shared memory."""
-MBARRIER = r"""// sm_90 mbarriers: a phase completes once its arrivals have arrived and the bytes they expect have
-// landed (a bulk copy's, or the stores of a cluster's blocks); waiting on the phase then makes those bytes visible.
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return (uint32_t)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void mbarrier_init(uint64_t* bar, uint32_t arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
-}
-// The initialised barriers visible to the cluster's blocks and to bulk copies.
-__device__ __forceinline__ void mbarrier_init_fence() {
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-}
-// One arrival, which expects `bytes` more to land.
-__device__ __forceinline__ void mbarrier_expect(uint64_t* bar, uint32_t bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
-}
-"""
-"""The raw mbarrier operations the bulk copies and the cluster exchanges complete on (PTX: libcu++'s cuda::barrier
-has every thread of the block arrive, and ptxas keeps that cost)."""
 
 
-def mbarrier_wait(name: str, semantics: str, why: str) -> str:
-    """A wait for the phase of `parity` of a barrier, with `semantics` (`.acquire.cluster`: what the cluster's other
-    blocks stored is visible after it; none: the default, acquire at the block's scope), and the comment `why`."""
-    return f"""{why}__device__ __forceinline__ void {name}(uint64_t* bar, uint32_t parity) {{
-    asm volatile("{{\\n .reg .pred done;\\n wait_%=:\\n"
-                 " mbarrier.try_wait.parity{semantics}.shared::cta.b64 done, [%0], %1;\\n"
-                 " @!done bra wait_%=;\\n}}\\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
-}}
-"""
-
-
-BULK_LOAD = r"""// One thread's bulk copy (cp.async.bulk) of `bytes` into shared memory, landing on bar.
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
-}
-"""
+def _mbarrier_wait(name: str, semantics: str, scope_cluster: bool) -> str:
+    """cuda/group_norm_mbarrier_wait.cuh as the function `name`, with `semantics` (`.acquire.cluster`: what the
+    cluster's other blocks stored is visible after it; none: acquire at the block's scope): one file for both waits,
+    each rendered apart (its last newline is the line of group_norm.cu that takes it)."""
+    text = render("group_norm_mbarrier_wait.cuh", wait_name=name, wait_semantics=semantics, wait_why=scope_cluster)
+    return text.removesuffix("\n")
 
 
 def _keep(storage: str, bound: str) -> str:
@@ -233,36 +207,6 @@ const VecT* __restrict__ xs = reinterpret_cast<const VecT*>(xg) + lo;
 T* __restrict__ ys = yg + first;
 """
 TAIL = """const int on_chip = min(kept_chunks, KEPT);  // chunks [KEPT, kept_chunks) stay in memory
-"""
-
-
-LOAD_SLICE = """// Start the copies of one group's slice (chunks [lo, lo + kept_chunks) of the group at xg) into dst:
-// each thread copies the chunks it will read back, so no barrier guards the buffer, only the thread's own wait.
-__device__ __forceinline__ void load_slice(VecT* __restrict__ dst, const T* __restrict__ xg, long long lo,
-                                           int kept_chunks) {
-const VecT* __restrict__ xs = reinterpret_cast<const VecT*>(xg) + lo;
-#pragma unroll
-for (int k = 0; k < ITEMS; ++k) {
- const int r = threadIdx.x + k * BLOCK;
- if (r < kept_chunks) { __pipeline_memcpy_async(&dst[r], xs + r, sizeof(VecT)); }
-}
-}
-"""
-PIPELINED_LOOP = """// Persistent clusters: cluster k normalises groups k, k + clusters, ...; while it works on one,
-// the copies of its next group's slice are in flight into the other buffer, so reads and writes overlap.
-const int kept_chunks = (int)(hi - lo);
-const int first = (int)lo * VEC;
-const long long clusters = gridDim.x / SPLIT;
-const long long total = (long long)n * groups;
-long long gid = blockIdx.x / SPLIT;
-int cur = 0;
-if (gid < total) { load_slice(kept_buf, x + gid * len, lo, kept_chunks); }
-__pipeline_commit();
-for (; gid < total; gid += clusters, cur ^= 1) {
-VecT* __restrict__ kept = kept_buf + cur * SLICE;
-if (gid + clusters < total) { load_slice(kept_buf + (cur ^ 1) * SLICE, x + (gid + clusters) * len, lo, kept_chunks); }
-__pipeline_commit();
-__pipeline_wait_prior(1);  // this group's copies are done; the next group's may still be in flight
 """
 
 
@@ -433,97 +377,6 @@ def resident_blocks(card: OperatorCard, params: Params) -> int:
     return 1
 
 
-SINGLE_REDUCE = """template <typename S>
-__device__ __forceinline__ S reduce_all(S v, S* red, S*) {
-    return group_reduce<BLOCK>(v, red);
-}
-"""
-"""One block a group: the block's reduction is the group's."""
-PULLED_REDUCE = """#include <cooperative_groups.h>
-namespace cg = cooperative_groups;
-
-// Block result, then the SPLIT blocks of the cluster merge theirs in rank order (all get the same). The next group
-// reduces into the same part: a second barrier keeps it until every block has read it.
-template <typename S>
-__device__ __forceinline__ S reduce_all(S v, S* red, S* part) {
-    v = group_reduce<BLOCK>(v, red);
-    cg::cluster_group cluster = cg::this_cluster();
-    if (threadIdx.x == 0) {
-        *part = v;
-    }
-    cluster.sync();
-    v = *cluster.map_shared_rank(part, 0);
-#pragma unroll
-    for (int r = 1; r < SPLIT; ++r) {
-        v = S::combine(v, *cluster.map_shared_rank(part, r));
-    }
-    cluster.sync();
-    return v;
-}
-"""
-"""The persistent kernel's cluster reduction: each block's part read by the others through distributed shared memory,
-between two cluster barriers."""
-PUSHED_REDUCE = r"""// A reduction's exchange across the cluster: every block stores its block result into every
-// block's parts[its rank] (st.async, landing on the receiver's barrier), then waits on its own for all SPLIT parts.
-template <typename S>
-struct Part {
-    uint64_t bar;
-    S parts[SPLIT];
-};
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t rank;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-    return rank;
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() {
-    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
-}
-// One 32-bit word into block `rank`'s copy of *slot, landing on its copy of *bar.
-__device__ __forceinline__ void send_word(const uint32_t* slot, uint32_t word, uint64_t* bar, uint32_t rank) {
-    uint32_t to, at;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(to) : "r"(smem_addr(slot)), "r"(rank));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(at) : "r"(smem_addr(bar)), "r"(rank));
-    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
-                 ::"r"(to), "r"(word), "r"(at) : "memory");
-}
-// One thread, before the cluster barrier: the barrier expects one arrival, its own, and the SPLIT parts' bytes.
-template <typename S>
-__device__ __forceinline__ void exchange_init(Part<S>* ex) {
-    mbarrier_init(&ex->bar, 1);
-    mbarrier_expect(&ex->bar, SPLIT * sizeof(S));
-}
-template <typename S>
-__device__ __forceinline__ S reduce_all(S v, S* red, Part<S>* ex) {
-    v = group_reduce<BLOCK>(v, red);
-    if (threadIdx.x < SPLIT) {  // thread r sends the block's result to block r
-        uint32_t words[sizeof(S) / 4];
-        memcpy(words, &v, sizeof(S));
-        const uint32_t* slot = reinterpret_cast<const uint32_t*>(&ex->parts[cluster_rank()]);
-#pragma unroll
-        for (int k = 0; k < (int)(sizeof(S) / 4); ++k) {
-            send_word(slot + k, words[k], &ex->bar, threadIdx.x);
-        }
-    }
-    mbarrier_wait_cluster(&ex->bar, 0);
-    v = ex->parts[0];
-#pragma unroll
-    for (int r = 1; r < SPLIT; ++r) {
-        v = S::combine(v, ex->parts[r]);
-    }
-    return v;
-}
-"""
-"""A clustered kernel's reduction: pushed, not pulled. Pulling (each block's part read by the others through
-distributed shared memory) needs a cluster barrier before the reads and one after them before any block may exit; a
-push needs neither, only each block's wait for its own parts, and one relaxed cluster barrier at the start (arrived
-at once, waited for while the slice's copies are in flight) so that no store finds a barrier not yet initialised. A
-block exits only after its last wait, so no store lands in a block gone. Every block merges the same parts in rank
-order: all get the same statistics and take the same branch."""
-
-
 class GroupNormTemplate(Template):
     families = ("group_norm",)
     entry = "kf_group_norm"
@@ -604,7 +457,7 @@ class GroupNormTemplate(Template):
         stats = len(card.outputs) == 3  # the statistics aten.native_group_norm returns beside y, rounded like y
         chunk_plain = ELEMENT_BYTES[dtype] == 2  # see shifted_stats
         pairs = stats and moments == "centred" and strategy != "reread"
-        pushed = split > 1 and not pipelined  # see PUSHED_REDUCE
+        pushed = split > 1 and not pipelined  # see cuda/group_norm_pushed_reduce.cuh
         # Each reduction's scratch and its exchange (a cluster's parts), the first reduction's first: its triple
         # (shifted, with the statistics outputs) or pair (shifted; centred with them), else its single state; then
         # the squares' own, where a second reduction has one.
@@ -620,11 +473,12 @@ class GroupNormTemplate(Template):
             exchanges.append((state, "part"))
         if not (welford or (moments == "shifted" and stats)):
             exchanges.append(("Sum", "part_q"))
-        scratch = "".join(f"__shared__ {t} {name}[32];\n" for t, name in reds)
-        scratch += "".join(f"__shared__ {f'Part<{t}>' if pushed else t} {name};\n" for t, name in exchanges)
+        scratch = [f"__shared__ {t} {name}[32];" for t, name in reds]
+        scratch += [f"__shared__ {f'Part<{t}>' if pushed else t} {name};" for t, name in exchanges]
         bulk = strategy == "bulk"
         ready = setup([name for _, name in exchanges] if pushed else [], bulk)
         join = JOIN if pushed else ""
+        tail = has_tail(card, params)
         if strategy == "reread":
             body = PIVOT + ready + join
             body += (
@@ -633,9 +487,7 @@ class GroupNormTemplate(Template):
                 else REREAD_STATS[moments]
             )
             normalise = REREAD_NORMALISE
-            kept, headers, defines, shared_bytes, tail = "", "", "", 0, False
         else:
-            tail = has_tail(card, params)
             if pipelined:
                 body = PIVOT
             else:
@@ -644,69 +496,49 @@ class GroupNormTemplate(Template):
                 body = ON_CHIP_SLICE + PIVOT + (TAIL if tail else "") + ready + keep + join + wait
             body += _on_chip_stats(strategy, moments, stats, tail, chunk_plain)
             normalise = _over_kept(strategy, ON_CHIP_NORMALISE, tail)
-            buffer = "kept_buf" if pipelined else "kept"
-            kept = f"extern __shared__ VecT {buffer}[];\n" if strategy in SHARED else ""
-            kept += "__shared__ uint64_t copy_bar;\n" if bulk else ""
-            headers = HEADERS.get(strategy, "")
-            shared_bytes = kept_bytes(card, params) if strategy in SHARED else 0
-            defines = f"#define ITEMS {kept_items(card, params)}\n#define HW {card.sizes['h'] * card.sizes['w']}\n"
-            if pipelined:
-                defines += f"#define SLICE {slice_chunks(card, params)}\n"
-            if tail:
-                defines += f"#define KEPT {on_chip_chunks(card, params)}  // {params['minb']} blocks an SM\n"
-        cluster = (MBARRIER + mbarrier_wait("mbarrier_wait", "", "") if bulk or pushed else "") + (
-            BULK_LOAD if bulk else ""
-        )
-        if split > 1:
-            why = "// The bytes stored by other blocks of the cluster are visible after this wait.\n"
-            pushing = mbarrier_wait("mbarrier_wait_cluster", ".acquire.cluster", why) + PUSHED_REDUCE
-            cluster += pushing if pushed else PULLED_REDUCE
-            # Before __global__: the source check's CUDA grammar misreads it after the return type.
-            attribute = f"__cluster_dims__({split}, 1, 1) "
-        else:
-            cluster += SINGLE_REDUCE
-            attribute = ""
-        stat_params, stat_writes = "", ""
-        if stats:
-            stat_params = "\n    T* __restrict__ mean_out, T* __restrict__ rstd_out,"
-            stat_writes = (
-                f"if (rank == 0 && threadIdx.x == 0) {{ mean_out[gid] = from_f({output_mean(strategy, moments)}); "
-                "rstd_out[gid] = from_f(rstd); }\n"
-            )
-        group = (
-            "const T* __restrict__ xg = x + gid * len;\nT* __restrict__ yg = y + gid * len;\n"
-            "const int c0 = (int)(gid % groups) * cpg;\n"
-        )
-        if pipelined:
-            kernel = f"{PIPELINED_LOOP}{group}T* __restrict__ ys = yg + first;\n{body}{stat_writes}{normalise}}}\n"
-        else:
-            kernel = f"const long long gid = blockIdx.x / SPLIT;\n{group}{body}{stat_writes}{normalise}"
         where = WHERE[strategy] + (f" (its first {on_chip_chunks(card, params)} chunks)" if tail else "")
-        source = f"""// group_norm ({dtype}, fp32 math): {strategy}: {where}; {split} block(s) per group,
-// {vec}-element vectors, {state} statistics.
-// Generated by the template proposer.
-{headers}{prelude(dtype, vec)}#define BLOCK {block}
-#define SPLIT {split}
-{defines}{reduce_helpers(True)}
-{cluster}{LOAD_SLICE if pipelined else ""}
-extern "C" {attribute}__global__ void {launch_bounds(block, resident_blocks(card, params))} {self.entry}(
-    const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y,{stat_params}
-    int c, int hw, int groups{", int n" if pipelined else ""}) {{
-{scratch}{kept}const int cpg = c / groups;
-const long long len = (long long)cpg * hw;
-const int rank = blockIdx.x % SPLIT;
-const long long nchunk = len / VEC;
-const long long lo = nchunk * rank / SPLIT;
-const long long hi = nchunk * (rank + 1) / SPLIT;
-{kernel}}}
-"""
+        source = render(
+            "group_norm.cu",
+            **prelude_values(dtype, vec),
+            **reduce_values(True),
+            dtype=dtype,
+            strategy=strategy,
+            where=where,
+            split=split,
+            state=state,
+            block=block,
+            resident=resident_blocks(card, params),
+            cp_async=strategy in CP_ASYNC,
+            on_chip=strategy != "reread",
+            items=kept_items(card, params),
+            hw=card.sizes["h"] * card.sizes["w"],
+            pipelined=pipelined,
+            slice=slice_chunks(card, params),
+            tail=tail,
+            kept=on_chip_chunks(card, params),
+            minb=int(params["minb"]),
+            mbarriers=bulk or pushed,
+            block_wait=_mbarrier_wait("mbarrier_wait", "", scope_cluster=False),
+            bulk=bulk,
+            pushed=pushed,
+            cluster_wait=_mbarrier_wait("mbarrier_wait_cluster", ".acquire.cluster", scope_cluster=True),
+            pulled=split > 1 and not pushed,
+            single=split == 1,
+            clustered=split > 1,
+            stats=stats,
+            scratch="\n".join(scratch),
+            shared_slices=strategy in SHARED,
+            body=body,
+            output_mean=output_mean(strategy, moments),
+            normalise=normalise,
+        )
         names = [t.name for t in [*card.inputs, *card.outputs]]
         groups = f"min(n * groups, {persistent_clusters(card, params)})" if pipelined else "n * groups"
         plan = LaunchPlan(
             entry=self.entry,
             grid=[f"{groups} * {split}"],
             block=[block],
-            shared_bytes=shared_bytes,
+            shared_bytes=kept_bytes(card, params) if strategy in SHARED else 0,
             args=[*names, "c", "h * w", "groups", *(["n"] if pipelined else [])],
         )
         return source, plan

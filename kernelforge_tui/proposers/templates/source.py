@@ -1,56 +1,11 @@
-"""The templates' CUDA files (cuda/*.cu, cuda/*.cuh, read through importlib.resources) and their small renderer.
-
-Why this renderer and not a C preprocessor pass: a candidate is one self-contained device-only source, built with
-`nvcc -cubin` in a sandbox that sees no package file, and its text is what a run store and the GPU runs vouched
-for. So the files hold the text a render gives, and the renderer only fills in what Python decides:
-- what the kernel needs as a compile-time constant stays a `#define NAME $name` line of the file, and the kernel
-  uses NAME (the preprocessor at build time does the rest, as `#if` does inside a kernel);
-- `$name` (string.Template: `$$` is a dollar) only where a value lands in text the preprocessor cannot reach: the
-  header comment, `__launch_bounds__`, a `#define`'s value, a typedef's type;
-- `//@if name` ... `//@else` ... `//@end` lines keep a piece in the renders whose `name` is true and drop it from
-  the others (a piece some renders lack, which an `#if` would leave in the text);
-- `#include "NAME.cuh"` pastes the shared file in (rendered with the same values): the shared device pieces are
-  `__device__ __forceinline__` functions and structs written once there, never pasted strings;
-- `//@ ...` lines are notes for the reader of the file and are dropped.
-A missing value or an unbalanced `//@if` raises (a file and its template disagree: a bug, not bad input).
-"""
+"""The templates' CUDA files (cuda/*.cu, cuda/*.cuh) and their renderer, kernelforge_tui.cuda_files, which says how
+a file's `$name`s, `//@if` pieces and `#include "NAME.cuh"`s render."""
 
 from __future__ import annotations
 
-import re
-from functools import cache
-from importlib.resources import files
-from string import Template
+from kernelforge_tui.cuda_files import CudaFiles, Value
 
-Value = str | int | bool
+CUDA = CudaFiles(__package__)
+render = CUDA.render
 
-_INCLUDE = re.compile(r'#include "(\w+\.cuh)"')
-
-
-@cache
-def read(name: str) -> str:
-    """The text of one of the package's CUDA files (cuda/NAME)."""
-    return (files(__package__) / "cuda" / name).read_text(encoding="utf-8")
-
-
-def render(name: str, **values: Value) -> str:
-    """The file with its `//@if` pieces chosen, its shared files included and its `$name`s filled in."""
-    kept: list[str] = []
-    taking: list[bool] = []
-    for line in read(name).splitlines(keepends=True):
-        directive = line.strip()
-        if directive.startswith("//@if "):
-            taking.append(bool(values[directive.removeprefix("//@if ").strip()]))
-        elif directive == "//@else":
-            taking[-1] = not taking[-1]
-        elif directive == "//@end":
-            taking.pop()
-        elif directive.startswith("//@") or not all(taking):
-            continue
-        elif included := _INCLUDE.fullmatch(directive):
-            kept.append(render(included[1], **values))
-        else:
-            kept.append(Template(line).substitute(values))
-    if taking:
-        raise ValueError(f"cuda/{name}: an //@if without its //@end")
-    return "".join(kept)
+__all__ = ["CUDA", "Value", "render"]

@@ -30,7 +30,7 @@ import numpy as np
 
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import DEFAULT_TOLERANCE, Distribution, Tolerance
-from kernelforge_tui.suite.task import Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
+from kernelforge_tui.suite.task import BASELINES, Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
 
 SELU_ALPHA = 1.6732632423543772848170429916717
 SELU_SCALE = 1.0507009873554804934193349852946
@@ -59,16 +59,7 @@ def _f64(array: np.ndarray) -> np.ndarray:
 def _map_kernel(name: str, expression: str) -> Baseline:
     """A thread per element: y[i] = f(x[i]) in fp32, `expression` over `v` = x[i]."""
     return Baseline(
-        source=f"""
-extern "C" __global__ void {name}_naive(const T* x, T* y, int n) {{
-    // One thread per element, fp32 math, one rounding to T.
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {{
-        const float v = ld(x, i);
-        y[i] = cv({expression});
-    }}
-}}
-""",
+        source=BASELINES.render("map.cu", name=name, expression=expression),
         entry=f"{name}_naive",
         grid=("cdiv(n, 256)",),
         block=(256,),
@@ -197,17 +188,7 @@ ROW_TANH = Task(
     outputs=(Tensor("y", ("rows", "cols")),),
     flops="4 * rows * cols",
     baseline=Baseline(
-        source="""
-extern "C" __global__ void row_tanh_naive(const T* x, T* y, int rows, int cols) {
-    // A thread per element: blockIdx.y is the row, the x threads walk its columns; fp32 tanhf.
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    const int row = blockIdx.y;
-    if (row < rows && col < cols) {
-        const long long i = (long long)row * cols + col;
-        y[i] = cv(tanhf(ld(x, i)));
-    }
-}
-""",
+        source=BASELINES.render("row_tanh.cu"),
         entry="row_tanh_naive",
         grid=("cdiv(cols, 256)", "rows"),
         block=(256,),
@@ -242,26 +223,7 @@ CROSS_ENTROPY = Task(
     outputs=(Tensor("loss", ("n",)),),
     flops="4 * n * classes",
     baseline=Baseline(
-        source="""
-extern "C" __global__ void cross_entropy_naive(const T* logits, const int* targets, T* loss, int n, int classes) {
-    // A thread per sample, three passes over its row in fp32: the max, the sum of exp(x - max), then
-    // log(sum) + (max - x[target]) (the shift subtracted exactly, not added to the log and taken away again).
-    // fmaxf skips NaN, but exp(NaN - max) then makes the sum NaN; a +inf max gives exp(inf - inf) = NaN.
-    const int row = blockIdx.x * blockDim.x + threadIdx.x;
-    if (row < n) {
-        const long long base = (long long)row * classes;
-        float top = NEG_INF;
-        for (int j = 0; j < classes; ++j) {
-            top = fmaxf(top, ld(logits, base + j));
-        }
-        float sum = 0.0f;
-        for (int j = 0; j < classes; ++j) {
-            sum += expf(ld(logits, base + j) - top);
-        }
-        loss[row] = cv(logf(sum) + (top - ld(logits, base + targets[row])));
-    }
-}
-""",
+        source=BASELINES.render("cross_entropy.cu"),
         entry="cross_entropy_naive",
         grid=("cdiv(n, 256)",),
         block=(256,),
@@ -297,35 +259,18 @@ def _single_block_sum(name: str, tensors: tuple[str, str, str], term: str, mean:
     """One block of SUM_THREADS threads: strided fp32 partial sums of `term` (over x and y, the two inputs' values
     at i), a shared-memory tree, and thread 0 writing the sum (or the mean) to the output's one element.
     `tensors`: the two inputs and the output."""
-    result = "partial[0] / (float)n" if mean else "partial[0]"
     first, second, out = tensors
     return Baseline(
-        source=f"""
-#define THREADS {SUM_THREADS}
-
-extern "C" __global__ void {name}_naive(const T* {first}, const T* {second}, T* {out}, int n) {{
-    // One block: each thread sums every THREADS-th term in fp32, then a shared-memory tree halves the partial
-    // sums. Thread 0 writes the result; nothing accumulates into {out} (it is poisoned before each launch).
-    __shared__ float partial[THREADS];
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < n; i += THREADS) {{
-        const float x = ld({first}, i);
-        const float y = ld({second}, i);
-        sum += {term};
-    }}
-    partial[threadIdx.x] = sum;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {{
-        if (threadIdx.x < s) {{
-            partial[threadIdx.x] += partial[threadIdx.x + s];
-        }}
-        __syncthreads();
-    }}
-    if (threadIdx.x == 0) {{
-        {out}[0] = cv({result});
-    }}
-}}
-""",
+        source=BASELINES.render(
+            "single_block_sum.cu",
+            name=name,
+            threads=SUM_THREADS,
+            first=first,
+            second=second,
+            out=out,
+            term=term,
+            mean=mean,
+        ),
         entry=f"{name}_naive",
         grid=(1,),
         block=(SUM_THREADS,),

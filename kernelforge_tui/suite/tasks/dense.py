@@ -18,7 +18,7 @@ import numpy as np
 
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import EXACT, Tolerance
-from kernelforge_tui.suite.task import Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
+from kernelforge_tui.suite.task import BASELINES, Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
 
 POWER = 4
 """matrix_power computes A^4: two squarings, so its FLOP count is two products."""
@@ -73,14 +73,7 @@ VECTOR_ADD = Task(
     outputs=(Tensor("c", ("n",)),),
     flops="n",
     baseline=Baseline(
-        source="""
-extern "C" __global__ void vector_add_naive(const T* a, const T* b, T* c, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        c[i] = cv(ld(a, i) + ld(b, i));
-    }
-}
-""",
+        source=BASELINES.render("vector_add.cu"),
         entry="vector_add_naive",
         grid=("cdiv(n, 256)",),
         block=(256,),
@@ -101,15 +94,7 @@ REVERSE_ARRAY = Task(
     outputs=(Tensor("y", ("n",)),),
     flops="n",  # no arithmetic: a copy weighs by the elements it moves
     baseline=Baseline(
-        source="""
-// A thread per output element; the value moves as T, never through fp32.
-extern "C" __global__ void reverse_array_naive(const T* x, T* y, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        y[i] = x[n - 1 - i];
-    }
-}
-""",
+        source=BASELINES.render("reverse_array.cu"),
         entry="reverse_array_naive",
         grid=("cdiv(n, 256)",),
         block=(256,),
@@ -122,16 +107,6 @@ extern "C" __global__ void reverse_array_naive(const T* x, T* y, int n) {
 )
 
 
-_COPY_2D = """
-// A thread per element of A on a 16x16 grid of blocks; the value moves as T, never through fp32.
-extern "C" __global__ void {entry}(const T* A, T* B, int rows, int cols) {{
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const int r = blockIdx.y * blockDim.y + threadIdx.y;
-    if (r < rows && c < cols) {{
-        B[{target}] = A[(long long)r * cols + c];
-    }}
-}}
-"""
 _GRID_2D = ("cdiv(cols, 16)", "cdiv(rows, 16)")
 
 MATRIX_COPY = Task(
@@ -143,7 +118,7 @@ MATRIX_COPY = Task(
     outputs=(Tensor("B", ("rows", "cols")),),
     flops="rows * cols",  # no arithmetic: a copy weighs by the elements it moves
     baseline=Baseline(
-        source=_COPY_2D.format(entry="matrix_copy_naive", target="(long long)r * cols + c"),
+        source=BASELINES.render("copy_2d.cu", entry="matrix_copy_naive", transpose=False),
         entry="matrix_copy_naive",
         grid=_GRID_2D,
         block=(16, 16),
@@ -164,7 +139,7 @@ MATRIX_TRANSPOSE = Task(
     outputs=(Tensor("B", ("cols", "rows")),),
     flops="rows * cols",  # no arithmetic: a transpose weighs by the elements it moves
     baseline=Baseline(
-        source=_COPY_2D.format(entry="matrix_transpose_naive", target="(long long)c * rows + r"),
+        source=BASELINES.render("copy_2d.cu", entry="matrix_transpose_naive", transpose=True),
         entry="matrix_transpose_naive",
         grid=_GRID_2D,
         block=(16, 16),
@@ -187,17 +162,7 @@ MATRIX_SCALAR_MUL = Task(
     outputs=(Tensor("B", ("side", "side")),),
     flops="side * side",
     baseline=Baseline(
-        source="""
-// A thread per element on a 16x16 grid of blocks; every thread reads the scalar.
-extern "C" __global__ void matrix_scalar_mul_naive(const T* A, const T* s, T* B, int side) {
-    const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    const int r = blockIdx.y * blockDim.y + threadIdx.y;
-    if (r < side && c < side) {
-        const long long i = (long long)r * side + c;
-        B[i] = cv(ld(A, i) * ld(s, 0));
-    }
-}
-""",
+        source=BASELINES.render("matrix_scalar_mul.cu"),
         entry="matrix_scalar_mul_naive",
         grid=("cdiv(side, 16)", "cdiv(side, 16)"),
         block=(16, 16),
@@ -222,19 +187,7 @@ MATRIX_VECTOR_MUL = Task(
     outputs=(Tensor("y", ("M",)),),
     flops="2 * M * K",
     baseline=Baseline(
-        source="""
-// A thread per output row, walking its row of A (uncoalesced across the warp), fp32 sum.
-extern "C" __global__ void matrix_vector_mul_naive(const T* A, const T* x, T* y, int M, int K) {
-    const int m = blockIdx.x * blockDim.x + threadIdx.x;
-    if (m < M) {
-        float acc = 0.0f;
-        for (int k = 0; k < K; ++k) {
-            acc += ld(A, (long long)m * K + k) * ld(x, k);
-        }
-        y[m] = cv(acc);
-    }
-}
-""",
+        source=BASELINES.render("matrix_vector_mul.cu"),
         entry="matrix_vector_mul_naive",
         grid=("cdiv(M, 256)",),
         block=(256,),
@@ -247,25 +200,9 @@ extern "C" __global__ void matrix_vector_mul_naive(const T* A, const T* x, T* y,
 )
 
 
-_MATMUL = """
-// A thread per element of C on a 16x16 grid of blocks: a row of A and a column of B from global memory, fp32 sum.
-extern "C" __global__ void matmul_naive(const T* A, const T* B, T* C, int M, int N, int K) {
-    const int col = blockIdx.x * blockDim.x + threadIdx.x;
-    const int row = blockIdx.y * blockDim.y + threadIdx.y;
-    if (row < M && col < N) {
-        float acc = 0.0f;
-        for (int k = 0; k < K; ++k) {
-            acc += ld(A, (long long)row * K + k) * ld(B, (long long)k * N + col);
-        }
-        C[(long long)row * N + col] = cv(acc);
-    }
-}
-"""
-
-
 def _matmul_baseline(m: str, n: str, k: str) -> Baseline:
     return Baseline(
-        source=_MATMUL,
+        source=BASELINES.render("matmul.cu"),
         entry="matmul_naive",
         grid=(f"cdiv({n}, 16)", f"cdiv({m}, 16)"),
         block=(16, 16),
@@ -329,41 +266,7 @@ MATRIX_POWER = Task(
     outputs=(Tensor("C", ("n", "n")),),
     flops="4 * n * n * n",  # A^4 by two squarings (A^2, then (A^2)^2): the least work, whatever a kernel does
     baseline=Baseline(
-        source=f"""
-#define POWER {POWER}
-
-// A block per row i of the result, one launch: row i of A^POWER is r = A[i, :] multiplied by A, POWER - 1
-// times (r <- r A), each r[j] a thread's fp32 sum over a column of A. r lives in dynamic shared memory
-// (2 n floats: the current row and the next), kept in fp32 between the steps, rounded to T once at the end.
-// Chaining rows needs no grid-wide sync (squaring would: A^2 must be whole before (A^2)^2 starts); the cost is
-// POWER - 1 vector-matrix products per row instead of two matrix products.
-extern "C" __global__ void matrix_power_naive(const T* A, T* C, int n) {{
-    extern __shared__ float rows[];
-    float* cur = rows;
-    float* next = rows + n;
-    const long long i = blockIdx.x;
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {{
-        cur[j] = ld(A, i * n + j);
-    }}
-    __syncthreads();
-    for (int step = 1; step < POWER; ++step) {{
-        for (int j = threadIdx.x; j < n; j += blockDim.x) {{
-            float acc = 0.0f;
-            for (int k = 0; k < n; ++k) {{
-                acc += cur[k] * ld(A, (long long)k * n + j);
-            }}
-            next[j] = acc;
-        }}
-        __syncthreads();  // every read of cur is done before the next step overwrites it
-        float* done = cur;
-        cur = next;
-        next = done;
-    }}
-    for (int j = threadIdx.x; j < n; j += blockDim.x) {{
-        C[i * n + j] = cv(cur[j]);
-    }}
-}}
-""",
+        source=BASELINES.render("matrix_power.cu", power=POWER),
         entry="matrix_power_naive",
         grid=("n",),
         block=(256,),
@@ -409,25 +312,7 @@ HIGH_ORDER_CONTRACTION = Task(
     outputs=(Tensor("C", ("a", "b", "c")),),
     flops="2 * a * b * c * d * e",
     baseline=Baseline(
-        source="""
-// A thread per element of C, summing over d and then e in fp32; the flat index splits into (a, b, c).
-extern "C" __global__ void high_order_contraction_naive(const T* A, const T* B, T* C, int na, int nb, int nc,
-                                                         int nd, int ne) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (long long)na * nb * nc) {
-        const long long c = i % nc;
-        const long long b = i / nc % nb;
-        const long long a = i / ((long long)nc * nb);
-        float acc = 0.0f;
-        for (int d = 0; d < nd; ++d) {
-            for (int e = 0; e < ne; ++e) {
-                acc += ld(A, (a * nd + d) * ne + e) * ld(B, ((d * nb + b) * ne + e) * nc + c);
-            }
-        }
-        C[i] = cv(acc);
-    }
-}
-""",
+        source=BASELINES.render("high_order_contraction.cu"),
         entry="high_order_contraction_naive",
         grid=("cdiv(a * b * c, 256)",),
         block=(256,),

@@ -17,7 +17,7 @@ import numpy as np
 
 from kernelforge_tui.cards.dtypes import NUMPY, float_limits
 from kernelforge_tui.cards.model import EXACT, Distribution, Tolerance
-from kernelforge_tui.suite.task import Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
+from kernelforge_tui.suite.task import BASELINES, Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
 
 BF16_RTOL = 1.6e-2
 """PyTorch's bf16 rtol (the card default): a bf16 output is one rounding (2^-9) of its fp32 value, and the
@@ -94,29 +94,7 @@ CONV_1D = Task(
     outputs=(Tensor("y", ("n", "co", "l")),),
     flops="2 * n * co * l * ci * k",
     baseline=Baseline(
-        source="""
-// A thread per output y[b, o, i] = sum over c, t of weight[o, c, t] * x[b, c, i + t - k / 2] (torch's conv1d: a
-// cross-correlation, zero padding, same length), fp32 sums, loads straight from global memory.
-extern "C" __global__ void conv_1d_naive(const T* x, const T* weight, T* y, int n, int ci, int co, int l, int k) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)n * co * l) {
-        return;
-    }
-    const int i = (int)(idx % l);
-    const int o = (int)(idx / l % co);
-    const long long b = idx / ((long long)l * co);
-    float acc = 0.0f;
-    for (int c = 0; c < ci; ++c) {
-        for (int t = 0; t < k; ++t) {
-            const int at = i + t - k / 2;
-            if (at >= 0 && at < l) {
-                acc += ld(weight, ((long long)o * ci + c) * k + t) * ld(x, (b * ci + c) * l + at);
-            }
-        }
-    }
-    y[idx] = cv(acc);
-}
-""",
+        source=BASELINES.render("conv_1d.cu"),
         entry="conv_1d_naive",
         grid=("cdiv(n * co * l, 256)",),
         block=(256,),
@@ -162,35 +140,7 @@ CONV_2D = Task(
     outputs=(Tensor("y", ("n", "co", "h", "w")),),
     flops="2 * n * co * h * w * ci * k * k",
     baseline=Baseline(
-        source="""
-// A thread per output y[b, o, r, q] = sum over c, dy, dx of weight[o, c, dy, dx] * x[b, c, r + dy - k/2,
-// q + dx - k/2] (torch's conv2d: a cross-correlation, zero padding, same size), fp32 sums, global loads.
-extern "C" __global__ void conv_2d_naive(const T* x, const T* weight, T* y, int n, int ci, int co, int h, int w,
-                                         int k) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)n * co * h * w) {
-        return;
-    }
-    const int q = (int)(idx % w);
-    const int r = (int)(idx / w % h);
-    const int o = (int)(idx / ((long long)w * h) % co);
-    const long long b = idx / ((long long)w * h * co);
-    float acc = 0.0f;
-    for (int c = 0; c < ci; ++c) {
-        for (int dy = 0; dy < k; ++dy) {
-            for (int dx = 0; dx < k; ++dx) {
-                const int row = r + dy - k / 2;
-                const int col = q + dx - k / 2;
-                if (row >= 0 && row < h && col >= 0 && col < w) {
-                    const float wv = ld(weight, (((long long)o * ci + c) * k + dy) * k + dx);
-                    acc += wv * ld(x, ((b * ci + c) * h + row) * w + col);
-                }
-            }
-        }
-    }
-    y[idx] = cv(acc);
-}
-""",
+        source=BASELINES.render("conv_2d.cu"),
         entry="conv_2d_naive",
         grid=("cdiv(n * co * h * w, 256)",),
         block=(256,),
@@ -226,31 +176,7 @@ MAX_POOLING_2D = Task(
     outputs=(Tensor("y", ("n", "c", "h / 2", "w / 2")),),
     flops="3 * n * c * (h / 2) * (w / 2)",  # three comparisons per window
     baseline=Baseline(
-        source="""
-// A thread per output: the max of its 2x2 window. NaN propagates as in torch (fmaxf would drop it): a NaN value
-// replaces the running max, and nothing replaces a NaN max (v > NaN is false). The max is one of the inputs, so
-// cv() is exact.
-extern "C" __global__ void max_pooling_2d_naive(const T* x, T* y, int n, int c, int h, int w) {
-    const int ho = h / 2;
-    const int wo = w / 2;
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)n * c * ho * wo) {
-        return;
-    }
-    const int q = (int)(idx % wo);
-    const int r = (int)(idx / wo % ho);
-    const long long plane = idx / ((long long)wo * ho);
-    const T* p = x + (plane * h + 2 * r) * w + 2 * q;
-    float m = ld(p, 0);
-    const float others[3] = {ld(p, 1), ld(p, w), ld(p, w + 1)};
-    for (int j = 0; j < 3; ++j) {
-        if (others[j] > m || others[j] != others[j]) {
-            m = others[j];
-        }
-    }
-    y[idx] = cv(m);
-}
-""",
+        source=BASELINES.render("max_pooling_2d.cu"),
         entry="max_pooling_2d_naive",
         grid=("cdiv(n * c * (h / 2) * (w / 2), 256)",),
         block=(256,),
@@ -318,23 +244,7 @@ STENCIL_2D = Task(
     outputs=(Tensor("v", ("ny", "nx")),),
     flops="4 * ny * nx",  # three additions and a multiply per point
     baseline=Baseline(
-        source="""
-// A thread per point on 32x8 blocks: interior points take the mean of their 4 neighbours (fp32), boundary points
-// (fixed: Dirichlet) copy u as T.
-extern "C" __global__ void stencil_2d_naive(const T* u, T* v, int ny, int nx) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x;
-    const int y = blockIdx.y * blockDim.y + threadIdx.y;
-    if (x >= nx || y >= ny) {
-        return;
-    }
-    const long long at = (long long)y * nx + x;
-    if (x == 0 || y == 0 || x == nx - 1 || y == ny - 1) {
-        v[at] = u[at];
-        return;
-    }
-    v[at] = cv(0.25f * (ld(u, at - nx) + ld(u, at + nx) + ld(u, at - 1) + ld(u, at + 1)));
-}
-""",
+        source=BASELINES.render("stencil_2d.cu"),
         entry="stencil_2d_naive",
         grid=("cdiv(nx, 32)", "cdiv(ny, 8)"),
         block=(32, 8),
@@ -376,27 +286,7 @@ STENCIL_3D = Task(
     outputs=(Tensor("v", ("nz", "ny", "nx")),),
     flops="6 * nz * ny * nx",  # five additions and a multiply per point
     baseline=Baseline(
-        source="""
-// A thread per point (32x8 blocks, a z plane per grid layer): interior points take the mean of their 6
-// neighbours (fp32), boundary points (fixed: Dirichlet) copy u as T.
-extern "C" __global__ void stencil_3d_naive(const T* u, T* v, int nz, int ny, int nx) {
-    const int x = blockIdx.x * blockDim.x + threadIdx.x;
-    const int y = blockIdx.y * blockDim.y + threadIdx.y;
-    const int z = blockIdx.z;
-    if (x >= nx || y >= ny || z >= nz) {
-        return;
-    }
-    const long long plane = (long long)ny * nx;
-    const long long at = z * plane + (long long)y * nx + x;
-    if (x == 0 || y == 0 || z == 0 || x == nx - 1 || y == ny - 1 || z == nz - 1) {
-        v[at] = u[at];
-        return;
-    }
-    const float sum = ld(u, at - plane) + ld(u, at + plane) + ld(u, at - nx) + ld(u, at + nx) + ld(u, at - 1)
-                      + ld(u, at + 1);
-    v[at] = cv(sum * (1.0f / 6.0f));
-}
-""",
+        source=BASELINES.render("stencil_3d.cu"),
         entry="stencil_3d_naive",
         grid=("cdiv(nx, 32)", "cdiv(ny, 8)", "nz"),
         block=(32, 8),
@@ -432,63 +322,7 @@ PREFIX_SUM = Task(
     outputs=(Tensor("y", ("n",)),),
     flops="n",
     baseline=Baseline(
-        source="""
-// Inclusive scan in one launch, as a student writes it when blocks cannot wait for each other (a chained or
-// look-back scan needs flags in zeroed memory, and a card's only memory is its tensors). Block b owns the CHUNK
-// elements from b * CHUNK and:
-//  1. re-reads every element before its chunk to get its carry (each thread a strided share, then a tree in
-//     shared memory): O(n^2 / CHUNK) reads in all, the naive part;
-//  2. each thread sums its ITEMS consecutive elements serially;
-//  3. the block scans the thread totals (Hillis-Steele in shared memory);
-//  4. each thread adds its elements one by one onto carry + the totals before it, and writes each running sum.
-// At n = 2^22: 2048 blocks, 4.3e9 element reads in step 1 (17 GB in fp32, from L2 mostly: x is 16 MB), a few ms
-// on an H200 (the 100 ms a naive kernel may take is far off).
-#define ITEMS 8
-#define CHUNK (BLOCK * ITEMS)
-
-extern "C" __global__ void prefix_sum_naive(const T* x, T* y, int n) {
-    __shared__ float sh[BLOCK];
-    const int t = threadIdx.x;
-    const long long start = (long long)blockIdx.x * CHUNK;
-    float part = 0.0f;
-    for (long long i = t; i < start; i += BLOCK) {
-        part += ld(x, i);
-    }
-    sh[t] = part;
-    __syncthreads();
-    for (int s = BLOCK / 2; s > 0; s >>= 1) {
-        if (t < s) {
-            sh[t] += sh[t + s];
-        }
-        __syncthreads();
-    }
-    const float carry = sh[0];
-    __syncthreads();
-
-    const long long first = start + (long long)t * ITEMS;
-    float own = 0.0f;
-    for (int j = 0; j < ITEMS; ++j) {
-        if (first + j < n) {
-            own += ld(x, first + j);
-        }
-    }
-    sh[t] = own;
-    __syncthreads();
-    for (int d = 1; d < BLOCK; d <<= 1) {
-        const float add = t >= d ? sh[t - d] : 0.0f;
-        __syncthreads();
-        sh[t] += add;
-        __syncthreads();
-    }
-    float run = carry + (t > 0 ? sh[t - 1] : 0.0f);
-    for (int j = 0; j < ITEMS; ++j) {
-        if (first + j < n) {
-            run += ld(x, first + j);
-            y[first + j] = cv(run);
-        }
-    }
-}
-""",
+        source=BASELINES.render("prefix_sum.cu"),
         entry="prefix_sum_naive",
         grid=("cdiv(n, 2048)",),  # CHUNK = BLOCK * ITEMS = 2048
         block=(256,),
@@ -543,33 +377,7 @@ SORTING = Task(
     outputs=(Tensor("y", ("n",)),),
     flops="n * logn",  # comparisons of an n log n sort
     baseline=Baseline(
-        source="""
-// Rank sort: a thread per key counts the keys that sort before it and writes its key at that rank. The order is
-// strict and total, so the ranks are a permutation and every slot is written once: numbers ascending (+0 and -0
-// equal), NaN after every number, equal keys (and NaNs) by index. O(n^2) comparisons: the task's scales stop at
-// 2^18 (~20 ms on an H200).
-__device__ __forceinline__ bool sorts_before(float a, int j, float b, int i) {
-    const bool a_nan = a != a;
-    const bool b_nan = b != b;
-    if (a_nan || b_nan) {
-        return a_nan ? b_nan && j < i : true;
-    }
-    return a < b || (a == b && j < i);
-}
-
-extern "C" __global__ void sorting_naive(const T* x, T* y, int n) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) {
-        return;
-    }
-    const float key = ld(x, i);
-    int rank = 0;
-    for (int j = 0; j < n; ++j) {
-        rank += sorts_before(ld(x, j), j, key, i);
-    }
-    y[rank] = x[i];
-}
-""",
+        source=BASELINES.render("sorting.cu"),
         entry="sorting_naive",
         grid=("cdiv(n, 256)",),
         block=(256,),
@@ -615,33 +423,7 @@ FFT = Task(
     outputs=(Tensor("y", ("batch", "m", 2)),),
     flops="5 * batch * m * logm",  # the usual FFT count, 5 m log2 m per transform
     baseline=Baseline(
-        source="""
-// A naive DFT, a thread per output bin (row r, frequency k): y[k] = sum over j of x[j] * exp(-2 pi i j k / m),
-// fp32 sums. The angle is reduced exactly in integers, (j * k) mod m, before sincospif: an fp32 angle 2 pi j k / m
-// loses its low bits once j * k is large. m complex products per output (1024), ~10 ms at 2^22 on an H200.
-extern "C" __global__ void fft_naive(const T* x, T* y, int batch, int m) {
-    const long long idx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (long long)batch * m) {
-        return;
-    }
-    const int k = (int)(idx % m);
-    const long long row = (idx - k) * 2;
-    float re = 0.0f;
-    float im = 0.0f;
-    for (int j = 0; j < m; ++j) {
-        const int turn = (int)((long long)j * k % m);
-        float s;
-        float c;
-        sincospif(-2.0f * (float)turn / (float)m, &s, &c);
-        const float a = ld(x, row + 2 * j);
-        const float b = ld(x, row + 2 * j + 1);
-        re += a * c - b * s;
-        im += a * s + b * c;
-    }
-    y[2 * idx] = cv(re);
-    y[2 * idx + 1] = cv(im);
-}
-""",
+        source=BASELINES.render("fft.cu"),
         entry="fft_naive",
         grid=("cdiv(batch * m, 256)",),
         block=(256,),
@@ -689,35 +471,7 @@ MONTE_CARLO_INTEGRATION = Task(
     outputs=(Tensor("estimate", (1,)),),
     flops="n * (2 * d + 2)",  # a square and an add per coordinate, the exp, the sum
     baseline=Baseline(
-        source="""
-// One block: the output is a single value and is not zeroed before a launch, so a thread per point with an
-// atomicAdd into it has nothing to add onto. Each thread sums f over every BLOCK-th point (fp32), a tree in shared
-// memory adds the threads' sums, thread 0 writes the mean. At 2^20 points, 4096 per thread: well under 10 ms.
-extern "C" __global__ void monte_carlo_integration_naive(const T* points, T* estimate, int n, int d) {
-    __shared__ float sh[BLOCK];
-    const int t = threadIdx.x;
-    float s = 0.0f;
-    for (long long i = t; i < n; i += BLOCK) {
-        float r2 = 0.0f;
-        for (int a = 0; a < d; ++a) {
-            const float v = ld(points, i * d + a);
-            r2 += v * v;
-        }
-        s += expf(-r2);
-    }
-    sh[t] = s;
-    __syncthreads();
-    for (int h = BLOCK / 2; h > 0; h >>= 1) {
-        if (t < h) {
-            sh[t] += sh[t + h];
-        }
-        __syncthreads();
-    }
-    if (t == 0) {
-        estimate[0] = cv(sh[0] / (float)n);
-    }
-}
-""",
+        source=BASELINES.render("monte_carlo_integration.cu"),
         entry="monte_carlo_integration_naive",
         grid=(1,),
         block=(256,),
@@ -763,22 +517,7 @@ SIMPSON_INTEGRATION = Task(
     outputs=(Tensor("integral", ("rows",)),),
     flops="rows * (2 * m + 3)",  # a multiply-add per sample, the final scale
     baseline=Baseline(
-        source="""
-// A thread per integral: walks its row of m + 1 samples with the weights 1, 4, 2, ..., 4, 1 (fp32 sum), then
-// times h / 3 with h = 1 / m (m even).
-extern "C" __global__ void simpson_integration_naive(const T* f, T* integral, int rows, int m) {
-    const long long r = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) {
-        return;
-    }
-    const long long row = r * (m + 1);
-    float s = ld(f, row) + ld(f, row + m);
-    for (int i = 1; i < m; ++i) {
-        s += (i % 2 == 1 ? 4.0f : 2.0f) * ld(f, row + i);
-    }
-    integral[r] = cv(s / (3.0f * (float)m));
-}
-""",
+        source=BASELINES.render("simpson_integration.cu"),
         entry="simpson_integration_naive",
         grid=("cdiv(rows, 256)",),
         block=(256,),

@@ -19,10 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from kernelforge_tui.capture.baselines import REDUCE
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import EXACT, Distribution, Tolerance
-from kernelforge_tui.suite.task import Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
+from kernelforge_tui.suite.task import BASELINES, Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
 
 ROW = 1024
 """Row length of the row tasks: an LLM hidden size's order, and short enough for a thread per row."""
@@ -100,29 +99,7 @@ SOFTMAX = Task(
     outputs=(Tensor("y", ("rows", "cols")),),
     flops="5 * rows * cols",
     baseline=Baseline(
-        source="""
-// A thread per row: the row's max, the sum of exp(x - max), then exp(x - max) / sum, three reads of the row.
-// fmaxf skips a NaN but exp(NaN - max) does not, so a NaN, a +inf (inf - inf) or an all -inf row (-inf - -inf)
-// makes its row NaN, as torch.softmax gives; a -inf alone is a masked entry (exp(-inf) = 0).
-extern "C" __global__ void softmax_naive(const T* x, T* y, int rows, int cols) {
-    const int r = blockIdx.x * BLOCK + threadIdx.x;
-    if (r >= rows) {
-        return;
-    }
-    const long long base = (long long)r * cols;
-    float m = NEG_INF;
-    for (int j = 0; j < cols; ++j) {
-        m = fmaxf(m, ld(x, base + j));
-    }
-    float s = 0.0f;
-    for (int j = 0; j < cols; ++j) {
-        s += expf(ld(x, base + j) - m);
-    }
-    for (int j = 0; j < cols; ++j) {
-        y[base + j] = cv(expf(ld(x, base + j) - m) / s);
-    }
-}
-""",
+        source=BASELINES.render("softmax.cu"),
         entry="softmax_naive",
         grid=("cdiv(rows, 256)",),
         block=(256,),
@@ -162,31 +139,7 @@ LAYER_NORM = Task(
     outputs=(Tensor("y", ("rows", "cols")),),
     flops="8 * rows * cols",
     baseline=Baseline(
-        source="""
-// A thread per row, two passes for the statistics (the mean, then the centred sum of squares: no cancellation,
-// and a constant row gives x - mean = 0 exactly, so y = b), then the write. eps 1e-5.
-extern "C" __global__ void layer_norm_naive(const T* x, const T* w, const T* b, T* y, int rows, int cols) {
-    const int r = blockIdx.x * BLOCK + threadIdx.x;
-    if (r >= rows) {
-        return;
-    }
-    const long long base = (long long)r * cols;
-    float s = 0.0f;
-    for (int j = 0; j < cols; ++j) {
-        s += ld(x, base + j);
-    }
-    const float mean = s / (float)cols;
-    float sq = 0.0f;
-    for (int j = 0; j < cols; ++j) {
-        const float d = ld(x, base + j) - mean;
-        sq += d * d;
-    }
-    const float rstd = rsqrtf(sq / (float)cols + 1e-5f);
-    for (int j = 0; j < cols; ++j) {
-        y[base + j] = cv((ld(x, base + j) - mean) * rstd * ld(w, j) + ld(b, j));
-    }
-}
-""",
+        source=BASELINES.render("layer_norm.cu"),
         entry="layer_norm_naive",
         grid=("cdiv(rows, 256)",),
         block=(256,),
@@ -228,26 +181,7 @@ RMS_NORM = Task(
     outputs=(Tensor("y", ("rows", "cols")),),
     flops="4 * rows * cols",
     baseline=Baseline(
-        source="""
-// A thread per row: the sum of squares, then the write. eps 1e-6. An inf makes the sum inf and the scale 0, so the
-// row is 0 with NaN at the inf (inf * 0), as torch gives.
-extern "C" __global__ void rms_norm_naive(const T* x, const T* w, T* y, int rows, int cols) {
-    const int r = blockIdx.x * BLOCK + threadIdx.x;
-    if (r >= rows) {
-        return;
-    }
-    const long long base = (long long)r * cols;
-    float ss = 0.0f;
-    for (int j = 0; j < cols; ++j) {
-        const float v = ld(x, base + j);
-        ss += v * v;
-    }
-    const float scale = rsqrtf(ss / (float)cols + 1e-6f);
-    for (int j = 0; j < cols; ++j) {
-        y[base + j] = cv(ld(x, base + j) * scale * ld(w, j));
-    }
-}
-""",
+        source=BASELINES.render("rms_norm.cu"),
         entry="rms_norm_naive",
         grid=("cdiv(rows, 256)",),
         block=(256,),
@@ -300,33 +234,7 @@ BATCH_NORM = Task(
     outputs=(Tensor("y", ("n", "c", "h", "w")),),
     flops="8 * n * c * h * w",
     baseline=Baseline(
-        source=REDUCE
-        + """
-// A block per channel (a thread per channel would loop over n*h*w = 65536 elements alone at 2^22): each thread
-// sums a strided share of the channel's n planes, a shared-memory tree adds the shares (block_sum); two passes,
-// the mean, then the centred sum of squares (biased variance, as torch normalises with); then the write. eps 1e-5.
-extern "C" __global__ void batch_norm_naive(const T* x, const T* weight, const T* bias, T* y, int n, int c, int hw) {
-    __shared__ float sh[BLOCK];
-    const int ch = blockIdx.x;
-    const long long count = (long long)n * hw;
-    float s = 0.0f;
-    for (long long k = threadIdx.x; k < count; k += BLOCK) {
-        s += ld(x, ((k / hw) * c + ch) * hw + k % hw);
-    }
-    const float mean = block_sum(s, sh) / (float)count;
-    float sq = 0.0f;
-    for (long long k = threadIdx.x; k < count; k += BLOCK) {
-        const float d = ld(x, ((k / hw) * c + ch) * hw + k % hw) - mean;
-        sq += d * d;
-    }
-    const float rstd = rsqrtf(block_sum(sq, sh) / (float)count + 1e-5f);
-    const float scale = rstd * ld(weight, ch), shift = ld(bias, ch);
-    for (long long k = threadIdx.x; k < count; k += BLOCK) {
-        const long long i = ((k / hw) * c + ch) * hw + k % hw;
-        y[i] = cv((ld(x, i) - mean) * scale + shift);
-    }
-}
-""",
+        source=BASELINES.render("batch_norm.cu"),
         entry="batch_norm_naive",
         grid=("c",),
         block=(256,),
@@ -386,57 +294,7 @@ SOFTMAX_ATTENTION = Task(
     outputs=(Tensor("o", ("heads", "seq", "d")),),
     flops="4 * heads * seq * seq * d + 5 * heads * seq * seq",
     baseline=Baseline(
-        source="""
-#define HEAD_DIM 64  // the task's d at every scale; q and the output row are kept in registers
-
-// A thread per query row (head, i): its scores against every key, twice (the max, then the sum of exp(s - max)
-// and the exp-weighted sum of the value rows), then the division. Nothing is shared between threads but caches.
-extern "C" __global__ void softmax_attention_naive(const T* q, const T* k, const T* v, T* o, int rows, int seq) {
-    const int r = blockIdx.x * BLOCK + threadIdx.x;
-    if (r >= rows) {
-        return;
-    }
-    const long long head = (long long)(r / seq) * seq * HEAD_DIM;
-    const float scale = 1.0f / sqrtf((float)HEAD_DIM);
-    float qr[HEAD_DIM];
-#pragma unroll
-    for (int c = 0; c < HEAD_DIM; ++c) {
-        qr[c] = ld(q, (long long)r * HEAD_DIM + c) * scale;
-    }
-    float m = NEG_INF;
-    for (int j = 0; j < seq; ++j) {
-        float s = 0.0f;
-#pragma unroll
-        for (int c = 0; c < HEAD_DIM; ++c) {
-            s += qr[c] * ld(k, head + (long long)j * HEAD_DIM + c);
-        }
-        m = fmaxf(m, s);
-    }
-    float acc[HEAD_DIM];
-#pragma unroll
-    for (int c = 0; c < HEAD_DIM; ++c) {
-        acc[c] = 0.0f;
-    }
-    float sum = 0.0f;
-    for (int j = 0; j < seq; ++j) {
-        float s = 0.0f;
-#pragma unroll
-        for (int c = 0; c < HEAD_DIM; ++c) {
-            s += qr[c] * ld(k, head + (long long)j * HEAD_DIM + c);
-        }
-        const float p = expf(s - m);
-        sum += p;
-#pragma unroll
-        for (int c = 0; c < HEAD_DIM; ++c) {
-            acc[c] += p * ld(v, head + (long long)j * HEAD_DIM + c);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < HEAD_DIM; ++c) {
-        o[(long long)r * HEAD_DIM + c] = cv(acc[c] / sum);
-    }
-}
-""",
+        source=BASELINES.render("softmax_attention.cu"),
         entry="softmax_attention_naive",
         grid=("cdiv(heads * seq, 256)",),
         block=(256,),
@@ -494,26 +352,7 @@ ROPE = Task(
     outputs=(Tensor("y", ("tokens", "heads", "d")),),
     flops="3 * tokens * heads * d",
     baseline=Baseline(
-        source="""
-// A thread per output element. Rotate-half pairs (c, c + d/2) of each (token, head): with cs, sn the token's
-// table entries for pair p, y[p] = x[p] cs - x[p + d/2] sn and y[p + d/2] = x[p + d/2] cs + x[p] sn.
-extern "C" __global__ void rope_naive(const T* x, const T* cos_cache, const T* sin_cache, T* y, long long total,
-                                      int heads, int d) {
-    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
-    if (i >= total) {
-        return;
-    }
-    const int half = d / 2;
-    const int c = (int)(i % d);
-    const long long token = i / ((long long)heads * d);
-    const int p = c < half ? c : c - half;
-    const long long pair = i - c + p;  // x[p] of this (token, head)
-    const float cs = ld(cos_cache, token * half + p);
-    const float sn = ld(sin_cache, token * half + p);
-    const float first = ld(x, pair), second = ld(x, pair + half);
-    y[i] = cv(c < half ? first * cs - second * sn : second * cs + first * sn);
-}
-""",
+        source=BASELINES.render("rope.cu"),
         entry="rope_naive",
         grid=("cdiv(tokens * heads * d, 256)",),
         block=(256,),
@@ -555,16 +394,7 @@ SWIGLU = Task(
     outputs=(Tensor("y", ("tokens", "hidden")),),
     flops="5 * tokens * hidden",
     baseline=Baseline(
-        source="""
-// A thread per element: silu(gate) * up with silu(a) = a / (1 + exp(-a)), as torch writes it.
-extern "C" __global__ void swiglu_naive(const T* gate, const T* up, T* y, long long n) {
-    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
-    if (i < n) {
-        const float a = ld(gate, i);
-        y[i] = cv(a / (1.0f + expf(-a)) * ld(up, i));
-    }
-}
-""",
+        source=BASELINES.render("swiglu.cu"),
         entry="swiglu_naive",
         grid=("cdiv(tokens * hidden, 256)",),
         block=(256,),
@@ -595,18 +425,7 @@ SILU_AND_MUL = Task(
     outputs=(Tensor("y", ("tokens", "hidden")),),
     flops="5 * tokens * hidden",
     baseline=Baseline(
-        source="""
-// A thread per output element (t, j): the gate x[t, j] and the value x[t, hidden + j] of the same row.
-extern "C" __global__ void silu_and_mul_naive(const T* x, T* y, long long n, int hidden) {
-    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
-    if (i < n) {
-        const long long row = (i / hidden) * 2 * hidden;
-        const int j = (int)(i % hidden);
-        const float a = ld(x, row + j);
-        y[i] = cv(a / (1.0f + expf(-a)) * ld(x, row + hidden + j));
-    }
-}
-""",
+        source=BASELINES.render("silu_and_mul.cu"),
         entry="silu_and_mul_naive",
         grid=("cdiv(tokens * hidden, 256)",),
         block=(256,),
@@ -672,28 +491,7 @@ MERGE_ATTN_STATES = Task(
     outputs=(Tensor("output", ("tokens", "heads", "d")), Tensor("output_lse", ("heads", "tokens"), dtype="float32")),
     flops="3 * tokens * heads * d + 8 * tokens * heads",
     baseline=Baseline(
-        source="""
-// A thread per output element: its (token, head)'s two lse values give m = max, weights exp(lse - m) / their sum;
-// the output is the weighted sum of the two partial outputs, and the first thread of the row writes log(sum) + m.
-extern "C" __global__ void merge_attn_states_naive(const T* prefix_output, const float* prefix_lse,
-                                                   const T* suffix_output, const float* suffix_lse, T* output,
-                                                   float* output_lse, long long total, int tokens, int heads, int d) {
-    const long long i = (long long)blockIdx.x * BLOCK + threadIdx.x;
-    if (i >= total) {
-        return;
-    }
-    const long long row = i / d;  // token * heads + head
-    const long long at = (row % heads) * tokens + row / heads;
-    const float pl = prefix_lse[at], sl = suffix_lse[at];
-    const float m = fmaxf(pl, sl);
-    const float pe = expf(pl - m), se = expf(sl - m);
-    const float sum = pe + se;
-    output[i] = cv(ld(prefix_output, i) * (pe / sum) + ld(suffix_output, i) * (se / sum));
-    if (i % d == 0) {
-        output_lse[at] = logf(sum) + m;
-    }
-}
-""",
+        source=BASELINES.render("merge_attn_states.cu"),
         entry="merge_attn_states_naive",
         grid=("cdiv(tokens * heads * d, 256)",),
         block=(256,),
@@ -759,62 +557,7 @@ TRIANGLE_ATTENTION = Task(
     outputs=(Tensor("o", ("n", "n", "heads", "c")),),
     flops="4 * n * n * n * heads * c + 6 * n * n * n * heads",
     baseline=Baseline(
-        source="""
-#define C_HEAD 32  // the task's c at every scale; q and the output row are kept in registers
-
-// A thread per output row (i, j, h): its scores against the n keys of row i (plus the pair bias of (j, k)),
-// twice (the max, then the sum of exp(s - max) and the exp-weighted sum of the value rows), then the division.
-extern "C" __global__ void triangle_attention_naive(const T* q, const T* k, const T* v, const T* bias, T* o, int n,
-                                                    int heads) {
-    const long long r = (long long)blockIdx.x * BLOCK + threadIdx.x;  // (i * n + j) * heads + h
-    if (r >= (long long)n * n * heads) {
-        return;
-    }
-    const int h = (int)(r % heads);
-    const long long j = (r / heads) % n;
-    const long long i = r / ((long long)heads * n);
-    const float scale = 1.0f / sqrtf((float)C_HEAD);
-    float qr[C_HEAD];
-#pragma unroll
-    for (int c = 0; c < C_HEAD; ++c) {
-        qr[c] = ld(q, r * C_HEAD + c);
-    }
-    float m = NEG_INF;
-    for (int kk = 0; kk < n; ++kk) {
-        const long long key = ((i * n + kk) * heads + h) * C_HEAD;
-        float s = 0.0f;
-#pragma unroll
-        for (int c = 0; c < C_HEAD; ++c) {
-            s += qr[c] * ld(k, key + c);
-        }
-        m = fmaxf(m, s * scale + ld(bias, (j * n + kk) * heads + h));
-    }
-    float acc[C_HEAD];
-#pragma unroll
-    for (int c = 0; c < C_HEAD; ++c) {
-        acc[c] = 0.0f;
-    }
-    float sum = 0.0f;
-    for (int kk = 0; kk < n; ++kk) {
-        const long long key = ((i * n + kk) * heads + h) * C_HEAD;
-        float s = 0.0f;
-#pragma unroll
-        for (int c = 0; c < C_HEAD; ++c) {
-            s += qr[c] * ld(k, key + c);
-        }
-        const float p = expf(s * scale + ld(bias, (j * n + kk) * heads + h) - m);
-        sum += p;
-#pragma unroll
-        for (int c = 0; c < C_HEAD; ++c) {
-            acc[c] += p * ld(v, key + c);
-        }
-    }
-#pragma unroll
-    for (int c = 0; c < C_HEAD; ++c) {
-        o[r * C_HEAD + c] = cv(acc[c] / sum);
-    }
-}
-""",
+        source=BASELINES.render("triangle_attention.cu"),
         entry="triangle_attention_naive",
         grid=("cdiv(n * n * heads, 256)",),
         block=(256,),
@@ -871,41 +614,7 @@ TOP_K_TASK = Task(
     outputs=(Tensor("values", ("rows", "k")), Tensor("indices", ("rows", "k"), dtype="int32")),
     flops="rows * cols",
     baseline=Baseline(
-        source="""
-#define MAX_K 32  // the task's k is 8
-
-// A thread per row, one pass: the k best so far kept sorted (descending) in a local array; an element enters only
-// if strictly greater than the k-th best and moves up past strictly smaller ones, so among equal values the
-// earlier (lower) index stays ahead: ties go to the lower index.
-extern "C" __global__ void top_k_naive(const T* x, T* values, int* indices, int rows, int cols, int k) {
-    const int r = blockIdx.x * BLOCK + threadIdx.x;
-    if (r >= rows || k > MAX_K) {
-        return;
-    }
-    const long long base = (long long)r * cols;
-    float best[MAX_K];
-    int where[MAX_K];
-    int count = 0;
-    for (int j = 0; j < cols; ++j) {
-        const float v = ld(x, base + j);
-        if (count == k && !(v > best[k - 1])) {
-            continue;
-        }
-        int p = count < k ? count++ : k - 1;
-        while (p > 0 && best[p - 1] < v) {
-            best[p] = best[p - 1];
-            where[p] = where[p - 1];
-            --p;
-        }
-        best[p] = v;
-        where[p] = j;
-    }
-    for (int p = 0; p < k; ++p) {
-        values[(long long)r * k + p] = x[base + where[p]];
-        indices[(long long)r * k + p] = where[p];
-    }
-}
-""",
+        source=BASELINES.render("top_k.cu"),
         entry="top_k_naive",
         grid=("cdiv(rows, 256)",),
         block=(256,),

@@ -50,7 +50,7 @@ import numpy as np
 
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import Distribution, Tolerance
-from kernelforge_tui.suite.task import Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
+from kernelforge_tui.suite.task import BASELINES, Arrays, Baseline, Precision, Sizes, Task, Tensor, Vendor
 
 PATTERNS = ("uniform", "power_law", "banded")
 MEAN_ROW = 16
@@ -258,208 +258,6 @@ def multiply(e: Entries, rhs: np.ndarray, nrows: int) -> np.ndarray:
     return np.stack(columns, axis=1)
 
 
-# -- the baselines --------------------------------------------------------------------------------------------------
-
-SPMV_CSR = """
-// A thread per row: y[r] is the fp32 sum over the row's entries. A long row keeps its thread, and the 31 others of
-// its warp, busy alone: the imbalance power-law rows cause.
-extern "C" __global__ void spmv_csr_naive(const T* values, const int* col_idx, const int* row_ptr, const T* x, T* y,
-                                          int nrows) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < nrows) {
-        float sum = 0.0f;
-        for (int p = row_ptr[r]; p < row_ptr[r + 1]; ++p) {
-            sum += ld(values, p) * ld(x, col_idx[p]);
-        }
-        y[r] = cv(sum);
-    }
-}
-"""
-
-SPMM_CSR = """
-// A thread per output c[r, j]: the fp32 sum over row r's entries of value * b[col, j]. Neighbouring threads share
-// a row and read neighbouring b elements.
-extern "C" __global__ void spmm_csr_naive(const T* values, const int* col_idx, const int* row_ptr, const T* b, T* c,
-                                          int nrows, int k) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (long long)nrows * k) {
-        const int r = (int)(i / k);
-        const int j = (int)(i % k);
-        float sum = 0.0f;
-        for (int p = row_ptr[r]; p < row_ptr[r + 1]; ++p) {
-            sum += ld(values, p) * ld(b, (long long)col_idx[p] * k + j);
-        }
-        c[i] = cv(sum);
-    }
-}
-"""
-
-# CSC scatters: column c adds values * x[c] into scattered rows. One launch and a NaN-poisoned y rule out atomics
-# into y, so a block owns SLICE outputs, zeroes them in shared memory, adds the contributions that land there while
-# its threads walk every column (a thread per column), and writes them once.
-CSC_SLICE = f"""
-#define SLICE {SLICE}  // fp32 accumulators of a block: 32 KiB of shared memory
-"""
-
-SPMV_CSC = (
-    CSC_SLICE
-    + """
-extern "C" __global__ void spmv_csc_naive(const T* values, const int* row_idx, const int* col_ptr, const T* x, T* y,
-                                          int nrows, int ncols) {
-    __shared__ float acc[SLICE];
-    const int r0 = blockIdx.x * SLICE;
-    const int rows = min(SLICE, nrows - r0);
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
-        acc[i] = 0.0f;
-    }
-    __syncthreads();
-    for (int col = threadIdx.x; col < ncols; col += blockDim.x) {
-        const float xc = ld(x, col);
-        for (int p = col_ptr[col]; p < col_ptr[col + 1]; ++p) {
-            const int i = row_idx[p] - r0;
-            if (i >= 0 && i < rows) {
-                atomicAdd(&acc[i], ld(values, p) * xc);
-            }
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows; i += blockDim.x) {
-        y[r0 + i] = cv(acc[i]);
-    }
-}
-"""
-)
-
-SPMM_CSC = (
-    CSC_SLICE
-    + """
-// A block owns SLICE / k rows of c (k <= SLICE), all k columns of each.
-extern "C" __global__ void spmm_csc_naive(const T* values, const int* row_idx, const int* col_ptr, const T* b, T* c,
-                                          int nrows, int ncols, int k) {
-    __shared__ float acc[SLICE];
-    const int per_block = SLICE / k;
-    const int r0 = blockIdx.x * per_block;
-    const int rows = min(per_block, nrows - r0);
-    for (int i = threadIdx.x; i < rows * k; i += blockDim.x) {
-        acc[i] = 0.0f;
-    }
-    __syncthreads();
-    for (int col = threadIdx.x; col < ncols; col += blockDim.x) {
-        for (int p = col_ptr[col]; p < col_ptr[col + 1]; ++p) {
-            const int i = row_idx[p] - r0;
-            if (i >= 0 && i < rows) {
-                const float v = ld(values, p);
-                for (int j = 0; j < k; ++j) {
-                    atomicAdd(&acc[i * k + j], v * ld(b, (long long)col * k + j));
-                }
-            }
-        }
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < rows * k; i += blockDim.x) {
-        c[(long long)r0 * k + i] = cv(acc[i]);
-    }
-}
-"""
-)
-
-# COO sorted by row: a row's entries are one run of row_idx, found by binary search; no atomics, every output
-# written once (an empty row's search lands on the next row and sums nothing).
-FIRST_OF_ROW = """
-// The first position p with row_idx[p] >= r (nnz when none): row_idx is sorted.
-__device__ int first_of_row(const int* row_idx, int nnz, int r) {
-    int lo = 0;
-    int hi = nnz;
-    while (lo < hi) {
-        const int mid = lo + (hi - lo) / 2;
-        if (row_idx[mid] < r) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
-"""
-
-SPMV_COO = (
-    FIRST_OF_ROW
-    + """
-// A thread per row: binary search for the row's run, then the fp32 sum over it.
-extern "C" __global__ void spmv_coo_naive(const T* values, const int* row_idx, const int* col_idx, const T* x, T* y,
-                                          int nrows, int nnz) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < nrows) {
-        float sum = 0.0f;
-        for (int p = first_of_row(row_idx, nnz, r); p < nnz && row_idx[p] == r; ++p) {
-            sum += ld(values, p) * ld(x, col_idx[p]);
-        }
-        y[r] = cv(sum);
-    }
-}
-"""
-)
-
-SPMM_COO = (
-    FIRST_OF_ROW
-    + """
-// A thread per output c[r, j]: binary search for row r's run, then the fp32 sum of value * b[col, j] over it.
-extern "C" __global__ void spmm_coo_naive(const T* values, const int* row_idx, const int* col_idx, const T* b, T* c,
-                                          int nrows, int k, int nnz) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (long long)nrows * k) {
-        const int r = (int)(i / k);
-        const int j = (int)(i % k);
-        float sum = 0.0f;
-        for (int p = first_of_row(row_idx, nnz, r); p < nnz && row_idx[p] == r; ++p) {
-            sum += ld(values, p) * ld(b, (long long)col_idx[p] * k + j);
-        }
-        c[i] = cv(sum);
-    }
-}
-"""
-)
-
-SPMV_ELL = """
-// A thread per row over all its width slots, skipping padding (column -1: x is never read there).
-extern "C" __global__ void spmv_ell_naive(const T* values, const int* col_idx, const T* x, T* y, int nrows, int width) {
-    const int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r < nrows) {
-        float sum = 0.0f;
-        for (int s = 0; s < width; ++s) {
-            const long long at = (long long)r * width + s;
-            const int col = col_idx[at];
-            if (col >= 0) {
-                sum += ld(values, at) * ld(x, col);
-            }
-        }
-        y[r] = cv(sum);
-    }
-}
-"""
-
-SPMM_ELL = """
-// A thread per output c[r, j] over row r's width slots, skipping padding (column -1: b is never read there).
-extern "C" __global__ void spmm_ell_naive(const T* values, const int* col_idx, const T* b, T* c, int nrows, int width,
-                                          int k) {
-    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (long long)nrows * k) {
-        const int r = (int)(i / k);
-        const int j = (int)(i % k);
-        float sum = 0.0f;
-        for (int s = 0; s < width; ++s) {
-            const long long at = (long long)r * width + s;
-            const int col = col_idx[at];
-            if (col >= 0) {
-                sum += ld(values, at) * ld(b, (long long)col * k + j);
-            }
-        }
-        c[i] = cv(sum);
-    }
-}
-"""
-
-
 # -- the tasks ------------------------------------------------------------------------------------------------------
 
 
@@ -623,35 +421,38 @@ def product(fmt: Format, baseline: Baseline, spmm: bool = False) -> Task:
 ELEMENT_SIZE: dict[Precision, int] = {"float32": 4, "bfloat16": 2}
 
 
-def _plan(source: str, entry: str, grid: str, args: tuple[str, ...]) -> Baseline:
-    return Baseline(source=source, entry=entry, grid=(grid,), block=(256,), args=args)
+def _plan(file: str, entry: str, grid: str, args: tuple[str, ...]) -> Baseline:
+    """The baseline in cuda/FILE (the CSC ones own SLICE outputs a block)."""
+    return Baseline(source=BASELINES.render(file, slice=SLICE), entry=entry, grid=(grid,), block=(256,), args=args)
 
 
 ROWS = "cdiv(nrows, 256)"
 OUTPUTS = "cdiv(nrows * k, 256)"
 
 TASKS: tuple[Task, ...] = (
-    product(CSR, _plan(SPMV_CSR, "spmv_csr_naive", ROWS, ("values", "col_idx", "row_ptr", "x", "y", "nrows"))),
+    product(CSR, _plan("spmv_csr.cu", "spmv_csr_naive", ROWS, ("values", "col_idx", "row_ptr", "x", "y", "nrows"))),
     product(
         CSC,
         _plan(
-            SPMV_CSC,
+            "spmv_csc.cu",
             "spmv_csc_naive",
             f"cdiv(nrows, {SLICE})",
             ("values", "row_idx", "col_ptr", "x", "y", "nrows", "ncols"),
         ),
     ),
-    product(COO, _plan(SPMV_COO, "spmv_coo_naive", ROWS, ("values", "row_idx", "col_idx", "x", "y", "nrows", "nnz"))),
-    product(ELL, _plan(SPMV_ELL, "spmv_ell_naive", ROWS, ("values", "col_idx", "x", "y", "nrows", "width"))),
+    product(
+        COO, _plan("spmv_coo.cu", "spmv_coo_naive", ROWS, ("values", "row_idx", "col_idx", "x", "y", "nrows", "nnz"))
+    ),
+    product(ELL, _plan("spmv_ell.cu", "spmv_ell_naive", ROWS, ("values", "col_idx", "x", "y", "nrows", "width"))),
     product(
         CSR,
-        _plan(SPMM_CSR, "spmm_csr_naive", OUTPUTS, ("values", "col_idx", "row_ptr", "b", "c", "nrows", "k")),
+        _plan("spmm_csr.cu", "spmm_csr_naive", OUTPUTS, ("values", "col_idx", "row_ptr", "b", "c", "nrows", "k")),
         spmm=True,
     ),
     product(
         CSC,
         _plan(
-            SPMM_CSC,
+            "spmm_csc.cu",
             "spmm_csc_naive",
             f"cdiv(nrows, {SLICE} // k)",
             ("values", "row_idx", "col_ptr", "b", "c", "nrows", "ncols", "k"),
@@ -660,12 +461,14 @@ TASKS: tuple[Task, ...] = (
     ),
     product(
         COO,
-        _plan(SPMM_COO, "spmm_coo_naive", OUTPUTS, ("values", "row_idx", "col_idx", "b", "c", "nrows", "k", "nnz")),
+        _plan(
+            "spmm_coo.cu", "spmm_coo_naive", OUTPUTS, ("values", "row_idx", "col_idx", "b", "c", "nrows", "k", "nnz")
+        ),
         spmm=True,
     ),
     product(
         ELL,
-        _plan(SPMM_ELL, "spmm_ell_naive", OUTPUTS, ("values", "col_idx", "b", "c", "nrows", "width", "k")),
+        _plan("spmm_ell.cu", "spmm_ell_naive", OUTPUTS, ("values", "col_idx", "b", "c", "nrows", "width", "k")),
         spmm=True,
     ),
 )

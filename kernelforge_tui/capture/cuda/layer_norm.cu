@@ -1,0 +1,26 @@
+//@ y = (x - mean) * rsqrt(var + eps) * w + b over the rows of x[rows, cols], a block per row, two passes (no
+//@ cancellation).
+#include "prelude.cuh"
+
+#include "block_reduce.cuh"
+
+extern "C" __global__ void kf_capture_layer_norm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
+                                   T* __restrict__ y, int rows, int cols) {
+    __shared__ float sh[BLOCK];
+    const T* xr = x + (long long)blockIdx.x * cols;
+    T* yr = y + (long long)blockIdx.x * cols;
+    float s = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += BLOCK) {
+        s += ld(xr, j);
+    }
+    const float mean = block_sum(s, sh) / (float)cols;
+    float sq = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += BLOCK) {
+        const float d = ld(xr, j) - mean;
+        sq += d * d;
+    }
+    const float rstd = rsqrtf(block_sum(sq, sh) / (float)cols + $eps);
+    for (int j = threadIdx.x; j < cols; j += BLOCK) {
+        yr[j] = cv((ld(xr, j) - mean) * rstd * ld(w, j) + ld(b, j));
+    }
+}

@@ -1,0 +1,20 @@
+//@ y = x * rsqrt(mean(x^2) + eps) * w over the rows of x[rows, cols], a block per row.
+#include "prelude.cuh"
+
+#include "block_reduce.cuh"
+
+extern "C" __global__ void kf_capture_rms_norm(const T* __restrict__ x, const T* __restrict__ w, T* __restrict__ y, int rows,
+                                   int cols) {
+    __shared__ float sh[BLOCK];
+    const T* xr = x + (long long)blockIdx.x * cols;
+    T* yr = y + (long long)blockIdx.x * cols;
+    float ss = 0.0f;
+    for (int j = threadIdx.x; j < cols; j += BLOCK) {
+        const float v = ld(xr, j);
+        ss += v * v;
+    }
+    const float inv = rsqrtf(block_sum(ss, sh) / (float)cols + $eps);
+    for (int j = threadIdx.x; j < cols; j += BLOCK) {
+        yr[j] = cv(ld(xr, j) * inv * ld(w, j));
+    }
+}
