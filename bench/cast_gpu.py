@@ -430,18 +430,17 @@ def host_parts(
       call), run (alloc + stream + pointers + driver call), launch (`runner.launch`, run on the first tensor's
       device);
     - refused, eager_refused: the refused call through the package and eagerly."""
-    from kernelforge_tui.cast.runtime import signature
-
     tensors = runner.check(args, kwargs)
     assert not isinstance(tensors, str), f"the guard refuses the call its kernel was made for: {tensors}"
     device = max(tensors[0].get_device(), 0)
     in_pointers = [t.data_ptr() for t in tensors]
     call = tuple(args)
-    decided = {signature(call, torch.Tensor): (runner, device, runner.fallbacks, "")}
+    signature = next(o for o in cast.overrides() if runner in o.by_key.get(runner.key, ())).signature
+    decided = {signature(call): (runner, device, runner.fallbacks, "")}
     alignments = runner.alignments
 
     def guard() -> Any:
-        found = decided.get(signature(call, torch.Tensor))
+        found = decided.get(signature(call))
         return found, [p % a for p, a in zip([t.data_ptr() for t in tensors], alignments, strict=True)]
 
     out = runner.run(device, tensors, in_pointers)

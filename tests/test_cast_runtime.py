@@ -313,38 +313,42 @@ def _with_scalar(accepts: list[Any]) -> KernelEntry:
 
 
 def test_a_signature_holds_everything_the_guard_decides_on() -> None:
-    # The hot path keeps the guard's decision per call signature (`signature`): two calls with one signature must
-    # get one decision from the full guard, pointers aside (the hot path checks those per call).
-    from kernelforge_tui.cast.runtime import signature
+    # The hot path keeps the guard's decision per call signature (`signature_of`): two calls with one signature must
+    # get one decision from the full guard, pointers aside (the hot path checks those per call). The calls are
+    # those the dispatcher hands over: an int argument as an int, a bool one as a bool.
+    from kernelforge_tui.cast.runtime import signature_of
 
     entry, _ = softmax_entry(alignment=64)
     runner = _runner(entry)
+    signature = signature_of(torch.ops.aten._softmax.default._schema)
     x = torch.randn(4, 8)
     calls: list[tuple[object, ...]] = [
         (x, -1, False),
         (torch.randn(4, 8), -1, False),  # another tensor of the same signature
         (x, 1, False),
         (x, 0, False),
-        (x, True, False),  # True == 1 and hashes alike, but is not an int
-        (x, 1.0, False),
         (x, -1, True),
-        (x, -1, 0),
         (x, -1),
         (x, -1, False, None),
         (x.double(), -1, False),
         (torch.randn(8, 4).t(), -1, False),
         (torch.randn(3, 8), -1, False),
-        (1.5, -1, False),
     ]
     decided: dict[tuple[object, ...], object] = {}
     for call in calls:
         verdict = runner.check(list(call), {}, "signature")
         verdict = verdict if isinstance(verdict, str) else "admitted"
-        assert decided.setdefault(signature(call, torch.Tensor), verdict) == verdict, call
+        assert decided.setdefault(signature(call), verdict) == verdict, call
     assert len(decided) == len(calls) - 1  # only the two calls on equal tensors share a signature
     assert [v for v in decided.values() if v == "admitted"] == ["admitted"] * 2  # dim -1 and dim 1
+    # A Scalar reaches the kernel as the caller gave it, so its type is part of the signature (True == 1 == 1.0).
+    scalar = signature_of(torch.ops.aten.add.Scalar._schema)
+    assert len({scalar((x, True)), scalar((x, 1)), scalar((x, 1.0))}) == 3
+    # What the full guard decides every time: a number where a tensor goes (a wrapped scalar), a list.
+    with pytest.raises(AttributeError):
+        signature((1.5, -1, False))
     with pytest.raises(TypeError):
-        hash(signature((x, [-1], False), torch.Tensor))  # a list: not kept, the full guard decides every time
+        hash(signature((x, [-1], False)))
 
 
 def test_the_hot_path_takes_a_decided_signature_and_checks_each_calls_pointers(tmp_path: Path) -> None:

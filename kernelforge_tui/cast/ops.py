@@ -24,7 +24,7 @@ import re
 import threading
 from typing import TYPE_CHECKING, Any
 
-from kernelforge_tui.cast.runtime import KernelRunner, _count, aten_call, signature
+from kernelforge_tui.cast.runtime import KernelRunner, _count, aten_call, tensors_signature
 
 if TYPE_CHECKING:
     import torch
@@ -63,8 +63,6 @@ class KernelOp:
     """One kernel as `torch.ops.kernelforge.<name>.default`: the guarded launch, its fallback, its fake."""
 
     def __init__(self, name: str, runner: KernelRunner) -> None:
-        import torch
-
         self.name = name
         self.runner = runner
         """The package's runner this operator launches (the latest package opened with this kernel)."""
@@ -82,7 +80,6 @@ class KernelOp:
             (tuple(t.shape), tuple(t.strides), dtype)
             for t, (_, dtype) in zip(guard.outputs, runner.outputs, strict=True)
         ]
-        self.tensor_type = torch.Tensor
 
     @property
     def overload(self) -> Any:
@@ -100,14 +97,16 @@ class KernelOp:
         """The CPU and CUDA implementation: the kernel where its guard admits the call, else the original."""
         runner = self.runner
         try:
-            decided = self.decisions[signature(tensors, self.tensor_type)]
+            decided = self.decisions[tensors_signature(tensors)]
         except KeyError:
             decided = self.decide(tensors)
         if isinstance(decided, int) and not runner.disabled:
-            pointers = [t.data_ptr() for t in tensors]
-            for pointer, alignment in zip(pointers, runner.alignments, strict=True):
+            pointers: list[int] = []
+            for t, alignment in zip(tensors, runner.alignments, strict=True):
+                pointer = t.data_ptr()
                 if pointer % alignment:
                     break
+                pointers.append(pointer)
             else:
                 result = runner.run(decided, list(tensors), pointers)
                 runner.compiled_calls += 1
@@ -120,7 +119,7 @@ class KernelOp:
         admitted = self.runner.check(args, kwargs, "signature")
         decided: int | str = admitted if isinstance(admitted, str) else max(admitted[0].get_device(), 0)
         if len(self.decisions) < MAX_DECISIONS:
-            self.decisions[signature(tensors, self.tensor_type)] = decided
+            self.decisions[tensors_signature(tensors)] = decided
         return decided
 
     def refused(self, tensors: tuple[torch.Tensor, ...]) -> Any:

@@ -9,8 +9,8 @@ outputs from torch's allocator; any other call goes to the original kernel. Leav
 operators. Counters say, per kernel, how many calls it ran and why others fell back; `report()` prints them.
 
 The hot path (a hit) does per call only what changes between calls; everything else is decided once: the guard's
-decision per call signature (each tensor's shape, strides, dtype and device, each scalar with its type:
-`signature`) is kept, so a call of a decided signature costs one dict lookup and, for a hit, its pointers against
+decision per call signature (each tensor's shape, strides, dtype and device, the other arguments as they are:
+`signature_of`) is kept, so a call of a decided signature costs one dict lookup and, for a hit, its pointers against
 the alignment (one modulo each); the output is `torch.empty_like` of an input of its shape, strides and dtype (else
 `torch.empty`); the stream is torch's raw current stream (one C call); the launch writes the pointers into a
 prepared argument block and makes one driver call with prepared arguments (`driver.ctypes_launcher`). A refused
@@ -176,13 +176,48 @@ Decision = tuple["KernelRunner | None", int, "Counter[str]", str]
 else (None, 0, the counter the refusal is counted in, why)."""
 
 
-def signature(args: tuple[Any, ...], tensor_type: Any) -> tuple[Any, ...]:
-    """What the guard's decision on a call depends on, its data pointers aside: each tensor's (shape, strides,
-    dtype, device) and each other argument with its type (True is not 1). TypeError (when hashed) for an
-    unhashable argument."""
-    return tuple(
-        [(a.shape, a.stride(), a.dtype, a.device) if isinstance(a, tensor_type) else (type(a), a) for a in args]
-    )
+Signature = Callable[[tuple[Any, ...]], tuple[Any, ...]]
+"""A call's arguments to what the guard's decision on them depends on (`signature_of`)."""
+
+
+def signature_of(schema: Any) -> Signature:
+    """The signature of a call of an operator with this schema (a FunctionSchema): what `check` decides on, the
+    data pointers aside. Each tensor's (shape, strides, dtype, device); every other argument as it is, with its
+    type where the schema says Scalar (the dispatcher hands an `int`, `bool` or `float` argument over as exactly
+    that type, but a Scalar as the caller's bool, int or float, and True == 1 == 1.0 in a dict). Raises
+    AttributeError for a number where the schema has a Tensor (a wrapped scalar), TypeError (when hashed) for an
+    unhashable argument (a list), IndexError for too few arguments: the full guard decides those calls."""
+    kinds = [str(a.type) for a in schema.arguments if not a.kwarg_only]  # Tensor, Optional[Tensor], number, ...
+    tensors = tuple(i for i, kind in enumerate(kinds) if kind in ("Tensor", "Optional[Tensor]"))
+    typed = tuple(i for i, kind in enumerate(kinds) if "number" in kind or "Scalar" in kind)
+    if tensors == (0,) and not typed:  # most overloads: one tensor first, the rest plain
+
+        def first(args: tuple[Any, ...]) -> tuple[Any, ...]:
+            t = args[0]
+            return (t.shape, t.stride(), t.dtype, t.device, args[1:])
+
+        return first
+
+    def general(args: tuple[Any, ...]) -> tuple[Any, ...]:
+        parts = list(args)
+        for i in tensors:
+            if i < len(parts) and parts[i] is not None:
+                t = parts[i]
+                parts[i] = (t.shape, t.stride(), t.dtype, t.device)
+        for i in typed:
+            if i < len(parts):
+                parts[i] = (type(parts[i]), parts[i])
+        return tuple(parts)
+
+    return general
+
+
+def tensors_signature(tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The signature of a call that passes tensors only (a kernelforge op's)."""
+    if len(tensors) == 1:
+        t = tensors[0]
+        return (t.shape, t.stride(), t.dtype, t.device)
+    return tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors])
 
 
 def _count(counter: Counter[str], reason: str) -> None:
@@ -368,11 +403,12 @@ class KernelRunner:
         self._tensor_type = torch.Tensor
         self.launchers: dict[int, drivers.Launcher] = {}
         """Per device index: the driver's prepared launch (function, grid, block, shared memory, argument block)."""
-        self.positions: tuple[int, ...] | None = None
-        """Each tensor argument's position, where every one is positional: a call's tensors for the cached path."""
-        if all(arg.position is not None for arg, _, _ in self.tensor_args):
-            self.positions = tuple(int(arg.position or 0) for arg, _, _ in self.tensor_args)
         self.alignments = tuple(spec.alignment for _, spec, _ in self.tensor_args)
+        self.placed: tuple[tuple[int, int], ...] | None = None
+        """Each tensor argument's (position, alignment), where every one is positional: what the hot path takes
+        from a call of a decided signature."""
+        if all(arg.position is not None for arg, _, _ in self.tensor_args):
+            self.placed = tuple((int(arg.position or 0), spec.alignment) for arg, spec, _ in self.tensor_args)
         self.alloc: list[tuple[int, tuple[int, ...], torch.dtype]] = []
         """Per output: the input whose shape, strides and dtype it has (-1: none), its shape and dtype. An output
         like an input is `torch.empty_like` of it (the cheapest allocation from Python), else `torch.empty`."""
@@ -626,8 +662,9 @@ class _Override:
         ]
         self.tensor_type = torch.Tensor
         self.capturing: Callable[[], bool] = torch.cuda.is_current_stream_capturing
+        self.signature = signature_of(op._schema)
         self.decisions: dict[tuple[Any, ...], Decision] = {}
-        """The guard's decision per call signature (`signature`): what the hot path looks up."""
+        """The guard's decision per call signature (`signature_of`): what the hot path looks up."""
 
     def kernel(self) -> Callable[..., Any]:
         """The function torch.library calls for every call of the overload: the hot path inline (a plain function,
@@ -635,25 +672,29 @@ class _Override:
         arguments positionally, keyword-only ones aside: a call without keywords whose signature the guard has
         decided before costs a dict lookup, and a hit its pointers' alignment; the rest goes to `slow`."""
         decisions, slow, shadow, fallback = self.decisions, self.slow, self.shadow, self.fallback
-        cast, capturing, tensor_type = self.cast, self.capturing, self.tensor_type
+        cast, capturing, signature = self.cast, self.capturing, self.signature
         unsupported = drivers.LaunchUnsupported
 
         def kernel(keyset: Any, *args: Any, **kwargs: Any) -> Any:
             if not kwargs:
                 try:
-                    decided = decisions.get(signature(args, tensor_type))
-                except TypeError:  # an unhashable argument (a list): the full guard decides
+                    decided = decisions.get(signature(args))
+                except (AttributeError, IndexError, TypeError):  # the full guard decides (`signature_of`)
                     decided = None
                 if decided is not None:
                     runner, index, counter, reason = decided
                     if runner is None:
                         _count(counter, reason)
                         return fallback(keyset, args, kwargs)
-                    tensors = [args[p] for p in runner.positions or ()]
-                    pointers = [t.data_ptr() for t in tensors]
-                    for pointer, alignment in zip(pointers, runner.alignments, strict=True):
+                    tensors: list[Any] = []
+                    pointers: list[int] = []
+                    for position, alignment in runner.placed or ():
+                        t = args[position]
+                        pointer = t.data_ptr()
                         if pointer % alignment:
                             break
+                        tensors.append(t)
+                        pointers.append(pointer)
                     else:
                         if not runner.disabled:
                             try:
@@ -696,11 +737,11 @@ class _Override:
         pointers' alignment), and says why it refuses one."""
         runner, decided = self.choose(args, kwargs, "signature")
         if not kwargs and len(self.decisions) < MAX_DECISIONS:
-            with contextlib.suppress(TypeError):  # an unhashable argument: not kept
-                key = signature(tuple(args), self.tensor_type)
+            with contextlib.suppress(AttributeError, IndexError, TypeError):  # not kept (`signature_of`)
+                key = self.signature(tuple(args))
                 if isinstance(decided, str):
                     self.decisions[key] = (None, 0, self.uncovered if runner is None else runner.fallbacks, decided)
-                elif runner is not None and runner.positions is not None:
+                elif runner is not None and runner.placed is not None:
                     self.decisions[key] = (runner, max(decided[0].get_device(), 0), runner.fallbacks, "")
         if runner is not None and not isinstance(decided, str):
             decided = runner.check(args, kwargs)
