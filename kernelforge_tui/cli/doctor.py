@@ -41,6 +41,7 @@ from kernelforge_tui.config import (
 from kernelforge_tui.engine.cluster.backend import Cluster, worker_command
 from kernelforge_tui.errors import KernelForgeError, NoGpu, install_fix
 from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
+from kernelforge_tui.gpu.cutlass_headers import PINNED, cutlass_problem, find_cutlass
 from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem
 from kernelforge_tui.gpu.sandbox import sandbox_status
 from kernelforge_tui.llm import ChatMessage, ChatRequest, LlmError, Provider
@@ -95,6 +96,7 @@ def doctor_checks(cluster: str | None = None) -> list[Check]:
         "install bubblewrap (apt install bubblewrap) or allow unprivileged user namespaces, so nvcc cannot read "
         "host files",
     )
+    checks.append(cutlass_check())
     gpus = detect_gpus()
     for gpu in gpus:
         add(f"gpu {gpu.index}", True, f"{gpu.name}, compute capability {gpu.capability}, {gpu.memory_mib} MiB")
@@ -131,6 +133,16 @@ def doctor_checks(cluster: str | None = None) -> list[Check]:
     return checks
 
 
+def cutlass_check() -> Check:
+    """Whether candidates may include CUTLASS/CuTe here: the headers' version and root, or why not."""
+    headers = find_cutlass()
+    if headers is None:
+        return Check(name="cutlass", ok=False, detail="not installed", fix=cutlass_problem() or "")
+    pinned = "" if headers.pinned else f"; not the pinned {PINNED}, which the GEMM template was measured with"
+    detail = f"CUTLASS {headers.version} ({headers.distribution or 'a tree given by path'}) at {headers.root}{pinned}"
+    return Check(name="cutlass", ok=True, detail=detail)
+
+
 CLUSTER_PROBE_S = 10.0
 """How long the doctor waits for the scheduler (and one worker's nvcc)."""
 
@@ -158,7 +170,11 @@ ESSENTIAL = frozenset({"python", "config", "nvcc"})
 """Without these nothing can be built: cards, builds and the simulated search stop too."""
 TO_RUN = frozenset({"gpu", "pycuda"})
 """Without these kernels build but cannot be proven or timed: the main job cannot run here."""
-NARROWED = {"ncu": "without ncu the search runs unprofiled", "pricing": "unpriced models: no --budget-money"}
+NARROWED = {
+    "ncu": "without ncu the search runs unprofiled",
+    "cutlass": "without CUTLASS the matrix-product cards have no template",
+    "pricing": "unpriced models: no --budget-money",
+}
 """What a missing part only narrows, as the verdict says it."""
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import ValidationError
 
@@ -36,6 +37,7 @@ from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_GLOBAL_BYTES, MAX_LOG_BYTES
 from kernelforge_tui.config import cache_dir as default_cache_root
 from kernelforge_tui.gpu.cubin_check import CubinError, cubin_use
+from kernelforge_tui.gpu.cutlass_headers import ALLOWED_PATTERNS, CutlassHeaders, find_cutlass, uses_cutlass
 from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.gpu.nvcc_output import (
     OutputCap,
@@ -54,7 +56,7 @@ from kernelforge_tui.gpu.sandbox import (
     sandbox_env,
     sandbox_status,
 )
-from kernelforge_tui.gpu.source_check import check_source
+from kernelforge_tui.gpu.source_check import check_source, included_headers
 from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
 from kernelforge_tui.gpu.source_problem import SourceProblem
 from kernelforge_tui.models.evaluation import (
@@ -81,6 +83,10 @@ NOT_CACHED: frozenset[BuildFailure] = frozenset({"timeout", "killed", "sandbox"}
 
 DEFAULT_ARCH = "sm_90"
 DEFAULT_FLAGS: tuple[str, ...] = ("-O3", "-lineinfo")
+CUTLASS_FLAGS: tuple[str, ...] = ("--expt-relaxed-constexpr", "-DNDEBUG")
+"""Added for a source that includes CUTLASS/CuTe: CuTe calls constexpr host functions from device code (without the
+flag each call is a warning, hundreds a build), and NDEBUG keeps its device asserts (printf and a global string
+each) out of the kernel."""
 NVCC_MISSING_HELP = (
     "nvcc not found: install the CUDA toolkit and put nvcc on PATH (or set CUDA_HOME), "
     "or set build.nvcc in config.toml / KERNELFORGE_BUILD__NVCC to the nvcc path"
@@ -140,11 +146,13 @@ class Builder:
         max_log_bytes: int = MAX_LOG_BYTES,
         max_diagnostics: int = MAX_DIAGNOSTICS,
         max_global_bytes: int = MAX_GLOBAL_BYTES,
+        cutlass: CutlassHeaders | Literal["installed"] | None = "installed",
     ) -> None:
         """Arguments mirror `BuildSettings`; `work_dir` holds the per-build temp dirs (system temp by default).
 
         `sandbox` defaults to the best this machine offers (`sandbox_status()`, probed at the first build),
-        with a CPU-time limit a little over `timeout_s`.
+        with a CPU-time limit a little over `timeout_s`. `cutlass`: the CUTLASS/CuTe include tree candidates may
+        include from ("installed": the `nvidia-cutlass` wheel's, found at the first build; None: none).
         """
         self.nvcc = find_nvcc(nvcc)
         self.flags = tuple(flags)
@@ -159,6 +167,7 @@ class Builder:
         self.max_diagnostics = max_diagnostics
         self.max_global_bytes = max_global_bytes
         self._swept = False
+        self._cutlass = cutlass
         self._arch = arch
         self._slots = asyncio.Semaphore(max_parallel or os.cpu_count() or 2)
         self._key_locks: dict[str, asyncio.Lock] = {}
@@ -204,18 +213,34 @@ class Builder:
             self._store(adopted)
         return adopted
 
-    def cache_key(self, source: str, entry: str, arch: str, version: str) -> str:
-        """sha256 over everything that changes the cubin or the verdict."""
+    def cutlass_headers(self) -> CutlassHeaders | None:
+        """The CUTLASS/CuTe tree candidates may include, or None (found and hashed once, in a build's thread)."""
+        if self._cutlass == "installed":
+            self._cutlass = find_cutlass()
+        return self._cutlass
+
+    def cache_key(self, source: str, entry: str, arch: str, version: str, cutlass: CutlassHeaders | None = None) -> str:
+        """sha256 over everything that changes the cubin or the verdict; for a source that includes CUTLASS, its
+        headers' version and tree hash too."""
         caps = [self.max_cubin_bytes, self.max_log_bytes, self.max_diagnostics, self.max_global_bytes]
-        payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, caps, source])
+        headers = [cutlass.version, cutlass.tree_hash] if cutlass is not None else []
+        payload = json.dumps([CACHE_FORMAT, version, arch, self.flags, entry, caps, source, *headers])
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     def _check(
         self, source: str, entry: str, args: Sequence[ResolvedArg] | None, arch: str, version: str
-    ) -> tuple[str, list[SourceProblem]]:
-        """The cache key and the blocking source problems (run in a thread: a source may be megabytes)."""
-        problems = check_source(source, entry, self.allowed_includes, args, self.max_source_bytes)
-        return self.cache_key(source, entry, arch, version), [p for p in problems if p.severity == "error"]
+    ) -> tuple[str, str, list[SourceProblem]]:
+        """The cache key, the target the source builds for, and the blocking source problems (run in a thread: a
+        source may be megabytes). A source that includes CUTLASS builds for the arch-specific target (sm_90a: wgmma
+        and setmaxnreg exist only there)."""
+        cutlass = self.cutlass_headers()
+        allowed = self.allowed_includes | ALLOWED_PATTERNS if cutlass is not None else self.allowed_includes
+        problems = check_source(source, entry, allowed, args, self.max_source_bytes)
+        if cutlass is None or not uses_cutlass(included_headers(source)):
+            cutlass = None
+        target = arch_specific(arch) if cutlass is not None else arch
+        key = self.cache_key(source, entry, target, version, cutlass)
+        return key, target, [p for p in problems if p.severity == "error"]
 
     async def build(self, source: str, entry: str, args: Sequence[ResolvedArg] | None = None) -> BuildResult:
         """Check, then compile (or fetch from the cache) one candidate; failures are results, not exceptions.
@@ -225,7 +250,7 @@ class Builder:
         started = time.perf_counter()
         arch = await self.arch()
         nvcc, version = await self.toolchain()
-        key, problems = await asyncio.to_thread(self._check, source, entry, args, arch, version or "no nvcc")
+        key, target, problems = await asyncio.to_thread(self._check, source, entry, args, arch, version or "no nvcc")
         if problems:
             refused = BuildResult(
                 ok=False,
@@ -252,7 +277,7 @@ class Builder:
             hit = self._load(key)
             if hit is not None:
                 return hit.model_copy(update={"cached": True, "seconds": time.perf_counter() - started})
-            result = self._bounded(await self.compile(nvcc, source, arch, key))
+            result = self._bounded(await self.compile(nvcc, source, target, key))
             if result.failure not in NOT_CACHED:
                 self._store(result)
         return result.model_copy(update={"seconds": time.perf_counter() - started})
@@ -273,8 +298,13 @@ class Builder:
                 scratch.mkdir()
                 Path(work, SOURCE_NAME).write_text(source, encoding="utf-8")
                 nvcc_command = [nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-Xptxas", "-v", *self.flags]
+                read_only = read_only_paths(nvcc)
+                cutlass = self.cutlass_headers()
+                if cutlass is not None and uses_cutlass(included_headers(source)):
+                    nvcc_command += [*CUTLASS_FLAGS, "-I", str(cutlass.root)]
+                    read_only.append(str(cutlass.root))
                 nvcc_command += ["-o", "kernel.cubin", SOURCE_NAME]
-                command = sandbox_command(nvcc_command, work, scratch, read_only_paths(nvcc), sandbox)
+                command = sandbox_command(nvcc_command, work, scratch, read_only, sandbox)
                 # The sandbox's TMPDIR keeps nvcc's intermediates in the build dir: a killed build leaves nothing.
                 spawn = asyncio.ensure_future(
                     asyncio.create_subprocess_exec(
@@ -416,6 +446,12 @@ class Builder:
     def _store(self, result: BuildResult) -> None:
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         write_atomic(self.cache_dir / f"{result.key}.json", result.model_dump_json(indent=1).encode("utf-8"))
+
+
+def arch_specific(arch: str) -> str:
+    """The arch-specific target of a CUDA arch ("sm_90" -> "sm_90a"), which Hopper's wgmma and setmaxnreg need; the
+    cubin then loads on that compute capability alone, which is where the worker runs it."""
+    return arch if arch.endswith("a") else f"{arch}a"
 
 
 def remove_stale_build_dirs(root: Path) -> list[Path]:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from kernelforge_tui.cards.plan import ResolvedArg
 from kernelforge_tui.gpu.cuda_syntax import parse_cuda
-from kernelforge_tui.gpu.cuda_tokens import LexError, logical_source, tokenize
+from kernelforge_tui.gpu.cuda_tokens import HASH, LexError, logical_source, tokenize
 from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
 from kernelforge_tui.gpu.source_problem import SourceProblem, Where
 from kernelforge_tui.gpu.token_guard import check_text, check_tokens
@@ -54,3 +54,21 @@ def check_source(
         *check_entry(scan.definitions, entry, args, where),
     ]
     return sorted(problems, key=lambda p: (p.line, p.column))
+
+
+def included_headers(source: str) -> list[str]:
+    """The `<name>` of every `#include <name>` line, as nvcc's preprocessor reads them (splices and comments applied);
+    empty for text the tokenizer refuses (the check reports that). The build adds CUTLASS's flags by it."""
+    try:
+        tokens = tokenize(logical_source(source))
+    except LexError:
+        return []
+    return [
+        tokens[k + 2].text[1:-1]
+        for k in range(len(tokens) - 2)
+        if tokens[k].first
+        and tokens[k].text in HASH
+        and tokens[k + 1].text == "include"
+        and tokens[k + 2].kind == "header"
+        and tokens[k + 2].text.startswith("<")
+    ]

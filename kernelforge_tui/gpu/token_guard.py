@@ -21,6 +21,7 @@ import fnmatch
 from collections.abc import Iterator
 
 from kernelforge_tui.gpu.cuda_tokens import HASH, PASTE, Token
+from kernelforge_tui.gpu.cutlass_headers import ALLOWED_PATTERNS, cutlass_problem, uses_cutlass
 from kernelforge_tui.gpu.source_policy import (
     ALLOWED_DIRECTIVES,
     ALLOWED_PRAGMAS,
@@ -105,13 +106,10 @@ def _check_include(line: list[Token], where: Where, allowed: frozenset[str]) -> 
     if len(path) == 1 and path[0].kind == "header" and _include_allowed(path[0].text[1:-1], allowed):
         return []
     raw = " ".join(t.text for t in path) or "(nothing)"
-    return [
-        where.problem(
-            line[0].start,
-            "include-not-allowed",
-            f"#include {raw} is not allowed; allowed device headers: {', '.join(sorted(allowed))}",
-        )
-    ]
+    message = f"#include {raw} is not allowed; allowed device headers: {', '.join(sorted(allowed))}"
+    if uses_cutlass([raw.strip("<>")]) and not allowed >= ALLOWED_PATTERNS:
+        message = f"#include {raw} is not allowed here: {cutlass_problem() or 'this build allows no CUTLASS headers'}"
+    return [where.problem(line[0].start, "include-not-allowed", message)]
 
 
 def _include_allowed(name: str, allowed: frozenset[str]) -> bool:
