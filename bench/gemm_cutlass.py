@@ -1,0 +1,295 @@
+"""Benchmark (not a test): the CUTLASS Hopper GEMM template against cuBLAS (torch) at the example decoder's shapes.
+
+Two steps, so that the GPU machine spends its time timing, not compiling:
+
+    python bench/gemm_cutlass.py build out/gemm_cubins          # here: renders and builds every variant (sandboxed)
+    python bench/gemm_cutlass.py run out/gemm_cubins --out OUT  # on the H200: proves and times them
+
+`build` renders the template (proposers/templates/gemm_sm90.py) for the cards of each case below with each of its
+seed configurations and builds them with the product's Builder (the sandbox, the CUTLASS include root, sm_90a),
+writing the cubins and manifest.json. `run` loads each cubin into torch's CUDA context with pycuda and, per case:
+- checks every configuration's output against an fp32 product of the same bf16 inputs (torch, on the GPU), beside
+  cuBLAS's own bf16 output against the same reference: the largest error over the reference's RMS, and the share of
+  elements outside rtol 1.6e-2 (bf16's assert_close default) with atol 1e-2 x that RMS;
+- times each configuration and cuBLAS (torch.mm / torch.bmm / F.linear with the layout the model uses), interleaved
+  launch by launch, CUDA events around each launch, the L2 flushed (a 256 MiB memset) before each, and reports the
+  median, the spread and TFLOP/s, and the best configuration as a percentage of cuBLAS's speed.
+The fused case (bias + GELU) is also timed against cuBLAS followed by the separate GELU (F.gelu(F.linear(x, w, b))).
+Writes OUT/gemm_cutlass.json and OUT/gemm_cutlass.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CASES: list[dict[str, Any]] = [
+    # name, sizes, a dims, b dims, bias; the decoder's projections read nn.Linear's weight [N, K] as b^T
+    {"name": "mm_qkvo", "what": "x @ W^T, q/k/v/o projections", "M": 2048, "N": 2048, "K": 2048, "b": "NK"},
+    {"name": "mm_gate_up", "what": "x @ W^T, gate and up", "M": 2048, "N": 5632, "K": 2048, "b": "NK"},
+    {"name": "mm_down", "what": "h @ W^T, down", "M": 2048, "N": 2048, "K": 5632, "b": "NK"},
+    {"name": "bmm_scores", "what": "q @ k^T, 32 heads", "batch": 32, "M": 1024, "N": 1024, "K": 128, "b": "NK"},
+    {"name": "bmm_values", "what": "p @ v, 32 heads", "batch": 32, "M": 1024, "N": 128, "K": 1024, "b": "KN"},
+    {"name": "mm_tails", "what": "tails in M, N and K", "M": 2000, "N": 1032, "K": 1000, "b": "NK"},
+    {"name": "linear_gelu", "what": "gelu(x @ W^T + bias)", "M": 2048, "N": 5632, "K": 2048, "b": "NK", "bias": True},
+]
+REPS = 30
+WARMUP = 5
+FLUSH_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class Variant:
+    case: str
+    config: str
+    cubin: str
+    grid: int
+    block: int
+    shared: int
+    args: list[str]
+
+
+def card_of(case: dict[str, Any]) -> Any:
+    from kernelforge_tui.cards.model import OperatorCard
+
+    lead = ["batch"] if "batch" in case else []
+    sizes = {k: case[k] for k in ("batch", "M", "N", "K") if k in case}
+    b = ["N", "K"] if case["b"] == "NK" else ["K", "N"]
+    inputs = [
+        {"name": "a", "dtype": "bfloat16", "shape": [*lead, "M", "K"]},
+        {"name": "b", "dtype": "bfloat16", "shape": [*lead, *b]},
+    ]
+    if case.get("bias"):
+        inputs.append({"name": "bias", "dtype": "bfloat16", "shape": ["N"]})
+    return OperatorCard.model_validate(
+        {
+            "name": f"{case['name']}_bf16",
+            "family": "matmul",
+            "sizes": sizes,
+            "inputs": inputs,
+            "outputs": [{"name": "y", "dtype": "bfloat16", "shape": [*lead, "M", "N"]}],
+            "input_sets": [{"name": "seed_1", "seed": 1}],
+            "reference": {"kind": "numpy", "function": "reference.py:reference"},
+        }
+    )
+
+
+def build(out: Path) -> None:
+    """Render and build every case's seed configurations; manifest.json lists what was built and how to launch it."""
+    from kernelforge_tui.cards.plan import resolve
+    from kernelforge_tui.gpu.build import Builder
+    from kernelforge_tui.proposers.templates.common import describe
+    from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
+
+    template = GemmSm90Template()
+    builder = Builder(arch="sm_90", cache_dir=out / "cache", timeout_s=300)
+    jobs = []
+    for case in CASES:
+        card = card_of(case)
+        problem = template.unsupported(card)
+        if problem is not None:
+            sys.exit(f"{case['name']}: {problem}")
+        for seed in template.seed_params(card):
+            params = template.valid(card, seed)
+            if params is not None:
+                source, plan = template.render(card, params)
+                jobs.append((case, describe(params.as_dict()), source, resolve(plan, card)))
+
+    async def run_all() -> list[Any]:
+        return await asyncio.gather(*(builder.build(source, "kf_gemm", launch.args) for _, _, source, launch in jobs))
+
+    results = asyncio.run(run_all())
+    variants = []
+    for (case, config, _, launch), result in zip(jobs, results, strict=True):
+        if not result.ok:
+            sys.exit(f"{case['name']} {config}: build failed\n{result.log[-3000:]}")
+        name = f"{result.key[:16]}.cubin"
+        (out / name).write_bytes(Path(result.cubin_path).read_bytes())
+        args = [a.name if a.kind == "tensor" else str(a.value) for a in launch.args]
+        variants.append(Variant(case["name"], config, name, launch.grid[0], launch.block[0], launch.shared_bytes, args))
+    manifest = {"cases": CASES, "variants": [v.__dict__ for v in variants]}
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
+    print(f"{len(variants)} variants built ({len({v.cubin for v in variants})} distinct sources)")
+
+
+def run(cubins: Path, out: Path) -> None:
+    import numpy as np
+    import pycuda.driver as drv
+    import torch
+    import torch.nn.functional as F
+
+    manifest = json.loads((cubins / "manifest.json").read_text())
+    torch.manual_seed(0)
+    torch.cuda.init()
+    torch.empty(1, device="cuda")
+    drv.init()
+    context = drv.Device(0).retain_primary_context()
+    context.push()
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": []}
+    functions: dict[str, Any] = {}
+    modules = []
+    for v in manifest["variants"]:
+        module = drv.module_from_buffer((cubins / v["cubin"]).read_bytes())
+        modules.append(module)
+        function = module.get_function("kf_gemm")
+        function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, v["shared"])
+        functions[v["cubin"]] = function
+
+    def timed(fn: Any) -> float:
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    for case in manifest["cases"]:
+        lead = [case["batch"]] if "batch" in case else []
+        m, n, k = case["M"], case["N"], case["K"]
+        a = torch.randn(*lead, m, k, device="cuda", dtype=torch.bfloat16)
+        b_shape = [*lead, n, k] if case["b"] == "NK" else [*lead, k, n]
+        b = torch.randn(*b_shape, device="cuda", dtype=torch.bfloat16) / k**0.5
+        bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if case.get("bias") else None
+        b_op = b.transpose(-1, -2) if case["b"] == "NK" else b  # the [K, N] operand the product reads
+        tensors = {"a": a, "b": b, "bias": bias}
+
+        def vendor(a: Any = a, b: Any = b, b_op: Any = b_op, bias: Any = bias, case: dict[str, Any] = case) -> Any:
+            if case.get("bias"):
+                return F.linear(a, b, bias)  # cuBLAS's addmm with the bias in its epilogue
+            return torch.bmm(a, b_op) if "batch" in case else torch.mm(a, b_op)
+
+        def reference(a: Any = a, b_op: Any = b_op, bias: Any = bias, case: dict[str, Any] = case) -> Any:
+            y = torch.matmul(a.float(), b_op.float())
+            if bias is not None:
+                y = F.gelu(y + bias.float())
+            return y
+
+        fused_vendor = (lambda a=a, b=b, bias=bias: F.gelu(F.linear(a, b, bias))) if case.get("bias") else vendor
+        ref = reference()
+        rms = float(ref.pow(2).mean().sqrt())
+
+        def error(y: Any, ref: Any = ref, rms: float = rms) -> dict[str, float]:
+            diff = (y.float() - ref).abs()
+            outside = diff > 1e-2 * rms + 1.6e-2 * ref.abs()
+            return {"max_error_over_rms": float(diff.max()) / rms, "outside": float(outside.float().mean())}
+
+        y = torch.empty(*lead, m, n, device="cuda", dtype=torch.bfloat16)
+        rows: list[dict[str, Any]] = []
+        launchers = {}
+        for v in manifest["variants"]:
+            if v["case"] != case["name"]:
+                continue
+            pointers = [np.uintp(tensors[x].data_ptr()) if x in tensors else None for x in v["args"]]
+            args = [
+                p if p is not None else (np.uintp(y.data_ptr()) if name == "y" else np.int32(int(name)))
+                for p, name in zip(pointers, v["args"], strict=True)
+            ]
+
+            def launch(v: dict[str, Any] = v, args: list[Any] = args) -> None:
+                functions[v["cubin"]](*args, block=(v["block"], 1, 1), grid=(v["grid"], 1, 1), shared=v["shared"])
+
+            y.fill_(float("nan"))
+            launch()
+            torch.cuda.synchronize()
+            rows.append({"config": v["config"], "cubin": v["cubin"], **error(y)})
+            launchers[v["config"]] = launch
+        vendor_error = error(fused_vendor())
+        for _ in range(WARMUP):
+            vendor()
+            fused_vendor()
+            for launch in launchers.values():
+                launch()
+        times: dict[str, list[float]] = {name: [] for name in [*launchers, "cuBLAS", "cuBLAS + gelu"]}
+        for _ in range(REPS):
+            times["cuBLAS"].append(timed(vendor))
+            if case.get("bias"):
+                times["cuBLAS + gelu"].append(timed(fused_vendor))
+            for name, launch in launchers.items():
+                times[name].append(timed(launch))
+        flops = 2 * m * n * k * (lead[0] if lead else 1)
+
+        def summary(samples: list[float], flops: int = flops) -> dict[str, float]:
+            median = statistics.median(samples)
+            spread = statistics.pstdev(samples) / statistics.mean(samples)
+            return {"median_us": median, "cv": spread, "tflops": flops / median / 1e6}
+
+        for row in rows:
+            row.update(summary(times[row["config"]]))
+        vendor_time = summary(times["cuBLAS"])
+        best = min(rows, key=lambda r: r["median_us"])
+        entry = {
+            "case": case,
+            "flops": flops,
+            "cuBLAS": {**vendor_time, **vendor_error},
+            "variants": rows,
+            "best": best["config"],
+            "best_pct_of_cublas": 100 * vendor_time["median_us"] / best["median_us"],
+        }
+        if case.get("bias"):
+            entry["cuBLAS + gelu"] = {**summary(times["cuBLAS + gelu"]), **vendor_error}
+            entry["best_pct_of_cublas_plus_gelu"] = 100 * entry["cuBLAS + gelu"]["median_us"] / best["median_us"]
+        report["cases"].append(entry)
+        print(json.dumps({k: entry[k] for k in entry if k != "variants"} | {"best_row": best}), flush=True)
+    context.pop()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "gemm_cutlass.json").write_text(json.dumps(report, indent=1))
+    (out / "gemm_cutlass.md").write_text(markdown(report))
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"# CUTLASS GEMM template vs cuBLAS ({report['device']}, torch {report['torch']})",
+        "",
+        f"bf16 in and out, fp32 sums; L2 flushed before every launch; median of {REPS} interleaved launches.",
+        "",
+        "| case | shape | cuBLAS us | best config | ours us | % of cuBLAS | ours TFLOP/s | max err / rms |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for entry in report["cases"]:
+        case = entry["case"]
+        best = next(r for r in entry["variants"] if r["config"] == entry["best"])
+        shape = f"{case.get('batch', 1)}x{case['M']}x{case['N']}x{case['K']} b {case['b']}"
+        lines.append(
+            f"| {case['name']} | {shape} | {entry['cuBLAS']['median_us']:.1f} | {entry['best']} | "
+            f"{best['median_us']:.1f} | {entry['best_pct_of_cublas']:.0f}% | {best['tflops']:.0f} | "
+            f"{best['max_error_over_rms']:.2g} (cuBLAS {entry['cuBLAS']['max_error_over_rms']:.2g}) |"
+        )
+        if "cuBLAS + gelu" in entry:
+            lines.append(
+                f"| {case['name']} vs cuBLAS + separate gelu | | {entry['cuBLAS + gelu']['median_us']:.1f} | | | "
+                f"{entry['best_pct_of_cublas_plus_gelu']:.0f}% | | |"
+            )
+    lines += ["", "Every configuration:", "", "| case | config | us | TFLOP/s | cv | max err / rms | outside |"]
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+    for entry in report["cases"]:
+        for r in entry["variants"]:
+            lines.append(
+                f"| {entry['case']['name']} | {r['config']} | {r['median_us']:.1f} | {r['tflops']:.0f} | "
+                f"{r['cv']:.1%} | {r['max_error_over_rms']:.2g} | {r['outside']:.2%} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("step", choices=("build", "run"))
+    parser.add_argument("cubins", type=Path)
+    parser.add_argument("--out", type=Path, default=Path("out/gemm_cutlass"))
+    args = parser.parse_args()
+    if args.step == "build":
+        args.cubins.mkdir(parents=True, exist_ok=True)
+        build(args.cubins)
+    else:
+        run(args.cubins, args.out)
+
+
+if __name__ == "__main__":
+    main()
