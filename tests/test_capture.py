@@ -64,6 +64,15 @@ def carded(manifest: CaptureManifest) -> dict[str, Variant]:
     return {str(v.card): v for v in manifest.variants if v.status == "card"}
 
 
+def chains(cards: dict[str, Variant]) -> set[str]:
+    return {name for name, v in cards.items() if v.kind == "pattern"}
+
+
+def single(cards: dict[str, Variant]) -> set[str]:
+    """The cards of single calls, matrix products aside (their cards are the GEMM family's tests')."""
+    return {name for name, v in cards.items() if v.kind == "op" and v.family != "matmul"}
+
+
 def as_torch(array: np.ndarray, shape: list[int]) -> torch.Tensor:
     """A card array as the model saw it (bf16 exactly through fp32)."""
     if array.dtype.name == "bfloat16":
@@ -79,6 +88,9 @@ EAGER: dict[str, Callable[[dict[str, torch.Tensor], Variant], torch.Tensor]] = {
     "softmax": lambda t, v: torch.softmax(t["x"], dim=-1),
     "rms_norm": lambda t, v: F.rms_norm(t["x"], (t["x"].shape[-1],), t["w"], 1e-6),
     "silu_mul": lambda t, v: F.silu(t["gate"]) * t["up"],
+    "mul": lambda t, v: t["a"] * t["b"],
+    "scale_mask_softmax": lambda t, v: torch.softmax(t["x"] / 4.0 + t["mask"], dim=-1),  # head_dim 16
+    "group_norm_silu": lambda t, v: F.silu(F.group_norm(t["x"], 32, t["gamma"], t["beta"], 1e-5)),
     "add": lambda t, v: t["a"] + t["b"],
     "silu": lambda t, v: F.silu(t["x"]),
     "relu": lambda t, v: F.relu(t["x"]),
@@ -116,12 +128,9 @@ def check_card(root: Path, variant: Variant) -> Card:
 def test_decoder_block_variants_and_cards(decoder: tuple[CaptureManifest, Path]) -> None:
     manifest, root = decoder
     cards = carded(manifest)
-    assert set(cards) == {
-        "rms_norm_bf16_2x16x64",
-        "softmax_bf16_2x4x16x16",
-        "silu_mul_bf16_2x16x96",
-        "add_bf16_2x16x64",
-    }
+    assert chains(cards) == {"rms_norm_bf16_2x16x64", "silu_mul_bf16_2x16x96", "scale_mask_softmax_bf16_2x4x16x16"}
+    # every call of a chain is a variant of its own as well: SwiGLU's silu and its product with up
+    assert single(cards) == {"softmax_bf16_2x4x16x16", "add_bf16_2x16x64", "silu_bf16_2x16x96", "mul_bf16_2x16x96"}
     rms = cards["rms_norm_bf16_2x16x64"]
     assert rms.kind == "pattern" and rms.op == "rms_norm" and rms.calls == 2  # both norms, decomposed on the CPU
     assert [s.op for s in rms.steps][:3] == ["aten._to_copy.default", "aten.pow.Tensor_Scalar", "aten.mean.dim"]
@@ -138,7 +147,8 @@ def test_decoder_block_variants_and_cards(decoder: tuple[CaptureManifest, Path])
 def test_diffusion_block_variants_and_cards(diffusion: tuple[CaptureManifest, Path]) -> None:
     manifest, root = diffusion
     cards = carded(manifest)
-    assert set(cards) == {"group_norm_bf16_2x64x8x8", "silu_bf16_2x64x8x8", "silu_bf16_2x32", "add_bf16_2x64x8x8"}
+    assert chains(cards) == {"group_norm_silu_bf16_2x64x8x8"}  # both norms, each before its SiLU
+    assert single(cards) == {"group_norm_bf16_2x64x8x8", "silu_bf16_2x64x8x8", "silu_bf16_2x32", "add_bf16_2x64x8x8"}
     group_norm = cards["group_norm_bf16_2x64x8x8"]
     assert group_norm.calls == 2 and group_norm.family == "group_norm" and group_norm.template
     card = check_card(root, group_norm)
@@ -292,8 +302,9 @@ def test_variants_are_ranked_by_expected_saving(decoder: tuple[CaptureManifest, 
             assert v.estimate.startswith("prior")  # a CPU capture: no GPU ceiling to estimate against
         else:
             assert v.expected_speedup == 1.0 and v.expected_saving == 0.0
-    assert sum(v.share for v in manifest.variants) == pytest.approx(1.0)
-    assert sum(v.time_us for v in manifest.variants) == pytest.approx(manifest.total_time_us)
+    calls = [v for v in manifest.variants if v.kind == "op"]  # a chain's time is its calls' again
+    assert sum(v.share for v in calls) == pytest.approx(1.0)
+    assert sum(v.time_us for v in calls) == pytest.approx(manifest.total_time_us)
     assert manifest.timing == "cpu-wall" and "CPU time" in manifest.timing_note
 
 
@@ -317,8 +328,10 @@ def test_unsupported_variants_say_why(
 def test_the_manifest_describes_every_call(decoder: tuple[CaptureManifest, Path]) -> None:
     manifest, root = decoder
     assert len(manifest.trace) == manifest.calls
-    per_variant = {v.id: v.calls * len(v.steps) for v in manifest.variants}
+    per_variant = {v.id: v.calls for v in manifest.variants if v.kind == "op"}
     assert {vid: manifest.trace.count(vid) for vid in per_variant} == per_variant
+    for chain in (v for v in manifest.variants if v.kind == "pattern"):
+        assert len(chain.instances) == chain.calls and all(len(i) == len(chain.steps) for i in chain.instances)
     softmax = next(v for v in manifest.variants if v.card == "softmax_bf16_2x4x16x16")
     [arg, dim, half] = softmax.steps[0].args
     assert arg.tensor is not None and arg.tensor.shape == [2, 4, 16, 16] and arg.tensor.stride == [1024, 256, 16, 1]

@@ -89,15 +89,17 @@ def test_a_decomposed_rms_norm_is_one_card() -> None:
     matches = patterns.find(calls)
     assert matches == [("rms_norm", list(range(8)))]
     groups, trace = group_calls(calls, matches)
-    assert len(groups) == 1 and trace == [0] * 8
-    plan = families.plan(groups[0])
+    chains = [g for g in groups if g.kind == "pattern"]
+    assert len(groups) == 9 and chains == [groups[1]]  # listed after the variant of its first call
+    assert [groups[g].kind for g in trace] == ["op"] * 8  # every call stays a variant of its own (eager's)
+    plan = families.plan(chains[0])
     assert isinstance(plan, families.CardPlan)
     assert plan.family == "rms_norm" and plan.sizes == {"rows": 6, "cols": 8} and plan.template_problem is None
     bindings = {b.tensor: (b.step, b.path) for b in plan.bindings()}
     assert bindings == {"x": (0, "args[0]"), "w": (6, "args[0]"), "y": (7, "out[0]")}
     assert "1e-06f" in plan.source  # the baseline carries the op's eps
     assert patterns.find(rms_calls(second_reader=True)) == []  # rsqrt's output is read outside the chain
-    other_eps = families.plan(group_calls(calls := rms_calls(eps=1e-5), patterns.find(calls))[0][0])
+    other_eps = families.plan(group_calls(calls := rms_calls(eps=1e-5), patterns.find(calls))[0][1])
     assert isinstance(other_eps, families.CardPlan) and "eps 1e-05" in str(other_eps.template_problem)
 
 

@@ -60,7 +60,16 @@ def elementwise(op: str, dtype: str, inputs: list[str], output: str, count: str)
         raise ValueError(f"{op} takes {arity} operand(s), not {len(inputs)}: {inputs}")
     names = dict(zip(("in0", "in1"), inputs, strict=False))
     values = prelude_values(dtype, f"{op}, one thread per element")
-    source = CUDA.render("elementwise.cu", **values, **names, output=output, binary=arity == 2, expression=expression)
+    source = CUDA.render(
+        "elementwise.cu",
+        **values,
+        **names,
+        output=output,
+        binary=arity == 2,
+        bias=False,
+        rounded=False,
+        expression=expression,
+    )
     plan = LaunchPlan(
         entry="kf_capture_elementwise",
         grid=[f"cdiv({count}, {BLOCK})"],
@@ -70,41 +79,110 @@ def elementwise(op: str, dtype: str, inputs: list[str], output: str, count: str)
     return source, plan
 
 
-def softmax(dtype: str) -> tuple[str, LaunchPlan]:
-    """y = softmax(x) over the rows of x[rows, cols]: a block per row, max, sum of exp, write."""
-    source = CUDA.render("softmax.cu", **prelude_values(dtype, "softmax over the last axis, a block per row"))
-    return source, LaunchPlan(entry="kf_capture_softmax", grid=["rows"], block=[BLOCK], args=["x", "y", "rows", "cols"])
+def _activation(act: str) -> str:
+    """The fp32 expression over a0 of a one-operand op of ELEMENTWISE."""
+    arity, expression = ELEMENTWISE[act]
+    if arity != 1:
+        raise ValueError(f"{act} is not an activation (it takes {arity} operands)")
+    return expression
 
 
-def rms_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
-    """y = x * rsqrt(mean(x^2) + eps) * w over the rows of x[rows, cols], w[cols]."""
-    what = f"rms_norm over the last axis, eps {eps!r}, a block per row"
-    source = CUDA.render("rms_norm.cu", **prelude_values(dtype, what), eps=eps_literal(eps))
-    plan = LaunchPlan(entry="kf_capture_rms_norm", grid=["rows"], block=[BLOCK], args=["x", "w", "y", "rows", "cols"])
+def bias_act(act: str, dtype: str, rounded: bool = False) -> tuple[str, LaunchPlan]:
+    """y = act(x + b) of x[rows, cols] and a bias b[cols] along its last axis, one thread per element (a fused
+    chain's bias add and activation, the sum kept in fp32; `rounded`: in the dtype, as eager stores it)."""
+    values = prelude_values(dtype, f"{act}(x + b) with b along the last axis, one thread per element")
+    source = CUDA.render(
+        "elementwise.cu",
+        **values,
+        in0="x",
+        in1="b",
+        output="y",
+        binary=False,
+        bias=True,
+        rounded=rounded,
+        expression=_activation(act),
+    )
+    plan = LaunchPlan(
+        entry="kf_capture_elementwise",
+        grid=[f"cdiv(rows * cols, {BLOCK})"],
+        block=[BLOCK],
+        args=["x", "b", "y", "rows * cols:i64", "cols"],
+    )
     return source, plan
 
 
-def layer_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
-    """y = (x - mean) * rsqrt(var + eps) * w + b over the rows of x[rows, cols] (two passes: no cancellation)."""
-    what = f"layer_norm over the last axis, eps {eps!r}, a block per row, two-pass variance"
-    source = CUDA.render("layer_norm.cu", **prelude_values(dtype, what), eps=eps_literal(eps))
-    args = ["x", "w", "b", "y", "rows", "cols"]
+def softmax(
+    dtype: str, scale: tuple[str, float] | None = None, masked: bool = False, rounded: bool = False
+) -> tuple[str, LaunchPlan]:
+    """y = softmax(x) over the rows of x[rows, cols]: a block per row, max, sum of exp, write. A fused chain's
+    softmax of x * s (`scale` ("*", s)) or x / s (("/", s)) and, `masked`, plus mask[mask_rows, cols] broadcast over
+    the rows as [batch, 1, seq, cols] over [batch, heads, seq, cols] (the card's sizes heads and seq), the logits
+    kept in fp32 (`rounded`: each in the dtype, as eager stores them)."""
+    fused = scale is not None or masked
+    op, value = scale or ("*", 1.0)
+    logits = "x" + (f" {op} {value!r}" if scale is not None else "") + (" + mask" if masked else "")
+    what = (
+        f"softmax of {logits} over the last axis, a block per row"
+        if fused
+        else "softmax over the last axis, a block per row"
+    )
+    source = CUDA.render(
+        "softmax.cu",
+        **prelude_values(dtype, what),
+        fused=fused,
+        scaled=scale is not None,
+        masked=masked,
+        rounded=rounded,
+        scale_op=op,
+        scale=eps_literal(value),
+    )
+    args = ["x", "mask", "y", "rows", "cols", "heads * seq", "seq"] if masked else ["x", "y", "rows", "cols"]
+    return source, LaunchPlan(entry="kf_capture_softmax", grid=["rows"], block=[BLOCK], args=args)
+
+
+def rms_norm(dtype: str, eps: float, residual: bool = False, rounded: bool = False) -> tuple[str, LaunchPlan]:
+    """y = x * rsqrt(mean(x^2) + eps) * w over the rows of x[rows, cols], w[cols]; `residual` (a fused chain's): of
+    x + r, the sum kept in fp32 (`rounded`: in the dtype, as eager stores it)."""
+    what = f"rms_norm{' of x + r' if residual else ''} over the last axis, eps {eps!r}, a block per row"
+    values = prelude_values(dtype, what)
+    source = CUDA.render("rms_norm.cu", **values, eps=eps_literal(eps), residual=residual, rounded=rounded)
+    args = ["x", *(["r"] if residual else []), "w", "y", "rows", "cols"]
+    return source, LaunchPlan(entry="kf_capture_rms_norm", grid=["rows"], block=[BLOCK], args=args)
+
+
+def layer_norm(dtype: str, eps: float, residual: bool = False, rounded: bool = False) -> tuple[str, LaunchPlan]:
+    """y = (x - mean) * rsqrt(var + eps) * w + b over the rows of x[rows, cols] (two passes: no cancellation);
+    `residual` (a fused chain's): of x + r, the sum kept in fp32 (`rounded`: in the dtype, as eager stores it)."""
+    what = (
+        f"layer_norm{' of x + r' if residual else ''} over the last axis, eps {eps!r}, a block per row, two-pass "
+        "variance"
+    )
+    values = prelude_values(dtype, what)
+    source = CUDA.render("layer_norm.cu", **values, eps=eps_literal(eps), residual=residual, rounded=rounded)
+    args = ["x", *(["r"] if residual else []), "w", "b", "y", "rows", "cols"]
     return source, LaunchPlan(entry="kf_capture_layer_norm", grid=["rows"], block=[BLOCK], args=args)
 
 
-def group_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
+def group_norm(dtype: str, eps: float, act: str | None = None, rounded: bool = False) -> tuple[str, LaunchPlan]:
     """y = (x - mean) * rstd * gamma[c] + beta[c] with statistics per (sample, group) of x[n, c, h, w], and the
-    statistics mean and rstd [n, groups] (aten.native_group_norm returns them beside y)."""
+    statistics mean and rstd [n, groups] (aten.native_group_norm returns them beside y); with `act` (a fused chain's
+    activation after the norm, whose statistics nothing reads), y = act of that and no statistics (`rounded`: of
+    the normalised value in the dtype, as eager stores it)."""
     what = (
         f"group_norm over NCHW, eps {eps!r}, a block per (sample, group), two-pass variance of x shifted by the"
         " group's first element (a constant group then gives x - mean = 0 exactly, as the reference does)"
     )
-    source = CUDA.render("group_norm.cu", **prelude_values(dtype, what), eps=eps_literal(eps))
+    values = prelude_values(dtype, what if act is None else f"{act} of the {what}")
+    expression = "" if act is None else _activation(act)
+    source = CUDA.render(
+        "group_norm.cu", **values, eps=eps_literal(eps), act=act is not None, rounded=rounded, expression=expression
+    )
+    statistics = ["mean", "rstd"] if act is None else []
     plan = LaunchPlan(
         entry="kf_capture_group_norm",
         grid=["n * groups"],
         block=[BLOCK],
-        args=["x", "gamma", "beta", "y", "mean", "rstd", "c", "h * w", "groups"],
+        args=["x", "gamma", "beta", "y", *statistics, "c", "h * w", "groups"],
     )
     return source, plan
 

@@ -104,14 +104,15 @@ def steps_of(calls: list[Call], indices: list[int]) -> list[Step]:
 
 
 def group_calls(calls: list[Call], matches: list[tuple[str, list[int]]]) -> tuple[list[Group], list[int]]:
-    """Variants of the forward pass: pattern instances (name, call indices) with one signature form one group, and
-    every call outside them groups by its own signature. Returns the groups in order of first appearance and, per
-    call, its group's index (the trace)."""
+    """Variants of the forward pass: every call groups by its own signature, and pattern instances (name, call
+    indices) with one signature form one more group, listed after the group of the instance's first call (eager
+    PyTorch replaces single calls, so each call of a chain stays a variant of its own). Returns the groups in order of
+    first appearance and, per call, its own group's index (the trace)."""
     groups: list[Group] = []
     by_key: dict[str, int] = {}
     trace = [-1] * len(calls)
 
-    def add(kind: str, op: str, indices: list[int]) -> None:
+    def add(kind: str, op: str, indices: list[int]) -> int:
         steps = steps_of(calls, indices)
         key = kind + ":" + "|".join(signature(s.op, s.args) + repr(_links(s)) for s in steps)
         position = by_key.get(key)
@@ -122,17 +123,15 @@ def group_calls(calls: list[Call], matches: list[tuple[str, list[int]]]) -> tupl
         if group.instances:
             group.steps = _least_alignment(group.steps, steps)
         group.instances.append(indices)
-        for index in indices:
-            trace[index] = position
+        return position
 
-    in_pattern = {index: (name, indices) for name, indices in matches for index in indices}
+    starting: dict[int, list[tuple[str, list[int]]]] = {}
+    for name, indices in matches:
+        starting.setdefault(indices[0], []).append((name, indices))
     for call in calls:
-        if call.index in in_pattern:
-            name, indices = in_pattern[call.index]
-            if call.index == indices[0]:
-                add("pattern", name, indices)
-        else:
-            add("op", call.op, [call.index])
+        trace[call.index] = add("op", call.op, [call.index])
+        for name, indices in starting.get(call.index, []):
+            add("pattern", name, indices)
     return groups, trace
 
 

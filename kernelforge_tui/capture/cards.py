@@ -214,6 +214,7 @@ def write_card(
         reference=Reference(kind="numpy", function="reference.py:reference"),
         baseline=BaselineSpec(source="baseline.cu", plan=plan.plan),
         stress=StressSpec(seed=STRESS_SEED, skip=plan.stress_skip),
+        chain=plan.chain,
     )
     if root.exists():
         shutil.rmtree(root)
@@ -222,7 +223,11 @@ def write_card(
     bindings = plan.bindings()
     problems: list[str] = []
     for precision in ELEMENTWISE_PRECISIONS if plan.family == "elementwise" else PRECISIONS:
-        (root / "reference.py").write_text(reference.source(name, steps, bindings, precision))
+        (root / "reference.py").write_text(reference.source(name, steps, bindings, precision, plan.input_places()))
+        if plan.chain is not None:  # a kernel must round between the calls where the reference does
+            rounded = precision == "captured"
+            spec = spec.model_copy(update={"chain": plan.chain.model_copy(update={"rounded": rounded})})
+            (root / "baseline.cu").write_text(plan.rounded_source if rounded and plan.rounded_source else plan.source)
         card = save_card(spec, root, stored)
         try:
             problem = _mismatch(card, stored)

@@ -15,9 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from kernelforge_tui.capture import baselines
+from kernelforge_tui.capture import baselines, patterns
 from kernelforge_tui.capture.calls import Group
-from kernelforge_tui.capture.manifest import ArgSpec, Binding, Step, TensorMeta
+from kernelforge_tui.capture.manifest import ArgSpec, Binding, Json, Step, TensorMeta
+from kernelforge_tui.cards.chain import Chain, ChainArg, ChainStep, ChainValue
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import LaunchPlan, OpFamily, Tolerance
 
@@ -47,6 +48,9 @@ class PlannedTensor:
     path: str
     meta: TensorMeta
     dims: list[str | int]
+    reads: tuple[tuple[int, str], ...] = ()
+    """An input's other places in the calls, (step, path), where they read the same tensor again (an fp32 rms_norm's
+    x, read by its square and by its product with the rsqrt)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,13 @@ class CardPlan:
     captured data (`cards.statistics_tolerance`)."""
     stress_skip: dict[str, str] = field(default_factory=dict)
     """Stress sets of the family the card does not run, with why."""
+    eps: float | None = None
+    """A norm's eps, as its baseline has it baked in."""
+    chain: Chain | None = None
+    """A fused chain's calls and wiring (`chain_record`), which the card records."""
+    rounded_source: str | None = None
+    """A chain's baseline that keeps its intermediate results in the card's dtype, as eager does: the card's
+    baseline when its reference has to (`Chain.rounded`)."""
 
     def bindings(self) -> list[Binding]:
         return [
@@ -107,6 +118,14 @@ class CardPlan:
             )
             for t in self.tensors
         ]
+
+    def input_places(self) -> dict[tuple[int, str], str]:
+        """Every (step, path) that reads a card input, with the input's name."""
+        places: dict[tuple[int, str], str] = {}
+        for t in self.tensors:
+            if t.role == "input":
+                places |= dict.fromkeys([(t.step, t.path), *t.reads], t.name)
+        return places
 
     def bytes_formula(self) -> str:
         return " + ".join(f"{NUMPY[t.meta.dtype].itemsize} * {_product(t.dims)}" for t in self.tensors)
@@ -286,8 +305,6 @@ def _softmax(step: Step) -> CardPlan:
     ]
     dtype = _checked(tensors)
     source, plan = baselines.softmax(dtype)
-    rtol = 1e-5 if dtype == "float32" else (1.6e-2 if dtype == "bfloat16" else 1e-3)
-    atol = 1e-2 * rtol / sizes["cols"] if dtype == "float32" else 1e-8
     return CardPlan(
         family="softmax",
         op="softmax",
@@ -298,9 +315,15 @@ def _softmax(step: Step) -> CardPlan:
         source=source,
         plan=plan,
         what=f"y = softmax(x) over the last axis of x{x.shape}, seen by the card as [rows, cols]",
-        tolerance=Tolerance(rtol=rtol, atol=atol),
+        tolerance=_softmax_tolerance(dtype, sizes["cols"]),
         notes=["atol is about 1% of rtol / cols (fp32) or 1e-8 (16-bit): outputs are about 1/cols"],
     )
+
+
+def _softmax_tolerance(dtype: str, cols: int) -> Tolerance:
+    """rtol by dtype; atol about 1% of rtol / cols for fp32 (outputs are about 1/cols), 1e-8 for 16-bit."""
+    rtol = 1e-5 if dtype == "float32" else (1.6e-2 if dtype == "bfloat16" else 1e-3)
+    return Tolerance(rtol=rtol, atol=1e-2 * rtol / cols if dtype == "float32" else 1e-8)
 
 
 def _rows_plan(
@@ -342,6 +365,7 @@ def _rows_plan(
         what=f"{what}, eps {eps:g}; x{meta_x.shape} seen by the card as [rows, cols]",
         tolerance=tolerance,
         template_problem=problem,
+        eps=eps,
     )
 
 
@@ -380,9 +404,15 @@ def _rms_pattern(steps: list[Step]) -> CardPlan:
     w = next(a for a in weighted.args if a.kind == "tensor" and a.source is None)
     assert w.tensor is not None
     last = len(steps) - 1
-    return _rows_plan(
+    made = _rows_plan(
         "rms_norm", (0, "args[0]", x), [("w", weighted_at, w.path, w.tensor)], (last, _output(steps[last], 0)), eps
     )
+    if steps[0].op == "aten._to_copy.default":
+        return made
+    normed_at = min(k for k, s in enumerate(steps) if s.op == "aten.mul.Tensor")  # x * rsqrt(...) reads x again
+    again = tuple((normed_at, a.path) for a in steps[normed_at].args if a.kind == "tensor" and a.source is None)
+    tensors = [dataclasses.replace(t, reads=again) if t.name == "x" else t for t in made.tensors]
+    return dataclasses.replace(made, tensors=tensors)
 
 
 def _layer_norm(step: Step) -> CardPlan:
@@ -451,6 +481,7 @@ def _group_norm(step: Step) -> CardPlan:
         template_problem=problem,
         notes=["the op's mean and rstd outputs [n, groups] are outputs of the card: a .cast call must return them"],
         stress_skip={"nan-inf": STATISTICS_OF_INF},
+        eps=eps,
         rounded_statistics=(
             RoundedStatistics(UNIT_ROUNDOFF[dtype], groups, c // groups * h * w, eps)
             if dtype in UNIT_ROUNDOFF
@@ -564,14 +595,206 @@ OPS: dict[str, Callable[[Step], CardPlan]] = {
     "aten.mean.dim": _mean,
     "aten._adaptive_avg_pool2d.default": _adaptive_pool,
 }
-PATTERNS: dict[str, Callable[[list[Step]], CardPlan]] = {"rms_norm": _rms_pattern, "silu_mul": _silu_mul}
+
+
+# ---- fused chains --------------------------------------------------------------------------------------------------
+
+
+def _shifted(tensors: list[PlannedTensor], by: int) -> list[PlannedTensor]:
+    return [dataclasses.replace(t, step=t.step + by) for t in tensors]
+
+
+def _norm_of(steps: list[Step]) -> CardPlan:
+    """The plan of the norm a residual chain ends in: one aten call, or the decomposed rms_norm pattern."""
+    if len(steps) > 1:
+        return _rms_pattern(steps)
+    if steps[0].op == "aten.native_layer_norm.default":
+        return _layer_norm(steps[0])
+    return _fused_rms_norm(steps[0])
+
+
+def _residual_norm(steps: list[Step]) -> CardPlan:
+    """x + r, then layer_norm or rms_norm of the sum: the norm's card with r beside x."""
+    norm = _norm_of(steps[1:])
+    assert norm.eps is not None
+    tensors = [
+        PlannedTensor("x", "input", 0, "args[0]", _tensor(steps[0], "args[0]", "input"), ["rows", "cols"]),
+        PlannedTensor("r", "input", 0, "args[1]", _tensor(steps[0], "args[1]", "residual"), ["rows", "cols"]),
+        *_shifted([t for t in norm.tensors if t.name != "x"], 1),
+    ]
+    dtype = _checked(tensors)
+    maker = baselines.rms_norm if norm.family == "rms_norm" else baselines.layer_norm
+    source, launch = maker(dtype, norm.eps, residual=True)
+    return dataclasses.replace(
+        norm,
+        tensors=tensors,
+        flops=f"{norm.flops} + rows * cols",
+        source=source,
+        rounded_source=maker(dtype, norm.eps, residual=True, rounded=True)[0],
+        plan=launch,
+        what=f"the residual sum s = x + r, then {norm.what.replace('x *', 's *').replace('(x -', '(s -')}",
+        notes=["the norm's other results (mean, rstd: for backward) are read by nothing in the model"],
+    )
+
+
+def _activation(step: Step) -> str:
+    """The ELEMENTWISE name of a chain's last call (gelu, gelu_tanh, silu, relu)."""
+    op = UNARY[step.op]
+    return "gelu_tanh" if op == "gelu" and _value(step, "args[1]", "approximate") == "tanh" else op
+
+
+def _bias_act(steps: list[Step]) -> CardPlan:
+    """x + b with b along the last axis of x, then an activation: y = act(x + b)."""
+    add, act = steps
+    first, second = _tensor(add, "args[0]", "first operand"), _tensor(add, "args[1]", "second operand")
+    (x, x_path), (b, b_path) = sorted([(first, "args[0]"), (second, "args[1]")], key=lambda t: -len(t[0].shape))
+    cols = x.shape[-1]
+    tensors = [
+        PlannedTensor("x", "input", 0, x_path, x, ["rows", "cols"]),
+        PlannedTensor("b", "input", 0, b_path, b, ["cols"]),
+        PlannedTensor("y", "output", 1, "out[0]", _output(act, 0), ["rows", "cols"]),
+    ]
+    dtype = _checked(tensors)
+    name = _activation(act)
+    source, launch = baselines.bias_act(name, dtype)
+    return CardPlan(
+        family="elementwise",
+        op=name,
+        dtype=dtype,
+        sizes={"rows": x.numel // cols, "cols": cols},
+        tensors=tensors,
+        flops=f"{1 + ELEMENTWISE_FLOPS[name]} * rows * cols",
+        source=source,
+        rounded_source=baselines.bias_act(name, dtype, rounded=True)[0],
+        plan=launch,
+        what=f"y = {name}(x + b) with the bias b[cols] along the last axis of x{x.shape}, seen as [rows, cols]",
+    )
+
+
+def _masked_softmax(steps: list[Step]) -> CardPlan:
+    """[x * s or x / s] [+ mask] [cast] softmax over the last axis [cast]: y, with the mask broadcast over the rows
+    (`patterns.mask_layout`)."""
+    x = _tensor(steps[0], "args[0]", "input")
+    scale: tuple[str, float] | None = None
+    if steps[0].op in ("aten.mul.Tensor", "aten.div.Tensor"):
+        value = _value(steps[0], "args[1]")
+        assert isinstance(value, (int, float))
+        scale = ("*" if steps[0].op == "aten.mul.Tensor" else "/", float(value))
+    adds = [k for k, s in enumerate(steps) if s.op == "aten.add.Tensor"]
+    sizes = _row_sizes(x)
+    tensors = [PlannedTensor("x", "input", 0, "args[0]", x, ["rows", "cols"])]
+    if adds:
+        mask = _tensor(steps[adds[0]], "args[1]", "mask")
+        layout = patterns.mask_layout(x.shape, mask.shape)
+        assert layout is not None
+        batch, heads, seq = layout
+        sizes |= {"mask_rows": batch * seq, "heads": heads, "seq": seq}
+        tensors.append(PlannedTensor("mask", "input", adds[0], "args[1]", mask, ["mask_rows", "cols"]))
+    last = len(steps) - 1
+    tensors.append(PlannedTensor("y", "output", last, "out[0]", _output(steps[last], 0), ["rows", "cols"]))
+    dtype = _checked(tensors)
+    source, launch = baselines.softmax(dtype, scale, bool(adds))
+    rounded_source = baselines.softmax(dtype, scale, bool(adds), rounded=True)[0]
+    base = _softmax_tolerance(dtype, sizes["cols"])
+    logits = "x" + (f" {scale[0]} {scale[1]:g}" if scale else "") + (" + mask" if adds else "")
+    broadcast = f", the mask [{sizes['mask_rows']}, cols] broadcast over the heads" if adds else ""
+    return CardPlan(
+        family="softmax",
+        op="",
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops=f"{5 + (1 if scale else 0) + (1 if adds else 0)} * rows * cols",
+        source=source,
+        rounded_source=rounded_source,
+        plan=launch,
+        what=f"y = softmax({logits}) over the last axis of x{x.shape}, seen as [rows, cols]{broadcast}",
+        tolerance=base,
+        notes=["atol is about 1% of rtol / cols (fp32) or 1e-8 (16-bit): outputs are about 1/cols"],
+    )
+
+
+def _group_norm_act(steps: list[Step]) -> CardPlan:
+    """group_norm, then an activation of its result: the group norm's card without its statistics (nothing reads
+    them), y the activation's."""
+    norm = _group_norm(steps[0])
+    assert norm.eps is not None
+    name = _activation(steps[1])
+    inputs = [t for t in norm.tensors if t.role == "input"]
+    y = PlannedTensor("y", "output", 1, "out[0]", _output(steps[1], 0), ["n", "c", "h", "w"])
+    dtype = _checked([*inputs, y])
+    source, launch = baselines.group_norm(dtype, norm.eps, name)
+    return dataclasses.replace(
+        norm,
+        tensors=[*inputs, y],
+        flops=f"{norm.flops} + {ELEMENTWISE_FLOPS[name]} * n * c * h * w",
+        source=source,
+        rounded_source=baselines.group_norm(dtype, norm.eps, name, rounded=True)[0],
+        plan=launch,
+        what=f"y = {name}(group_norm(x) * gamma + beta): {norm.what.removeprefix('y = ')}",
+        notes=["the group norm's mean and rstd (for backward) are read by nothing in the model"],
+    )
+
+
+CHAIN_ARGS = ("scalar", "float", "dtype", "device", "layout", "memory_format")
+
+
+def _recordable(value: Json) -> ChainValue | None:
+    """A captured scalar as a chain holds it; None for one it cannot (None itself, a list holding None)."""
+    if isinstance(value, list):
+        items = [v for v in value if v is not None]
+        return items if len(items) == len(value) else None
+    return value
+
+
+def chain_record(pattern: str, steps: list[Step], made: CardPlan) -> Chain:
+    """The chain a card stands for (`cards.chain`): its calls, each argument a card input, an earlier call's result
+    or the scalar the call passed; Refuse for an argument the record cannot hold."""
+    inputs = made.input_places()
+    calls: list[ChainStep] = []
+    for k, step in enumerate(steps):
+        args: list[ChainArg] = []
+        for arg in step.args:
+            if arg.kind == "tensor" and arg.source is not None:
+                args.append(ChainArg(path=arg.path, kind="step", step=arg.source[0], out=arg.source[1]))
+            elif arg.kind == "tensor":
+                name = inputs.get((k, arg.path))
+                if name is None:
+                    raise Refuse(f"call {k} ({step.op}) reads a tensor at {arg.path} that is no input of the card")
+                args.append(ChainArg(path=arg.path, kind="input", input=name))
+            elif arg.kind == "none":
+                args.append(ChainArg(path=arg.path, kind="none"))
+            elif arg.kind in CHAIN_ARGS and (value := _recordable(arg.value)) is not None:
+                args.append(ChainArg(path=arg.path, kind=arg.kind, value=value))
+            else:
+                raise Refuse(f"call {k} ({step.op}) takes {arg.path} = {arg.value!r}, which a chain cannot record")
+        calls.append(ChainStep(op=step.op, args=args, results=max(1, len(step.outputs))))
+    outputs = {
+        t.name: (t.step, int(t.path.removeprefix("out[").rstrip("]"))) for t in made.tensors if t.role == "output"
+    }
+    return Chain(pattern=pattern, steps=calls, outputs=outputs)
+
+
+PATTERNS: dict[str, Callable[[list[Step]], CardPlan]] = {
+    "rms_norm": _rms_pattern,
+    "silu_mul": _silu_mul,
+    "residual_layer_norm": _residual_norm,
+    "residual_rms_norm": _residual_norm,
+    **{f"bias_{act}": _bias_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
+    **{f"group_norm_{act}": _group_norm_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
+    "scale_softmax": _masked_softmax,
+    "mask_softmax": _masked_softmax,
+    "scale_mask_softmax": _masked_softmax,
+}
+"""Pattern name (`patterns.chain_name`) -> its card's plan (the chain record is added by `plan`)."""
 
 
 def plan(group: Group) -> CardPlan | NoCard:
     """The card a variant becomes, or why it becomes none."""
     try:
         if group.kind == "pattern":
-            return PATTERNS[group.op](group.steps)
+            made = PATTERNS[group.op](group.steps)
+            return dataclasses.replace(made, op=group.op, chain=chain_record(group.op, group.steps, made))
         step = group.steps[0]
         if step.view:
             return NoCard("no-kernel", "a view (aliases its input): no kernel runs")

@@ -114,15 +114,22 @@ class Variant(Strict):
     rank: int
     """1 = the largest expected saving."""
     kind: Literal["op", "pattern"]
+    """op: one aten call; pattern: a fused chain of calls (`capture.patterns`)."""
     op: str
-    """The overload for an op; the pattern's name (rms_norm, silu_mul) for a pattern."""
+    """The overload for an op; the pattern's name (rms_norm, silu_mul, residual_layer_norm, bias_gelu,
+    scale_mask_softmax, group_norm_silu, ...) for a pattern."""
     title: str
     """One line for tables: `aten._softmax.default bf16 [2, 16, 1024, 1024]`."""
     steps: list[Step]
     calls: int
     """Calls (or matched pattern instances) per forward pass."""
+    instances: list[list[int]] = Field(default_factory=list)
+    """A pattern's: the aten calls (indices into the forward pass, as `trace` counts them) of each instance. Each of
+    those calls is a variant of its own too (the trace names it): eager PyTorch replaces single calls, a graph pass
+    a whole chain."""
     time_us: float
-    """Measured time of all its calls in one forward pass (device time on CUDA, CPU time on the CPU)."""
+    """Measured time of all its calls in one forward pass (device time on CUDA, CPU time on the CPU): for a
+    pattern, every call of every instance, so its share overlaps the shares of its calls' own variants."""
     share: float
     """time_us / the model's total operator time: its share of the eager time."""
     bytes_per_call: int = 0
@@ -181,7 +188,8 @@ class CaptureManifest(Strict):
     created_at: float
     variants: list[Variant]
     trace: list[str] = Field(default_factory=list)
-    """The variant id of every aten call of one forward pass, in order (a pattern's calls carry its id)."""
+    """The variant id of every aten call of one forward pass, in order: each call's own variant (a pattern lists
+    its calls in `Variant.instances`)."""
 
     def variant(self, variant_id: str) -> Variant:
         for variant in self.variants:

@@ -2,16 +2,22 @@
 
 Why: some operators reach the dispatcher decomposed. `F.rms_norm` on the CPU (and every hand-written Llama RMSNorm:
 `x.float().pow(2).mean(-1, keepdim=True)`, `+ eps`, `rsqrt`, two multiplies, casts) is six to eight calls, each a
-full pass over the row; SwiGLU's `silu(gate) * up` is two. One kernel for the chain reads the inputs once and
-writes the output once, which is where the time is. A chain is fused only when every intermediate is read by the
-next call of the chain alone (nothing else in the model, nor its outputs, sees it), so a runtime that replaces
-the chain computes everything the model uses.
+full pass over the row; SwiGLU's `silu(gate) * up` is two. And a model's neighbouring calls fuse: a residual add
+before a norm, a bias add before an activation, a scale and a mask before a softmax, an activation after a group
+norm. One kernel for the chain reads the inputs once and writes the output once, which is where the time is (and
+what torch.compile's fusion wins). A chain is fused only when every intermediate is read by the chain's own later
+calls alone (nothing else in the model, nor its outputs, sees it), so a runtime that replaces the chain computes
+everything the model uses. Every call of a chain is also a variant of its own (`calls.group_calls`): eager PyTorch
+replaces single calls, only a graph pass replaces a chain.
 """
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 from kernelforge_tui.capture.calls import Call
-from kernelforge_tui.capture.manifest import ArgSpec
+from kernelforge_tui.capture.manifest import ArgSpec, TensorMeta
 
 FLOAT_TYPES = ("float32", "bfloat16", "float16", "float64")
 
@@ -134,7 +140,196 @@ def silu_mul(calls: list[Call], start: Call) -> list[int] | None:
     return [start.index, mul.index]
 
 
-PATTERNS = {"rms_norm": rms_norm, "silu_mul": silu_mul}
+NORMS = ("aten.native_layer_norm.default", "aten.rms_norm.default", "aten._fused_rms_norm.default")
+ACTIVATIONS = ("aten.gelu.default", "aten.silu.default", "aten.relu.default")
+SOFTMAX = "aten._softmax.default"
+SCALES = ("aten.mul.Tensor", "aten.div.Tensor")
+
+
+def _results_unread(call: Call) -> bool:
+    """Nothing reads the call's results after the first (a norm's mean and rstd, kept for backward)."""
+    return all(call.consumers[k] == 0 and k not in call.model_outputs for k in range(1, len(call.outputs)))
+
+
+def _read_only_by(calls: list[Call], producer: Call, chain: list[int]) -> bool:
+    """`producer`'s first result is read, by calls of `chain` only, and the model does not return it."""
+    readers = _readers(calls, producer)
+    return bool(readers) and 0 not in producer.model_outputs and all(c.index in chain for c in readers)
+
+
+class Add(NamedTuple):
+    """A tensor add's operands (args[0], args[1]) and their result, all of one floating dtype."""
+
+    first: ArgSpec
+    second: ArgSpec
+    a: TensorMeta
+    b: TensorMeta
+    out: TensorMeta
+
+
+def tensor_add(call: Call) -> Add | None:
+    """The call as a tensor add with alpha 1, or None."""
+    alpha = call.arg("kwargs.alpha") or call.arg("args[2]")
+    first, second = call.arg("args[0]"), call.arg("args[1]")
+    out = call.outputs[0] if call.outputs else None
+    if call.op != "aten.add.Tensor" or (alpha is not None and alpha.value != 1) or out is None:
+        return None
+    if first is None or second is None or first.tensor is None or second.tensor is None:
+        return None
+    if not first.tensor.dtype == second.tensor.dtype == out.dtype or out.dtype not in FLOAT_TYPES:
+        return None
+    return Add(first, second, first.tensor, second.tensor, out)
+
+
+def residual_norm(calls: list[Call], start: Call) -> list[int] | None:
+    """add(x, r) of one shape -> layer_norm or rms_norm of the sum over the last axis (one call, or the decomposed
+    rms_norm pattern), the norm's other results unread: the call indices, or None."""
+    add = tensor_add(start)
+    if add is None or not add.a.shape == add.b.shape == add.out.shape:
+        return None
+    readers = _readers(calls, start)
+    if not readers:
+        return None
+    norm = readers[0]
+    if norm.op in NORMS:
+        chain = [start.index, norm.index] if norm.args[0].source == (start.index, 0) and _results_unread(norm) else []
+    else:
+        rest = rms_norm(calls, norm) or []
+        chain = [start.index, *rest] if rest and calls[rest[0]].args[0].source == (start.index, 0) else []
+    return chain if chain and _read_only_by(calls, start, chain) else None
+
+
+def bias_act(calls: list[Call], start: Call) -> list[int] | None:
+    """add(x, b) with b along the last axis of x -> gelu, silu or relu of the sum: the call indices, or None."""
+    add = tensor_add(start)
+    if add is None or len(add.out.shape) < 2:
+        return None
+    shapes = sorted((add.a.shape, add.b.shape), key=len)
+    if shapes != [add.out.shape[-1:], add.out.shape]:
+        return None
+    act = _single_next(calls, start, ACTIVATIONS)
+    if act is None or act.args[0].source != (start.index, 0):
+        return None
+    return [start.index, act.index]
+
+
+def _scaling(call: Call) -> bool:
+    """x * s or x / s with a Python number s."""
+    other = call.arg("args[1]")
+    return (
+        call.op in SCALES
+        and other is not None
+        and other.kind == "scalar"
+        and isinstance(other.value, (int, float))
+        and not isinstance(other.value, bool)
+    )
+
+
+def mask_layout(x: list[int], mask: list[int]) -> tuple[int, int, int] | None:
+    """(batch, heads, seq) when `mask` broadcasts over the rows of `x` [..., cols] as [batch, 1, seq, cols] does over
+    [batch, heads, seq, cols] (leading dims kept, middle dims of 1, trailing dims kept; any run may be empty), so
+    that row r of x reads mask row (r / (heads * seq)) * seq + r % seq, or r % seq where the mask has no batch;
+    None for another broadcast."""
+    if not x or not mask or len(mask) > len(x) or mask[-1] != x[-1]:
+        return None
+    padded = [1] * (len(x) - len(mask)) + mask
+    lead, rest = x[:-1], padded[:-1]
+    k = 0
+    while k < len(lead) and rest[k] == lead[k]:
+        k += 1
+    middle = k
+    while middle < len(lead) and rest[middle] == 1:
+        middle += 1
+    if rest[middle:] != lead[middle:]:
+        return None
+    return math.prod(lead[:k]), math.prod(lead[k:middle]), math.prod(lead[middle:])
+
+
+def _masking(call: Call, data: tuple[int, int] | None) -> bool:
+    """x + mask with a mask that broadcasts over x's rows (`mask_layout`); `data`: where x must come from."""
+    add = tensor_add(call)
+    if add is None or (data is not None and add.first.source != data):
+        return False
+    return add.a.shape == add.out.shape and mask_layout(add.a.shape, add.b.shape) is not None
+
+
+def _last_axis_softmax(call: Call) -> bool:
+    x = call.args[0].tensor if call.args else None
+    dim, half = call.arg("args[1]"), call.arg("args[2]")
+    return (
+        call.op == SOFTMAX
+        and x is not None
+        and dim is not None
+        and dim.value in (-1, len(x.shape) - 1)
+        and (half is None or half.value is False)
+    )
+
+
+def scale_mask_softmax(calls: list[Call], start: Call) -> list[int] | None:
+    """[x * s or x / s] -> [+ mask] -> [_to_copy to a float] -> softmax over the last axis -> [_to_copy], with the
+    scale or the mask (or both): the call indices, or None."""
+    chain: list[Call] = []
+    current: Call | None = start
+    if _scaling(start):
+        chain.append(start)
+        current = _single_next(calls, start, ("aten.add.Tensor", "aten._to_copy.default", SOFTMAX))
+    if current is not None and _masking(current, (chain[-1].index, 0) if chain else None):
+        chain.append(current)
+        current = _single_next(calls, current, ("aten._to_copy.default", SOFTMAX))
+    if not chain:
+        return None
+    if current is not None and _float_cast(current):
+        chain.append(current)
+        current = _single_next(calls, current, (SOFTMAX,))
+    if current is None or not _last_axis_softmax(current) or current.args[0].source != (chain[-1].index, 0):
+        return None
+    chain.append(current)
+    cast = _single_next(calls, current, ("aten._to_copy.default",))
+    if cast is not None and _float_cast(cast):
+        chain.append(cast)
+    return [c.index for c in chain]
+
+
+def group_norm_act(calls: list[Call], start: Call) -> list[int] | None:
+    """group_norm -> silu, gelu or relu of its result, its mean and rstd unread: the call indices, or None."""
+    if start.op != "aten.native_group_norm.default" or not _results_unread(start):
+        return None
+    act = _single_next(calls, start, ACTIVATIONS)
+    if act is None or act.args[0].source != (start.index, 0):
+        return None
+    return [start.index, act.index]
+
+
+ACTIVATION_NAMES = {"aten.gelu.default": "gelu", "aten.silu.default": "silu", "aten.relu.default": "relu"}
+
+
+def chain_name(pattern: str, chain: list[Call]) -> str:
+    """The name of one instance of a pattern, as its card is named: residual_layer_norm or residual_rms_norm,
+    bias_gelu (bias_gelu_tanh, bias_silu, bias_relu), scale_softmax, mask_softmax or scale_mask_softmax,
+    group_norm_silu (_gelu, _relu); rms_norm and silu_mul as they are."""
+    last = chain[-1]
+    if pattern == "residual_norm":
+        return "residual_layer_norm" if chain[1].op == NORMS[0] else "residual_rms_norm"
+    if pattern in ("bias_act", "group_norm_act"):
+        approximate = last.arg("kwargs.approximate") or last.arg("args[1]")
+        act = ACTIVATION_NAMES[last.op] + ("_tanh" if approximate is not None and approximate.value == "tanh" else "")
+        return f"{pattern.removesuffix('_act')}_{act}"
+    if pattern == "scale_mask_softmax":
+        scaled, masked = _scaling(chain[0]), any(c.op == "aten.add.Tensor" for c in chain)
+        return "scale_mask_softmax" if scaled and masked else "scale_softmax" if scaled else "mask_softmax"
+    return pattern
+
+
+PATTERNS = {
+    "residual_norm": residual_norm,
+    "bias_act": bias_act,
+    "scale_mask_softmax": scale_mask_softmax,
+    "group_norm_act": group_norm_act,
+    "rms_norm": rms_norm,
+    "silu_mul": silu_mul,
+}
+"""Tried in this order at each call: a chain that starts earlier in the forward pass wins, and at one call the
+longer chain (a residual add before a decomposed rms_norm) wins over the pattern inside it."""
 
 
 def find(calls: list[Call]) -> list[tuple[str, list[int]]]:
@@ -147,7 +342,7 @@ def find(calls: list[Call]) -> list[tuple[str, list[int]]]:
         for name, match in PATTERNS.items():
             indices = match(calls, call)
             if indices is not None and not taken.intersection(indices):
-                found.append((name, sorted(indices)))
+                found.append((chain_name(name, [calls[i] for i in sorted(indices)]), sorted(indices)))
                 taken.update(indices)
                 break
     return found

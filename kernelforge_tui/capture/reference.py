@@ -18,6 +18,7 @@ fresh and stress sets are referenced: a machine without torch gets an error sayi
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 
 from kernelforge_tui.capture.manifest import ArgSpec, Binding, Step
 
@@ -57,9 +58,12 @@ def _encode(arg: ArgSpec, inputs: dict[tuple[int, str], str], step: int, op: str
     raise NotReplayable(f"step {step} ({op}) {arg.path}: a {arg.kind} argument ({arg.value!r}) cannot be re-run")
 
 
-def graph(steps: list[Step], bindings: list[Binding]) -> dict[str, object]:
-    """The replay graph: each step's overload and arguments, the card inputs bound into them, the outputs read."""
-    inputs = {(b.step, b.path): b.tensor for b in bindings if b.role == "input"}
+def graph(
+    steps: list[Step], bindings: list[Binding], places: Mapping[tuple[int, str], str] | None = None
+) -> dict[str, object]:
+    """The replay graph: each step's overload and arguments, the card inputs bound into them (at `places`, (step,
+    path) -> input, where an input is read in more places than its binding's), the outputs read."""
+    inputs = dict(places) if places is not None else {(b.step, b.path): b.tensor for b in bindings if b.role == "input"}
     encoded_steps = []
     for k, step in enumerate(steps):
         args: list[Encoded] = []
@@ -212,11 +216,17 @@ def reference(inputs, sizes):
 '''
 
 
-def source(name: str, steps: list[Step], bindings: list[Binding], precision: str) -> str:
-    """The text of the card's reference.py."""
+def source(
+    name: str,
+    steps: list[Step],
+    bindings: list[Binding],
+    precision: str,
+    places: Mapping[tuple[int, str], str] | None = None,
+) -> str:
+    """The text of the card's reference.py (`places`: as `graph` takes them)."""
     calls = "".join(
         f"  {k}. {step.op}" + (f" (re-run as {REPLAY_AS[step.op]})" if step.op in REPLAY_AS else "") + "\n"
         for k, step in enumerate(steps)
     )
-    text = json.dumps(graph(steps, bindings), indent=1)
+    text = json.dumps(graph(steps, bindings, places), indent=1)
     return TEMPLATE.format(name=name, calls=calls, precision=precision, graph=text)

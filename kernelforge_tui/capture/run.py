@@ -302,6 +302,7 @@ def _variants(
             "title": _title(group),
             "steps": group.steps,
             "calls": len(group.instances),
+            "instances": group.instances if group.kind == "pattern" else [],
             "time_us": time_us,
             "share": share,
         }

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from kernelforge_tui.cards import expr
+from kernelforge_tui.cards.chain import Chain
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, DType
 from kernelforge_tui.cards.errors import FieldProblem
 from kernelforge_tui.cards.stress import check as check_stress
@@ -272,6 +273,8 @@ class OperatorCard(Strict):
     reference: Reference
     baseline: BaselineSpec | None = None
     stress: StressSpec = Field(default_factory=StressSpec)
+    chain: Chain | None = None
+    """For a card of several fused aten calls (a capture's chain): those calls and their wiring (`cards.chain`)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> OperatorCard:
@@ -325,7 +328,20 @@ class OperatorCard(Strict):
                     "remove it: integer outputs are compared exactly",
                 )
         check_stress(self)
+        if self.chain is not None:
+            self._check_chain(self.chain)
         return self
+
+    def _check_chain(self, chain: Chain) -> None:
+        unknown = sorted(set(chain.input_names()) - {t.name for t in self.inputs})
+        if unknown:
+            raise FieldProblem("chain.steps", f"reads {unknown}, which are not inputs of the card", "fix the wiring")
+        if set(chain.outputs) != {t.name for t in self.outputs}:
+            raise FieldProblem(
+                "chain.outputs",
+                f"names {sorted(chain.outputs)}, the card's outputs are {[t.name for t in self.outputs]}",
+                "name every output of the card once",
+            )
 
     def tensor(self, name: str) -> TensorSpec:
         for spec in [*self.inputs, *self.outputs]:

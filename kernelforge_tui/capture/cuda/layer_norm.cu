@@ -1,13 +1,22 @@
 //@ y = (x - mean) * rsqrt(var + eps) * w + b over the rows of x[rows, cols], a block per row, two passes (no
-//@ cancellation).
+//@ cancellation). With `residual`, of the sum x + r of two such tensors, kept in fp32 (residual_row.cuh).
 #include "prelude.cuh"
 
 #include "block_reduce.cuh"
+//@if residual
+#include "residual_row.cuh"
+
+extern "C" __global__ void kf_capture_layer_norm(const T* __restrict__ x, const T* __restrict__ r, const T* __restrict__ w,
+                                   const T* __restrict__ b, T* __restrict__ y, int rows, int cols) {
+    __shared__ float sh[BLOCK];
+    const SumRow xr{x + (long long)blockIdx.x * cols, r + (long long)blockIdx.x * cols};
+//@else
 
 extern "C" __global__ void kf_capture_layer_norm(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ b,
                                    T* __restrict__ y, int rows, int cols) {
     __shared__ float sh[BLOCK];
     const T* xr = x + (long long)blockIdx.x * cols;
+//@end
     T* yr = y + (long long)blockIdx.x * cols;
     float s = 0.0f;
     for (int j = threadIdx.x; j < cols; j += BLOCK) {
