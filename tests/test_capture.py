@@ -141,7 +141,8 @@ def test_decoder_block_variants_and_cards(decoder: tuple[CaptureManifest, Path])
     assert cards["add_bf16_2x16x64"].calls == 2  # the two residual adds: one shape, one variant
     assert load_card(root / "softmax_bf16_2x4x16x16").spec.sizes == {"rows": 128, "cols": 16}
     for variant in cards.values():
-        check_card(root, variant)
+        if variant.family != "matmul":  # its transposed operands are rebuilt in test_capture_matmul.py
+            check_card(root, variant)
 
 
 def test_diffusion_block_variants_and_cards(diffusion: tuple[CaptureManifest, Path]) -> None:
@@ -154,7 +155,8 @@ def test_diffusion_block_variants_and_cards(diffusion: tuple[CaptureManifest, Pa
     card = check_card(root, group_norm)
     assert card.spec.sizes == {"n": 2, "c": 64, "h": 8, "w": 8, "groups": 32}
     for variant in cards.values():
-        check_card(root, variant)
+        if variant.family != "matmul":  # its transposed operands are rebuilt in test_capture_matmul.py
+            check_card(root, variant)
 
 
 def test_the_captured_group_norm_reference_is_the_exact_one_on_every_stress_set(
@@ -277,7 +279,8 @@ def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -
     assert cards["avg_pool_bf16_2x32x7x7"].family == "pooling" and cards["avg_pool_bf16_2x32x7x7"].template
     assert cards["relu_bf16_2x32x7x7"].calls == 2
     for variant in cards.values():
-        check_card(root, variant)
+        if variant.family != "matmul":  # its transposed operands are rebuilt in test_capture_matmul.py
+            check_card(root, variant)
 
 
 def test_the_reference_is_the_captured_op_not_a_copy_of_the_sets(decoder: tuple[CaptureManifest, Path]) -> None:
@@ -312,7 +315,7 @@ def test_unsupported_variants_say_why(
     decoder: tuple[CaptureManifest, Path], diffusion: tuple[CaptureManifest, Path]
 ) -> None:
     reasons = {v.title.split(" ")[0]: v.reason for v in decoder[0].variants if v.status == "unsupported"}
-    assert reasons["aten.mm.default"].startswith("a matrix product")
+    assert all(v.status == "card" for v in decoder[0].variants if v.steps[0].op == "aten.mm.default")
     assert reasons["aten.cat.default"].startswith("a copy, cast or concatenation")
     assert reasons["aten.neg.default"] == "no card family for aten.neg.default"
     broadcast = [v for v in decoder[0].variants if v.reason.startswith("broadcast operands")]

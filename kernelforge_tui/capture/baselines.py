@@ -206,3 +206,24 @@ def batch_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
         args=["x", "w", "b", "mean", "var", "y", "n * c * hw:i64", "c", "hw"],
     )
     return source, plan
+
+
+def matmul(dtype: str, a_row_major: bool, b_row_major: bool, bias: bool, batched: bool) -> tuple[str, LaunchPlan]:
+    """y = a b (+ bias[n]) of a[(batch,) M, K] (or its transposed view, held [K, M]) and b[(batch,) K, N] (or [N, K]),
+    a 16x16 tile of y a block through shared tiles, fp32 sums: any size and layout the capture keeps."""
+    layouts = f"a {'[M, K]' if a_row_major else '[K, M]'}, b {'[K, N]' if b_row_major else '[N, K]'}"
+    what = f"y = a b{' + bias' if bias else ''} ({layouts}), a 16x16 shared tile a block"
+    source = CUDA.render(
+        "matmul.cu",
+        **prelude_values(dtype, what),
+        a_row_major=int(a_row_major),
+        b_row_major=int(b_row_major),
+        bias=bias,
+    )
+    plan = LaunchPlan(
+        entry="kf_capture_matmul",
+        grid=["cdiv(N, 16)", "cdiv(M, 16)", "batch" if batched else 1],
+        block=[16, 16],
+        args=["a", "b", *(["bias"] if bias else []), "y", "M", "N", "K"],
+    )
+    return source, plan

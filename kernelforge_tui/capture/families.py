@@ -51,6 +51,9 @@ class PlannedTensor:
     reads: tuple[tuple[int, str], ...] = ()
     """An input's other places in the calls, (step, path), where they read the same tensor again (an fp32 rms_norm's
     x, read by its square and by its product with the rsqrt)."""
+    transposed: bool = False
+    """The call saw a transposed view of a row-major tensor (a matrix product's operand, nn.Linear's weight): the card
+    holds it as it lies in memory, its last two dims swapped (`dims` is that order)."""
 
 
 @dataclass(frozen=True)
@@ -115,6 +118,7 @@ class CardPlan:
                 path=t.path,
                 op_shape=list(t.meta.shape),
                 card_shape=_eval_dims(t.dims, self.sizes),
+                transposed=t.transposed,
             )
             for t in self.tensors
         ]
@@ -194,7 +198,7 @@ def _checked(tensors: list[PlannedTensor]) -> str:
     for t in tensors:
         if not t.meta.shape:
             raise Refuse(f"{t.name} is a 0-dim tensor: cards hold arrays")
-        if not t.meta.contiguous:
+        if not t.meta.contiguous and not t.transposed:  # a transposed view's strides were checked by its family
             raise Refuse(
                 f"non-contiguous {t.name}: shape {t.meta.shape}, strides {t.meta.stride}; a card's tensors are "
                 "row-major contiguous"
@@ -583,6 +587,96 @@ def _adaptive_pool(step: Step) -> CardPlan:
     return _pool(_tensor(step, "args[0]", "input"), _output(step, 0), "args[0]")
 
 
+# ---- matrix products -----------------------------------------------------------------------------------------------
+
+MATMUL_TOLERANCE = {
+    "float32": Tolerance(rtol=1e-5, atol=1e-4),
+    "bfloat16": Tolerance(rtol=1.6e-2, atol=4e-3),
+    "float16": Tolerance(rtol=1e-3, atol=1e-3),
+}
+"""rtol by dtype (the product's rounding to it); atol for outputs near zero, whose error is the sum's, not theirs: a
+reordered fp32 sum, or cuBLAS's split-K partials rounded to bf16 (torch allows that reduced-precision reduction by
+default), about 2^-8 of a partial sum at unit-scale activations and 1/sqrt(K)-scale weights."""
+GEMM_ALIGNMENT = 16
+"""Bytes of one cp.async copy of the GEMM template: a data pointer aligned to less is refused by it."""
+
+
+def _operand_layout(meta: TensorMeta, what: str, batched: bool) -> bool:
+    """Whether a matrix operand is row-major (True) or a transposed view of a row-major matrix (False), from its
+    captured strides (those of dims of size 1 do not matter); Refuse for any other layout."""
+    *lead, rows, cols = meta.shape
+    if len(lead) != int(batched):
+        raise Refuse(f"{what} has shape {meta.shape}: a {'batched ' if batched else ''}matrix product's operand")
+    batch = [rows * cols] if batched else []
+    for row_major, strides in ((True, [*batch, cols, 1]), (False, [*batch, 1, rows])):
+        if all(n == 1 or s == want for n, s, want in zip(meta.shape, meta.stride, strides, strict=True)):
+            return row_major
+    raise Refuse(
+        f"{what} has strides {meta.stride} for shape {meta.shape}: a matrix card takes a row-major operand or a "
+        "transposed view of one, as it lies in memory"
+    )
+
+
+def _product_plan(step: Step, op: str, a_path: str, b_path: str, bias_path: str | None) -> CardPlan:
+    """y = a b (+ bias) of one mm, bmm or addmm call, its operands as the model laid them out."""
+    a, b = _tensor(step, a_path, "first matrix"), _tensor(step, b_path, "second matrix")
+    y = _output(step, 0)
+    batched = len(y.shape) == 3
+    a_row, b_row = _operand_layout(a, "a", batched), _operand_layout(b, "b", batched)
+    *lead_sizes, m, k = a.shape
+    n = b.shape[-1]
+    sizes = {**({"batch": lead_sizes[0]} if batched else {}), "M": m, "N": n, "K": k}
+    lead: list[str | int] = ["batch"] if batched else []
+    a_dims, b_dims = (["M", "K"] if a_row else ["K", "M"]), (["K", "N"] if b_row else ["N", "K"])
+    tensors = [
+        PlannedTensor("a", "input", 0, a_path, a, [*lead, *a_dims], transposed=not a_row),
+        PlannedTensor("b", "input", 0, b_path, b, [*lead, *b_dims], transposed=not b_row),
+    ]
+    if bias_path is not None:
+        bias = _tensor(step, bias_path, "bias")
+        if bias.shape != [n]:
+            raise Refuse(f"bias of shape {bias.shape}: a matrix card adds a bias of the output's last dim ({n})")
+        tensors.append(PlannedTensor("bias", "input", 0, bias_path, bias, ["N"]))
+    tensors.append(PlannedTensor("y", "output", 0, "out[0]", y, [*lead, "M", "N"]))
+    dtype = _checked(tensors)
+    source, plan = baselines.matmul(dtype, a_row, b_row, bias_path is not None, batched)
+    misaligned = [t.name for t in tensors if 0 < t.meta.alignment < GEMM_ALIGNMENT]
+    layout = f"a {'[M, K]' if a_row else '[K, M] (transposed view)'}, b {'[K, N]' if b_row else '[N, K] (b^T)'}"
+    return CardPlan(
+        family="matmul",
+        op=op,
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops=f"2 * {_product([*lead, 'M', 'N', 'K'])}",
+        source=source,
+        plan=plan,
+        what=f"y = a b{' + bias' if bias_path else ''} ({op}), {layout}, y {[*lead_sizes, m, n]}",
+        tolerance=MATMUL_TOLERANCE[dtype],
+        template_problem=(
+            f"{', '.join(misaligned)} captured under {GEMM_ALIGNMENT}-byte aligned: the GEMM template copies 16 bytes"
+            if misaligned
+            else None
+        ),
+        notes=["the baseline is a plain tiled kernel; the vendor's (cuBLAS, eager) time is the variant's measured one"],
+    )
+
+
+def _mm(step: Step) -> CardPlan:
+    return _product_plan(step, "mm", "args[0]", "args[1]", None)
+
+
+def _bmm(step: Step) -> CardPlan:
+    return _product_plan(step, "bmm", "args[0]", "args[1]", None)
+
+
+def _addmm(step: Step) -> CardPlan:
+    beta, alpha = _value(step, "args[3]", "beta"), _value(step, "args[4]", "alpha")
+    if beta not in (None, 1) or alpha not in (None, 1):
+        raise Refuse(f"beta {beta!r}, alpha {alpha!r}: a matrix card computes a b + bias (beta and alpha 1)")
+    return _product_plan(step, "addmm", "args[1]", "args[2]", "args[0]")
+
+
 OPS: dict[str, Callable[[Step], CardPlan]] = {
     **dict.fromkeys(UNARY, _unary),
     **dict.fromkeys(BINARY, _binary),
@@ -594,6 +688,9 @@ OPS: dict[str, Callable[[Step], CardPlan]] = {
     **dict.fromkeys(BATCH_NORM, _batch_norm),
     "aten.mean.dim": _mean,
     "aten._adaptive_avg_pool2d.default": _adaptive_pool,
+    "aten.mm.default": _mm,
+    "aten.bmm.default": _bmm,
+    "aten.addmm.default": _addmm,
 }
 
 
@@ -818,7 +915,7 @@ def plan(group: Group) -> CardPlan | NoCard:
 
 def _why_not(op: str) -> str:
     if op.startswith(MATMUL_OPS):
-        return "a matrix product (cuBLAS): there is no matmul card family yet"
+        return "a matrix product (cuBLAS) other than mm, bmm and addmm: no card is made for it yet"
     if op.startswith(CONV_OPS):
         return "a convolution (cuDNN): there is no convolution card family yet"
     if op.startswith(("aten._to_copy.", "aten.clone.", "aten.copy_.", "aten.cat.", "aten.contiguous")):

@@ -94,7 +94,7 @@ class Step(Strict):
 class Binding(Strict):
     """Where a card tensor lives in the captured call(s): an input is an argument of a step, an output a result of a
     step. The card holds it reshaped to its own shape (`card_shape`); the op saw `op_shape` (same elements, same
-    order: both are row-major)."""
+    order: both are row-major; or, `transposed`, the op's view swaps the last two dims of the card's array)."""
 
     tensor: str
     role: Literal["input", "output"]
@@ -103,6 +103,8 @@ class Binding(Strict):
     """`args[0]`-style for inputs; `out[0]` for outputs."""
     op_shape: list[int]
     card_shape: list[int]
+    transposed: bool = False
+    """The op saw the card's tensor with its last two dims swapped (a transposed view of the card's row-major data)."""
 
 
 class Variant(Strict):

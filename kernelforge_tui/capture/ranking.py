@@ -41,6 +41,10 @@ layer_norm and rms_norm [16384x4096], group_norm [8x512x128x128], adaptive_avg_p
 elementwise maps, silu(gate) * up [16384x11008] measured as one fused pair)."""
 OTHER_SHARE = 0.5
 """A family the device README has no measurement for (batch norm): a guess, said as such."""
+MATRIX_TFLOPS = {"bfloat16": 700.0, "float16": 700.0, "float32": 50.0}
+"""The matrix ceiling a matrix product's measured (cuBLAS) time is held against, per dtype: bf16 through cuBLAS at
+8192^3 on the H200 (700-790 TFLOP/s, ../shared/device/README.md; fp16 taken as bf16), and fp32 without TF32 (the
+H200's 67 TFLOP/s of FMA, less what cuBLAS leaves)."""
 
 
 @dataclass(frozen=True)
@@ -58,9 +62,14 @@ def estimate(
     card_bytes: int,
     eager_bytes: int,
     copy_gbps: float | None,
+    card_flops: int = 0,
+    dtype: str = "",
 ) -> Estimate:
     """k for one carded variant. `eager_bytes`: what its eager call(s) move per instance (for a pattern, every call's
-    tensors; for an op, its card's bytes)."""
+    tensors; for an op, its card's bytes). A matrix product is held against the matrix ceiling instead (its FLOPs,
+    `card_flops`, at MATRIX_TFLOPS of its `dtype`)."""
+    if family == "matmul":
+        return _matrix_estimate(per_call_us, card_flops, MATRIX_TFLOPS.get(dtype), measured=copy_gbps is not None)
     if copy_gbps is not None and copy_gbps > 0 and card_bytes > 0 and per_call_us > 0:
         ideal_us = card_bytes / (REACHABLE * copy_gbps * 1e3) + LAUNCH_FLOOR_US
         k = min(MAX_SPEEDUP, max(1.0, per_call_us / ideal_us))
@@ -84,6 +93,19 @@ def estimate(
         ratio = eager_bytes / card_bytes
         how += f", times {ratio:.2g} for the fused pattern's fewer bytes ({eager_bytes} -> {card_bytes})"
     return Estimate(min(MAX_SPEEDUP, max(1.0, k)), how)
+
+
+def _matrix_estimate(per_call_us: float, flops: int, tflops: float | None, measured: bool) -> Estimate:
+    """k of a matrix product: its vendor's measured time over its FLOPs at the matrix ceiling (plus the launch floor);
+    1 without a CUDA measurement (cuBLAS runs large products near that ceiling: no saving is assumed)."""
+    if not measured or tflops is None or flops <= 0 or per_call_us <= 0:
+        return Estimate(1.0, "prior: the vendor's call (cuBLAS) runs matrix products near the matrix ceiling")
+    ideal_us = flops / (tflops * 1e6) + LAUNCH_FLOOR_US
+    return Estimate(
+        min(MAX_SPEEDUP, max(1.0, per_call_us / ideal_us)),
+        f"measured: the vendor's (cuBLAS) {per_call_us:.3g} us per call against {ideal_us:.3g} us for {flops:.3g} "
+        f"FLOP at {tflops:g} TFLOP/s (the matrix ceiling) plus a {LAUNCH_FLOOR_US:g} us launch floor",
+    )
 
 
 def saving(share: float, speedup: float) -> float:

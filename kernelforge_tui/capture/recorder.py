@@ -270,6 +270,8 @@ class Tap:
     """(group, instance) the copy belongs to."""
     name: str
     card_shape: tuple[int, ...]
+    transposed: bool = False
+    """The call's tensor is a transposed view: copied with its last two dims swapped back, as it lies in memory."""
 
 
 def sample(
@@ -285,7 +287,8 @@ def sample(
     def keep(tap: Tap, value: object) -> None:
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"call {tap.call} {tap.path or tap.out}: expected a tensor, got {type(value).__name__}")
-        found.setdefault(tap.key, {})[tap.name] = to_numpy(value).reshape(tap.card_shape)
+        stored = value.transpose(-2, -1) if tap.transposed else value
+        found.setdefault(tap.key, {})[tap.name] = to_numpy(stored).reshape(tap.card_shape)
 
     def handler(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         index = sequence.next(func)

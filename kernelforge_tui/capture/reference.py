@@ -88,6 +88,7 @@ def graph(
     return {
         "steps": encoded_steps,
         "inputs": {b.tensor: b.op_shape for b in bindings if b.role == "input"},
+        "transposed": [b.tensor for b in bindings if b.role == "input" and b.transposed],
         "outputs": {
             b.tensor: [b.step, int(b.path.removeprefix("out[").rstrip("]"))] for b in bindings if b.role == "output"
         },
@@ -148,6 +149,14 @@ def _tensor(torch, array, shape, precision):
     return tensor.reshape(shape)
 
 
+def _input(torch, name, array, shape, precision):
+    """A card input as the op saw it: reshaped, or, a transposed view (GRAPH["transposed"]), the card's array (its
+    memory order) with the last two dims swapped."""
+    if name not in GRAPH["transposed"]:
+        return _tensor(torch, array, shape, precision)
+    return _tensor(torch, array, [*shape[:-2], shape[-1], shape[-2]], precision).transpose(-2, -1)
+
+
 def _value(torch, spec, inputs, results, precision):
     if spec is None:
         return None
@@ -181,7 +190,7 @@ def _op(torch, name):
 
 
 def _run(torch, inputs, precision):
-    tensors = {{name: _tensor(torch, inputs[name], shape, precision) for name, shape in GRAPH["inputs"].items()}}
+    tensors = {{name: _input(torch, name, inputs[name], shape, precision) for name, shape in GRAPH["inputs"].items()}}
     results = []
     with torch.no_grad():
         for step in GRAPH["steps"]:

@@ -32,6 +32,7 @@ from kernelforge_tui.capture.cards import CardRefused, write_card
 from kernelforge_tui.capture.deadline import Stage, deadline
 from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, save_capture
+from kernelforge_tui.cards import expr
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.store import MAX_STORED_SET_BYTES
@@ -200,7 +201,9 @@ def _record(
             for t in plan.tensors:
                 card_shape = tuple(families._eval_dims(t.dims, plan.sizes))
                 result = int(t.path.removeprefix("out[").rstrip("]")) if t.role == "output" else 0
-                taps.append(recorder.Tap(indices[t.step], t.role, t.path, result, (g, instance), t.name, card_shape))
+                key = (g, instance)
+                tap = recorder.Tap(indices[t.step], t.role, t.path, result, key, t.name, card_shape, t.transposed)
+                taps.append(tap)
     stage.now = "copying the tensors of sampled calls (a forward pass)"
     say(f"{len(calls)} aten calls, {len(groups)} variants; copying {len(taps)} tensors of sampled calls")
     samples: dict[tuple[int, int], dict[str, np.ndarray]] = recorder.sample(built, request.model_file, calls, taps)
@@ -336,6 +339,8 @@ def _variants(
             card_bytes=plan.bytes_per_call(),
             eager_bytes=_eager_bytes(group),
             copy_gbps=timings.copy_gbps,
+            card_flops=expr.evaluate(plan.flops, plan.sizes),
+            dtype=plan.dtype,
         )
         reason = f"reference in {written.precision}; {written.stored} stored set(s)"
         reason += "".join(f"; {note}" for note in [*plan.notes, *written.notes])
