@@ -42,8 +42,8 @@ def shared_bytecode(session_dir: Path) -> Iterator[None]:
 def isolated_dirs(
     session_dir: Path, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[None]:
-    """Cubin cache shared by the session, every xdist worker included (builds are slow; the builder writes its
-    entries atomically, so one worker's build serves the others), data and config per test."""
+    """The cache shared by the session (the product's builders put their cubins in `cubin_cache`), data and config
+    per test."""
     monkeypatch.setenv("KERNELFORGE_CACHE_DIR", str(session_dir / "cache"))
     monkeypatch.setenv("KERNELFORGE_DATA_DIR", str(tmp_path_factory.mktemp("data")))
     monkeypatch.setenv("KERNELFORGE_CONFIG", str(tmp_path_factory.mktemp("config") / "config.toml"))
@@ -67,10 +67,19 @@ def harness(loop: asyncio.AbstractEventLoop) -> Iterator[Harness]:
     h.close()
 
 
-@pytest.fixture
-def sm90_builder(tmp_path: Path) -> Builder:
-    """An nvcc builder for sm_90 with -O3 (no line info) and its own cache: the template tests that build their
-    variants and read ptxas's report (spills, shared memory). Skipped where nvcc is missing."""
+@pytest.fixture(scope="session")
+def cubin_cache(session_dir: Path) -> Path:
+    """The session's one cubin cache, for every test file and every xdist worker, where the product's own builders
+    (searches, the CLI's processes) keep theirs under `isolated_dirs`: a source built with the same flags anywhere
+    in the session is built once (a later build, in any process, finds the entry; entries are written atomically).
+    Each test makes its own Builder over it (a Builder holds asyncio primitives). Skipped where nvcc is missing."""
     if shutil.which("nvcc") is None:
         pytest.skip("nvcc not installed")
-    return Builder(arch="sm_90", flags=("-O3",), cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    return session_dir / "cache" / "cubin"
+
+
+@pytest.fixture
+def sm90_builder(tmp_path: Path, cubin_cache: Path) -> Builder:
+    """An nvcc builder for sm_90 with -O3 (no line info) over the session's cubin cache: the template tests that
+    build their variants and read ptxas's report (spills, shared memory)."""
+    return Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache, work_dir=tmp_path)

@@ -52,11 +52,11 @@ def test_a_request_for_the_cpu_is_refused_in_words(tmp_path: Path) -> None:
 
 
 @pytest.mark.gpu
-def test_the_first_csr_seed_and_cusparse_are_checked_and_timed_side_by_side(tmp_path: Path) -> None:
+def test_the_first_csr_seed_and_cusparse_are_checked_and_timed_side_by_side(tmp_path: Path, cubin_cache: Path) -> None:
     require_gpu()
     card = cards.write(task("spmv_csr"), "float32", 2**22, tmp_path)
     seed = TemplateProposer().seeds(card)[0]
-    builder = Builder(arch="sm_90", cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    builder = Builder(arch="sm_90", cache_dir=cubin_cache, work_dir=tmp_path)
 
     async def beside(source: str) -> BesideReply:
         built = await builder.build(source, seed.plan.entry)

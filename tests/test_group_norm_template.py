@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -89,13 +88,6 @@ def variants(card: OperatorCard) -> list[Params]:
         if wanted_here:
             chosen[params["strategy"], params["split"], params["moments"], params["minb"]] = params
     return list(chosen.values())
-
-
-@pytest.fixture(scope="module")
-def cubin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    return tmp_path_factory.mktemp("group-norm-cubins")
 
 
 async def test_every_on_chip_variant_builds_for_sm90_without_spills(cubin_cache: Path) -> None:

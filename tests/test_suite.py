@@ -40,10 +40,12 @@ def test_every_scale_is_a_valid_card_whose_plan_resolves(case: Task, precision: 
 
 
 @pytest.mark.parametrize(("case", "precision"), VARIANTS, ids=VARIANT_IDS)
-def test_every_baseline_builds_with_nvcc_for_every_scale(case: Task, precision: str, tmp_path: Path) -> None:
+def test_every_baseline_builds_with_nvcc_for_every_scale(
+    case: Task, precision: str, tmp_path: Path, cubin_cache: Path
+) -> None:
     """One source serves every scale (sizes are arguments); the plan's arguments of each scale are checked against
     the kernel's parameters by the builder's source check."""
-    builder = Builder(cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    builder = Builder(cache_dir=cubin_cache, work_dir=tmp_path)
     source = cards.baseline_source(case, precision)  # type: ignore[arg-type]
 
     async def build_all() -> list[str]:

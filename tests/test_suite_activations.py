@@ -369,9 +369,11 @@ def test_the_reduction_template_renders_one_launch_without_state() -> None:
     assert template.valid(mse, {"blocks": 1, "block": 1024, "vec": 8, "unroll": 4}) is None, "64 floats would spill"
 
 
-def test_the_reduction_templates_seeds_and_an_activation_seed_build_with_nvcc(tmp_path: Path) -> None:
+def test_the_reduction_templates_seeds_and_an_activation_seed_build_with_nvcc(
+    tmp_path: Path, cubin_cache: Path
+) -> None:
     """The seeds of one small card (the single block and the clusters), and the selu seed (expm1f, constants)."""
-    builder = Builder(arch="sm_90", cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    builder = Builder(arch="sm_90", cache_dir=cubin_cache, work_dir=tmp_path)
     dot, selu = _card("dot_product"), _card("selu", "bfloat16")
     proposals = [(dot, p) for p in TemplateProposer().seeds(dot)] + [(selu, TemplateProposer().seeds(selu)[0])]
     assert {p.params["blocks"] for _, p in proposals[:-1]} == {1, 2, 4, 8}

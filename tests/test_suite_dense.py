@@ -264,10 +264,10 @@ def test_the_copy_template_needs_vectors_that_divide_n() -> None:
     assert template.problem(odd, template.seed_params(odd)[0]) is None, "edge tiles are bounds-checked"
 
 
-def test_every_seed_of_the_new_templates_builds_with_nvcc(tmp_path: Path) -> None:
+def test_every_seed_of_the_new_templates_builds_with_nvcc(tmp_path: Path, cubin_cache: Path) -> None:
     """Every seed on one small card per template: the bf16 products (bf16 loads and stores) and a bf16 transpose
     (2-byte tiles); and the copy template's other kernel, the flat one, with its mirrored chunks (fp32 reverse)."""
-    builder = Builder(arch="sm_90", cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    builder = Builder(arch="sm_90", cache_dir=cubin_cache, work_dir=tmp_path)
     proposals = []
     for card in (_card("square_matrix_mul", "bfloat16", 2**14), _card("matrix_transpose", "bfloat16", 2**14)):
         template = template_for(card)

@@ -455,10 +455,10 @@ def test_the_scan_template_space() -> None:
     assert "n elements" in str(template.unsupported(two_d))
 
 
-def test_scan_seeds_and_bf16_stencils_build_with_nvcc(tmp_path: Path) -> None:
+def test_scan_seeds_and_bf16_stencils_build_with_nvcc(tmp_path: Path, cubin_cache: Path) -> None:
     """One small card each: the scan's four seeds, and a shared-tile seed of each bf16 stencil (the template's fp32
     forms are built by tests/test_templates.py)."""
-    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache, work_dir=tmp_path)
     scan = cards.spec(task("prefix_sum"), "float32", 2**14)
     jobs = [(scan, p) for p in TemplateProposer().seeds(scan)]
     assert len(jobs) == 4

@@ -292,7 +292,7 @@ def test_the_row_template_serves_every_card_with_the_tasks_eps(name: str) -> Non
         assert float(EPS[name].rstrip("f")) == TEMPLATE_EPS[name], "the template bakes its eps into every kernel"
 
 
-async def test_the_row_templates_seeds_pass_the_source_check_and_one_builds(tmp_path: Path) -> None:
+async def test_the_row_templates_seeds_pass_the_source_check_and_one_builds(tmp_path: Path, cubin_cache: Path) -> None:
     """Every seed of each family's smallest card passes the source check with its plan's arguments; one (layer norm,
     the longest kernel) goes through nvcc: tests/test_templates.py builds the row template at other shapes."""
     first = []
@@ -306,7 +306,7 @@ async def test_the_row_templates_seeds_pass_the_source_check_and_one_builds(tmp_
             assert not [p for p in problems if p.severity == "error"], (name, proposal.params)
         first.append((spec, seeds[0]))
     spec, proposal = first[ROW_FAMILIES.index("layer_norm")]
-    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache, work_dir=tmp_path)
     result = await builder.build(proposal.source, proposal.plan.entry, resolve(proposal.plan, spec).args)
     assert result.ok, result.log[-2000:]
 

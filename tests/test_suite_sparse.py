@@ -7,7 +7,6 @@ the cards it serves, its rules, and seeds that build with nvcc."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -279,18 +278,11 @@ def test_the_template_rules() -> None:
     assert "int32 index arrays" in str(template.unsupported(wide))
 
 
-@pytest.fixture(scope="module")
-def cubins(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    return tmp_path_factory.mktemp("sparse-cubins")
-
-
-def test_the_template_seeds_pass_the_source_guard_and_some_build_with_nvcc(cubins: Path) -> None:
+def test_the_template_seeds_pass_the_source_guard_and_some_build_with_nvcc(tmp_path: Path, cubin_cache: Path) -> None:
     """Every seed of the three cards the template serves (bf16: the 16-bit paths and the widest vectors) passes the
     source guard and resolves against its card; the first and last of each, and ELL's `skip`, build for sm_90 with
     the plan's arguments (the others differ from them only in constants)."""
-    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=cubins / "cache", work_dir=cubins)
+    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache, work_dir=tmp_path)
     built = []
     for name in ("spmv_csr", "spmv_ell", "spmm_csr"):
         spec = card(name, "bfloat16")

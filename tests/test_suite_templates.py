@@ -137,7 +137,7 @@ def test_the_max_pooling_mode_needs_whole_output_chunks_in_a_row_and_2x2_windows
     assert "(v > m || v != v) ? v : m" in source and "fmaxf" not in source, "NaN propagates"
 
 
-def test_one_seed_of_each_new_mode_builds_with_nvcc(tmp_path: Path) -> None:
+def test_one_seed_of_each_new_mode_builds_with_nvcc(tmp_path: Path, cubin_cache: Path) -> None:
     """The scalar and split elementwise layouts, point terms (a cluster seed), the row reduction, gemv, 2x2 max."""
     picks = [
         ("matrix_scalar_mul", "bfloat16"),
@@ -147,7 +147,7 @@ def test_one_seed_of_each_new_mode_builds_with_nvcc(tmp_path: Path) -> None:
         ("matrix_vector_mul", "float32"),
         ("max_pooling_2d", "bfloat16"),
     ]
-    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=tmp_path / "cache", work_dir=tmp_path)
+    builder = Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache, work_dir=tmp_path)
     jobs = [(card := _card(name, precision), TemplateProposer().seeds(card)[0]) for name, precision in picks]
 
     async def build_all() -> list[str]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -97,14 +96,6 @@ def render(card: OperatorCard, params: Params) -> Proposal:
     assert template is not None
     source, plan = template.render(card, params)
     return Proposal(source=source, plan=plan, mutation="", proposer="templates", params=params)
-
-
-@pytest.fixture(scope="session")
-def cubin_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the session: a Builder holds asyncio primitives, so each test makes its own."""
-    if shutil.which("nvcc") is None:
-        pytest.skip("nvcc not installed")
-    return tmp_path_factory.mktemp("template-cubins")
 
 
 @pytest.mark.parametrize("card", all_cards(), ids=lambda c: c.name)
