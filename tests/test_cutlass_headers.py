@@ -16,6 +16,8 @@ from kernelforge_tui.gpu.cutlass_headers import ALLOWED_PATTERNS, CutlassHeaders
 from kernelforge_tui.gpu.source_check import check_source, included_headers
 from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES
 
+from .cutlass_marks import needs_cutlass
+
 WITH_CUTLASS = DEFAULT_ALLOWED_INCLUDES | ALLOWED_PATTERNS
 KERNEL = 'extern "C" __global__ void kf(float* y) {{ y[0] = {value}; }}\n'
 ESCAPES = {
@@ -106,8 +108,7 @@ def test_the_sandboxed_build_reads_the_tree_for_sm_90a(tmp_path: Path) -> None:
     assert refused.failure == "source check"
 
 
+@needs_cutlass
 def test_doctor_names_the_installed_version() -> None:
-    if cutlass_headers.find_cutlass() is None:
-        pytest.fail("the test extra installs nvidia-cutlass: pip install -e '.[test]'")
     check = cutlass_check()
     assert check.ok and "CUTLASS 4.2.0 (4.2.0.0)" in check.detail
