@@ -1,0 +1,224 @@
+"""Hopper matrix products through CUTLASS 3.x: y = act(a b + bias), bf16 or fp16 in and out, fp32 sums on wgmma.
+
+Convention (the cards `kernelforge capture` makes of mm, addmm, bmm, linear and baddbmm-free chains): inputs `a`, `b`
+and optionally `bias` [N], output `y`; sizes M, N, K and optionally `batch`. The operands keep the layout the model
+gave them, and the card says which by the order of its dims: `a` is [M, K] (row-major) or [K, M] (a transposed view,
+column-major to CUTLASS), `b` is [K, N] or [N, K] (nn.Linear's weight, read as b^T), each with a leading `batch` dim
+on a batched card, `y` is [(batch,) M, N]. An activation fused after the bias is named in the card's name
+(`linear_gelu_...`, `..._silu_...`, `..._relu_...`).
+
+The kernel (cuda/gemm_sm90.cu) is CUTLASS's CollectiveBuilder sm90 warp-specialised mainloop with the cp.async
+producer (`KernelCpAsyncWarpSpecializedCooperative` or `...Pingpong`), the persistent tile scheduler and the
+direct-store epilogue, wrapped in an `extern "C"` entry that builds the kernel's Params on the device from the
+plan's pointers and sizes. Why cp.async and not TMA, and why the cluster stays 1x1: a TMA copy reads a tensor map
+that only the host driver encodes, and a candidate has no host code (the file's header says more). Parameters:
+`tile_m` x `tile_n` x `tile_k` (the CTA tile; stages fill the shared memory CUTLASS's StageCountAutoCarveout
+leaves), `schedule` (cooperative: two consumer warp groups split a tile; pingpong: they alternate tiles, one's
+epilogue under the other's mainloop) and `swizzle` (the scheduler's tile rasterisation swizzle, for L2 reuse).
+
+What it does not handle is refused here, never run: fp32 (TF32 sums fail the fp32 tolerance; the matmul template
+serves fp32), and an operand whose contiguous dim is not a multiple of 8 elements (cp.async copies 16 bytes, and a
+batch's start must stay 16-byte aligned). M, N and K tails are handled: the mainloop predicates its copies (zero
+fill) and the epilogue its stores, so K need not be a multiple of tile_k.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
+from kernelforge_tui.gpu.cutlass_headers import cutlass_problem, find_cutlass
+from kernelforge_tui.proposers.templates.common import (
+    SM_COUNT,
+    Lever,
+    Levers,
+    Params,
+    Space,
+    Template,
+    TemplateParams,
+    dtype_of,
+)
+from kernelforge_tui.proposers.templates.source import render
+
+ELEMENTS = {"bfloat16": "cutlass::bfloat16_t", "float16": "cutlass::half_t"}
+ALIGNMENT = 8
+"""Elements of one 16-byte cp.async copy: every operand's contiguous dim is a multiple of it."""
+THREADS = 384
+"""One producer and two consumer warp groups, in both schedules."""
+SHARED_BYTES = 227 * 1024
+"""What a Hopper block may take; CUTLASS's stage count fills it (the source asserts its storage fits)."""
+MAX_ACCUMULATORS = 128
+"""fp32 accumulators per consumer thread: a 128x256 cooperative or 64x256 pingpong tile; more spill."""
+ACTIVATIONS = {"relu": "ReLu", "silu": "SiLu", "gelu": "GELU"}
+"""Activation word in a card's name -> CUTLASS's functor (cutlass/epilogue/thread/activation.h)."""
+SCHEDULES = {"cooperative": "Cooperative", "pingpong": "Pingpong"}
+
+
+class GemmParams(TemplateParams):
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    schedule: Literal["cooperative", "pingpong"]
+    swizzle: int
+
+
+class GemmLayout(TemplateParams):
+    """How a card's operands lie: its layouts, batch, bias and activation (read from the card, never searched)."""
+
+    a_row_major: bool
+    b_row_major: bool
+    batched: bool
+    bias: bool
+    activation: str
+    """"" or a key of ACTIVATIONS."""
+
+
+def layout_of(card: OperatorCard) -> GemmLayout | str:
+    """The card's layout, or why it does not follow the convention (in words for `unsupported`)."""
+    names = [t.name for t in card.inputs]
+    if names not in (["a", "b"], ["a", "b", "bias"]) or [t.name for t in card.outputs] != ["y"]:
+        return f"expects inputs a, b (, bias) and output y, card has {names} -> {[t.name for t in card.outputs]}"
+    batched = "batch" in card.sizes
+    lead: list[str | int] = ["batch"] if batched else []
+    a, b, *rest = card.inputs
+    shapes = {
+        "a": {tuple([*lead, "M", "K"]): True, tuple([*lead, "K", "M"]): False},
+        "b": {tuple([*lead, "K", "N"]): True, tuple([*lead, "N", "K"]): False},
+    }
+    row_major: dict[str, bool] = {}
+    for tensor in (a, b):
+        found = shapes[tensor.name].get(tuple(tensor.shape))
+        if found is None:
+            return f"{tensor.name} has dims {tensor.shape}: expects one of {[list(s) for s in shapes[tensor.name]]}"
+        row_major[tensor.name] = found
+    if card.outputs[0].shape != [*lead, "M", "N"]:
+        return f"y has dims {card.outputs[0].shape}: expects {[*lead, 'M', 'N']}"
+    if rest and rest[0].shape != ["N"]:
+        return f"bias has dims {rest[0].shape}: expects ['N']"
+    words = set(card.name.split("_"))
+    activation = next((word for word in ACTIVATIONS if word in words), "")
+    return GemmLayout(
+        a_row_major=row_major["a"], b_row_major=row_major["b"], batched=batched, bias=bool(rest), activation=activation
+    )
+
+
+def alignment_problem(card: OperatorCard, layout: GemmLayout) -> str | None:
+    """Why an operand's rows cannot be copied 16 bytes at a time (its contiguous dim is not a multiple of 8)."""
+    sizes = card.sizes
+    contiguous = {"a": "K" if layout.a_row_major else "M", "b": "N" if layout.b_row_major else "K"}
+    for name, dim in contiguous.items():
+        if sizes[dim] % ALIGNMENT:
+            return f"{name}'s contiguous dim {dim} = {sizes[dim]} is not a multiple of {ALIGNMENT} (16-byte cp.async)"
+    return None
+
+
+class GemmSm90Template(Template[GemmParams]):
+    name = "gemm_sm90"
+    families = ("matmul",)
+    entry = "kf_gemm"
+    levers: ClassVar[Levers] = {
+        "memory_bandwidth": (
+            Lever("tile_m", "up", "bigger tiles: each element of b read fewer times"),
+            Lever("tile_n", "up", "bigger tiles: each element of a read fewer times"),
+            Lever("swizzle", "up", "neighbouring tiles share a and b in L2"),
+        ),
+        "memory_latency": (
+            Lever("tile_k", "down", "more stages in flight"),
+            Lever("schedule", "any", "one consumer's epilogue under the other's mainloop"),
+        ),
+        "compute": (
+            Lever("tile_n", "up", "wider wgmma per shared tile"),
+            Lever("schedule", "any", "epilogue overlap against a shared tile"),
+            Lever("tile_m", "any", "tiles against waves of SMs"),
+        ),
+    }
+
+    def unsupported(self, card: OperatorCard) -> str | None:
+        layout = layout_of(card)
+        if isinstance(layout, str):
+            return layout
+        dtypes = {t.dtype for t in [*card.inputs, *card.outputs]}
+        if len(dtypes) != 1 or not dtypes <= set(ELEMENTS):
+            return (
+                f"wgmma takes one of {sorted(ELEMENTS)} here (fp32 is the matmul template's), card has {sorted(dtypes)}"
+            )
+        return cutlass_problem() or alignment_problem(card, layout)
+
+    def space(self, card: OperatorCard) -> Space:
+        return {
+            "tile_m": (64, 128, 256),
+            "tile_n": (64, 128, 256),
+            "tile_k": (32, 64),
+            "schedule": ("cooperative", "pingpong"),
+            "swizzle": (1, 2, 4, 8),
+        }
+
+    def params_type(self, card: OperatorCard) -> type[GemmParams]:
+        return GemmParams
+
+    def problem(self, card: OperatorCard, params: GemmParams) -> str | None:
+        consumers = 256 if params.schedule == "cooperative" else 128
+        if params.schedule == "cooperative" and params.tile_m < 128:
+            return f"a cooperative tile splits its {params.tile_m} rows over two warp groups of 64: tile_m >= 128"
+        accumulators = params.tile_m * params.tile_n // consumers
+        if accumulators > MAX_ACCUMULATORS:
+            return f"{accumulators} fp32 accumulators per consumer thread (at most {MAX_ACCUMULATORS})"
+        stage = (params.tile_m + params.tile_n) * params.tile_k * 2
+        if 2 * stage > SHARED_BYTES:
+            return f"two stages of {stage} bytes exceed {SHARED_BYTES} bytes of shared memory"
+        return None
+
+    def render(self, card: OperatorCard, params: GemmParams) -> tuple[str, LaunchPlan]:
+        layout = layout_of(card)
+        assert not isinstance(layout, str), layout
+        headers = find_cutlass()
+        assert headers is not None, "unsupported() refuses cards without the CUTLASS headers"
+        dtype = dtype_of(card)
+        epilogue = " + bias" if layout.bias else ""
+        if layout.activation:
+            epilogue = f"{layout.activation}(a b{epilogue})"
+        what = f"y = {epilogue or 'a b'}" + (", batched" if layout.batched else "")
+        source = render(
+            "gemm_sm90.cu",
+            what=what,
+            dtype=dtype,
+            cutlass_version=headers.version,
+            schedule=params.schedule,
+            tile_m=params.tile_m,
+            tile_n=params.tile_n,
+            tile_k=params.tile_k,
+            swizzle=params.swizzle,
+            layout_a="row-major [M, K]" if layout.a_row_major else "a transposed view, [K, M]",
+            layout_b="row-major [K, N]" if layout.b_row_major else "a transposed view, [N, K]",
+            sm_count=SM_COUNT,
+            a_row_major=int(layout.a_row_major),
+            b_row_major=int(layout.b_row_major),
+            has_bias=int(layout.bias),
+            threads=THREADS,
+            shared_bytes=SHARED_BYTES,
+            element=ELEMENTS[dtype],
+            activation=ACTIVATIONS.get(layout.activation, "Identity"),
+            kernel_schedule=f"KernelCpAsyncWarpSpecialized{SCHEDULES[params.schedule]}",
+        )
+        batch = "batch" if layout.batched else "1"
+        tiles = f"cdiv(M, {params.tile_m}) * cdiv(N, {params.tile_n}) * {batch}"
+        plan = LaunchPlan(
+            entry=self.entry,
+            grid=[f"min({tiles}, {SM_COUNT})"],
+            block=[THREADS],
+            shared_bytes=SHARED_BYTES,
+            args=["a", "b", *(["bias"] if layout.bias else []), "y", "M", "N", "K", batch],
+        )
+        return source, plan
+
+    def seed_params(self, card: OperatorCard) -> list[Params]:
+        """CUTLASS's usual Hopper bf16 picks first: 128x256x64 cooperative, 128x128x64 cooperative and pingpong, then
+        smaller tiles for small or skinny products (more tiles than SMs)."""
+        base: Params = {"tile_m": 128, "tile_n": 256, "tile_k": 64, "schedule": "cooperative", "swizzle": 1}
+        return [
+            base,
+            {**base, "tile_n": 128},
+            {**base, "tile_n": 128, "schedule": "pingpong"},
+            {**base, "tile_m": 64, "tile_n": 128, "schedule": "pingpong"},
+            {**base, "tile_n": 128, "swizzle": 4},
+        ]
