@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.models.nodes import ParamValue
+from kernelforge_tui.proposers.templates.common import Template, TemplateParams
 
 if TYPE_CHECKING:
     from .gpu_harness import Harness
@@ -83,3 +86,15 @@ def sm90_builder(tmp_path: Path, cubin_cache: Path) -> Builder:
     """An nvcc builder for sm_90 with -O3 (no line info) over the session's cubin cache: the template tests that
     build their variants and read ptxas's report (spills, shared memory)."""
     return Builder(arch="sm_90", flags=("-O3",), cache_dir=cubin_cache, work_dir=tmp_path)
+
+
+def typed(template: Template[Any], card: OperatorCard, params: Mapping[str, ParamValue] | TemplateParams) -> Any:
+    """The params as the template's model for the card, whatever their values (a test may check one the card's space
+    lacks, which `Template.valid` would refuse)."""
+    return template.params_type(card).model_validate(params if isinstance(params, TemplateParams) else dict(params))
+
+
+def canonical(template: Template[Any], card: OperatorCard, params: Mapping[str, ParamValue]) -> dict[str, Any] | None:
+    """`Template.valid` as the dict a node stores (None: not valid)."""
+    found = template.valid(card, params)
+    return None if found is None else found.as_dict()

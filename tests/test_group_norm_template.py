@@ -36,6 +36,7 @@ from kernelforge_tui.proposers.templates.group_norm import (
     kept_items,
     on_chip_chunks,
 )
+from tests.conftest import typed
 from tests.test_templates import _card
 
 from .cuda_emulator import build, emulation_source, kernel_namespace, launch_call
@@ -66,7 +67,7 @@ def on_chip(card: OperatorCard) -> list[Params]:
     """Every valid configuration of the card that keeps x on chip."""
     space = {**TEMPLATE.space(card), "strategy": ON_CHIP}
     found = (TEMPLATE.valid(card, dict(zip(space, v, strict=True))) for v in itertools.product(*space.values()))
-    return [p for p in found if p is not None]
+    return [p.as_dict() for p in found if p is not None]
 
 
 def variants(card: OperatorCard) -> list[Params]:
@@ -98,7 +99,7 @@ async def test_every_on_chip_variant_builds_for_sm90_without_spills(cubin_cache:
     # 128 KB slices fit shared memory but not 1024 threads' registers (64 values each beside the working set).
     captured = {(p["strategy"], p["split"]) for c, p in jobs if c is CAPTURED}
     assert captured == {("smem", 4), ("smem", 8), ("bulk", 4), ("bulk", 8), ("registers", 8), ("pipelined", 8)}
-    renders = [TEMPLATE.render(card, params) for card, params in jobs]
+    renders = [TEMPLATE.render(card, typed(TEMPLATE, card, params)) for card, params in jobs]
     for (card, params), (source, plan) in zip(jobs, renders, strict=True):
         assert not [p for p in check_source(source, plan.entry) if p.severity == "error"], (card.name, params)
         groups = card.sizes["n"] * card.sizes["groups"]
@@ -118,10 +119,10 @@ def test_the_kept_slice_fits_shared_memory_and_the_plan_asks_for_it(card: Operat
     configurations = on_chip(card)
     assert configurations
     for params in configurations:
-        _, plan = TEMPLATE.render(card, params)
+        _, plan = TEMPLATE.render(card, typed(TEMPLATE, card, params))
         shared = resolve(plan, card).shared_bytes
         if params["strategy"] in SHARED:
-            assert shared == kept_bytes(card, params) <= HOPPER_SHARED_PER_BLOCK - 1024, params
+            assert shared == kept_bytes(card, typed(TEMPLATE, card, params)) <= HOPPER_SHARED_PER_BLOCK - 1024, params
         else:
             assert shared == 0, params
 
@@ -129,14 +130,23 @@ def test_the_kept_slice_fits_shared_memory_and_the_plan_asks_for_it(card: Operat
 def test_slices_that_cannot_stay_on_chip_are_refused() -> None:
     base: Params = {"block": 1024, "vec": 8, "moments": "welford", "minb": 0}
     for strategy in ON_CHIP:
-        assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 2}) is not None  # 256 KB a block
-        assert TEMPLATE.problem(CAPTURED, {**base, "strategy": strategy, "split": 8}) is None
+        assert (
+            TEMPLATE.problem(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "strategy": strategy, "split": 2}))
+            is not None
+        )  # 256 KB a block
+        assert TEMPLATE.problem(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "strategy": strategy, "split": 8})) is None
     odd = SMALL[2]  # 81-element planes: vec 1, 4-byte fp32 chunks; bf16's 2-byte chunks are no cp.async size
-    assert TEMPLATE.problem(odd, {**base, "strategy": "smem", "split": 8, "vec": 1}) is None
+    assert TEMPLATE.problem(odd, typed(TEMPLATE, odd, {**base, "strategy": "smem", "split": 8, "vec": 1})) is None
     bf16_odd = group_norm_card("odd_bf16", "bfloat16", {**odd.sizes}, False)
-    assert "cp.async" in str(TEMPLATE.problem(bf16_odd, {**base, "strategy": "smem", "split": 8, "vec": 1}))
+    assert "cp.async" in str(
+        TEMPLATE.problem(bf16_odd, typed(TEMPLATE, bf16_odd, {**base, "strategy": "smem", "split": 8, "vec": 1}))
+    )
     # 128 values a thread (block 256, split 8, vec 8) would need more than the 255 registers ptxas allows.
-    assert "registers" in str(TEMPLATE.problem(CAPTURED, {**base, "strategy": "registers", "split": 8, "block": 128}))
+    assert "registers" in str(
+        TEMPLATE.problem(
+            CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "strategy": "registers", "split": 8, "block": 128})
+        )
+    )
 
 
 WAIT_SMEM = ("__pipeline_commit();", "__pipeline_wait_prior(0);")
@@ -196,12 +206,12 @@ def test_the_shifted_moments_sum_a_16_bit_mean_outputs_plain_values_once_a_chunk
     failed stress:large in emulation), and both sum the plain values again in the centred pass."""
     params: Params = {"strategy": "bulk", "block": 256, "vec": 8, "split": 8, "moments": "shifted", "minb": 0}
     bf16_card = group_norm_card("stats_bf16", "bfloat16", {**CAPTURED.sizes}, True)
-    bf16, _ = TEMPLATE.render(bf16_card, params)
+    bf16, _ = TEMPLATE.render(bf16_card, typed(TEMPLATE, bf16_card, params))
     assert bf16.count("const float d = f[j] - pivot; cs += d; q += d * d; }") == 1
     assert "raw += fmaf((float)VEC, pivot, cs);" in bf16 and "raw += f[j];" not in bf16
     assert "if (shift * shift > 16.0f * var) {" in bf16 and "centred += d * d; plain += f[j];" in bf16
     fp32 = group_norm_card("stats_f32", "float32", {"n": 2, "c": 64, "h": 32, "w": 32, "groups": 32}, True)
-    source, _ = TEMPLATE.render(fp32, {**params, "strategy": "smem", "vec": 4})
+    source, _ = TEMPLATE.render(fp32, typed(TEMPLATE, fp32, {**params, "strategy": "smem", "vec": 4}))
     assert "cs += d; q += d * d; raw += f[j]; }" in source and "fmaf((float)VEC, pivot, cs)" not in source
 
 
@@ -221,7 +231,7 @@ def test_a_clustered_reduction_pushes_its_parts_and_no_barrier_waits_for_them() 
         params = {**clustered, "strategy": strategy, "moments": moments}
         if strategy == "registers":
             params["block"] = 1024
-        source, _ = TEMPLATE.render(CAPTURED, params)
+        source, _ = TEMPLATE.render(CAPTURED, typed(TEMPLATE, CAPTURED, params))
         reduce_all = source[source.index("__device__ __forceinline__ S reduce_all") :]
         reduce_all = reduce_all[: reduce_all.index("\n}\n")]
         assert "send_word(slot + k, words[k], &ex->bar, threadIdx.x);" in reduce_all, strategy
@@ -238,11 +248,11 @@ def test_a_clustered_reduction_pushes_its_parts_and_no_barrier_waits_for_them() 
         if strategy in ("smem", "bulk"):  # the slice's copies go out before the wait, so it costs nothing
             issued = "__pipeline_commit();" if strategy == "smem" else "bulk_load(kept"
             assert source.index(issued, arrive) < join
-    pipelined, _ = TEMPLATE.render(CAPTURED, {**clustered, "strategy": "pipelined"})
+    pipelined, _ = TEMPLATE.render(CAPTURED, typed(TEMPLATE, CAPTURED, {**clustered, "strategy": "pipelined"}))
     reduce_all = pipelined[pipelined.index("__device__ __forceinline__ S reduce_all") :]
     assert reduce_all[: reduce_all.index("\n}\n")].count("cluster.sync();") == 2
     assert "send_word" not in pipelined and "Part<" not in pipelined
-    single, _ = TEMPLATE.render(SMALL[0], {**clustered, "block": 128, "vec": 4, "split": 1})
+    single, _ = TEMPLATE.render(SMALL[0], typed(TEMPLATE, SMALL[0], {**clustered, "block": 128, "vec": 4, "split": 1}))
     assert "barrier" not in single.replace("__syncthreads", "") and "cluster" not in single
 
 
@@ -250,18 +260,31 @@ def test_minb_keeps_part_of_a_slice_and_matters_only_for_smem() -> None:
     """smem's minb sizes the kept chunks so that many blocks share an SM's shared memory; a value that leaves no
     tail, and every other strategy, is canonically 0; blocks an SM past the threads or the registers are refused."""
     base: Params = {"strategy": "smem", "block": 256, "vec": 8, "split": 8, "moments": "centred"}
-    assert kept_bytes(CAPTURED, {**base, "minb": 4}) == 3520 * 16  # (228 KB / 4 - 2 KB) of the 64 KB slice
-    assert kept_bytes(CAPTURED, {**base, "minb": 0}) == 64 * 1024
-    assert TEMPLATE.valid(CAPTURED, {**base, "minb": 4}) == {**base, "minb": 4}
+    assert (
+        kept_bytes(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "minb": 4})) == 3520 * 16
+    )  # (228 KB / 4 - 2 KB) of the 64 KB slice
+    assert kept_bytes(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "minb": 0})) == 64 * 1024
+    assert TEMPLATE.valid(CAPTURED, {**base, "minb": 4}) == typed(TEMPLATE, CAPTURED, {**base, "minb": 4})
     registers = {**base, "strategy": "registers"}
-    assert TEMPLATE.valid(CAPTURED, {**registers, "minb": 4}) == {**registers, "minb": 0}
+    assert TEMPLATE.valid(CAPTURED, {**registers, "minb": 4}) == typed(TEMPLATE, CAPTURED, {**registers, "minb": 0})
     small = {**base, "block": 128, "vec": 4, "split": 1}
-    assert TEMPLATE.valid(SMALL[0], {**small, "minb": 8}) == {**small, "minb": 0}  # a 2 KB group: no tail
-    assert "registers" in str(TEMPLATE.problem(CAPTURED, {**base, "minb": 6}))  # 48 registers x 256 x 6 > 64K
-    assert "exceeds 2048" in str(TEMPLATE.problem(CAPTURED, {**base, "block": 512, "minb": 6}))
-    assert TEMPLATE.problem(CAPTURED, {**base, "block": 128, "minb": 6}) is None  # 37 KB on chip, 27 KB a tail
-    assert "less of a slice" in str(TEMPLATE.problem(CAPTURED, {**base, "block": 128, "minb": 8}))  # 26.5 KB, 37.5
-    assert "less of a slice" in str(TEMPLATE.problem(CAPTURED, {**base, "split": 4, "minb": 4}))  # 55 of 128 KB
+    # a 2 KB group: no tail
+    assert TEMPLATE.valid(SMALL[0], {**small, "minb": 8}) == typed(TEMPLATE, SMALL[0], {**small, "minb": 0})
+    assert "registers" in str(
+        TEMPLATE.problem(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "minb": 6}))
+    )  # 48 registers x 256 x 6 > 64K
+    assert "exceeds 2048" in str(
+        TEMPLATE.problem(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "block": 512, "minb": 6}))
+    )
+    assert (
+        TEMPLATE.problem(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "block": 128, "minb": 6})) is None
+    )  # 37 KB on chip, 27 KB a tail
+    assert "less of a slice" in str(
+        TEMPLATE.problem(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "block": 128, "minb": 8}))
+    )  # 26.5 KB, 37.5
+    assert "less of a slice" in str(
+        TEMPLATE.problem(CAPTURED, typed(TEMPLATE, CAPTURED, {**base, "split": 4, "minb": 4}))
+    )  # 55 of 128 KB
 
 
 def owners(card: OperatorCard, params: Params, items: int) -> np.ndarray:
@@ -271,7 +294,7 @@ def owners(card: OperatorCard, params: Params, items: int) -> np.ndarray:
     nchunk = card.sizes["c"] // card.sizes["groups"] * card.sizes["h"] * card.sizes["w"] // vec
     counts = np.zeros(nchunk, dtype=np.int64)
     offsets = (np.arange(block)[:, None] + np.arange(items)[None, :] * block).ravel()
-    on_chip = on_chip_chunks(card, params)
+    on_chip = on_chip_chunks(card, typed(TEMPLATE, card, params))
     for rank in range(split):
         lo, hi = nchunk * rank // split, nchunk * (rank + 1) // split
         kept = offsets[offsets < min(hi - lo, on_chip)]
@@ -287,11 +310,11 @@ def test_every_element_of_a_group_is_kept_and_written_by_exactly_one_thread(card
     item fewer would leave chunks uncovered. A chunk never straddles two channels (vec divides h*w)."""
     hw = card.sizes["h"] * card.sizes["w"]
     for params in on_chip(card):
-        source, _ = TEMPLATE.render(card, params)
-        items = kept_items(card, params)
+        source, _ = TEMPLATE.render(card, typed(TEMPLATE, card, params))
+        items = kept_items(card, typed(TEMPLATE, card, params))
         assert f"#define ITEMS {items}\n" in source and f"#define HW {hw}\n" in source
         assert "const long long lo = nchunk * rank / SPLIT;" in source
-        bound = "on_chip" if has_tail(card, params) else "kept_chunks"
+        bound = "on_chip" if has_tail(card, typed(TEMPLATE, card, params)) else "kept_chunks"
         loops = 3 + (params["strategy"] != "bulk")  # the copies (bulk: one by one thread), 3 passes
         assert source.count(f"const int r = threadIdx.x + k * BLOCK;\n if (r < {bound})") == loops, params
         assert source.count("for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK)") == 3 * (bound == "on_chip")
@@ -347,7 +370,7 @@ def shared_for_a_tail(card: OperatorCard, params: Params) -> int:
     """The shared memory an SM would need for minb blocks each to keep two thirds of its slice on chip (the rest its
     tail: the emulated cards' slices are too small to leave one on Hopper's)."""
     chunk_bytes = int(params["vec"]) * ELEMENT_BYTES[card.outputs[0].dtype]
-    kept = (2 * group_norm.slice_chunks(card, params) + 2) // 3
+    kept = (2 * group_norm.slice_chunks(card, typed(TEMPLATE, card, params)) + 2) // 3
     return int(params["minb"]) * (BLOCK_OVERHEAD + kept * chunk_bytes)
 
 
@@ -370,12 +393,12 @@ def emulated_variants(card: OperatorCard, patch: pytest.MonkeyPatch) -> list[tup
         for vec in widths:
             params = {"strategy": strategy, "block": 128, "vec": vec, "split": split, "moments": moments, "minb": minb}
             patch.setattr(group_norm, "SHARED_PER_SM", shared_for_a_tail(card, params) if minb else SHARED_PER_SM)
-            if TEMPLATE.valid(card, params) == params:
+            if TEMPLATE.valid(card, params) == typed(TEMPLATE, card, params):
                 found = params
                 break
         assert found is not None or strategy == "bulk", (card.name, strategy, minb, split)
         if found is not None:
-            assert has_tail(card, found) == bool(minb), found
+            assert has_tail(card, typed(TEMPLATE, card, found)) == bool(minb), found
             chosen.append((found, emulated_namespace(len(chosen), card, found)))
     patch.setattr(group_norm, "SHARED_PER_SM", SHARED_PER_SM)
     return chosen
@@ -383,7 +406,7 @@ def emulated_variants(card: OperatorCard, patch: pytest.MonkeyPatch) -> list[tup
 
 def emulated_namespace(index: int, card: OperatorCard, params: Params) -> str:
     """The variant with its runner (its launch fixed at compile time)."""
-    source, plan = TEMPLATE.render(card, params)
+    source, plan = TEMPLATE.render(card, typed(TEMPLATE, card, params))
     launch = resolve(plan, card)
     sizes = card.sizes
     elements, groups = sizes["n"] * sizes["c"] * sizes["h"] * sizes["w"], sizes["n"] * sizes["groups"]
@@ -398,7 +421,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, l
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(group_norm, "persistent_clusters", lambda card, params: EMULATED_CLUSTERS)
         chosen = {c.name: (c, emulated_variants(c, patch)) for c in EMULATED}
-        rendered = TEMPLATE.render(EMULATED[0], chosen[EMULATED[0].name][1][3][0])[1]
+        rendered = TEMPLATE.render(EMULATED[0], typed(TEMPLATE, EMULATED[0], chosen[EMULATED[0].name][1][3][0]))[1]
     assert resolve(rendered, EMULATED[0]).grid[0] == EMULATED_CLUSTERS  # the pipelined variant loops over groups
     programs = {
         name: emulation_source([n for _, n in variants], prelude=EXPF) for name, (_, variants) in chosen.items()

@@ -24,10 +24,11 @@ from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates.common import Params
-from kernelforge_tui.proposers.templates.matmul import CHUNK, MatmulTemplate, TensorCoreTiling
+from kernelforge_tui.proposers.templates.matmul import CHUNK, MatmulParams, MatmulTemplate, TensorCoreTiling
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Precision
+from tests.conftest import typed
 
 TEMPLATE = MatmulTemplate()
 SEED: Params = {
@@ -58,22 +59,29 @@ def tc(**changes: int | str) -> Params:
 
 def test_the_rules_of_the_tensor_core_strategy() -> None:
     odd = sized(100, 40, 24)
-    assert TEMPLATE.problem(odd, tc()) is None, "edges are predicated: tiles need not divide the sizes"
-    assert "multiples of 8" in str(TEMPLATE.problem(sized(100, 44, 24), tc()))
-    assert "multiples of 8" in str(TEMPLATE.problem(sized(100, 40, 20), tc()))
-    assert "k16" in str(TEMPLATE.problem(odd, tc(bk=8)))
-    assert "does not divide block tile" in str(TEMPLATE.problem(odd, tc(bm=32, wm=64)))
-    assert "registers" in str(TEMPLATE.problem(odd, tc(bn=256, wn=64, stages=3))), "8 warps of 64x64 at minb 2"
-    assert TEMPLATE.problem(odd, tc(bn=256, wn=64, stages=3, minb=1)) is None
-    assert "shared memory" in str(TEMPLATE.problem(odd, tc(bm=256, bn=256, bk=64, wn=64, minb=1)))
-    assert "at most 16" in str(TEMPLATE.problem(odd, tc(bm=256, bn=256, wm=32, wn=32, minb=1)))
+    assert TEMPLATE.problem(odd, typed(TEMPLATE, odd, tc())) is None, (
+        "edges are predicated: tiles need not divide the sizes"
+    )
+    assert "multiples of 8" in str(TEMPLATE.problem(sized(100, 44, 24), typed(TEMPLATE, sized(100, 44, 24), tc())))
+    assert "multiples of 8" in str(TEMPLATE.problem(sized(100, 40, 20), typed(TEMPLATE, sized(100, 40, 20), tc())))
+    assert "k16" in str(TEMPLATE.problem(odd, typed(TEMPLATE, odd, tc(bk=8))))
+    assert "does not divide block tile" in str(TEMPLATE.problem(odd, typed(TEMPLATE, odd, tc(bm=32, wm=64))))
+    assert "registers" in str(TEMPLATE.problem(odd, typed(TEMPLATE, odd, tc(bn=256, wn=64, stages=3)))), (
+        "8 warps of 64x64 at minb 2"
+    )
+    assert TEMPLATE.problem(odd, typed(TEMPLATE, odd, tc(bn=256, wn=64, stages=3, minb=1))) is None
+    assert "shared memory" in str(TEMPLATE.problem(odd, typed(TEMPLATE, odd, tc(bm=256, bn=256, bk=64, wn=64, minb=1))))
+    assert "at most 16" in str(TEMPLATE.problem(odd, typed(TEMPLATE, odd, tc(bm=256, bn=256, wm=32, wn=32, minb=1))))
     fp32 = sized(100, 40, 24, "float32")
-    assert TEMPLATE.space(fp32)["strategy"] == ("fma",) and "bf16 or fp16" in str(TEMPLATE.problem(fp32, tc()))
+    assert TEMPLATE.space(fp32)["strategy"] == ("fma",) and "bf16 or fp16" in str(
+        TEMPLATE.problem(fp32, typed(TEMPLATE, fp32, tc()))
+    )
     # Each strategy fixes the other's parameters, so twins compare equal.
-    assert TEMPLATE.valid(odd, tc(tm=4, tn=2, layout="blocked", vec=2, pad=1)) == SEED
+    assert TEMPLATE.valid(odd, tc(tm=4, tn=2, layout="blocked", vec=2, pad=1)) == typed(TEMPLATE, odd, SEED)
     fma = TEMPLATE.seed_params(odd)[-1]
     assert fma["strategy"] == "fma"
-    assert TEMPLATE.valid(card("square_matrix_mul"), {**fma, "wm": 64, "stages": 4, "swizzle": "pad"}) == fma
+    square = card("square_matrix_mul")
+    assert TEMPLATE.valid(square, {**fma, "wm": 64, "stages": 4, "swizzle": "pad"}) == typed(TEMPLATE, square, fma)
 
 
 def test_the_levers_reach_tensor_cores_tiles_and_stages() -> None:
@@ -124,11 +132,11 @@ def test_tensor_core_variants_build_without_spills_for_the_suite_and_4096_cards(
     for precision, params in BUILT:
         specs = [card(n, precision, s) for n in ("matrix_mul", "square_matrix_mul") for s in cards_scales()]
         specs.append(card("square_matrix_mul", precision, 2**24))
-        assert all(TEMPLATE.valid(spec, params) == params for spec in specs), params
-        source = TEMPLATE.render(specs[0], params)[0]
+        assert all(TEMPLATE.valid(spec, params) == typed(TEMPLATE, spec, params) for spec in specs), params
+        source = TEMPLATE.render(specs[0], typed(TEMPLATE, specs[0], params))[0]
         for spec in specs:
-            assert TEMPLATE.render(spec, params)[0] == source
-            launch = resolve(plan := TEMPLATE.render(spec, params)[1], spec)
+            assert TEMPLATE.render(spec, typed(TEMPLATE, spec, params))[0] == source
+            launch = resolve(plan := TEMPLATE.render(spec, typed(TEMPLATE, spec, params))[1], spec)
             assert 0 < launch.shared_bytes <= MAX_SHARED_BYTES and launch.threads_per_block == tiling(params).threads
         jobs.append((params, source, plan, resolve(plan, specs[-1]).args))
 
@@ -152,14 +160,14 @@ def test_tensor_core_variants_build_without_spills_for_the_suite_and_4096_cards(
 
 
 def tiling(params: Params) -> TensorCoreTiling:
-    return TensorCoreTiling.of(params)
+    return TensorCoreTiling.of(MatmulParams.model_validate(params))
 
 
 def test_the_source_takes_its_constants_from_the_tiling() -> None:
     """The models below read `TensorCoreTiling`; the kernel must be built from the same numbers."""
     for params in (tc(), tc(swizzle="pad", bk=16, bn=32, wn=16, wm=32, bm=64)):
         t = tiling(params)
-        source, plan = TEMPLATE.render(card("matrix_mul"), params)
+        source, plan = TEMPLATE.render(card("matrix_mul"), typed(TEMPLATE, card("matrix_mul"), params))
         defines = dict(re.findall(r"#define (\w+) (\d+)\n", source))
         a_shift, a_mask = t.xor_bits(t.bk // CHUNK)
         b_shift, b_mask = t.xor_bits(t.bn // CHUNK)

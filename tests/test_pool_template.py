@@ -30,6 +30,7 @@ from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates import pooling as template_module
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate, stream_counts
+from tests.conftest import canonical, typed
 
 from .cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
@@ -64,19 +65,31 @@ def direct(**changes: int | str) -> Params:
 
 
 def test_the_rules_of_the_stream_strategy() -> None:
-    assert TEMPLATE.problem(BIG, stream()) is None
-    assert "runs would not start on a vector" in str(TEMPLATE.problem(BIG, stream(planes=4)))  # 4 x 49 % 8
-    assert TEMPLATE.problem(BIG, stream(planes=4, vec=4)) is None
-    assert "shared memory" in str(TEMPLATE.problem(card(1, 64, 56, 56), stream(planes=8, block=512, minb=4)))
-    assert "loads a thread" in str(TEMPLATE.problem(BIG, stream(planes=256, block=64, vec=2, minb=1)))
-    assert "lanes with no element" in str(TEMPLATE.problem(card(4, 9, 1, 1), stream(tpr=2, planes=8)))
-    assert "exceeds 2048" in str(TEMPLATE.problem(BIG, stream(minb=16)))
-    assert "already holds" in str(TEMPLATE.problem(card(3, 5, 7, 7), stream(planes=32)))
-    assert TEMPLATE.problem(card(3, 5, 7, 7), stream(planes=16)) is None, "a run past the 15 planes: one partial run"
+    assert TEMPLATE.problem(BIG, typed(TEMPLATE, BIG, stream())) is None
+    assert "runs would not start on a vector" in str(
+        TEMPLATE.problem(BIG, typed(TEMPLATE, BIG, stream(planes=4)))
+    )  # 4 x 49 % 8
+    assert TEMPLATE.problem(BIG, typed(TEMPLATE, BIG, stream(planes=4, vec=4))) is None
+    assert "shared memory" in str(
+        TEMPLATE.problem(card(1, 64, 56, 56), typed(TEMPLATE, card(1, 64, 56, 56), stream(planes=8, block=512, minb=4)))
+    )
+    assert "loads a thread" in str(
+        TEMPLATE.problem(BIG, typed(TEMPLATE, BIG, stream(planes=256, block=64, vec=2, minb=1)))
+    )
+    assert "lanes with no element" in str(
+        TEMPLATE.problem(card(4, 9, 1, 1), typed(TEMPLATE, card(4, 9, 1, 1), stream(tpr=2, planes=8)))
+    )
+    assert "exceeds 2048" in str(TEMPLATE.problem(BIG, typed(TEMPLATE, BIG, stream(minb=16))))
+    assert "already holds" in str(
+        TEMPLATE.problem(card(3, 5, 7, 7), typed(TEMPLATE, card(3, 5, 7, 7), stream(planes=32)))
+    )
+    assert TEMPLATE.problem(card(3, 5, 7, 7), typed(TEMPLATE, card(3, 5, 7, 7), stream(planes=16))) is None, (
+        "a run past the 15 planes: one partial run"
+    )
     # The direct strategy keeps its rules, and its unused parameters are fixed so twins compare equal.
-    assert "does not divide h*w" in str(TEMPLATE.problem(BIG, direct(vec=2)))
-    assert TEMPLATE.valid(BIG, direct(planes=64, minb=4)) == direct()
-    assert TEMPLATE.valid(BIG, stream()) == stream()
+    assert "does not divide h*w" in str(TEMPLATE.problem(BIG, typed(TEMPLATE, BIG, direct(vec=2))))
+    assert canonical(TEMPLATE, BIG, direct(planes=64, minb=4)) == direct()
+    assert canonical(TEMPLATE, BIG, stream()) == stream()
 
 
 def test_the_levers_move_the_average_parameters_that_address_each_bottleneck() -> None:
@@ -101,7 +114,7 @@ def test_every_small_shape_seeds_a_valid_stream_kernel_first() -> None:
         spec = card(*shape)
         seeds = TemplateProposer().seeds(spec)
         assert seeds[0].params["strategy"] == "stream", shape
-        assert TEMPLATE.valid(spec, seeds[0].params) == seeds[0].params, shape
+        assert canonical(TEMPLATE, spec, seeds[0].params) == seeds[0].params, shape
 
 
 # -- the work split, from the kernel's own expressions ---------------------------------------------------------------
@@ -119,7 +132,7 @@ def work_split_problems(spec: OperatorCard, params: Params) -> list[str]:
     plane's lanes in more than one shuffle group."""
     hw, planes = spec.sizes["h"] * spec.sizes["w"], spec.sizes["n"] * spec.sizes["c"]
     run, block, vec, tpr = (int(params[k]) for k in ("planes", "block", "vec", "tpr"))
-    counts = stream_counts(spec, params)
+    counts = stream_counts(spec, typed(TEMPLATE, spec, params))
     c_names = {"BLOCK": block, "TPR": tpr}
     thread = np.arange(block)[:, None]
     chunk = evaluate(template_module.LOAD_CHUNK, u=np.arange(counts["LOADS"])[None, :], thread=thread, **c_names)
@@ -173,7 +186,7 @@ def stream_variants(spec: OperatorCard, minb: int = 1) -> list[Params]:
         for block in space["block"]:
             for vec in space["vec"]:
                 for run in space["planes"]:
-                    params = TEMPLATE.valid(spec, stream(tpr=tpr, block=block, vec=vec, planes=run, minb=minb))
+                    params = canonical(TEMPLATE, spec, stream(tpr=tpr, block=block, vec=vec, planes=run, minb=minb))
                     if params is not None:
                         found.append(params)
     return found
@@ -212,7 +225,7 @@ def test_the_stream_kernels_build_for_the_big_card_and_small_shapes_without_spil
     cases += [(card(1, 203, 7, 7, "float16"), stream(vec=2, tpr=2, planes=16, block=128, minb=16))]
 
     async def build_all() -> list[str]:
-        rendered = [(spec, params, *TEMPLATE.render(spec, params)) for spec, params in cases]
+        rendered = [(spec, params, *TEMPLATE.render(spec, typed(TEMPLATE, spec, params))) for spec, params in cases]
         results = await asyncio.gather(
             *(sm90_builder.build(source, plan.entry, resolve(plan, spec).args) for spec, _, source, plan in rendered)
         )
@@ -226,7 +239,7 @@ def test_the_stream_kernels_build_for_the_big_card_and_small_shapes_without_spil
                 problems.append(f"{spec.name} {params}: {stats}")
         return problems
 
-    assert all(TEMPLATE.valid(spec, params) == params for spec, params in cases)
+    assert all(canonical(TEMPLATE, spec, params) == params for spec, params in cases)
     assert asyncio.run(build_all()) == []
 
 
@@ -258,7 +271,7 @@ def emulated_variants(spec: OperatorCard) -> list[Params]:
     ]
     chosen = [p for p in seeds if p["strategy"] == "stream"] + [next(p for p in seeds if p["strategy"] == "direct")]
     for params in extra:
-        canon = TEMPLATE.valid(spec, {**params, "vec": min(int(params["vec"]), max(TEMPLATE.space(spec)["vec"]))})
+        canon = canonical(TEMPLATE, spec, {**params, "vec": min(int(params["vec"]), max(TEMPLATE.space(spec)["vec"]))})
         if canon is not None and canon not in chosen:
             chosen.append(canon)
     return chosen
@@ -266,7 +279,7 @@ def emulated_variants(spec: OperatorCard) -> list[Params]:
 
 def variant_namespace(index: int, spec: OperatorCard, params: Params) -> str:
     """The variant's kernel with a runner of its own: its launch (grid, block, arguments) is fixed at compile time."""
-    source, plan = TEMPLATE.render(spec, params)
+    source, plan = TEMPLATE.render(spec, typed(TEMPLATE, spec, params))
     launch = resolve(plan, spec)
     runner = RUNNER.format(planes=spec.sizes["n"] * spec.sizes["c"], grid=launch.grid[0],
                            block=launch.threads_per_block, call=launch_call(plan.entry, launch))  # fmt: skip

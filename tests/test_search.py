@@ -35,7 +35,7 @@ from kernelforge_tui.models.commands import (
     Stop,
 )
 from kernelforge_tui.models.events import EngineEvent, LogLine, NodeAdded, NodeChanged
-from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer, source_digest
+from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer
 from kernelforge_tui.store import RunStore
 
 BASELINE = """\
@@ -510,7 +510,7 @@ class NeighbourProposer(ToyProposer):
 
     async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
         everything = await super().propose(ctx, 7)
-        return [p for p in everything if source_digest(p.source) not in ctx.tried_sources][:n]
+        return [p for p in everything if not ctx.tried_candidate(p)][:n]
 
 
 async def test_pruned_branches_reopen_when_nothing_else_is_left_and_budget_remains(tmp_path: Path) -> None:

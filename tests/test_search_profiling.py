@@ -257,7 +257,7 @@ def test_an_old_schema_run_migrates_and_keeps_its_nodes(tmp_path: Path) -> None:
     copy.mkdir()
     shutil.copy(OLD_RUN / DB_NAME, copy / DB_NAME)
     with RunStore.open(copy) as migrated:
-        assert migrated.schema_version == SCHEMA_VERSION == 5
+        assert migrated.schema_version == SCHEMA_VERSION == 6
         after = migrated.nodes()
         assert [n.model_dump(exclude={"reward_total", "reward_note"}) for n in after] == [
             n.model_dump(exclude={"reward_total", "reward_note"}) for n in before

@@ -35,11 +35,12 @@ from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates.common import Params
-from kernelforge_tui.proposers.templates.sparse import TILED, SparseTemplate, stream_shared_bytes
+from kernelforge_tui.proposers.templates.sparse import TILED, SparseTemplate, csr_shared_bytes
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Arrays, Precision
 from kernelforge_tui.suite.tasks import sparse
+from tests.conftest import canonical, typed
 
 from .cuda_emulator import build, emulation_source, kernel_namespace
 
@@ -83,25 +84,32 @@ def test_the_rules_of_the_balanced_strategy() -> None:
     """Its shared memory holds the row pointers and sums of the cluster's cluster * rpb rows (a block's range may
     span any of them) beside a tile; it uses stream's parameters and `cluster`, which only it uses."""
     csr = card("float32")
-    assert TEMPLATE.problem(csr, balanced()) is None
-    assert stream_shared_bytes(balanced()) == 4 * (1025 + 1024 + 8192 + 255) == 41984
-    assert stream_shared_bytes(balanced(cluster=4)) == 4 * (513 + 512 + 8192 + 255)
-    assert "shared memory" in str(TEMPLATE.problem(csr, balanced(rpb=256)))  # 2048 rows: 50 KB
-    assert TEMPLATE.problem(csr, balanced(rpb=256, cluster=4)) is None
-    assert stream_shared_bytes(stream(rpb=256, block=1024, items=8, cluster=8)) == 4 * (257 + 256 + 8192 + 255)
-    assert "whole number of vec" in str(TEMPLATE.problem(csr, balanced(vec=8, items=4)))
-    assert "exceeds 2048" in str(TEMPLATE.problem(csr, balanced(minb=4)))
+    assert TEMPLATE.problem(csr, typed(TEMPLATE, csr, balanced())) is None
+    assert csr_shared_bytes(typed(TEMPLATE, csr, balanced())) == 4 * (1025 + 1024 + 8192 + 255) == 41984
+    assert csr_shared_bytes(typed(TEMPLATE, csr, balanced(cluster=4))) == 4 * (513 + 512 + 8192 + 255)
+    assert "shared memory" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, balanced(rpb=256))))  # 2048 rows: 50 KB
+    assert TEMPLATE.problem(csr, typed(TEMPLATE, csr, balanced(rpb=256, cluster=4))) is None
+    assert csr_shared_bytes(typed(TEMPLATE, csr, stream(rpb=256, block=1024, items=8, cluster=8))) == 4 * (
+        257 + 256 + 8192 + 255
+    )
+    assert "whole number of vec" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, balanced(vec=8, items=4))))
+    assert "exceeds 2048" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, balanced(minb=4))))
     # tpr and unroll fixed; cluster kept for balanced, fixed at its first value for the others.
-    assert TEMPLATE.valid(csr, balanced(tpr=8, unroll=4)) == balanced()
-    assert TEMPLATE.valid(csr, balanced(cluster=4)) == balanced(cluster=4) != balanced()
-    assert TEMPLATE.valid(csr, stream(cluster=8)) == stream()
-    assert TEMPLATE.valid(csr, vector(cluster=4)) == vector()
-    assert TEMPLATE.valid(csr, balanced(cluster=16)) is None, "portable cluster sizes only"
-    grids = {c: resolve(TEMPLATE.render(csr, balanced(rpb=32, cluster=c))[1], csr).grid[0] for c in (2, 4, 8)}
+    assert canonical(TEMPLATE, csr, balanced(tpr=8, unroll=4)) == balanced()
+    assert canonical(TEMPLATE, csr, balanced(cluster=4)) == balanced(cluster=4) != balanced()
+    assert canonical(TEMPLATE, csr, stream(cluster=8)) == stream()
+    assert canonical(TEMPLATE, csr, vector(cluster=4)) == vector()
+    assert canonical(TEMPLATE, csr, balanced(cluster=16)) is None, "portable cluster sizes only"
+    grids = {
+        c: resolve(TEMPLATE.render(csr, typed(TEMPLATE, csr, balanced(rpb=32, cluster=c)))[1], csr).grid[0]
+        for c in (2, 4, 8)
+    }
     assert grids == {2: 16 * 2, 4: 8 * 4, 8: 4 * 8}, "cdiv(1024 rows, cluster * 32) clusters of `cluster` blocks"
-    source = TEMPLATE.render(csr, balanced(cluster=4))[0]
+    source = TEMPLATE.render(csr, typed(TEMPLATE, csr, balanced(cluster=4)))[0]
     assert "__cluster_dims__(4, 1, 1) __global__" in source and "cluster 4" in source
-    assert "cluster" not in TEMPLATE.render(csr, stream())[0], "the stream kernel's source predates clusters"
+    assert "cluster" not in TEMPLATE.render(csr, typed(TEMPLATE, csr, stream()))[0], (
+        "the stream kernel's source predates clusters"
+    )
 
 
 def test_the_rules_of_the_adopt_and_paired_strategies() -> None:
@@ -109,41 +117,55 @@ def test_the_rules_of_the_adopt_and_paired_strategies() -> None:
     handed and adopted rows beside stream's shared memory; `long` is its alone (fixed for the others, and named in
     its source only); paired is stream's kernel and parameters with the pair's row blocks chosen first."""
     csr = card("float32")
-    assert TEMPLATE.problem(csr, adopt()) is None
-    assert "rpb 1024 > block 512" in str(TEMPLATE.problem(csr, adopt(rpb=1024)))
-    assert TEMPLATE.problem(csr, stream(rpb=1024, block=512, items=8, minb=2)) is None, "stream has no such rule"
+    assert TEMPLATE.problem(csr, typed(TEMPLATE, csr, adopt())) is None
+    assert "rpb 1024 > block 512" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, adopt(rpb=1024))))
+    assert TEMPLATE.problem(csr, typed(TEMPLATE, csr, stream(rpb=1024, block=512, items=8, minb=2))) is None, (
+        "stream has no such rule"
+    )
     tile = 512 * 8
-    assert stream_shared_bytes(adopt()) == 4 * (513 + 512 + tile + (tile - 1) // 32 + 5 * 16 + 512 // 32)
-    assert TEMPLATE.valid(csr, adopt(tpr=8, unroll=4, cluster=8)) == adopt()
-    assert TEMPLATE.valid(csr, adopt(long=1024)) == adopt(long=1024) != adopt()
-    assert TEMPLATE.valid(csr, stream(long=4096)) == stream() and TEMPLATE.valid(csr, vector(long=4096)) == vector()
-    assert TEMPLATE.valid(csr, balanced(long=4096)) == balanced()
-    assert TEMPLATE.valid(csr, adopt(long=300)) is None, "long outside the space"
-    source, plan = TEMPLATE.render(csr, adopt())
+    assert csr_shared_bytes(typed(TEMPLATE, csr, adopt())) == 4 * (
+        513 + 512 + tile + (tile - 1) // 32 + 5 * 16 + 512 // 32
+    )
+    assert canonical(TEMPLATE, csr, adopt(tpr=8, unroll=4, cluster=8)) == adopt()
+    assert canonical(TEMPLATE, csr, adopt(long=1024)) == adopt(long=1024) != adopt()
+    assert (
+        canonical(TEMPLATE, csr, stream(long=4096)) == stream()
+        and canonical(TEMPLATE, csr, vector(long=4096)) == vector()
+    )
+    assert canonical(TEMPLATE, csr, balanced(long=4096)) == balanced()
+    assert canonical(TEMPLATE, csr, adopt(long=300)) is None, "long outside the space"
+    source, plan = TEMPLATE.render(csr, typed(TEMPLATE, csr, adopt()))
     assert "long 4096" in source and "#define LONG 4096" in source and plan.grid == ["cdiv(nrows, 512)"]
-    assert "long 256" not in TEMPLATE.render(csr, stream())[0], "the stream kernel's source predates `long`"
+    assert "long 256" not in TEMPLATE.render(csr, typed(TEMPLATE, csr, stream()))[0], (
+        "the stream kernel's source predates `long`"
+    )
     paired = stream(strategy="paired")
-    assert TEMPLATE.valid(csr, {**paired, "cluster": 8, "long": 4096}) == paired
-    paired_source = TEMPLATE.render(csr, paired)[0]
+    assert canonical(TEMPLATE, csr, {**paired, "cluster": 8, "long": 4096}) == paired
+    paired_source = TEMPLATE.render(csr, typed(TEMPLATE, csr, paired))[0]
     assert "row_block = late_entries > early_entries" in paired_source
-    assert TEMPLATE.render(csr, paired)[1] == TEMPLATE.render(csr, stream())[1]
+    assert (
+        TEMPLATE.render(csr, typed(TEMPLATE, csr, paired))[1] == TEMPLATE.render(csr, typed(TEMPLATE, csr, stream()))[1]
+    )
 
 
 def test_the_rules_of_the_two_strategies() -> None:
     csr = card("float32")
-    assert TEMPLATE.problem(csr, stream()) is None and TEMPLATE.problem(csr, vector()) is None
+    assert (
+        TEMPLATE.problem(csr, typed(TEMPLATE, csr, stream())) is None
+        and TEMPLATE.problem(csr, typed(TEMPLATE, csr, vector())) is None
+    )
     odd = csr.model_copy(update={"sizes": {**csr.sizes, "nnz": 16380}})
-    assert "does not divide nnz" in str(TEMPLATE.problem(odd, stream(vec=8, items=8)))
-    assert TEMPLATE.problem(odd, stream(vec=4)) is None, "16380 = 4 x 4095"
-    assert "whole number of vec" in str(TEMPLATE.problem(csr, stream(vec=8, items=4)))
-    assert stream_shared_bytes(stream(block=1024, items=8, rpb=1024)) <= 48 * 1024
-    assert "shared memory" in str(TEMPLATE.problem(csr, stream(block=1024, items=16)))
-    assert "exceeds 2048" in str(TEMPLATE.problem(csr, stream(block=1024, items=8, minb=4)))
-    assert "exceeds 2048" in str(TEMPLATE.problem(csr, vector(tpr=32, rpb=32, minb=4)))
-    assert "32..1024" in str(TEMPLATE.problem(csr, vector(tpr=32, rpb=64, minb=1)))
+    assert "does not divide nnz" in str(TEMPLATE.problem(odd, typed(TEMPLATE, odd, stream(vec=8, items=8))))
+    assert TEMPLATE.problem(odd, typed(TEMPLATE, odd, stream(vec=4))) is None, "16380 = 4 x 4095"
+    assert "whole number of vec" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, stream(vec=8, items=4))))
+    assert csr_shared_bytes(typed(TEMPLATE, csr, stream(block=1024, items=8, rpb=1024))) <= 48 * 1024
+    assert "shared memory" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, stream(block=1024, items=16))))
+    assert "exceeds 2048" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, stream(block=1024, items=8, minb=4))))
+    assert "exceeds 2048" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, vector(tpr=32, rpb=32, minb=4))))
+    assert "32..1024" in str(TEMPLATE.problem(csr, typed(TEMPLATE, csr, vector(tpr=32, rpb=64, minb=1))))
     # The other strategy's parameters are fixed, so twins compare equal (and the search does not try them twice).
-    assert TEMPLATE.valid(csr, stream(tpr=8, unroll=4)) == stream()
-    assert TEMPLATE.valid(csr, vector(block=512, items=32)) == vector()
+    assert canonical(TEMPLATE, csr, stream(tpr=8, unroll=4)) == stream()
+    assert canonical(TEMPLATE, csr, vector(block=512, items=32)) == vector()
 
 
 def test_the_levers_move_the_csr_parameters_that_address_each_bottleneck() -> None:
@@ -204,7 +226,9 @@ def test_every_csr_seed_builds_for_the_suite_and_2_26_cards_without_spills(sm90_
                 problems.append(f"{proposal.params}: {result.log[-1500:]}")
             elif stats.spill_store_bytes or stats.spill_load_bytes:
                 problems.append(f"{proposal.params}: spills {stats}")
-            elif proposal.params["strategy"] in TILED and stats.shared_bytes != stream_shared_bytes(proposal.params):
+            elif proposal.params["strategy"] in TILED and stats.shared_bytes != csr_shared_bytes(
+                typed(TEMPLATE, specs[0], proposal.params)
+            ):
                 problems.append(f"{proposal.params}: {stats.shared_bytes} bytes of shared memory")
         return problems
 
@@ -371,7 +395,9 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     chosen = {precision: variants(precision) for precision in PRECISIONS}
     programs = {}
     for precision, params in chosen.items():
-        kernels = [TEMPLATE.render(card(precision), p)[0] for p in params] + [DIVERGENT] * (precision == "float32")
+        kernels = [TEMPLATE.render(card(precision), typed(TEMPLATE, card(precision), p))[0] for p in params] + [
+            DIVERGENT
+        ] * (precision == "float32")
         namespaces = [kernel_namespace(index, source, RUNNER) for index, source in enumerate(kernels)]
         programs[precision] = emulation_source(namespaces, ARGUMENTS)
     build(work, programs)
@@ -397,7 +423,7 @@ def test_every_variant_agrees_with_the_reference_on_the_suite_and_the_hard_sets_
     tolerance = spmv.tolerance[precision]
     wrong = []
     for index, params in enumerate(chosen[precision]):
-        launch = resolve(TEMPLATE.render(spec, params)[1], spec)
+        launch = resolve(TEMPLATE.render(spec, typed(TEMPLATE, spec, params))[1], spec)
         command = [str(work / precision), str(index), str(launch.grid[0]), str(launch.threads_per_block), str(nrows)]
         ran = subprocess.run([*command, *map(str, directories.values())], capture_output=True, text=True)
         assert ran.returncode == 0, (params, ran.stderr)

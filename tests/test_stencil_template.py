@@ -31,6 +31,7 @@ from kernelforge_tui.proposers.templates.stencil import StencilTemplate
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Arrays, Precision
+from tests.conftest import canonical, typed
 
 from .cuda_emulator import build, emulation_source, kernel_namespace
 
@@ -61,21 +62,25 @@ def strip(**changes: int | str) -> Params:
 
 def test_the_strip_rules_and_the_point_kernels_kept() -> None:
     big = card("float32")
-    assert TEMPLATE.valid(big, strip()) == strip()
-    assert TEMPLATE.valid(big, strip(smem=1)) == strip(), "a strip has no shared tile"
+    assert canonical(TEMPLATE, big, strip()) == strip()
+    assert canonical(TEMPLATE, big, strip(smem=1)) == strip(), "a strip has no shared tile"
     odd = card("float32", 37, 70)
-    assert "does not divide nx" in str(TEMPLATE.problem(odd, strip(vec=4)))
-    assert TEMPLATE.problem(odd, strip(vec=2)) is None
-    assert "exceeds 2048" in str(TEMPLATE.problem(big, strip(by=16, minb=8)))
-    assert "grid y" in str(TEMPLATE.problem(card("float32", 2**21, 64), strip(by=1, bx=64, ypt=1)))
-    point = TEMPLATE.valid(big, strip(strategy="point", vec=2, minb=8, hint="stream", ypt=2))
+    assert "does not divide nx" in str(TEMPLATE.problem(odd, typed(TEMPLATE, odd, strip(vec=4))))
+    assert TEMPLATE.problem(odd, typed(TEMPLATE, odd, strip(vec=2))) is None
+    assert "exceeds 2048" in str(TEMPLATE.problem(big, typed(TEMPLATE, big, strip(by=16, minb=8))))
+    assert "grid y" in str(
+        TEMPLATE.problem(
+            card("float32", 2**21, 64), typed(TEMPLATE, card("float32", 2**21, 64), strip(by=1, bx=64, ypt=1))
+        )
+    )
+    point = canonical(TEMPLATE, big, strip(strategy="point", vec=2, minb=8, hint="stream", ypt=2))
     assert point == strip(strategy="point", vec=1, minb=1, hint="plain", ypt=2)
-    source = TEMPLATE.render(big, {**point, "smem": 1})[0]
+    source = TEMPLATE.render(big, typed(TEMPLATE, big, {**point, "smem": 1}))[0]
     assert "__shared__ float tile" in source and "__shfl" not in source
     for values in np.array(np.meshgrid(*OLD_SPACE.values())).T.reshape(-1, len(OLD_SPACE)):
         old = dict(zip(OLD_SPACE, map(int, values), strict=True))
         threads_ok = 64 <= old["bx"] * old["by"] <= 1024
-        assert (TEMPLATE.valid(big, {**point, **old}) is not None) == threads_ok, old
+        assert (canonical(TEMPLATE, big, {**point, **old}) is not None) == threads_ok, old
     assert "strategy" not in TEMPLATE.space(cards.spec(task("stencil_3d"), "float32", 2**10)), "3D keeps its space"
 
 
@@ -215,7 +220,7 @@ def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, d
     chosen = {precision: variants(precision) for precision in PRECISIONS}
     programs = {}
     for precision, params in chosen.items():
-        kernels = [TEMPLATE.render(card(precision), p)[0] for p in params]
+        kernels = [TEMPLATE.render(card(precision), typed(TEMPLATE, card(precision), p))[0] for p in params]
         namespaces = [kernel_namespace(index, source, RUNNER) for index, source in enumerate(kernels)]
         programs[precision] = emulation_source(namespaces, ARGUMENTS, prelude=EXTRAS)
     build(work, programs)
@@ -240,9 +245,9 @@ def test_every_strip_variant_agrees_with_the_reference_on_awkward_grids_in_emula
             (directory / "u.bin").write_bytes(np.ascontiguousarray(inputs["u"]).tobytes())
             directories[name] = directory
         for index, params in enumerate(chosen[precision]):
-            if TEMPLATE.valid(spec, params) != params:
+            if canonical(TEMPLATE, spec, params) != params:
                 continue  # vec does not divide nx
-            launch = resolve(TEMPLATE.render(spec, params)[1], spec)
+            launch = resolve(TEMPLATE.render(spec, typed(TEMPLATE, spec, params))[1], spec)
             grid = [str(g) for g in launch.grid[:2]]
             command = [str(work / precision), str(index), *grid, str(launch.threads_per_block), str(ny), str(nx)]
             ran = subprocess.run([*command, *map(str, directories.values())], capture_output=True, text=True)

@@ -29,6 +29,7 @@ from kernelforge_tui.proposers.templates.reduction import ReductionTemplate
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import PRECISIONS, Precision, Task
+from tests.conftest import typed
 
 F32_MAX = float(np.finfo(np.float32).max)
 SPECIAL = [0.0, -0.0, 1.0, -1.0, 0.5, -3.0, 3.0, -5.9, 20.0, -20.0, 100.0, -100.0, 1e-30, -1e-30, 1e-45, -1e-45,
@@ -357,15 +358,17 @@ def test_the_operation_is_the_longest_name_standing_as_a_word(monkeypatch: pytes
 def test_the_reduction_template_renders_one_launch_without_state() -> None:
     template = ReductionTemplate()
     mse = _card("mse_loss", "bfloat16")
-    single, plan = template.render(mse, {"blocks": 1, "block": 1024, "vec": 8, "unroll": 2})
-    cluster, cluster_plan = template.render(mse, {"blocks": 8, "block": 256, "vec": 8, "unroll": 1})
+    single, plan = template.render(mse, typed(template, mse, {"blocks": 1, "block": 1024, "vec": 8, "unroll": 2}))
+    cluster, cluster_plan = template.render(
+        mse, typed(template, mse, {"blocks": 8, "block": 256, "vec": 8, "unroll": 1})
+    )
     assert plan.grid == [1] and cluster_plan.grid == [8] and plan.args == ["pred", "target", "loss", "(n):i64"]
     assert "cluster_dims" not in single and "__attribute__((cluster_dims(8, 1, 1)))" in cluster
     assert "total / (float)n" in single and "cluster_total / (float)n" in cluster
     for source in (single, cluster):
         assert "atomic" not in source and "__device__ float" not in source.replace("__device__ __forceinline__", "")
     dot = _card("dot_product")
-    assert "/ (float)n" not in template.render(dot, TemplateProposer().seeds(dot)[0].params)[0]
+    assert "/ (float)n" not in template.render(dot, typed(template, dot, TemplateProposer().seeds(dot)[0].params))[0]
     assert template.valid(mse, {"blocks": 1, "block": 1024, "vec": 8, "unroll": 4}) is None, "64 floats would spill"
 
 

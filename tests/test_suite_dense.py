@@ -27,6 +27,7 @@ from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import PRECISIONS, Precision, Task
+from tests.conftest import typed
 
 DENSE = (
     "reverse_array",
@@ -243,12 +244,17 @@ def test_the_matmul_template_refuses_tiles_that_do_not_divide_the_sizes() -> Non
     card = _card("matrix_mul")  # M = 64, N = 32, K = 16
     template = MatmulTemplate()
     base = template.seed_params(card)[-1]  # 16 x 16 x 16: valid at every suite size
-    assert template.problem(card, base) is None
-    assert template.problem(card, {**base, "bn": 64}) == "bn 64 does not divide N = 32"
-    assert template.problem(card, {**base, "bk": 32}) == "bk 32 does not divide K = 16"
-    assert template.problem(card, {**base, "bm": 128, "bn": 32, "tm": 4, "tn": 4}) == "bm 128 does not divide M = 64"
-    assert "threads per block" in str(template.problem(card, {**base, "tm": 8, "tn": 8}))
-    assert template.valid(card, {**base, "layout": "blocked"}) == base, "a 1 x 1 micro-tile has one layout"
+    assert template.problem(card, typed(template, card, base)) is None
+    assert template.problem(card, typed(template, card, {**base, "bn": 64})) == "bn 64 does not divide N = 32"
+    assert template.problem(card, typed(template, card, {**base, "bk": 32})) == "bk 32 does not divide K = 16"
+    assert (
+        template.problem(card, typed(template, card, {**base, "bm": 128, "bn": 32, "tm": 4, "tn": 4}))
+        == "bm 128 does not divide M = 64"
+    )
+    assert "threads per block" in str(template.problem(card, typed(template, card, {**base, "tm": 8, "tn": 8})))
+    assert typed(template, card, base) == template.valid(card, {**base, "layout": "blocked"}), (
+        "a 1 x 1 micro-tile has one layout"
+    )
     space = template.space(card)
     assert all(bk % vec == 0 for bk in space["bk"] for vec in space["vec"])  # type: ignore[operator]
     assert all(bn % vec == 0 and bn >= tn for bn in space["bn"] for vec in space["vec"] for tn in space["tn"])  # type: ignore[operator]
@@ -258,10 +264,15 @@ def test_the_copy_template_needs_vectors_that_divide_n() -> None:
     card = _card("reverse_array").model_copy(update={"sizes": {"n": 1002}})
     template = CopyTemplate()
     base = template.seed_params(card)[0]
-    assert template.problem(card, {**base, "vec": 4}) == "vec 4 does not divide n = 1002 (chunks would be misaligned)"
-    assert template.problem(card, {**base, "vec": 2}) is None
+    assert (
+        template.problem(card, typed(template, card, {**base, "vec": 4}))
+        == "vec 4 does not divide n = 1002 (chunks would be misaligned)"
+    )
+    assert template.problem(card, typed(template, card, {**base, "vec": 2})) is None
     odd = _card("matrix_transpose").model_copy(update={"sizes": {"rows": 100, "cols": 37}})
-    assert template.problem(odd, template.seed_params(odd)[0]) is None, "edge tiles are bounds-checked"
+    assert template.problem(odd, typed(template, odd, template.seed_params(odd)[0])) is None, (
+        "edge tiles are bounds-checked"
+    )
 
 
 def test_every_seed_of_the_new_templates_builds_with_nvcc(tmp_path: Path, cubin_cache: Path) -> None:

@@ -25,6 +25,7 @@ from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Arrays, Precision, Sizes, Task
 from kernelforge_tui.suite.tasks import sparse
+from tests.conftest import typed
 
 NAMES = [t.name for t in sparse.TASKS]
 SMALL = 2**10
@@ -260,19 +261,32 @@ def test_the_template_serves_csr_and_ell_spmv_and_csr_spmm(precision: Precision)
 def test_the_template_rules() -> None:
     template = SparseTemplate()
     spmm, ell, csr = card("spmm_csr"), card("spmv_ell"), card("spmv_csr")
-    assert template.problem(spmm, {"vec": 4, "split": 8, "rpb": 8, "unroll": 1}) is not None, "8 x 8 lanes a row"
-    assert template.problem(spmm, {"vec": 4, "split": 4, "rpb": 8, "unroll": 1}) is None
+    assert template.problem(spmm, typed(template, spmm, {"vec": 4, "split": 8, "rpb": 8, "unroll": 1})) is not None, (
+        "8 x 8 lanes a row"
+    )
+    assert template.problem(spmm, typed(template, spmm, {"vec": 4, "split": 4, "rpb": 8, "unroll": 1})) is None
     odd_k = spmm.model_copy(update={"sizes": {**spmm.sizes, "k": 12}})
-    assert "does not divide" in str(template.problem(odd_k, {"vec": 8, "split": 1, "rpb": 8, "unroll": 1}))
-    assert "power of two" in str(template.problem(odd_k, {"vec": 4, "split": 1, "rpb": 32, "unroll": 1}))
-    lane_groups = {"strategy": "vector", "block": 128, "items": 4, "vec": 1, "hint": "plain", "minb": 1}
-    assert "32..1024" in str(template.problem(csr, {**lane_groups, "tpr": 1, "rpb": 16, "unroll": 1}))
-    assert "32..1024" in str(template.problem(csr, {**lane_groups, "tpr": 32, "rpb": 64, "unroll": 1}))
+    assert "does not divide" in str(
+        template.problem(odd_k, typed(template, odd_k, {"vec": 8, "split": 1, "rpb": 8, "unroll": 1}))
+    )
+    assert "power of two" in str(
+        template.problem(odd_k, typed(template, odd_k, {"vec": 4, "split": 1, "rpb": 32, "unroll": 1}))
+    )
+    lane_groups = {"strategy": "vector", "block": 128, "items": 4, "vec": 1, "hint": "plain", "minb": 1,
+                   "cluster": 2, "long": 256}  # fmt: skip
+    assert "32..1024" in str(
+        template.problem(csr, typed(template, csr, {**lane_groups, "tpr": 1, "rpb": 16, "unroll": 1}))
+    )
+    assert "32..1024" in str(
+        template.problem(csr, typed(template, csr, {**lane_groups, "tpr": 32, "rpb": 64, "unroll": 1}))
+    )
     narrow = ell.model_copy(update={"sizes": {**ell.sizes, "width": 8}})
-    assert "lanes with no slot" in str(template.problem(narrow, {"tpr": 16, "rpb": 4, "unroll": 1, "pad": "stop"}))
-    assert template.valid(narrow, {"tpr": 4, "rpb": 8, "unroll": 8, "pad": "skip"}) == {
+    assert "lanes with no slot" in str(
+        template.problem(narrow, typed(template, narrow, {"tpr": 16, "rpb": 4, "unroll": 1, "pad": "stop"}))
+    )
+    assert template.valid(narrow, {"tpr": 4, "rpb": 8, "unroll": 8, "pad": "skip"}) == typed(template, narrow, {
         "tpr": 4, "rpb": 8, "unroll": 2, "pad": "skip"
-    }, "two slots a lane: unrolling past them is the same kernel"  # fmt: skip
+    }), "two slots a lane: unrolling past them is the same kernel"  # fmt: skip
     widened = [t.model_copy(update={"dtype": "int64"}) if t.name == "row_ptr" else t for t in csr.inputs]
     wide = csr.model_copy(update={"inputs": widened})
     assert "int32 index arrays" in str(template.unsupported(wide))

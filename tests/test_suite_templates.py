@@ -30,6 +30,7 @@ from kernelforge_tui.proposers.templates.reduction import ReductionTemplate, Row
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Precision, Tensor
+from tests.conftest import typed
 
 SMALLEST = 2**10
 SERVED: dict[str, type[Template]] = {
@@ -69,16 +70,25 @@ def test_each_task_is_served_at_every_scale_and_precision_by_seeds_that_pass_the
 
 def test_the_elementwise_scalar_is_read_once_and_the_split_layout_needs_vectors_that_divide_h() -> None:
     scalar = _card("matrix_scalar_mul")
-    source, plan = _template(scalar).render(scalar, TemplateProposer().seeds(scalar)[0].params)
+    source, plan = _template(scalar).render(
+        scalar, typed(_template(scalar), scalar, TemplateProposer().seeds(scalar)[0].params)
+    )
     assert plan.args == ["A", "s", "B", "(side) * (side):i64"]
     assert source.count("s[0]") == 1 and source.index("s[0]") < source.index("for (long long base")
 
     merged = _card("silu_and_mul", sizes=lambda scale: {"tokens": 5, "hidden": 102})
     template = _template(merged)
     base = {"vec": 2, "block": 256, "unroll": 1, "loop": "grid_stride", "waves": 4, "minb": 1}
-    assert template.problem(merged, base) is None
-    assert "does not divide the half row h = 102" in str(template.problem(merged, {**base, "vec": 4}))
-    assert template.render(merged, base)[1].args == ["x", "y", "(tokens) * (hidden):i64", "hidden"]
+    assert template.problem(merged, typed(template, merged, base)) is None
+    assert "does not divide the half row h = 102" in str(
+        template.problem(merged, typed(template, merged, {**base, "vec": 4}))
+    )
+    assert template.render(merged, typed(template, merged, base))[1].args == [
+        "x",
+        "y",
+        "(tokens) * (hidden):i64",
+        "hidden",
+    ]
 
 
 def test_the_elementwise_template_refuses_shapes_its_layouts_cannot_read() -> None:
@@ -93,46 +103,61 @@ def test_the_point_reduction_loads_whole_points_and_the_row_reduction_fits_its_t
     mc = _card("monte_carlo_integration")
     reduction = _template(mc)
     base = {"blocks": 1, "block": 256, "vec": 4, "unroll": 1}
-    assert reduction.problem(mc, base) is None
+    assert reduction.problem(mc, typed(reduction, mc, base)) is None
     for vec in (1, 2):
-        assert "does not hold whole points of 4" in str(reduction.problem(mc, {**base, "vec": vec}))
-    source, plan = reduction.render(mc, base)
+        assert "does not hold whole points of 4" in str(
+            reduction.problem(mc, typed(reduction, mc, {**base, "vec": vec}))
+        )
+    source, plan = reduction.render(mc, typed(reduction, mc, base))
     assert plan.args == ["points", "estimate", "(n):i64"] and "total / (float)n" in source
     five = _card("monte_carlo_integration", sizes=lambda scale: {"n": 256, "d": 5})
     assert "a point of 5 coordinates does not fit a 16-byte load" in str(reduction.unsupported(five))
 
     short = _card("simpson_integration", sizes=lambda scale: {"rows": 64, "m": 16})
     rows = _template(short)
-    assert rows.problem(short, {"tpr": 16, "block": 64, "unroll": 1}) is None
-    assert "exceed its 17 elements" in str(rows.problem(short, {"tpr": 32, "block": 64, "unroll": 1}))
-    assert "exceed the block of 64" in str(rows.problem(short, {"tpr": 128, "block": 64, "unroll": 1}))
+    assert rows.problem(short, typed(rows, short, {"tpr": 16, "block": 64, "unroll": 1})) is None
+    assert "exceed its 17 elements" in str(
+        rows.problem(short, typed(rows, short, {"tpr": 32, "block": 64, "unroll": 1}))
+    )
+    assert "exceed the block of 64" in str(
+        rows.problem(short, typed(rows, short, {"tpr": 128, "block": 64, "unroll": 1}))
+    )
     assert "reduces each row" in str(ReductionTemplate().unsupported(short))
     assert "reduces everything" in str(RowReductionTemplate().unsupported(mc))
-    assert "/ (3.0f * (float)(cols - 1))" in rows.render(short, {"tpr": 16, "block": 64, "unroll": 1})[0]
+    assert (
+        "/ (3.0f * (float)(cols - 1))"
+        in rows.render(short, typed(rows, short, {"tpr": 16, "block": 64, "unroll": 1}))[0]
+    )
 
 
 def test_the_gemv_template_refuses_params_that_do_not_fit_k() -> None:
     card = _card("matrix_vector_mul", "bfloat16", sizes=lambda scale: {"M": 32, "K": 36})
     gemv = _template(card)
     base = {"tpr": 4, "block": 128, "vec": 4, "unroll": 2}
-    assert gemv.problem(card, base) is None
-    assert gemv.problem(card, {**base, "vec": 8}) == "vec 8 does not divide K = 36"
-    assert gemv.problem(card, {**base, "tpr": 16}) == "16 threads per row exceed its 9 chunks"
+    assert gemv.problem(card, typed(gemv, card, base)) is None
+    assert gemv.problem(card, typed(gemv, card, {**base, "vec": 8})) == "vec 8 does not divide K = 36"
+    assert gemv.problem(card, typed(gemv, card, {**base, "tpr": 16})) == "16 threads per row exceed its 9 chunks"
     deep = {**base, "vec": 8, "unroll": 4}
-    assert gemv.problem(_card("matrix_vector_mul", "bfloat16"), deep) == "64 loaded floats per thread (at most 32)"
-    assert gemv.render(card, base)[1].args == ["A", "x", "y", "M", "K"]
+    assert (
+        gemv.problem(_card("matrix_vector_mul", "bfloat16"), typed(gemv, _card("matrix_vector_mul", "bfloat16"), deep))
+        == "64 loaded floats per thread (at most 32)"
+    )
+    assert gemv.render(card, typed(gemv, card, base))[1].args == ["A", "x", "y", "M", "K"]
 
 
 def test_the_max_pooling_mode_needs_whole_output_chunks_in_a_row_and_2x2_windows() -> None:
     odd = _card("max_pooling_2d", "bfloat16", sizes=lambda scale: {"n": 2, "c": 8, "h": 12, "w": 12})
     pooling = _template(odd)
     assert pooling.space(odd)["ow"] == (1, 2, 4)
-    assert pooling.problem(odd, {"ow": 2, "block": 128, "unroll": 1}) is None
-    assert pooling.problem(odd, {"ow": 4, "block": 128, "unroll": 1}) == "ow 4 does not divide w/2 = 6"
+    assert pooling.problem(odd, typed(pooling, odd, {"ow": 2, "block": 128, "unroll": 1})) is None
+    assert (
+        pooling.problem(odd, typed(pooling, odd, {"ow": 4, "block": 128, "unroll": 1}))
+        == "ow 4 does not divide w/2 = 6"
+    )
     assert _template(_card("max_pooling_2d")).space(_card("max_pooling_2d"))["ow"] == (1, 2), "16-byte loads"
     to_one = _card("max_pooling_2d", outputs=(Tensor("y", ("n", "c")),))
     assert "2x2 windows with stride 2" in str(PoolingTemplate().unsupported(to_one)), "a max is never averaged"
-    source, plan = pooling.render(odd, {"ow": 2, "block": 128, "unroll": 1})
+    source, plan = pooling.render(odd, typed(pooling, odd, {"ow": 2, "block": 128, "unroll": 1}))
     assert plan.entry == "kf_max_pool" and plan.args == ["x", "y", "n * c * (h / 2) * (w / 2) / 2:i64", "w / 2 / 2"]
     assert "(v > m || v != v) ? v : m" in source and "fmaxf" not in source, "NaN propagates"
 

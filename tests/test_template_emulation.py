@@ -18,6 +18,7 @@ from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task
+from tests.conftest import typed
 
 from .cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
@@ -41,7 +42,7 @@ def namespace(index: int, card: Card, params: Params) -> str:
     """The seed with its runner (its launch fixed at compile time)."""
     template = template_for(card.spec)
     assert template is not None
-    source, plan = template.render(card.spec, params)
+    source, plan = template.render(card.spec, typed(template, card.spec, params))
     launch = resolve(plan, card.spec)
     loads = "".join(f'    const T* {t.name} = aligned<T>(slurp(dir + "/{t.name}.bin"));\n' for t in card.spec.inputs)
     output = card.spec.outputs[0]

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.proposers.templates import TEMPLATES, TemplateProposer, template_for
-from kernelforge_tui.proposers.templates.common import Params, Template
+from kernelforge_tui.proposers.templates.common import Params, Template, TemplateParams
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import TASKS
 
@@ -80,33 +81,34 @@ def _key(card: OperatorCard, params: Params) -> str:
     return f"{card.name} {json.dumps(params, sort_keys=True, separators=(',', ':'))}"
 
 
-def _digests(template: Template, card: OperatorCard, params: Params) -> str:
+def _digests(template: Template[Any], card: OperatorCard, params: TemplateParams) -> str:
     """`<sha256 of the source> <sha256 of the plan's JSON>`: one line a render in the JSON."""
     source, plan = template.render(card, params)
     return f"{sha256(source)} {sha256(plan.model_dump_json())}"
 
 
-def renders(template: Template) -> dict[str, str]:
+def renders(template: Template[Any]) -> dict[str, str]:
     """The template's seeds on each of its cards, then SAMPLES valid configurations drawn round-robin over its cards
     by a generator seeded with the template's name."""
     served = [card for card in golden_cards() if template_for(card) is template]
     assert served, f"no golden card for {type(template).__name__}"
-    chosen: dict[str, tuple[OperatorCard, Params]] = {}
+    chosen: dict[str, tuple[OperatorCard, TemplateParams]] = {}
     for card in served:
         for seed in TemplateProposer().seeds(card):
-            chosen.setdefault(_key(card, seed.params), (card, seed.params))
+            chosen.setdefault(_key(card, seed.params), (card, template.valid(card, seed.params)))
     rng = random.Random(f"golden:{type(template).__name__}")
     for index in range(SAMPLES):
         card = served[index % len(served)]
         space = template.space(card)
         for _ in range(DRAWS):
             params = template.valid(card, {k: rng.choice(values) for k, values in space.items()})
-            if params is not None and _key(card, params) not in chosen:
-                chosen[_key(card, params)] = (card, params)
+            if params is not None and _key(card, params.as_dict()) not in chosen:
+                chosen[_key(card, params.as_dict())] = (card, params)
                 break
     return {key: _digests(template, card, params) for key, (card, params) in sorted(chosen.items())}
 
 
 @pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: type(t).__name__)
-def test_every_render_matches_its_golden_digest(template: Template) -> None:
-    assert_matches_golden("template_renders.json", type(template).__name__, renders(template))
+def test_every_render_matches_its_golden_digest(template: Template[Any]) -> None:
+    """A render that changes must come with a new version of its template (see golden_digests.py)."""
+    assert_matches_golden("template_renders.json", type(template).__name__, renders(template), template.version)

@@ -22,12 +22,13 @@ from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.models.evaluation import BuildResult
+from kernelforge_tui.models.identity import candidate_key
 from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck, HardwareReport, NodeProfile, ProfileReport
-from kernelforge_tui.proposers.base import Proposal, SpaceCounter, source_digest
+from kernelforge_tui.proposers.base import Proposal, SpaceCounter
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates import proposer as proposer_module
-from kernelforge_tui.proposers.templates.common import Params, Template, describe
+from kernelforge_tui.proposers.templates.common import Params, Template, TemplateParams, describe
 from kernelforge_tui.store import RunStore
 from tests.test_search import run_settings
 from tests.test_templates import _card, _context, synthetic_cards
@@ -135,7 +136,7 @@ async def test_a_bandwidth_bound_row_kernel_stops_rereading_its_row_first() -> N
     """The row read once (shared memory is one step from streaming, registers two), then wider accesses."""
     card, _ = cards()["rms_norm"]
     parent = {**seed(card, 1), "storage": "stream", "vec": 4}  # block_per_row 512
-    assert template(card).valid(card, parent) == parent
+    assert valid_dict(card, parent) == parent
     ranked = await order(card, parent, "memory_bandwidth", n=3)
     assert [p.mutation for p in ranked] == [
         "storage stream -> smem (memory-bandwidth-bound parent: the row read once)",
@@ -147,7 +148,7 @@ async def test_a_bandwidth_bound_row_kernel_stops_rereading_its_row_first() -> N
 async def test_a_compute_bound_parent_gets_fast_math_first_where_the_tolerance_allows() -> None:
     card = softmax()  # bf16: rtol 1.6e-2
     parent = {**seed(card), "fast_exp": 0}
-    assert template(card).valid(card, parent) == parent
+    assert valid_dict(card, parent) == parent
     plain = await order(card, parent, None)
     assert plain[0].params["fast_exp"] == 0  # the plain order starts elsewhere
     ranked = await order(card, parent, "compute")
@@ -180,14 +181,23 @@ async def test_without_levers_a_profile_changes_nothing(family: str, monkeypatch
 
 
 async def test_the_number_of_waves_is_offered_though_only_the_grid_changes() -> None:
-    """The source names the waves: a grid-stride kernel's waves moves are not taken for the parent's source."""
+    """A grid-stride kernel's waves moves are not taken for the parent, though only their plans' grids differ."""
     card, _ = cards()["elementwise"]
     parent = seed(card)
     assert parent["loop"] == "grid_stride"
-    ctx = _context(card, parent, tried_sources={source_digest(_context(card, parent).parent.source)})
+    template = template_for(card)
+    assert template is not None
+    tried = candidate_key(template.identity(template.valid(card, parent)), card)
+    ctx = _context(card, parent, tried_candidates={tried})
     children = await TemplateProposer().propose(ctx, ALL)
     waves = [c for c in children if c.params["waves"] != parent["waves"] and c.params["loop"] == "grid_stride"]
     assert waves and all(f"over {c.params['waves']} waves" in c.source for c in waves)
+
+
+def valid_dict(card: OperatorCard, params: Params) -> Params | None:
+    """The card's template's canonical form of the params, as a dict."""
+    canon = template(card).valid(card, params)
+    return None if canon is None else canon.as_dict()
 
 
 def avg_pool_card() -> OperatorCard:
@@ -196,25 +206,35 @@ def avg_pool_card() -> OperatorCard:
                  [("y", "float32", ["n", "c"])])  # fmt: skip
 
 
-class GridTemplate(Template):
+class GridParams(TemplateParams):
+    tpr: int
+    block: int
+    vec: int
+
+
+class GridTemplate(Template[GridParams]):
     """A pooling template with a known space, so the counts below do not move when the real pooling template grows:
     6 tpr x 4 blocks x 3 vecs, valid with vec 1 only (the others do not divide 49): 24 of 72 configurations; six
     seeds, more than the 4 valid among the first 12 combinations (the capped count below)."""
 
+    name = "grid"
     families = ("pooling",)
 
     def unsupported(self, card: OperatorCard) -> str | None:
         return None
 
+    def params_type(self, card: OperatorCard) -> type[GridParams]:
+        return GridParams
+
     def space(self, card: OperatorCard) -> dict[str, tuple[ParamValue, ...]]:
         return {"tpr": (1, 2, 4, 8, 16, 32), "block": (64, 128, 256, 512), "vec": (1, 2, 4)}
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        return None if params["vec"] == 1 else "vec must divide the plane's 49 elements"
+    def problem(self, card: OperatorCard, params: GridParams) -> str | None:
+        return None if params.vec == 1 else "vec must divide the plane's 49 elements"
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
-        source = f'extern "C" __global__ void pool() {{}}  // {describe(params)}\n'
-        return source, LaunchPlan(entry="pool", grid=["1"], block=[params["block"]], args=[])
+    def render(self, card: OperatorCard, params: GridParams) -> tuple[str, LaunchPlan]:
+        source = f'extern "C" __global__ void pool() {{}}  // {describe(params.as_dict())}\n'
+        return source, LaunchPlan(entry="pool", grid=["1"], block=[params.block], args=[])
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
         return [

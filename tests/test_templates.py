@@ -14,11 +14,12 @@ import pytest
 from kernelforge_tui.cards import OperatorCard, load_card, resolve
 from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.source_check import check_source
-from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext, source_digest
+from kernelforge_tui.models.identity import candidate_key
+from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params
 
-from .conftest import EXAMPLES
+from .conftest import EXAMPLES, typed
 
 EXAMPLE_CARDS = sorted(p for p in (EXAMPLES / "cards").glob("*") if (p / "card.toml").is_file())
 
@@ -87,14 +88,14 @@ def sample(card: OperatorCard, count: int, seed: int = 0) -> list[Params]:
             break
         params = template.valid(card, {k: rng.choice(v) for k, v in space.items()})
         if params is not None:
-            found.setdefault(repr(params), params)
+            found.setdefault(repr(params.as_dict()), params.as_dict())
     return list(found.values())
 
 
 def render(card: OperatorCard, params: Params) -> Proposal:
     template = template_for(card)
     assert template is not None
-    source, plan = template.render(card, params)
+    source, plan = template.render(card, typed(template, card, params))
     return Proposal(source=source, plan=plan, mutation="", proposer="templates", params=params)
 
 
@@ -206,7 +207,7 @@ async def test_hand_written_parent_gets_seeds() -> None:
 async def test_hand_written_parent_skips_seeds_already_in_the_tree() -> None:
     card = _softmax_card()
     seeds = TemplateProposer().seeds(card)
-    ctx = _context(card, seeds[0].params, tried_sources={source_digest(s.source) for s in seeds[:2]})
+    ctx = _context(card, seeds[0].params, tried_candidates={candidate_key(s.candidate(), card) for s in seeds[:2]})
     ctx.parent.params = {}
     children = await TemplateProposer().propose(ctx, 50)
     assert [c.params for c in children] == [s.params for s in seeds[2:]]
@@ -231,8 +232,8 @@ def test_space_order_and_canonical_forms() -> None:
     assert template is not None
     base = TemplateProposer().seeds(card)[0].params
     canon = template.valid(card, {**base, "strategy": "rows_per_block", "block": 256, "rpb": 8, "storage": "stream"})
-    assert canon is not None and canon["strategy"] == "warp_per_row"
-    assert list(canon) == list(template.space(card))
+    assert canon is not None and canon.strategy == "warp_per_row"
+    assert list(canon.as_dict()) == list(template.space(card))
     for a, b in itertools.combinations(["warp_per_row", "block_per_row"], 2):
         assert template.valid(card, {**base, "strategy": a}) != template.valid(card, {**base, "strategy": b})
 
@@ -252,5 +253,5 @@ def test_fast_math_is_offered_for_gelu_only_where_the_tolerance_admits_its_error
     seeds = TemplateProposer().seeds(bf16)
     assert seeds[0].params["fast_math"] == 1 and "a0 * fast_phi(a0)" in seeds[0].source
     assert any(s.params["fast_math"] == 0 and "erff(" in s.source for s in seeds)
-    assert "fast_math" in str(template.problem(fp32, {**gelu, "vec": 4}))
-    assert template.problem(bf16, gelu) is None
+    assert "fast_math" in str(template.problem(fp32, typed(template, fp32, {**gelu, "vec": 4})))
+    assert template.problem(bf16, typed(template, bf16, gelu)) is None

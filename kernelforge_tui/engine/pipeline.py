@@ -13,13 +13,12 @@ have) is stored cut down to what can be shown and fails at once, without reachin
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import itertools
 from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
 
-from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.engine.backend import EVALUATING, ElasticBackend, EvaluationBackend, PipelinedBackend
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import PipelineSettings
@@ -27,8 +26,9 @@ from kernelforge_tui.engine.tree import Tree
 from kernelforge_tui.gpu.source_policy import MAX_SOURCE_BYTES
 from kernelforge_tui.models.evaluation import Evaluation
 from kernelforge_tui.models.events import NodeAdded, NodeChanged
+from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, candidate_key
 from kernelforge_tui.models.nodes import FailureKind, NodeStatus
-from kernelforge_tui.proposers.base import Proposal, source_digest
+from kernelforge_tui.proposers.base import Proposal
 from kernelforge_tui.store import RunStore
 
 STORED_SOURCE_CHARS = 64 * 1024
@@ -42,11 +42,6 @@ class Priority(IntEnum):
 
     STEERED = 0
     NORMAL = 1
-
-
-def source_key(source: str, plan: LaunchPlan) -> str:
-    """Identity of a candidate: the same source with the same plan is never evaluated twice in a run."""
-    return hashlib.sha256((source + "\0" + plan.model_dump_json()).encode()).hexdigest()
 
 
 def _as_text(text: str) -> tuple[str, str | None]:
@@ -80,6 +75,7 @@ class Pipeline:
 
     def __init__(
         self,
+        card: OperatorCard,
         backend: EvaluationBackend,
         store: RunStore,
         tree: Tree,
@@ -88,7 +84,9 @@ class Pipeline:
         running: asyncio.Event,
         on_done: Callable[[int, Evaluation], None],
     ) -> None:
-        """`running`: cleared while the search is paused (no new evaluation starts)."""
+        """`card`: the run's, which candidate keys are of. `running`: cleared while the search is paused (no new
+        evaluation starts)."""
+        self.card = card
         self.backend = backend
         self.store = store
         self.tree = tree
@@ -108,27 +106,28 @@ class Pipeline:
         self._attempts: dict[int, int] = {}
         self._building: set[int] = set()
         self._keys: dict[str, int] = {}
-        """Each candidate's identity (`source_key`) -> the node that holds it."""
-        self._source_hashes: set[str] = set()
+        """Each candidate's key (`candidate_key`) -> the node that holds it."""
         self._seq = itertools.count()
         self._build_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
         self._gpu_q: asyncio.PriorityQueue[tuple[int, int, int]] = asyncio.PriorityQueue()
 
-    def remember(self, node_id: int, source: str, plan: LaunchPlan) -> None:
+    def remember(self, node_id: int, identity: TemplateIdentity | SourceIdentity) -> None:
         """A candidate already in the run (a resume): never evaluated again, and named to proposers."""
-        self._keys.setdefault(source_key(source, plan), node_id)
-        self._source_hashes.add(source_digest(source))
+        self._keys.setdefault(candidate_key(identity, self.card), node_id)
 
-    def tried_sources(self) -> set[str]:
-        return set(self._source_hashes)
+    def tried_candidates(self) -> set[str]:
+        """The keys of every candidate in the run."""
+        return set(self._keys)
 
     def submit(
         self, parent_id: int | None, proposal: Proposal, priority: Priority, allow_duplicate: bool = False
     ) -> int | None:
-        """Add a candidate to the run and queue it; None for a duplicate (same source and plan), whose LLM calls are
-        linked to the node that holds it (the conversation there shows them, and who wrote the same kernel)."""
+        """Add a candidate to the run and queue it; None for a duplicate (the same identity: models/identity.py),
+        whose LLM calls are linked to the node that holds it (the conversation there shows them, and who wrote the
+        same kernel)."""
         proposal, problem = screen(proposal)
-        key = source_key(proposal.source, proposal.plan)
+        identity = proposal.candidate()
+        key = candidate_key(identity, self.card)
         if key in self._keys and not allow_duplicate:
             if proposal.llm_calls:
                 same, calls = self._keys[key], len(proposal.llm_calls)
@@ -153,8 +152,9 @@ class Pipeline:
             repair_of=repair_of,
             judge_score=judge,
             llm_calls=proposal.llm_calls,
+            identity=identity,
         )
-        self.remember(view.id, proposal.source, proposal.plan)
+        self.remember(view.id, identity)
         self.tree.add(view.id, parent_id, proposal.params, proposal.mutation, repair_of)
         self.bus.emit(NodeAdded(node=view))
         if proposal.rejected is not None:

@@ -5,18 +5,25 @@ order, outcomes in the order they were measured). Nodes that were in flight when
 died (proposed or built, never measured) are queued again once: their source and plan are in the store,
 and the build cache makes the rebuild free. A node that was already queued again once and is in flight
 again is failed (kind "worker", reason "lost in flight"): it may be what killed the process.
+
+A node stored before candidates had identities (schema 6) is given one, and the store keeps it: its template's
+when today's render of its params is its stored source and plan, else its source and plan's (a kernel an older
+render made is another candidate than today's render of the same params).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.engine.budget import BudgetUsage
 from kernelforge_tui.engine.pipeline import Pipeline
 from kernelforge_tui.engine.promotion import Champion, timed_pair
 from kernelforge_tui.engine.tree import Tree
 from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.nodes import IN_FLIGHT, FailureKind, NodeStatus
+from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, source_identity
+from kernelforge_tui.models.nodes import IN_FLIGHT, FailureKind, NodeRecord, NodeStatus
+from kernelforge_tui.proposers.templates import template_for
 from kernelforge_tui.store import RunStore
 
 LOST_IN_FLIGHT = "lost in flight"
@@ -36,13 +43,30 @@ class Restored:
     """The run's best as it was promoted, with the timings a challenger is judged against."""
 
 
+def identity_of(card: OperatorCard, rec: NodeRecord) -> TemplateIdentity | SourceIdentity:
+    """The node's identity: as stored, or for a node stored without one, as the module's docstring says."""
+    if rec.identity is not None:
+        return rec.identity
+    template = template_for(card) if rec.params else None
+    params = template.valid(card, rec.params) if template is not None else None
+    if template is not None and params is not None and template.render(card, params) == (rec.source, rec.plan):
+        return template.identity(params)
+    return source_identity(rec.source, rec.plan)
+
+
 def restore(store: RunStore, tree: Tree, pipeline: Pipeline) -> Restored:
-    """Replay the store's nodes into an empty tree (and their sources into the pipeline's seen set)."""
+    """Replay the store's nodes into an empty tree (and their identities into the pipeline's seen set)."""
     records = store.node_records()
+    derived: dict[int, TemplateIdentity | SourceIdentity] = {}
     for rec in records:
         node = tree.add(rec.id, rec.parent_id, rec.params, rec.mutation, rec.repair_of)
         node.banned, node.pinned, node.hints = rec.banned, rec.pinned, list(rec.hints)
-        pipeline.remember(rec.id, rec.source, rec.plan)
+        identity = identity_of(pipeline.card, rec)
+        if rec.identity is None:
+            derived[rec.id] = identity
+        pipeline.remember(rec.id, identity)
+    if derived:
+        store.set_identities(derived)
     usage = BudgetUsage()
     done = [r for r in records if r.last_measurement is not None and r.status not in IN_FLIGHT]
     for rec in sorted(done, key=lambda r: r.last_measurement or 0):

@@ -86,7 +86,9 @@ class Search:
         self.running.set()
         self.wake = asyncio.Event()
         """Set whenever the driver may have something new to do."""
-        self.pipeline = Pipeline(backend, store, self.tree, self.bus, settings.pipeline, self.running, self._record)
+        self.pipeline = Pipeline(
+            card.spec, backend, store, self.tree, self.bus, settings.pipeline, self.running, self._record
+        )
         profile = profile or ProfileSettings()
         self.scorer = Scorer(card, store, self.tree, reward or RewardWeights(), profile.classifier.threshold_pct)
         self.profiles = ProfileScheduler(
@@ -487,7 +489,7 @@ class Search:
             parent=parent,
             failed_siblings=failed,
             tried_children_params=self.tree.children_params(node_id),
-            tried_sources=self.pipeline.tried_sources(),
+            tried_candidates=self.pipeline.tried_candidates(),
             hints=self.tree.hints_for(node_id),
             best_speedup=self.champion.speedup,
             lineage=lineage,

@@ -8,10 +8,9 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.models.identity import Identity
+from kernelforge_tui.models.identity import ParamValue as ParamValue  # its old home: importers keep it
 from kernelforge_tui.models.rewards import Reward
-
-ParamValue = int | str | float
-"""A template parameter's value (block size, vector width, a variant's name)."""
 
 
 class NodeStatus(StrEnum):
@@ -109,6 +108,8 @@ class NodeRecord(BaseModel):
     """The failed node this one repairs (an LLM debugger's fix), if it is a repair."""
     judge_score: float | None = None
     """The LLM judge's score of the edit, 0..1 (a term of the reward), if a judge scored it."""
+    identity: Identity | None = None
+    """What makes the node's candidate itself (models/identity.py); None in a run stored before schema 6."""
 
 
 class NodeStats(Frozen):

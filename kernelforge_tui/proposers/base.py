@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.store import Card
-from kernelforge_tui.llm.client import sha256
 from kernelforge_tui.models.evaluation import Ceilings, Diagnostic, PtxasStats
+from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, candidate_key, source_identity
 from kernelforge_tui.models.nodes import FailureKind, ParamValue
 from kernelforge_tui.models.profiles import NodeProfile
 
@@ -35,6 +35,9 @@ class Proposal(BaseModel):
     """The proposer's name (e.g. "templates", "hand", an agent's name)."""
     params: dict[str, ParamValue] = Field(default_factory=dict)
     """Template parameters of this candidate; {} for LLM-written or hand-written kernels."""
+    identity: TemplateIdentity | None = None
+    """The candidate's identity when a template made it (its name, version and canonical params); None: the
+    candidate is its source and plan (models/identity.py)."""
     repair_of: int | None = None
     """The failed node (a child of the same parent) this candidate repairs: the debugger's rounds are counted along
     these links."""
@@ -48,6 +51,10 @@ class Proposal(BaseModel):
     notes: list[str] = Field(default_factory=list)
     """What the operator should know about how it was written (a reply cut off at max_tokens and asked for again):
     the search logs each line."""
+
+    def candidate(self) -> TemplateIdentity | SourceIdentity:
+        """Its identity: the template's, or its normalised source and plan."""
+        return self.identity if self.identity is not None else source_identity(self.source, self.plan)
 
 
 class ParentInfo(BaseModel):
@@ -75,11 +82,6 @@ class LineageStep(BaseModel):
     id: int
     mutation: str
     speedup: float | None = None
-
-
-def source_digest(source: str) -> str:
-    """How a source is named in `ProposalContext.tried_sources` (sha256 hex of its text, surrogates escaped)."""
-    return sha256(source)
 
 
 class FailedSibling(BaseModel):
@@ -126,8 +128,8 @@ class ProposalContext(BaseModel):
     failed_siblings: list[FailedSibling] = Field(default_factory=list)
     tried_children_params: list[dict[str, ParamValue]] = Field(default_factory=list)
     """Params of every existing child of the parent (in flight, timed or failed): do not repeat them."""
-    tried_sources: set[str] = Field(default_factory=set)
-    """`source_digest`s of the sources already in the tree (any node): the search drops duplicates anyway."""
+    tried_candidates: set[str] = Field(default_factory=set)
+    """The `candidate_key`s of the candidates already in the run (any node): the search drops duplicates anyway."""
     hints: list[str] = Field(default_factory=list)
     """Free text from the person steering, for this node and its ancestors (nearest first)."""
     best_speedup: float | None = None
@@ -138,6 +140,10 @@ class ProposalContext(BaseModel):
     """The parent is the root and has no children yet: a pooled proposer asks several models for a first kernel."""
     gpu: TargetGpu | None = None
     """The GPU the candidates are measured on; None: not said (a proposer called outside a search)."""
+
+    def tried_candidate(self, proposal: Proposal) -> bool:
+        """Whether the proposal is a candidate the run already holds (same identity on the card)."""
+        return candidate_key(proposal.candidate(), self.card) in self.tried_candidates
 
 
 @runtime_checkable

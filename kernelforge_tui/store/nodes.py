@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, canonical_json, source_identity
 from kernelforge_tui.models.nodes import NodeOutcome, NodeRecord, NodeStats, NodeStatus, NodeView, ParamValue
 from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.models.rewards import Reward
@@ -35,13 +36,16 @@ class NodeQueries(Database):
         repair_of: int | None = None,
         judge_score: float | None = None,
         llm_calls: Sequence[int] = (),
+        identity: TemplateIdentity | SourceIdentity | None = None,
     ) -> NodeView:
-        """A new node, proposed (not yet built nor measured); the LLM calls that wrote it are linked to it."""
+        """A new node, proposed (not yet built nor measured); the LLM calls that wrote it are linked to it. Its
+        `identity` is by default its source and plan's (models/identity.py)."""
         now = time.time()
+        known = identity if identity is not None else source_identity(source, plan)
         with self._tx() as c:
             cursor = c.execute(
                 "INSERT INTO nodes (parent, status, mutation, proposer, params, source, plan, created_at, updated_at,"
-                " repair_of, judge_score) VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+                " repair_of, judge_score, identity) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     parent_id,
                     NodeStatus.PROPOSED,
@@ -54,6 +58,7 @@ class NodeQueries(Database):
                     now,
                     repair_of,
                     judge_score,
+                    canonical_json(known),
                 ),
             )
             node_id = cursor.lastrowid
@@ -91,6 +96,14 @@ class NodeQueries(Database):
 
     def set_export(self, node_id: int, export: bool) -> NodeView:
         return self._set(node_id, "export = ?", export)
+
+    def set_identities(self, identities: Mapping[int, TemplateIdentity | SourceIdentity]) -> None:
+        """The identities of nodes stored without one (before schema 6), in one transaction."""
+        with self._tx() as c:
+            c.executemany(
+                "UPDATE nodes SET identity = ? WHERE id = ? AND identity IS NULL",
+                [(canonical_json(identity), node_id) for node_id, identity in identities.items()],
+            )
 
     def finish_node(
         self, node_id: int, evaluation: Evaluation, outcome: NodeOutcome, stats: Mapping[int, NodeStats]

@@ -7,13 +7,15 @@ import json
 import sqlite3
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan
+from kernelforge_tui.models.identity import Identity, SourceIdentity, TemplateIdentity
 from kernelforge_tui.models.nodes import NodeRecord, NodeView
 from kernelforge_tui.models.rewards import Reward
 
 M = TypeVar("M", bound=BaseModel)
+IDENTITY: TypeAdapter[TemplateIdentity | SourceIdentity] = TypeAdapter(Identity)
 
 
 def view_columns(schema_version: int) -> str:
@@ -59,7 +61,18 @@ def as_record(r: sqlite3.Row) -> NodeRecord:
         reward=parsed_or_none(Reward, r["reward_json"]) if "reward_json" in r.keys() else None,  # noqa: SIM118 (Row: keys)
         repair_of=r["repair_of"] if "repair_of" in r.keys() else None,  # noqa: SIM118 (Row: keys)
         judge_score=r["judge_score"] if "judge_score" in r.keys() else None,  # noqa: SIM118 (Row: keys)
+        identity=stored_identity(r["identity"]) if "identity" in r.keys() else None,  # noqa: SIM118 (Row: keys)
     )
+
+
+def stored_identity(text: str | None) -> TemplateIdentity | SourceIdentity | None:
+    """A node's stored identity, or None where there is none (stored before schema 6) or it no longer parses."""
+    if text is None:
+        return None
+    try:
+        return IDENTITY.validate_json(text)
+    except ValidationError:
+        return None
 
 
 def _node_fields(r: sqlite3.Row) -> dict[str, Any]:

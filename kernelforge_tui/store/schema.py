@@ -119,6 +119,11 @@ MIGRATIONS: list[str] = [
     ALTER TABLE llm_calls ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE llm_calls ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
     """,
+    # 6: each node's candidate identity (models.identity: a template's name, version and params, or the digest of
+    # its source and plan) as JSON; NULL in the nodes stored before it (the engine derives theirs on resume).
+    """
+    ALTER TABLE nodes ADD COLUMN identity TEXT;
+    """,
 ]
 """Migration i (0-based) takes the schema from version i to i + 1. Append; never edit a released one."""
 

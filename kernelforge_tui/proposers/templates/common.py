@@ -5,6 +5,10 @@ canonicalised, rendered and described, nor in how fp32 math, 16-byte vectors and
 are written (cuda/prelude.cuh, cuda/reduce.cuh). Sizes are known when a template renders (a card fixes
 them), so templates check divisibility and capacity in Python and never emit a kernel that is wrong for
 the card's sizes.
+
+Parameters travel as plain dicts between the proposer, the tree and the store (a mutation is a dict with one value
+changed); a template checks them into its own typed, frozen model (`valid`) and works on that. The model's
+`as_dict` is the one serialisation a node stores and a candidate's identity hashes (models/identity.py).
 """
 
 from __future__ import annotations
@@ -13,9 +17,12 @@ import itertools
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import ClassVar, Literal, NamedTuple
+from typing import ClassVar, Generic, Literal, NamedTuple, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
+from kernelforge_tui.models.identity import TemplateIdentity
 from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.profiles import Bottleneck
 from kernelforge_tui.proposers.templates.source import Value
@@ -104,9 +111,33 @@ def fast_math_allowed(card: OperatorCard) -> bool:
     return all(out.effective_tolerance().rtol >= FAST_MATH_MIN_RTOL for out in card.outputs)
 
 
-class Template(ABC):
-    """One parameterised kernel family: its space, its validity rules, and its renderer."""
+class TemplateParams(BaseModel):
+    """One template's parameters, typed: frozen, strict (no "4" for 4, no True for 1), no field unknown to it.
+    Fields are declared in the order of the template's space; one a card's space lacks is None (left out of
+    `as_dict`)."""
 
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    def as_dict(self) -> Params:
+        """The canonical serialisation: the fields in their declared order, those left out (None) not there."""
+        return self.model_dump(exclude_none=True)
+
+    def but(self, **changes: ParamValue) -> Self:
+        """A copy with some values changed, validated as the model is."""
+        return self.model_validate({**self.as_dict(), **changes})
+
+
+P = TypeVar("P", bound=TemplateParams)
+
+
+class Template(ABC, Generic[P]):
+    """One parameterised kernel family: its space, its validity rules, and its renderer, over its typed params P."""
+
+    name: ClassVar[str]
+    """The template's name in a candidate's identity (never changed once runs hold it)."""
+    version: ClassVar[int] = 1
+    """The version of its renders: bumped with every change to a render of the same params (the golden render test
+    refuses a changed render under the old version), so a run's candidates of the old renders stay themselves."""
     families: tuple[str, ...] = ()
     entry = "kf_kernel"
     levers: ClassVar[Levers] = WELL_KNOWN_LEVERS
@@ -122,28 +153,47 @@ class Template(ABC):
         """Every parameter and its values, in an order where neighbours are small steps."""
 
     @abstractmethod
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
+    def params_type(self, card: OperatorCard) -> type[P]:
+        """The model of the card's params (a template whose space differs by card may have several)."""
+
+    @abstractmethod
+    def problem(self, card: OperatorCard, params: P) -> str | None:
         """Why these (canonical) params would be wrong or unlaunchable for the card, or None."""
 
     @abstractmethod
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: P) -> tuple[str, LaunchPlan]:
         """Source and plan for valid params."""
 
     @abstractmethod
     def seed_params(self, card: OperatorCard) -> list[Params]:
         """Diverse starting points (different strategies); invalid ones are dropped by the caller."""
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
+    def canonical(self, card: OperatorCard, params: P) -> P:
         """The params with values that do not matter for the chosen strategy fixed, so twins compare equal."""
-        return dict(params)
+        return params
 
-    def valid(self, card: OperatorCard, params: Params) -> Params | None:
-        """The canonical form when the params belong to this space and are valid, else None."""
+    def typed(self, card: OperatorCard, params: Mapping[str, ParamValue]) -> P | None:
+        """The params as the card's model when they belong to the card's space (every parameter, each a value of
+        its own), else None."""
         space = self.space(card)
         if set(params) != set(space) or any(params[k] not in values for k, values in space.items()):
             return None
-        canon = self.canonical(card, params)
-        return {k: canon[k] for k in space} if self.problem(card, canon) is None else None
+        try:
+            return self.params_type(card).model_validate({k: params[k] for k in space})
+        except ValidationError:  # a value equal to one of the space's but of another type (True for 1)
+            return None
+
+    def valid(self, card: OperatorCard, params: Mapping[str, ParamValue]) -> P | None:
+        """The canonical form when the params belong to this space and are valid, else None."""
+        typed = self.typed(card, params)
+        if typed is None:
+            return None
+        canon = self.canonical(card, typed)
+        return canon if self.problem(card, canon) is None else None
+
+    def identity(self, params: P) -> TemplateIdentity:
+        """The identity of the candidate these (valid, canonical) params make (models/identity.py)."""
+        return TemplateIdentity(template=self.name, version=self.version, params=params.as_dict())
 
     def levers_of(self, card: OperatorCard, bottleneck: Bottleneck) -> tuple[Lever, ...]:
         """The levers for the class that the card's space can move (a parameter with two values or more)."""
@@ -156,9 +206,9 @@ class Template(ABC):
         space = self.space(card)
         found: set[tuple[str, ...]] = set()
         for values in itertools.islice(itertools.product(*space.values()), cap):
-            canon = self.canonical(card, dict(zip(space, values, strict=True)))
-            if self.problem(card, canon) is None:
-                found.add(tuple(str(canon[k]) for k in space))
+            canon = self.valid(card, dict(zip(space, values, strict=True)))
+            if canon is not None:
+                found.add(tuple(str(v) for v in canon.as_dict().values()))
         return len(found), math.prod(len(v) for v in space.values()) <= cap
 
 
@@ -234,22 +284,35 @@ def streaming_space(card: OperatorCard) -> Space:
     }
 
 
-def streaming_canonical(params: Params) -> Params:
+class StreamingParams(TemplateParams):
+    """The params of `streaming_space`."""
+
+    vec: int
+    block: int
+    unroll: int
+    loop: Literal["grid_stride", "one_per_thread"]
+    waves: int
+    minb: int
+
+
+S = TypeVar("S", bound=StreamingParams)
+
+
+def streaming_canonical(params: S) -> S:
     """waves only matters for grid_stride."""
-    return {**params, "waves": 1} if params["loop"] == "one_per_thread" else dict(params)
+    return params.but(waves=1) if params.loop == "one_per_thread" else params
 
 
-def streaming_loop(params: Params) -> str:
-    """The loop in words for the source's header. The waves are said because they only change the plan's grid: a
-    source without them would read as already tried (the proposer tells tried candidates by their source), and no
-    number of waves but the parent's would ever be offered."""
-    return f"grid_stride over {params['waves']} waves" if params["loop"] == "grid_stride" else str(params["loop"])
+def streaming_loop(params: StreamingParams) -> str:
+    """The loop in words for the source's header. The waves are said, though they only change the plan's grid, from
+    when candidates were told apart by their source; the renders keep them (a change would be a new version)."""
+    return f"grid_stride over {params.waves} waves" if params.loop == "grid_stride" else params.loop
 
 
-def streaming_problem(params: Params) -> str | None:
+def streaming_problem(params: StreamingParams) -> str | None:
     """Launches a streaming kernel cannot make resident: too many threads per SM, or too many waves."""
-    if int(params["minb"]) * int(params["block"]) > 2048:
+    if params.minb * params.block > 2048:
         return "minb x block exceeds 2048 threads per SM"
-    if int(params["waves"]) * int(params["minb"]) * int(params["block"]) > 16 * 2048:
+    if params.waves * params.minb * params.block > 16 * 2048:
         return "more than 16 waves of resident threads"
     return None

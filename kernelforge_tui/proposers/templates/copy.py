@@ -32,7 +32,9 @@ from kernelforge_tui.proposers.templates.common import (
     Levers,
     Params,
     Space,
+    StreamingParams,
     Template,
+    TemplateParams,
     dtype_of,
     prelude_values,
     streaming_canonical,
@@ -60,7 +62,14 @@ def _count(card: OperatorCard) -> str:
     return " * ".join(f"({dim})" for dim in card.outputs[0].shape)
 
 
-class CopyTemplate(Template):
+class TransposeParams(TemplateParams):
+    tile: int
+    rpt: int
+    pad: int
+
+
+class CopyTemplate(Template[TransposeParams | StreamingParams]):
+    name = "copy"
     families = ("copy",)
     levers: ClassVar[Levers] = {
         "memory_bandwidth": (
@@ -102,13 +111,18 @@ class CopyTemplate(Template):
             return {"tile": (16, 32, 64), "rpt": (1, 2, 4, 8), "pad": (0, 1, 2)}
         return streaming_space(card)
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """A flat copy's as every streaming kernel's (waves only matter for grid_stride)."""
-        return dict(params) if operation(card) == "transpose" else streaming_canonical(params)
+    def params_type(self, card: OperatorCard) -> type[TransposeParams | StreamingParams]:
+        return TransposeParams if operation(card) == "transpose" else StreamingParams
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        if operation(card) == "transpose":
-            tile, rpt = int(params["tile"]), int(params["rpt"])
+    def canonical(
+        self, card: OperatorCard, params: TransposeParams | StreamingParams
+    ) -> TransposeParams | StreamingParams:
+        """A flat copy's as every streaming kernel's (waves only matter for grid_stride)."""
+        return streaming_canonical(params) if isinstance(params, StreamingParams) else params
+
+    def problem(self, card: OperatorCard, params: TransposeParams | StreamingParams) -> str | None:
+        if isinstance(params, TransposeParams):
+            tile, rpt = params.tile, params.rpt
             threads = tile * tile // rpt
             if rpt > tile or not 32 <= threads <= 1024:
                 return f"a {tile} x {tile // rpt} block ({threads} threads) is outside 32..1024"
@@ -116,19 +130,19 @@ class CopyTemplate(Template):
             if -(-rows // tile) > MAX_GRID_Y:
                 return f"grid y {-(-rows // tile)} exceeds {MAX_GRID_Y}"
             return None
-        n, vec = card.outputs[0].numel(card.sizes), int(params["vec"])
+        n, vec = card.outputs[0].numel(card.sizes), params.vec
         if n % vec:
             return f"vec {vec} does not divide n = {n} (chunks would be misaligned)"
         return streaming_problem(params)
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
-        if operation(card) == "transpose":
+    def render(self, card: OperatorCard, params: TransposeParams | StreamingParams) -> tuple[str, LaunchPlan]:
+        if isinstance(params, TransposeParams):
             return self._transpose(card, params)
         return self._flat(card, params)
 
-    def _transpose(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def _transpose(self, card: OperatorCard, params: TransposeParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        tile, rpt, pad = int(params["tile"]), int(params["rpt"]), int(params["pad"])
+        tile, rpt, pad = params.tile, params.rpt, params.pad
         source = render(
             "transpose.cu",
             **prelude_values(dtype, 1),
@@ -148,11 +162,11 @@ class CopyTemplate(Template):
         )
         return source, plan
 
-    def _flat(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def _flat(self, card: OperatorCard, params: StreamingParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        vec, block, unroll = int(params["vec"]), int(params["block"]), int(params["unroll"])
+        vec, block, unroll = params.vec, params.block, params.unroll
         reverse = operation(card) == "reverse"
-        grid_stride = params["loop"] == "grid_stride"
+        grid_stride = params.loop == "grid_stride"
         source = render(
             "copy.cu",
             **prelude_values(dtype, vec),
@@ -161,13 +175,13 @@ class CopyTemplate(Template):
             unroll=unroll,
             loop=streaming_loop(params),
             block=block,
-            minb=int(params["minb"]),
+            minb=params.minb,
             reverse=reverse,
             grid_stride=grid_stride,
         )
         count = _count(card)
         chunks = f"cdiv({count}, {block * vec * unroll})"
-        grid = f"min({chunks}, {SM_COUNT * int(params['waves']) * int(params['minb'])})" if grid_stride else chunks
+        grid = f"min({chunks}, {SM_COUNT * params.waves * params.minb})" if grid_stride else chunks
         plan = LaunchPlan(
             entry="kf_copy",
             grid=[grid],

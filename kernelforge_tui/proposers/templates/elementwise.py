@@ -33,6 +33,7 @@ from kernelforge_tui.proposers.templates.common import (
     Levers,
     Params,
     Space,
+    StreamingParams,
     Template,
     dtype_of,
     prelude_values,
@@ -159,7 +160,13 @@ def fast_form(card: OperatorCard) -> FastForm | None:
     return None
 
 
-class ElementwiseTemplate(Template):
+class ElementwiseParams(StreamingParams):
+    fast_math: int | None = None
+    """1: the op's fast form (only in the space of a card whose op has one its tolerance admits)."""
+
+
+class ElementwiseTemplate(Template[ElementwiseParams]):
+    name = "elementwise"
     families = ("elementwise",)
     entry = "kf_elementwise"
     levers: ClassVar[Levers] = {
@@ -171,31 +178,34 @@ class ElementwiseTemplate(Template):
         found = operands(card)
         return found if isinstance(found, str) else None
 
+    def params_type(self, card: OperatorCard) -> type[ElementwiseParams]:
+        return ElementwiseParams
+
     def space(self, card: OperatorCard) -> Space:
         return streaming_space(card) | ({"fast_math": (0, 1)} if fast_form(card) else {})
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
+    def canonical(self, card: OperatorCard, params: ElementwiseParams) -> ElementwiseParams:
         return streaming_canonical(params)
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        if operation(card) in SPLIT_OPS and (half := card.outputs[0].dims(card.sizes)[-1]) % int(params["vec"]):
-            return f"vec {params['vec']} does not divide the half row h = {half} (a chunk would span two rows)"
-        if params.get("fast_math") and fast_form(card) is None:
+    def problem(self, card: OperatorCard, params: ElementwiseParams) -> str | None:
+        if operation(card) in SPLIT_OPS and (half := card.outputs[0].dims(card.sizes)[-1]) % params.vec:
+            return f"vec {params.vec} does not divide the half row h = {half} (a chunk would span two rows)"
+        if params.fast_math and fast_form(card) is None:
             return "fast_math: the op has no fast form, or the card's tolerance is tighter than its error"
         return streaming_problem(params)
 
     def _count(self, card: OperatorCard) -> str:
         return " * ".join(f"({dim})" for dim in card.outputs[0].shape)
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: ElementwiseParams) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
-        form = fast_form(card) if params.get("fast_math") else None
+        form = fast_form(card) if params.fast_math else None
         expression = form.expression if form else OPS[op][1]
         found = operands(card)
         assert not isinstance(found, str)
         dtype = dtype_of(card)
-        vec, block, unroll = int(params["vec"]), int(params["block"]), int(params["unroll"])
+        vec, block, unroll = params.vec, params.block, params.unroll
         names = list(dict.fromkeys(o.name for o in found))  # the split layout's x once
         out = card.outputs[0].name
         split = found[0].layout == "gate"
@@ -222,7 +232,7 @@ class ElementwiseTemplate(Template):
         scalar_args = ", ".join(tail.get(k, f"scalar{k}") for k in range(len(found)))
         params_c = ", ".join(f"float a{k}" for k in range(len(found)))
         layouts = ", ".join(f"a{k} {o.layout} {o.name}" for k, o in enumerate(found))
-        grid_stride = params["loop"] == "grid_stride"
+        grid_stride = params.loop == "grid_stride"
         head = (
             "for (long long base = first; base < nvec; base += step) {\n"
             if grid_stride
@@ -236,7 +246,7 @@ class ElementwiseTemplate(Template):
             loop=streaming_loop(params),
             layouts=layouts,
             block=block,
-            minb=int(params["minb"]),
+            minb=params.minb,
             helpers=render(form.helpers) if form and form.helpers else "",
             params_c=params_c,
             expression=expression,
@@ -251,7 +261,7 @@ class ElementwiseTemplate(Template):
         )
         count = self._count(card)
         chunks = f"cdiv({count}, {block * vec * unroll})"
-        grid = f"min({chunks}, {SM_COUNT * int(params['waves']) * int(params['minb'])})" if grid_stride else chunks
+        grid = f"min({chunks}, {SM_COUNT * params.waves * params.minb})" if grid_stride else chunks
         half = [str(card.outputs[0].shape[-1])] if split else []
         plan = LaunchPlan(entry=self.entry, grid=[grid], block=[block], args=[*names, out, f"{count}:i64", *half])
         return source, plan

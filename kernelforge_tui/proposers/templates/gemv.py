@@ -24,6 +24,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     naming_problem,
     prelude_values,
@@ -36,7 +37,15 @@ MAX_LOADED = 32
 """Loaded floats a thread may hold (A's and x's chunks): 2 x unroll x vec, as the reduction template's budget."""
 
 
-class GemvTemplate(Template):
+class GemvParams(TemplateParams):
+    tpr: int
+    block: int
+    vec: int
+    unroll: int
+
+
+class GemvTemplate(Template[GemvParams]):
+    name = "gemv"
     families = ("matmul",)
     entry = "kf_gemv"
     levers: ClassVar[Levers] = {
@@ -69,8 +78,11 @@ class GemvTemplate(Template):
             "unroll": (1, 2, 4),
         }
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        tpr, block, vec, unroll = (int(params[k]) for k in ("tpr", "block", "vec", "unroll"))
+    def params_type(self, card: OperatorCard) -> type[GemvParams]:
+        return GemvParams
+
+    def problem(self, card: OperatorCard, params: GemvParams) -> str | None:
+        tpr, block, vec, unroll = params.tpr, params.block, params.vec, params.unroll
         k = card.inputs[0].dims(card.sizes)[1]
         if k % vec:
             return f"vec {vec} does not divide K = {k}"
@@ -82,9 +94,9 @@ class GemvTemplate(Template):
             return f"{2 * unroll * vec} loaded floats per thread (at most {MAX_LOADED})"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: GemvParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        tpr, block, vec, unroll = (int(params[k]) for k in ("tpr", "block", "vec", "unroll"))
+        tpr, block, vec, unroll = params.tpr, params.block, params.vec, params.unroll
         source = render(
             "gemv.cu",
             **prelude_values(dtype, vec),

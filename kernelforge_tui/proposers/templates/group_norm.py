@@ -45,7 +45,7 @@ its value, whatever the count, and a large mean does not swamp the sum.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -58,6 +58,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     prelude_values,
     reduce_values,
@@ -90,15 +91,24 @@ CP_ASYNC_BYTES = (4, 8, 16)
 """The copy sizes of cp.async (__pipeline_memcpy_async): the smem and pipelined strategies copy whole vectors."""
 
 
-def working_registers(params: Params) -> int:
+class GroupNormParams(TemplateParams):
+    strategy: Literal["reread", "registers", "smem", "bulk", "pipelined"]
+    block: int
+    vec: int
+    split: int
+    moments: Literal["centred", "shifted", "welford"]
+    minb: int
+
+
+def working_registers(params: GroupNormParams) -> int:
     """Registers a thread needs beside the values it keeps (ptxas 13, sm_90, bf16 [8, 512, 128, 128]: 62 at 32 kept
     values with one reduction, 113 at 64 with two; an smem thread, keeping none, 48 to 85 as its chunks go 8 to 16).
     ptxas holds kept values widened to fp32 across the passes, so registers keep one value each, not two bf16. The
     shifted moments with a tail (minb) hold the pivot and three sums across the tail's loads: at 64 registers (block
     256, 4 blocks an SM) ptxas spilled."""
-    if params["moments"] == "welford" and params["strategy"] == "registers":
+    if params.moments == "welford" and params.strategy == "registers":
         return 32
-    return 72 if params["moments"] == "shifted" and params["minb"] else 48
+    return 72 if params.moments == "shifted" and params.minb else 48
 
 
 REREAD_PASS = """for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {{
@@ -317,57 +327,57 @@ def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool, chunk_pl
     )
 
 
-def slice_chunks(card: OperatorCard, params: Params) -> int:
+def slice_chunks(card: OperatorCard, params: GroupNormParams) -> int:
     """The most chunks one block of a group covers: its blocks share the group's chunks as evenly as integers allow
     (block r covers [nchunk * r / split, nchunk * (r + 1) / split))."""
-    nchunk = card.sizes["c"] // card.sizes["groups"] * card.sizes["h"] * card.sizes["w"] // int(params["vec"])
-    return -(-nchunk // int(params["split"]))
+    nchunk = card.sizes["c"] // card.sizes["groups"] * card.sizes["h"] * card.sizes["w"] // params.vec
+    return -(-nchunk // params.split)
 
 
-def on_chip_chunks(card: OperatorCard, params: Params) -> int:
+def on_chip_chunks(card: OperatorCard, params: GroupNormParams) -> int:
     """The chunks of a block's slice kept on chip: all of them, or for smem and bulk with `minb` blocks an SM as many
     as let that many blocks share its shared memory (each block also holds its static scratch and the 1 KB the hardware
     reserves), the rest of the slice read from memory in every pass."""
     whole = slice_chunks(card, params)
-    minb = int(params["minb"])
-    if params["strategy"] not in TAILED or not minb:
+    minb = params.minb
+    if params.strategy not in TAILED or not minb:
         return whole
-    chunk_bytes = int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
+    chunk_bytes = params.vec * ELEMENT_BYTES[dtype_of(card)]
     return min(whole, (SHARED_PER_SM // minb - BLOCK_OVERHEAD) // chunk_bytes)
 
 
-def has_tail(card: OperatorCard, params: Params) -> bool:
+def has_tail(card: OperatorCard, params: GroupNormParams) -> bool:
     """Whether part of a block's slice is read from memory, not kept on chip (see on_chip_chunks)."""
     return on_chip_chunks(card, params) < slice_chunks(card, params)
 
 
-def kept_items(card: OperatorCard, params: Params) -> int:
+def kept_items(card: OperatorCard, params: GroupNormParams) -> int:
     """Chunks each thread keeps on chip: the block's kept chunks over its threads, rounded up."""
-    return -(-on_chip_chunks(card, params) // int(params["block"]))
+    return -(-on_chip_chunks(card, params) // params.block)
 
 
-def kept_bytes(card: OperatorCard, params: Params) -> int:
+def kept_bytes(card: OperatorCard, params: GroupNormParams) -> int:
     """Dynamic shared memory of the strategies that keep slices there: the kept chunks of the largest slice (two
     slices for the pipelined one)."""
-    buffers = 2 if params["strategy"] == "pipelined" else 1
-    return buffers * on_chip_chunks(card, params) * int(params["vec"]) * ELEMENT_BYTES[dtype_of(card)]
+    buffers = 2 if params.strategy == "pipelined" else 1
+    return buffers * on_chip_chunks(card, params) * params.vec * ELEMENT_BYTES[dtype_of(card)]
 
 
-def persistent_clusters(card: OperatorCard, params: Params) -> int:
+def persistent_clusters(card: OperatorCard, params: GroupNormParams) -> int:
     """The pipelined strategy's clusters: as many as are resident at once in every GPC (a grid larger than that would
     run its last clusters after the others, twice as long)."""
-    return GPCS * (SMS_PER_GPC * resident_blocks(card, params) // int(params["split"]))
+    return GPCS * (SMS_PER_GPC * resident_blocks(card, params) // params.split)
 
 
-def kept_registers(card: OperatorCard, params: Params) -> int:
+def kept_registers(card: OperatorCard, params: GroupNormParams) -> int:
     """A registers thread's estimate: one per kept value, and its working set."""
-    return kept_items(card, params) * int(params["vec"]) + working_registers(params)
+    return kept_items(card, params) * params.vec + working_registers(params)
 
 
-def resident_blocks(card: OperatorCard, params: Params) -> int:
+def resident_blocks(card: OperatorCard, params: GroupNormParams) -> int:
     """The blocks per SM asked of ptxas (__launch_bounds__): as many as threads, the registers estimate and shared
     memory allow, at least one (too many would cap registers below what the kernel needs: spills)."""
-    block, strategy = int(params["block"]), str(params["strategy"])
+    block, strategy = params.block, params.strategy
     if strategy == "registers":
         return max(1, min(THREADS_PER_SM // block, REGISTERS_PER_SM // (block * kept_registers(card, params))))
     if strategy in SHARED:
@@ -377,7 +387,8 @@ def resident_blocks(card: OperatorCard, params: Params) -> int:
     return 1
 
 
-class GroupNormTemplate(Template):
+class GroupNormTemplate(Template[GroupNormParams]):
+    name = "group_norm"
     families = ("group_norm",)
     entry = "kf_group_norm"
     levers: ClassVar[Levers] = {
@@ -419,26 +430,29 @@ class GroupNormTemplate(Template):
             "minb": MINB,
         }
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """minb only matters for smem and bulk, and only where it leaves a tail (a whole slice is the kernel of 0)."""
-        if params["strategy"] not in TAILED or not has_tail(card, params):
-            return {**params, "minb": 0}
-        return dict(params)
+    def params_type(self, card: OperatorCard) -> type[GroupNormParams]:
+        return GroupNormParams
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        vec, block = int(params["vec"]), int(params["block"])
+    def canonical(self, card: OperatorCard, params: GroupNormParams) -> GroupNormParams:
+        """minb only matters for smem and bulk, and only where it leaves a tail (a whole slice is the kernel of 0)."""
+        if params.strategy not in TAILED or not has_tail(card, params):
+            return params.but(minb=0)
+        return params
+
+    def problem(self, card: OperatorCard, params: GroupNormParams) -> str | None:
+        vec, block = params.vec, params.block
         if (card.sizes["h"] * card.sizes["w"]) % vec:
             return f"vec {vec} does not divide h*w"
         vec_bytes = vec * ELEMENT_BYTES[dtype_of(card)]
-        if params["strategy"] == "registers" and kept_registers(card, params) > min(255, REGISTERS_PER_SM // block):
+        if params.strategy == "registers" and kept_registers(card, params) > min(255, REGISTERS_PER_SM // block):
             return f"{kept_items(card, params) * vec} values a thread do not fit in registers at block {block}"
-        if params["strategy"] in CP_ASYNC and vec_bytes not in CP_ASYNC_BYTES:
+        if params.strategy in CP_ASYNC and vec_bytes not in CP_ASYNC_BYTES:
             return f"cp.async copies {CP_ASYNC_BYTES} bytes, not a {vec_bytes}-byte vector"
-        if params["strategy"] == "bulk" and vec_bytes != 16:
+        if params.strategy == "bulk" and vec_bytes != 16:
             return f"a bulk copy moves 16-byte units from 16-byte boundaries, not {vec_bytes}-byte chunks"
-        if params["strategy"] in SHARED and kept_bytes(card, params) > MAX_DYNAMIC_SHARED:
+        if params.strategy in SHARED and kept_bytes(card, params) > MAX_DYNAMIC_SHARED:
             return f"{kept_bytes(card, params)} bytes of kept slices do not fit in shared memory"
-        minb = int(params["minb"])
+        minb = params.minb
         if has_tail(card, params) and 2 * on_chip_chunks(card, params) < slice_chunks(card, params):
             return f"minb {minb} keeps less of a slice than it leaves in memory (L2 holds the tails of a few)"
         if minb and minb * block > THREADS_PER_SM:
@@ -447,10 +461,10 @@ class GroupNormTemplate(Template):
             return f"the registers of block {block} allow {resident_blocks(card, params)} blocks an SM, not minb {minb}"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: GroupNormParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        block, vec, split = int(params["block"]), int(params["vec"]), int(params["split"])
-        strategy, moments = str(params["strategy"]), str(params["moments"])
+        block, vec, split = params.block, params.vec, params.split
+        strategy, moments = params.strategy, params.moments
         welford = moments == "welford"
         state = "Welford" if welford else "Sum"
         pipelined = strategy == "pipelined"
@@ -516,7 +530,7 @@ class GroupNormTemplate(Template):
             slice=slice_chunks(card, params),
             tail=tail,
             kept=on_chip_chunks(card, params),
-            minb=int(params["minb"]),
+            minb=params.minb,
             mbarriers=bulk or pushed,
             block_wait=_mbarrier_wait("mbarrier_wait", "", scope_cluster=False),
             bulk=bulk,

@@ -28,7 +28,7 @@ The kernels are cuda/matmul_fma.cu and cuda/matmul_tc.cu.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -40,6 +40,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     naming_problem,
     prelude_values,
@@ -62,6 +63,23 @@ ADDRESS_REGISTERS = 40
 that every variant the budget admits built without spills (tests/test_matmul_tensor_core.py)."""
 
 
+class MatmulParams(TemplateParams):
+    bm: int
+    bn: int
+    bk: int
+    tm: int
+    tn: int
+    layout: Literal["blocked", "strided"]
+    vec: int
+    pad: int
+    wm: int
+    wn: int
+    stages: int
+    swizzle: Literal["xor", "pad"]
+    minb: int
+    strategy: Literal["fma", "tc"]
+
+
 @dataclass(frozen=True)
 class TensorCoreTiling:
     """The tc kernel's shape: every constant the source gets, and what the tests model, from one place."""
@@ -75,9 +93,9 @@ class TensorCoreTiling:
     swizzle: bool
 
     @classmethod
-    def of(cls, params: Params) -> TensorCoreTiling:
-        bm, bn, bk, wm, wn, stages = (int(params[k]) for k in ("bm", "bn", "bk", "wm", "wn", "stages"))
-        return cls(bm, bn, bk, wm, wn, stages, swizzle=params["swizzle"] == "xor")
+    def of(cls, params: MatmulParams) -> TensorCoreTiling:
+        p = params
+        return cls(p.bm, p.bn, p.bk, p.wm, p.wn, p.stages, swizzle=p.swizzle == "xor")
 
     @property
     def warps_m(self) -> int:
@@ -153,7 +171,8 @@ def _formulas(card: OperatorCard) -> tuple[str, str, str]:
     return str(m), str(n), str(k)
 
 
-class MatmulTemplate(Template):
+class MatmulTemplate(Template[MatmulParams]):
+    name = "matmul"
     families = ("matmul",)
     entry = "kf_matmul"
     levers: ClassVar[Levers] = {
@@ -219,22 +238,22 @@ class MatmulTemplate(Template):
             "strategy": ("fma", "tc") if tensor_cores else ("fma",),
         }
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
+    def params_type(self, card: OperatorCard) -> type[MatmulParams]:
+        return MatmulParams
+
+    def canonical(self, card: OperatorCard, params: MatmulParams) -> MatmulParams:
         """Each strategy fixes the other's parameters; a 1 x 1 micro-tile is the same kernel in both layouts."""
         space = self.space(card)
-        if params["strategy"] == "tc":
-            fma_fixed: Params = {"tm": 1, "tn": 1, "layout": "strided", "vec": space["vec"][-1], "pad": 0}
-            return {**params, **fma_fixed}
-        fixed: Params = {**params, **{key: space[key][0] for key in ("wm", "wn", "stages", "swizzle")}}
-        if params["tm"] == 1 and params["tn"] == 1:
-            fixed["layout"] = "strided"
-        return fixed
+        if params.strategy == "tc":
+            return params.but(tm=1, tn=1, layout="strided", vec=space["vec"][-1], pad=0)
+        fixed = params.but(**{key: space[key][0] for key in ("wm", "wn", "stages", "swizzle")})
+        return fixed.but(layout="strided") if params.tm == 1 and params.tn == 1 else fixed
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        if params["strategy"] == "tc":
+    def problem(self, card: OperatorCard, params: MatmulParams) -> str | None:
+        if params.strategy == "tc":
             return self._tensor_core_problem(card, params)
-        bm, bn, bk = int(params["bm"]), int(params["bn"]), int(params["bk"])
-        tm, tn, pad = int(params["tm"]), int(params["tn"]), int(params["pad"])
+        bm, bn, bk = params.bm, params.bn, params.bk
+        tm, tn, pad = params.tm, params.tn, params.pad
         m, n, k = _dims(card)
         for tile, name, size, axis in ((bm, "bm", m, "M"), (bn, "bn", n, "N"), (bk, "bk", k, "K")):
             if size % tile:
@@ -244,15 +263,15 @@ class MatmulTemplate(Template):
             return f"{bm // tm} x {bn // tn} = {threads} threads per block, outside 32..1024"
         if tm * tn > MAX_ACCUMULATORS:
             return f"{tm * tn} accumulators per thread (at most {MAX_ACCUMULATORS})"
-        if int(params["minb"]) * threads > 2048:
-            return f"minb {params['minb']} x {threads} threads exceeds 2048 threads per SM"
+        if params.minb * threads > 2048:
+            return f"minb {params.minb} x {threads} threads exceeds 2048 threads per SM"
         if (shared := bk * (bm + bn + 2 * pad) * 4) > STATIC_SHARED:
             return f"{shared} bytes of shared tiles exceed {STATIC_SHARED}"
         if m // bm > MAX_GRID_Y:
             return f"grid y {m // bm} exceeds {MAX_GRID_Y}"
         return None
 
-    def _tensor_core_problem(self, card: OperatorCard, params: Params) -> str | None:
+    def _tensor_core_problem(self, card: OperatorCard, params: MatmulParams) -> str | None:
         dtype = dtype_of(card)
         if dtype not in TENSOR_CORE_TYPES:
             return f"tensor cores take bf16 or fp16 here, not {dtype}"
@@ -266,7 +285,7 @@ class MatmulTemplate(Template):
             return f"warp tile {tiling.wm} x {tiling.wn} does not divide block tile {tiling.bm} x {tiling.bn}"
         if tiling.threads > 512:
             return f"{tiling.threads // 32} warps per block (at most 16)"
-        minb = int(params["minb"])
+        minb = params.minb
         if minb * tiling.threads > 2048:
             return f"minb {minb} x {tiling.threads} threads exceeds 2048 threads per SM"
         if (shared := tiling.shared_bytes(ELEMENT_BYTES[dtype])) * minb > MAX_DYNAMIC_SHARED:
@@ -277,16 +296,16 @@ class MatmulTemplate(Template):
             return f"grid y {-(-m // tiling.bm)} exceeds {MAX_GRID_Y}"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
-        if params["strategy"] == "tc":
+    def render(self, card: OperatorCard, params: MatmulParams) -> tuple[str, LaunchPlan]:
+        if params.strategy == "tc":
             return self._render_tensor_cores(card, params)
         return self._render_fma(card, params)
 
-    def _render_fma(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def _render_fma(self, card: OperatorCard, params: MatmulParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        bm, bn, bk = int(params["bm"]), int(params["bn"]), int(params["bk"])
-        tm, tn, vec, pad = int(params["tm"]), int(params["tn"]), int(params["vec"]), int(params["pad"])
-        layout = str(params["layout"])
+        bm, bn, bk = params.bm, params.bn, params.bk
+        tm, tn, vec, pad = params.tm, params.tn, params.vec, params.pad
+        layout = params.layout
         threads = bm // tm * (bn // tn)
         blocked = layout == "blocked"
         row, col = ("ty * TM + i", "tx * TN + j") if blocked else ("ty + i * (BM / TM)", "tx + j * (BN / TN)")
@@ -302,7 +321,7 @@ class MatmulTemplate(Template):
             pad=pad,
             layout=layout,
             threads=threads,
-            minb=int(params["minb"]),
+            minb=params.minb,
             row=row,
             col=col,
             vector_store=blocked and tn % vec == 0,
@@ -316,7 +335,7 @@ class MatmulTemplate(Template):
         )
         return source, plan
 
-    def _render_tensor_cores(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def _render_tensor_cores(self, card: OperatorCard, params: MatmulParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
         mma_type, pair, round_pair = TENSOR_CORE_TYPES[dtype]
         t = TensorCoreTiling.of(params)
@@ -346,7 +365,7 @@ class MatmulTemplate(Template):
             a_mask=a_mask,
             b_shift=b_shift,
             b_mask=b_mask,
-            minb=int(params["minb"]),
+            minb=params.minb,
             mma_type=mma_type,
             pair=pair,
             round_pair=round_pair,

@@ -27,7 +27,7 @@ The kernels are cuda/avg_pool_stream.cu, cuda/avg_pool_direct.cu and cuda/max_po
 from __future__ import annotations
 
 import math
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -39,6 +39,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     naming_problem,
     prelude_values,
@@ -86,20 +87,36 @@ def _plane_size(card: OperatorCard) -> int:
     return card.sizes["h"] * card.sizes["w"]
 
 
-def stream_counts(card: OperatorCard, params: Params) -> dict[str, int]:
+class AvgPoolParams(TemplateParams):
+    strategy: Literal["stream", "direct"]
+    tpr: int
+    block: int
+    vec: int
+    planes: int
+    minb: int
+
+
+class MaxPoolParams(TemplateParams):
+    ow: int
+    block: int
+    unroll: int
+
+
+def stream_counts(card: OperatorCard, params: AvgPoolParams) -> dict[str, int]:
     """The stream kernel's compile-time counts: chunks of a run, loads a thread, tail steps, summing steps."""
-    hw, run, block, vec = _plane_size(card), int(params["planes"]), int(params["block"]), int(params["vec"])
+    hw, run, block, vec = _plane_size(card), params.planes, params.block, params.vec
     chunks = run * hw // vec
     return {
         "CHUNKS": chunks,
         "LOADS": math.ceil(chunks / block),
         "TAIL_STEPS": math.ceil(run * hw / block),
-        "SUMS": math.ceil(run * int(params["tpr"]) / block),
-        "STEPS": math.ceil(hw / int(params["tpr"])),
+        "SUMS": math.ceil(run * params.tpr / block),
+        "STEPS": math.ceil(hw / params.tpr),
     }
 
 
-class PoolingTemplate(Template):
+class PoolingTemplate(Template[AvgPoolParams | MaxPoolParams]):
+    name = "pooling"
     families = ("pooling",)
     entry = "kf_avg_pool"
     levers: ClassVar[Levers] = {
@@ -147,22 +164,25 @@ class PoolingTemplate(Template):
             "minb": MIN_BLOCKS,
         }
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """The direct strategy has no runs and bounds one block an SM: those parameters are fixed."""
-        if _max_2x2(card) or params["strategy"] == "stream":
-            return dict(params)
-        return {**params, **UNUSED_BY_DIRECT}
+    def params_type(self, card: OperatorCard) -> type[AvgPoolParams | MaxPoolParams]:
+        return MaxPoolParams if _max_2x2(card) else AvgPoolParams
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        if _max_2x2(card):
+    def canonical(self, card: OperatorCard, params: AvgPoolParams | MaxPoolParams) -> AvgPoolParams | MaxPoolParams:
+        """The direct strategy has no runs and bounds one block an SM: those parameters are fixed."""
+        if isinstance(params, MaxPoolParams) or params.strategy == "stream":
+            return params
+        return params.but(**UNUSED_BY_DIRECT)
+
+    def problem(self, card: OperatorCard, params: AvgPoolParams | MaxPoolParams) -> str | None:
+        if isinstance(params, MaxPoolParams):
             wo = card.sizes["w"] // 2
-            return f"ow {params['ow']} does not divide w/2 = {wo}" if wo % int(params["ow"]) else None
-        hw, tpr, vec = _plane_size(card), int(params["tpr"]), int(params["vec"])
-        if params["strategy"] == "direct":
+            return f"ow {params.ow} does not divide w/2 = {wo}" if wo % params.ow else None
+        hw, tpr, vec = _plane_size(card), params.tpr, params.vec
+        if params.strategy == "direct":
             if hw % vec:
                 return f"vec {vec} does not divide h*w = {hw}"
             return "more threads per row than chunks" if tpr > max(1, hw // vec) else None
-        run, block, minb = int(params["planes"]), int(params["block"]), int(params["minb"])
+        run, block, minb = params.planes, params.block, params.minb
         if run * hw % vec:
             return f"vec {vec} does not divide planes * h*w = {run * hw}: runs would not start on a vector"
         if run > 1 and run // 2 >= card.sizes["n"] * card.sizes["c"]:
@@ -177,13 +197,13 @@ class PoolingTemplate(Template):
             return f"minb {minb} x block {block} exceeds {THREADS_PER_SM} threads an SM"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
-        if _max_2x2(card):
+    def render(self, card: OperatorCard, params: AvgPoolParams | MaxPoolParams) -> tuple[str, LaunchPlan]:
+        if isinstance(params, MaxPoolParams):
             return self._render_max(card, params)
-        if params["strategy"] == "stream":
+        if params.strategy == "stream":
             return self._render_stream(card, params)
         dtype = dtype_of(card)
-        tpr, block, vec = int(params["tpr"]), int(params["block"]), int(params["vec"])
+        tpr, block, vec = params.tpr, params.block, params.vec
         source = render(
             "avg_pool_direct.cu",
             **prelude_values(dtype, vec),
@@ -198,11 +218,9 @@ class PoolingTemplate(Template):
         )
         return source, plan
 
-    def _render_stream(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def _render_stream(self, card: OperatorCard, params: AvgPoolParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        hw, run, block, vec, tpr = (
-            int(v) for v in (_plane_size(card), *(params[k] for k in ("planes", "block", "vec", "tpr")))
-        )
+        hw, run, block, vec, tpr = _plane_size(card), params.planes, params.block, params.vec, params.tpr
         counts = stream_counts(card, params)
         source = render(
             "avg_pool_stream.cu",
@@ -213,7 +231,7 @@ class PoolingTemplate(Template):
             run=run,
             hw=hw,
             tpr=tpr,
-            minb=int(params["minb"]),
+            minb=params.minb,
             block=block,
             raw=RAW_LOAD[vec * ELEMENT_BYTES[dtype]],
             load_chunk=LOAD_CHUNK,
@@ -226,9 +244,9 @@ class PoolingTemplate(Template):
         plan = LaunchPlan(entry=self.entry, grid=[f"cdiv(n * c, {run})"], block=[block], args=["x", "y", "n * c:i64"])
         return source, plan
 
-    def _render_max(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def _render_max(self, card: OperatorCard, params: MaxPoolParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        ow, block, unroll = int(params["ow"]), int(params["block"]), int(params["unroll"])
+        ow, block, unroll = params.ow, params.block, params.unroll
         source = render(
             "max_pool.cu",
             **prelude_values(dtype, 2 * ow),

@@ -26,13 +26,23 @@ import random
 import re
 from collections.abc import Sequence
 from functools import partial
+from typing import Any
 
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck
-from kernelforge_tui.proposers.base import Proposal, ProposalContext, SpaceCoverage, source_digest
-from kernelforge_tui.proposers.templates.common import Lever, Params, Space, Template, changes, describe
+from kernelforge_tui.proposers.base import Proposal, ProposalContext, SpaceCoverage
+from kernelforge_tui.proposers.templates.common import (
+    Lever,
+    P,
+    Params,
+    Space,
+    Template,
+    TemplateParams,
+    changes,
+    describe,
+)
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.gemv import GemvTemplate
@@ -45,7 +55,7 @@ from kernelforge_tui.proposers.templates.scan import ScanTemplate
 from kernelforge_tui.proposers.templates.sparse import SparseTemplate
 from kernelforge_tui.proposers.templates.stencil import StencilTemplate
 
-TEMPLATES: tuple[Template, ...] = (
+TEMPLATES: tuple[Template[Any], ...] = (
     ElementwiseTemplate(),
     RowTemplate(),
     GroupNormTemplate(),
@@ -65,7 +75,7 @@ COUNT_CAP = 16384
 the 2D stencil's) is counted over its first combinations only, so its count is a lower bound and says "at least"."""
 
 
-def template_for(card: OperatorCard) -> Template | None:
+def template_for(card: OperatorCard) -> Template[Any] | None:
     """The template serving the card's family, if it can serve this card."""
     for template in TEMPLATES:
         if card.family in template.families and template.unsupported(card) is None:
@@ -178,10 +188,10 @@ class TemplateProposer:
         seen: set[tuple[tuple[str, str], ...]] = set()
         for raw in template.seed_params(spec):
             params = self._nearest_valid(template, spec, raw)
-            if params is None or _key(params) in seen:
+            if params is None or _key(params.as_dict()) in seen:
                 continue
-            seen.add(_key(params))
-            proposals.append(self._proposal(template, spec, params, f"seed: {describe(params)}"))
+            seen.add(_key(params.as_dict()))
+            proposals.append(self._proposal(template, spec, params, f"seed: {describe(params.as_dict())}"))
         return proposals
 
     async def propose(self, ctx: ProposalContext, n: int) -> list[Proposal]:
@@ -190,14 +200,11 @@ class TemplateProposer:
         if template is None or n <= 0:
             return []
         tried = {_key(p) for p in ctx.tried_children_params} | {_key(f.params) for f in ctx.failed_siblings}
-        parent = template.valid(card, ctx.parent.params)
-        if parent is None:  # hand-written or LLM-written parent: start the template over
-            fresh = [
-                p
-                for p in self.seeds(card)
-                if _key(p.params) not in tried and source_digest(p.source) not in ctx.tried_sources
-            ]
+        typed_parent = template.valid(card, ctx.parent.params)
+        if typed_parent is None:  # hand-written or LLM-written parent: start the template over
+            fresh = [p for p in self.seeds(card) if _key(p.params) not in tried and not ctx.tried_candidate(p)]
             return fresh[:n]
+        parent = typed_parent.as_dict()
         tried.add(_key(parent))
         rng = random.Random(self._rng_seed(card, parent))
         space = template.space(card)
@@ -223,8 +230,9 @@ class TemplateProposer:
         bottleneck: Bottleneck | None = profile.hardware.bottleneck if profile is not None else None
         levers = template.levers_of(card, bottleneck) if bottleneck is not None else ()
 
-        def rank(item: tuple[Params, Params | None]) -> tuple[int, int, int, int, bool, int]:
-            candidate, params = item
+        def rank(item: tuple[Params, TemplateParams | None]) -> tuple[int, int, int, int, bool, int]:
+            candidate, typed = item
+            params = None if typed is None else typed.as_dict()
             moved = {k: str(v) for k, v in candidate.items() if v != parent[k]}
             hinted = sum(wanted.get(k) == v for k, v in moved.items()) * 2 + len(set(moved) & named)
             failed = sum((k, v) in failed_moves for k, v in moved.items())
@@ -240,16 +248,16 @@ class TemplateProposer:
         candidates = [(candidate, template.valid(card, candidate)) for candidate in ladder + pairs]
         ordered = sorted(candidates, key=rank)  # stable: keeps the ladder order within a rank
         proposals: list[Proposal] = []
-        for _, params in ordered:
-            if params is None or _key(params) in tried:
+        for _, typed in ordered:
+            if typed is None or _key(params := typed.as_dict()) in tried:
                 continue
             tried.add(_key(params))
             mutation = changes(parent, params)
             if bottleneck is not None and (pulls := _pulled(levers, space, parent, params)):
                 why = "; ".join(dict.fromkeys(lever.why for _, lever in pulls))
                 mutation += f" ({CLASS_NAMES[bottleneck]} parent: {why})"
-            proposal = self._proposal(template, card, params, mutation)
-            if hashlib.sha256(proposal.source.encode()).hexdigest() in ctx.tried_sources:
+            proposal = self._proposal(template, card, typed, mutation)
+            if ctx.tried_candidate(proposal):
                 continue
             proposals.append(proposal)
             if len(proposals) == n:
@@ -262,7 +270,7 @@ class TemplateProposer:
         if template is None:
             return None
         valid, counted_all = template.count_valid(card, COUNT_CAP)
-        covered = {_key(p) for p in (template.valid(card, dict(t)) for t in tried) if p is not None}
+        covered = {_key(p.as_dict()) for p in (template.valid(card, t) for t in tried) if p is not None}
         return SpaceCoverage(
             space=f"the {self.name}' space for this card",
             tried=len(covered),
@@ -274,7 +282,7 @@ class TemplateProposer:
         text = repr((self.seed, card.name, _key(params)))
         return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
-    def _nearest_valid(self, template: Template, card: OperatorCard, params: Params) -> Params | None:
+    def _nearest_valid(self, template: Template[P], card: OperatorCard, params: Params) -> P | None:
         """The params if valid, else the first valid one or two-parameter change (smaller values first)."""
         valid = template.valid(card, params)
         if valid is not None:
@@ -289,6 +297,9 @@ class TemplateProposer:
                         return valid
         return None
 
-    def _proposal(self, template: Template, card: OperatorCard, params: Params, mutation: str) -> Proposal:
+    def _proposal(self, template: Template[P], card: OperatorCard, params: P, mutation: str) -> Proposal:
         source, plan = template.render(card, params)
-        return Proposal(source=source, plan=plan, mutation=mutation, proposer=self.name, params=params)
+        identity = template.identity(params)
+        return Proposal(
+            source=source, plan=plan, mutation=mutation, proposer=self.name, params=params.as_dict(), identity=identity
+        )

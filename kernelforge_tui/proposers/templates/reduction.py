@@ -34,6 +34,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     prelude_values,
     reduce_values,
@@ -112,7 +113,15 @@ def _product(dims: list[str]) -> str:
     return " * ".join(f"({dim})" for dim in dims) or "1"
 
 
-class ReductionTemplate(Template):
+class ReductionParams(TemplateParams):
+    blocks: int
+    block: int
+    vec: int
+    unroll: int
+
+
+class ReductionTemplate(Template[ReductionParams]):
+    name = "reduction"
     families = ("reduction",)
     entry = "kf_reduction"
     levers: ClassVar[Levers] = {
@@ -156,15 +165,18 @@ class ReductionTemplate(Template):
             "unroll": (1, 2, 4),
         }
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
+    def params_type(self, card: OperatorCard) -> type[ReductionParams]:
+        return ReductionParams
+
+    def problem(self, card: OperatorCard, params: ReductionParams) -> str | None:
         """Every combination is correct for any n, but a load must hold whole points and registers are finite."""
         op = operation(card)
         assert op is not None
-        if int(params["vec"]) % (width := self._width(card)):
-            return f"vec {params['vec']} does not hold whole points of {width} coordinates"
-        held = OPS[op].arity * int(params["unroll"]) * int(params["vec"])
-        if held * int(params["block"]) > LOADED_FLOATS_PER_BLOCK:
-            return f"{held} loaded floats per thread x {params['block']} threads would spill registers"
+        if params.vec % (width := self._width(card)):
+            return f"vec {params.vec} does not hold whole points of {width} coordinates"
+        held = OPS[op].arity * params.unroll * params.vec
+        if held * params.block > LOADED_FLOATS_PER_BLOCK:
+            return f"{held} loaded floats per thread x {params.block} threads would spill registers"
         return None
 
     def _count(self, card: OperatorCard) -> str:
@@ -172,13 +184,13 @@ class ReductionTemplate(Template):
         shape = [str(dim) for dim in card.inputs[0].shape]
         return _product(shape[:-1] if self._width(card) > 1 else shape)
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: ReductionParams) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
         arity, term, finish, _ = OPS[op]
         dtype = dtype_of(card)
         width = self._width(card)
-        blocks, block, vec, unroll = (int(params[k]) for k in ("blocks", "block", "vec", "unroll"))
+        blocks, block, vec, unroll = params.blocks, params.block, params.vec, params.unroll
         names = [t.name for t in card.inputs]
         out = card.outputs[0].name
         signature = ", ".join([*(f"const T* __restrict__ {n}" for n in names), f"T* __restrict__ {out}", "long long n"])
@@ -242,7 +254,13 @@ class ReductionTemplate(Template):
         ]
 
 
-class RowReductionTemplate(Template):
+class RowReductionParams(TemplateParams):
+    tpr: int
+    block: int
+    unroll: int
+
+
+class RowReductionTemplate(Template[RowReductionParams]):
     """Each row of x [rows, cols] to one value: y[r] = finish(sum over i of term(x[r, i], i)).
 
     TPR consecutive threads share a row (a warp's loads of it coalesce; TPR 1 is a thread per row), each summing
@@ -251,6 +269,7 @@ class RowReductionTemplate(Template):
     scalar; every parameter combination is correct for any size. Parameters: `tpr`, `block`, `unroll`.
     """
 
+    name = "row_reduction"
     families = ("reduction",)
     entry = "kf_row_reduction"
     levers: ClassVar[Levers] = {
@@ -275,20 +294,23 @@ class RowReductionTemplate(Template):
     def space(self, card: OperatorCard) -> Space:
         return {"tpr": (1, 2, 4, 8, 16, 32, 64, 128, 256), "block": (64, 128, 256, 512, 1024), "unroll": (1, 2, 4, 8)}
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        tpr, cols = int(params["tpr"]), card.inputs[0].dims(card.sizes)[-1]
-        if tpr > int(params["block"]):
-            return f"{tpr} threads per row exceed the block of {params['block']}"
+    def params_type(self, card: OperatorCard) -> type[RowReductionParams]:
+        return RowReductionParams
+
+    def problem(self, card: OperatorCard, params: RowReductionParams) -> str | None:
+        tpr, cols = params.tpr, card.inputs[0].dims(card.sizes)[-1]
+        if tpr > params.block:
+            return f"{tpr} threads per row exceed the block of {params.block}"
         if tpr > cols:
             return f"{tpr} threads per row exceed its {cols} elements"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: RowReductionParams) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
         term, finish = OPS[op].term, OPS[op].finish
         dtype = dtype_of(card)
-        tpr, block, unroll = int(params["tpr"]), int(params["block"]), int(params["unroll"])
+        tpr, block, unroll = params.tpr, params.block, params.unroll
         x, y = card.inputs[0].name, card.outputs[0].name
         source = render(
             "reduce_rows.cu",

@@ -17,7 +17,7 @@ The kernel's frame is cuda/rows.cu; its passes are written here (`_pass`), one p
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -28,6 +28,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     fast_math_allowed,
     naming_problem,
@@ -41,6 +42,21 @@ TENSORS = {"softmax": (["x"], ["y"]), "rms_norm": (["x", "w"], ["y"]), "layer_no
 EPS = {"rms_norm": "1e-6f", "layer_norm": "1e-5f"}
 MAX_FLOATS_PER_THREAD = 64
 """Row values a thread may hold in registers (also capped at a quarter of 64K registers / block)."""
+
+
+class RowParams(TemplateParams):
+    strategy: Literal["warp_per_row", "rows_per_block", "block_per_row"]
+    block: int
+    rpb: int
+    vec: int
+    storage: Literal["registers", "smem", "stream"]
+    minb: int
+    online: int | None = None
+    """softmax: 1, the online max and sum in one pass."""
+    fast_exp: int | None = None
+    """softmax: 1, __expf where the card's tolerance admits it."""
+    welford: int | None = None
+    """layer_norm: 1, Welford's statistics in one pass."""
 
 
 def _each(stmt: str) -> str:
@@ -68,10 +84,10 @@ def _pass(storage: str, first: bool, body: str) -> str:
     return f"for (int i = t; i < n; i += TPR) {{\n {load} {body} }}\n"
 
 
-def _softmax(p: Params) -> tuple[str, str]:
-    storage = str(p["storage"])
+def _softmax(p: RowParams) -> tuple[str, str]:
+    storage = p.storage
     cached = storage == "registers"
-    if p["online"]:
+    if p.online:
         body = _pass(
             storage,
             True,
@@ -101,8 +117,8 @@ def _softmax(p: Params) -> tuple[str, str]:
     return body, "__shared__ Max red_max[32];\n __shared__ Sum red_sum[32];\n"
 
 
-def _rms_norm(p: Params) -> tuple[str, str]:
-    storage = str(p["storage"])
+def _rms_norm(p: RowParams) -> tuple[str, str]:
+    storage = p.storage
     body = "float ss = 0.0f;\n" + _pass(storage, True, _each("ss += f[j] * f[j];"))
     body += "const float inv = rsqrtf(group_reduce<TPR>(Sum{ss}, red_sum).s / (float)cols + EPS);\n"
     body += _pass(
@@ -113,11 +129,11 @@ def _rms_norm(p: Params) -> tuple[str, str]:
     return body, "__shared__ Sum red_sum[32];\n"
 
 
-def _layer_norm(p: Params) -> tuple[str, str]:
-    storage = str(p["storage"])
+def _layer_norm(p: RowParams) -> tuple[str, str]:
+    storage = p.storage
     write = "float wf[VEC], bf[VEC];\n load_chunk(w, i, wf);\n load_chunk(b, i, bf);\n"
     write += _each("f[j] = (f[j] - mean) * rstd * wf[j] + bf[j];") + "store_chunk(yr, i, f);\n"
-    if p["welford"]:
+    if p.welford:
         chunk = "acc = Welford::combine(acc, Welford::of_chunk(f));\n"
         body = "Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};\n" + _pass(storage, True, chunk)
         body += "acc = group_reduce<TPR>(acc, red_w);\n"
@@ -133,9 +149,10 @@ def _layer_norm(p: Params) -> tuple[str, str]:
 BODIES = {"softmax": _softmax, "rms_norm": _rms_norm, "layer_norm": _layer_norm}
 
 
-class RowTemplate(Template):
+class RowTemplate(Template[RowParams]):
     """One kernel shape for all three: TPR threads per row, RPB rows per block, grid cdiv(rows, RPB)."""
 
+    name = "rows"
     families = ("softmax", "rms_norm", "layer_norm")
     levers: ClassVar[Levers] = {
         "memory_bandwidth": (
@@ -175,22 +192,23 @@ class RowTemplate(Template):
             space["welford"] = (0, 1)
         return space
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """warp_per_row and block_per_row fix rpb; rows_per_block with 32 or all threads per row is one of them."""
-        p = dict(params)
-        block = int(p["block"])
-        if p["strategy"] == "warp_per_row":
-            p["rpb"] = block // 32
-        elif p["strategy"] == "block_per_row":
-            p["rpb"] = 1
-        elif p["rpb"] == 1:
-            p["strategy"] = "block_per_row"
-        elif block == 32 * int(p["rpb"]):
-            p["strategy"] = "warp_per_row"
-        return p
+    def params_type(self, card: OperatorCard) -> type[RowParams]:
+        return RowParams
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        cols, block, rpb, vec = card.sizes["cols"], int(params["block"]), int(params["rpb"]), int(params["vec"])
+    def canonical(self, card: OperatorCard, params: RowParams) -> RowParams:
+        """warp_per_row and block_per_row fix rpb; rows_per_block with 32 or all threads per row is one of them."""
+        if params.strategy == "warp_per_row":
+            return params.but(rpb=params.block // 32)
+        if params.strategy == "block_per_row":
+            return params.but(rpb=1)
+        if params.rpb == 1:
+            return params.but(strategy="block_per_row")
+        if params.block == 32 * params.rpb:
+            return params.but(strategy="warp_per_row")
+        return params
+
+    def problem(self, card: OperatorCard, params: RowParams) -> str | None:
+        cols, block, rpb, vec = card.sizes["cols"], params.block, params.rpb, params.vec
         tpr = block // rpb
         nvec = cols // vec
         if block % rpb or tpr < 4:
@@ -199,24 +217,24 @@ class RowTemplate(Template):
             return f"vec {vec} does not divide cols {cols} (rows would start misaligned)"
         if tpr > max(32, nvec):
             return f"{tpr} threads per row for {nvec} chunks leaves threads idle"
-        if int(params["minb"]) * block > 2048:
-            return f"minb {params['minb']} x block {block} exceeds 2048 threads per SM"
-        if params.get("fast_exp") and not fast_math_allowed(card):
+        if params.minb * block > 2048:
+            return f"minb {params.minb} x block {block} exceeds 2048 threads per SM"
+        if params.fast_exp and not fast_math_allowed(card):
             return "fast_exp: the card's tolerance is tighter than __expf's error"
-        if params["storage"] == "registers":
+        if params.storage == "registers":
             items = -(-nvec // tpr)
             if items * vec > min(MAX_FLOATS_PER_THREAD, 16384 // block):
                 return f"{items * vec} floats per thread do not fit in registers at block {block}"
-        if params["storage"] == "smem" and rpb * cols * ELEMENT_BYTES[dtype_of(card)] > MAX_DYNAMIC_SHARED:
+        if params.storage == "smem" and rpb * cols * ELEMENT_BYTES[dtype_of(card)] > MAX_DYNAMIC_SHARED:
             return f"{rpb} rows of {cols} do not fit in shared memory"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: RowParams) -> tuple[str, LaunchPlan]:
         family = card.family
         dtype = dtype_of(card)
-        block, rpb, vec = int(params["block"]), int(params["rpb"]), int(params["vec"])
+        block, rpb, vec = params.block, params.rpb, params.vec
         tpr = block // rpb
-        storage = str(params["storage"])
+        storage = params.storage
         items = -(-(card.sizes["cols"] // vec) // tpr)
         body, shared = BODIES[family](params)
         inputs, outputs = TENSORS[family]
@@ -227,17 +245,17 @@ class RowTemplate(Template):
         source = render(
             "rows.cu",
             **prelude_values(dtype, vec),
-            **reduce_values(bool(params.get("fast_exp", 1))),
+            **reduce_values(params.fast_exp != 0),  # a family without the parameter uses no exp
             family=family,
             dtype=dtype,
-            strategy=str(params["strategy"]),
+            strategy=params.strategy,
             tpr=tpr,
             rpb=rpb,
             storage=storage,
             items=items,
             eps=EPS.get(family, ""),
             block=block,
-            minb=int(params["minb"]),
+            minb=params.minb,
             signature=signature,
             shared=shared,
             registers=storage == "registers",

@@ -31,6 +31,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     naming_problem,
     prelude_values,
@@ -51,7 +52,15 @@ def _staged_bytes(chunk: int) -> int:
     return 4 * (chunk + chunk // 32) + 2 * 4 * 32
 
 
-class ScanTemplate(Template):
+class ScanParams(TemplateParams):
+    block: int
+    ipt: int
+    vec: int
+    stage: int
+
+
+class ScanTemplate(Template[ScanParams]):
+    name = "scan"
     families = ("scan",)
     entry = "kf_scan"
     levers: ClassVar[Levers] = {
@@ -84,24 +93,27 @@ class ScanTemplate(Template):
             "stage": (0, 1),
         }
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
-        # One item per thread is coalesced either way: staging changes nothing.
-        return {**params, "stage": 0} if params["ipt"] == 1 else dict(params)
+    def params_type(self, card: OperatorCard) -> type[ScanParams]:
+        return ScanParams
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        chunk = int(params["block"]) * int(params["ipt"])
+    def canonical(self, card: OperatorCard, params: ScanParams) -> ScanParams:
+        # One item per thread is coalesced either way: staging changes nothing.
+        return params.but(stage=0) if params.ipt == 1 else params
+
+    def problem(self, card: OperatorCard, params: ScanParams) -> str | None:
+        chunk = params.block * params.ipt
         n = card.sizes["n"]
         if chunk > max(n, SMALLEST_CHUNK):
             return f"a chunk of {chunk} exceeds n = {n}: most threads would idle"
         if n > MOST_REREADS * chunk:
             return f"a chunk of {chunk} re-reads x {n // (2 * chunk)} times over (n / {MOST_REREADS} at least)"
-        if params["stage"] and _staged_bytes(chunk) > STATIC_SHARED:
+        if params.stage and _staged_bytes(chunk) > STATIC_SHARED:
             return f"staging a chunk of {chunk} needs {_staged_bytes(chunk)} bytes of shared memory (48 KiB at most)"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: ScanParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)
-        block, ipt, vec, stage = (int(params[k]) for k in ("block", "ipt", "vec", "stage"))
+        block, ipt, vec, stage = params.block, params.ipt, params.vec, params.stage
         source = render(
             "scan.cu",
             **prelude_values(dtype, vec),

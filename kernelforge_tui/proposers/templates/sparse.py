@@ -72,7 +72,7 @@ need vec to divide nnz (a chunk from a multiple of vec then never passes the arr
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -85,12 +85,13 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     describe,
     dtype_of,
     prelude_values,
     vec_widths,
 )
-from kernelforge_tui.proposers.templates.source import render
+from kernelforge_tui.proposers.templates.source import Value, render
 
 KINDS: dict[str, tuple[list[str], list[str], list[str]]] = {
     "spmv_csr": (["values", "col_idx", "row_ptr", "x"], ["y"], ["nrows", "nnz"]),
@@ -158,38 +159,80 @@ def _kind(card: OperatorCard) -> str:
     return kind
 
 
-def _streams(card: OperatorCard, params: Params) -> bool:
-    """Whether the params pick one of CSR SpMV's tiled strategies (all but vector)."""
-    return _kind(card) == "spmv_csr" and params["strategy"] in TILED
+class SpmvCsrParams(TemplateParams):
+    strategy: Literal["vector", "stream", "balanced", "adopt", "paired"]
+    tpr: int
+    rpb: int
+    unroll: int
+    block: int
+    items: int
+    vec: int
+    hint: Literal["plain", "stream"]
+    minb: int
+    cluster: int
+    long: int
+
+    @property
+    def tiled(self) -> bool:
+        """Whether the strategy is one of the tiled ones (all but vector)."""
+        return self.strategy in TILED
 
 
-def _lanes(params: Params, card: OperatorCard) -> int:
+class SpmvEllParams(TemplateParams):
+    tpr: int
+    rpb: int
+    unroll: int
+    pad: Literal["skip", "stop"]
+
+
+class SpmmCsrParams(TemplateParams):
+    vec: int
+    split: int
+    rpb: int
+    unroll: int
+
+
+SparseParams = SpmvCsrParams | SpmvEllParams | SpmmCsrParams
+PARAMS: dict[str, type[SparseParams]] = {
+    "spmv_csr": SpmvCsrParams,
+    "spmv_ell": SpmvEllParams,
+    "spmm_csr": SpmmCsrParams,
+}
+
+
+def _lanes(params: SparseParams, card: OperatorCard) -> int:
     """Lanes that share one row (lane-group kernels)."""
-    if _kind(card) == "spmm_csr":
-        return card.sizes["k"] // int(params["vec"]) * int(params["split"])
-    return int(params["tpr"])
+    if isinstance(params, SpmmCsrParams):
+        return card.sizes["k"] // params.vec * params.split
+    return params.tpr
 
 
-def _threads(params: Params, card: OperatorCard) -> int:
+def _threads(params: SparseParams, card: OperatorCard) -> int:
     """Threads a block."""
-    if _streams(card, params):
-        return int(params["block"])
-    return _lanes(params, card) * int(params["rpb"])
+    if isinstance(params, SpmvCsrParams) and params.tiled:
+        return params.block
+    return _lanes(params, card) * params.rpb
 
 
-def stream_shared_bytes(params: Params) -> int:
-    """The tiled kernels' shared memory: the row pointers and sums of the block's rows (balanced: of its cluster's
-    cluster * rpb rows, any of which its range may hold), and a tile's products (a pad word every 32: SKEW, in
-    cuda/spmv_csr_stream_helpers.cuh) unless each thread sums only the entries it loaded (DIRECT)."""
-    rows = int(params["rpb"]) * (int(params["cluster"]) if params.get("strategy") == "balanced" else 1)
-    direct = params["items"] == params.get("vec")  # DIRECT: each thread's products stay in its registers
-    tile = 0 if direct else int(params["block"]) * int(params["items"])
+def stream_shared_bytes(rows: int, block: int, items: int, direct: bool, adopt: bool) -> int:
+    """The tiled kernels' shared memory: the row pointers and sums of `rows` rows (the block's; balanced: its
+    cluster's, any of which its range may hold), and a tile's products (a pad word every 32: SKEW, in
+    cuda/spmv_csr_stream_helpers.cuh) unless each thread sums only the entries it loaded (`direct`)."""
+    tile = 0 if direct else block * items
     # adopt: the handed rows, the adopted rows with their first and last entries and sums, the warps' counts.
-    lists = 5 * HANDED + int(params["block"]) // 32 if params.get("strategy") == "adopt" else 0
+    lists = 5 * HANDED + block // 32 if adopt else 0
     return 4 * ((rows + 1) + rows + tile + max(0, tile - 1) // 32 + lists)
 
 
-class SparseTemplate(Template):
+def csr_shared_bytes(params: SpmvCsrParams) -> int:
+    """A tiled CSR SpMV kernel's shared memory (see stream_shared_bytes)."""
+    rows = params.rpb * (params.cluster if params.strategy == "balanced" else 1)
+    direct = params.items == params.vec  # DIRECT: each thread's products stay in its registers
+    return stream_shared_bytes(rows, params.block, params.items, direct, params.strategy == "adopt")
+
+
+class SparseTemplate(Template[SparseParams]):
+    name = "sparse"
     families = ("sparse",)
     levers: ClassVar[Levers] = {
         "memory_bandwidth": (
@@ -256,82 +299,88 @@ class SparseTemplate(Template):
             "long": LONG_ROWS,
         }
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
+    def params_type(self, card: OperatorCard) -> type[SparseParams]:
+        return PARAMS[_kind(card)]
+
+    def canonical(self, card: OperatorCard, params: SparseParams) -> SparseParams:
         """ELL: a lane has width / tpr slots, so unrolling past them changes nothing. CSR SpMV: the parameters a
         strategy does not use are fixed at their first values (balanced uses stream's and its cluster)."""
-        kind = _kind(card)
-        if kind == "spmv_csr":
-            return {**params, **UNUSED_BY[str(params["strategy"])]}
-        if kind != "spmv_ell":
-            return dict(params)
-        slots = card.sizes["width"] // int(params["tpr"])
-        return {**params, "unroll": max(u for u in UNROLLS if u <= max(1, min(slots, int(params["unroll"]))))}
+        if isinstance(params, SpmvCsrParams):
+            return params.but(**UNUSED_BY[params.strategy])
+        if isinstance(params, SpmmCsrParams):
+            return params
+        slots = card.sizes["width"] // params.tpr
+        return params.but(unroll=max(u for u in UNROLLS if u <= max(1, min(slots, params.unroll))))
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        kind = _kind(card)
-        if kind == "spmm_csr":
-            k, vec = card.sizes["k"], int(params["vec"])
+    def problem(self, card: OperatorCard, params: SparseParams) -> str | None:
+        if isinstance(params, SpmmCsrParams):
+            k, vec = card.sizes["k"], params.vec
             if k % vec:
                 return f"vec {vec} does not divide k = {k}: a row of b would end inside a vector"
             columns = k // vec
-            if columns & (columns - 1) or columns * int(params["split"]) > 32:
-                return f"k / vec * split = {columns * int(params['split'])} lanes a row: not a power of two <= 32"
-        elif kind == "spmv_ell" and int(params["tpr"]) > card.sizes["width"]:
-            return f"tpr {params['tpr']} > width {card.sizes['width']}: lanes with no slot"
-        elif kind == "spmv_csr":
-            vec, nnz = int(params["vec"]), card.sizes["nnz"]
+            if columns & (columns - 1) or columns * params.split > 32:
+                return f"k / vec * split = {columns * params.split} lanes a row: not a power of two <= 32"
+        elif isinstance(params, SpmvEllParams) and params.tpr > card.sizes["width"]:
+            return f"tpr {params.tpr} > width {card.sizes['width']}: lanes with no slot"
+        elif isinstance(params, SpmvCsrParams):
+            vec, nnz = params.vec, card.sizes["nnz"]
             if nnz % vec:
                 return f"vec {vec} does not divide nnz = {nnz}: the last chunk would read past the arrays"
-            if _streams(card, params) and int(params["items"]) % vec:
-                return f"items {params['items']} is not a whole number of vec {vec} chunks"
-            if params["strategy"] == "adopt" and int(params["rpb"]) > int(params["block"]):
-                return f"adopt: rpb {params['rpb']} > block {params['block']} (a thread tests one row of each block)"
-            if _streams(card, params) and (shared := stream_shared_bytes(params)) > STATIC_SHARED:
+            if params.tiled and params.items % vec:
+                return f"items {params.items} is not a whole number of vec {vec} chunks"
+            if params.strategy == "adopt" and params.rpb > params.block:
+                return f"adopt: rpb {params.rpb} > block {params.block} (a thread tests one row of each block)"
+            if params.tiled and (shared := csr_shared_bytes(params)) > STATIC_SHARED:
                 return f"{shared} bytes of shared memory a block: over the {STATIC_SHARED} it may declare"
-            if int(params["minb"]) * _threads(params, card) > THREADS_PER_SM:
-                return f"minb {params['minb']} x {_threads(params, card)} threads exceeds {THREADS_PER_SM} an SM"
+            if params.minb * _threads(params, card) > THREADS_PER_SM:
+                return f"minb {params.minb} x {_threads(params, card)} threads exceeds {THREADS_PER_SM} an SM"
         threads = _threads(params, card)
         if not 32 <= threads <= 1024:
             return f"{threads} threads a block (lanes a row x rpb) outside 32..1024"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
+    def render(self, card: OperatorCard, params: SparseParams) -> tuple[str, LaunchPlan]:
         kind = _kind(card)
-        strategy = str(params.get("strategy", ""))
-        rpb = int(params["rpb"])
-        # `cluster` and `long` named only where used: the older kernels' sources predate them (measurements are
-        # keyed by source).
+        lanes, threads = _lanes(params, card), _threads(params, card)
+        csr = params if isinstance(params, SpmvCsrParams) else None
+        strategy = csr.strategy if csr is not None else ""
+        # `cluster` and `long` named only where used: the older kernels' sources predate them (the renders stay as
+        # they were: a change would be a new version).
         used = {"cluster": strategy == "balanced", "long": strategy == "adopt"}
-        source = render(
-            CSR_FILES[strategy] if kind == "spmv_csr" else OTHER_FILES[kind],
-            **prelude_values(dtype_of(card), int(params.get("vec", 1))),
-            kind=kind,
-            named=describe({k: v for k, v in params.items() if used.get(k, True)}),
-            rpb=rpb,
-            lane_groups=not _streams(card, params),
-            lanes=_lanes(params, card),
-            block=_threads(params, card),
-            minb=params.get("minb", 1),
-            unroll=params.get("unroll", 1),
-            stream_hint=params.get("hint") == "stream",
-            items=params.get("items", 1),
-            paired=strategy == "paired",
-            clustered=strategy == "balanced",
-            cluster=params.get("cluster", 1),
-            long=params.get("long", 0),
-            cap=HANDED,
-            width=card.sizes.get("width", 0),
-            stop=params.get("pad") == "stop",
-            column_lanes=_lanes(params, card) // int(params.get("split", 1)),
-            split=params.get("split", 1),
-        )
+        values: dict[str, Value] = {
+            **prelude_values(dtype_of(card), params.vec if not isinstance(params, SpmvEllParams) else 1),
+            "kind": kind,
+            "named": describe({k: v for k, v in params.as_dict().items() if used.get(k, True)}),
+            "rpb": params.rpb,
+            "lane_groups": csr is None or not csr.tiled,
+            "lanes": lanes,
+            "block": threads,
+            "minb": csr.minb if csr is not None else 1,
+            "unroll": params.unroll,
+        }
+        if isinstance(params, SpmmCsrParams):
+            source = render("spmm_csr.cu", **values, column_lanes=lanes // params.split, split=params.split)
+        elif isinstance(params, SpmvEllParams):
+            source = render("spmv_ell.cu", **values, width=card.sizes["width"], stop=params.pad == "stop")
+        else:
+            source = render(
+                CSR_FILES[params.strategy],
+                **values,
+                stream_hint=params.hint == "stream",
+                items=params.items,
+                paired=params.strategy == "paired",
+                clustered=params.strategy == "balanced",
+                cluster=params.cluster,
+                long=params.long,
+                cap=HANDED,
+            )
         # balanced: a cluster of `cluster` blocks a cluster * rpb rows.
         grid = (
-            f"cdiv(nrows, {rpb * int(params['cluster'])}) * {params['cluster']}"
-            if strategy == "balanced"
-            else f"cdiv(nrows, {rpb})"
+            f"cdiv(nrows, {params.rpb * csr.cluster}) * {csr.cluster}"
+            if csr is not None and strategy == "balanced"
+            else f"cdiv(nrows, {params.rpb})"
         )
-        plan = LaunchPlan(entry=f"kf_{kind}", grid=[grid], block=[_threads(params, card)], args=ARGS[kind])
+        plan = LaunchPlan(entry=f"kf_{kind}", grid=[grid], block=[threads], args=ARGS[kind])
         return source, plan
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
@@ -359,12 +408,11 @@ def _rows_for(card: OperatorCard, entries: int) -> int:
     return max((r for r in ROWS_PER_BLOCK if r * mean <= entries), default=ROWS_PER_BLOCK[0])
 
 
-def _cluster_rows_for(card: OperatorCard, params: Params, entries: int) -> int:
+def _cluster_rows_for(card: OperatorCard, block: int, items: int, cluster: int, entries: int) -> int:
     """balanced: the rows per block whose cluster's entries, at the card's mean row length, make about `entries`,
-    within the shared memory a block may declare (it holds the row pointers and sums of all the cluster's rows)."""
+    within the shared memory of a block's rows and tile (problem() then holds the cluster's rows to it)."""
     mean = max(1, card.sizes["nnz"] // max(1, card.sizes["nrows"]))
-    cluster = int(params["cluster"])
-    fits = [r for r in ROWS_PER_BLOCK if stream_shared_bytes({**params, "rpb": r}) <= STATIC_SHARED] or [1]
+    fits = [r for r in ROWS_PER_BLOCK if stream_shared_bytes(r, block, items, False, False) <= STATIC_SHARED] or [1]
     return max((r for r in fits if cluster * r * mean <= entries), default=fits[0])
 
 
@@ -383,8 +431,8 @@ def csr_seeds(card: OperatorCard) -> list[Params]:
     # Threads an SM at 8 entries a thread: bf16's 8-entry chunks make those kernels DIRECT, whose registers do not
     # fit 2048 threads (ptxas spills at 32 registers).
     full = THREADS_PER_SM // (2 if wide == 8 else 1)
-    balanced: list[tuple[Params, int]] = [  # the params, and the cluster's entries at the mean row
-        ({"block": 512, "items": 8, "minb": full // 512, "cluster": 2}, 16384),
+    balanced = [  # block, items, minb, cluster, and the cluster's entries at the mean row
+        (512, 8, full // 512, 2, 16384),
     ]
     streams: list[Params] = [
         {"block": 256, "items": 16, "rpb": _rows_for(card, 4096), "minb": 4},
@@ -407,8 +455,14 @@ def csr_seeds(card: OperatorCard) -> list[Params]:
         *({"strategy": "adopt", **tiled, **UNUSED_BY_ADOPT, **p} for p in adopts),
         *({"strategy": "stream", **tiled, **UNUSED_BY_STREAM, **p} for p in streams),
         *(
-            {"strategy": "balanced", **tiled, **UNUSED_BY_BALANCED, **p, "rpb": _cluster_rows_for(card, p, entries)}
-            for p, entries in balanced
+            {
+                "strategy": "balanced",
+                **tiled,
+                **UNUSED_BY_BALANCED,
+                **{"block": block, "items": items, "minb": minb, "cluster": cluster},
+                "rpb": _cluster_rows_for(card, block, items, cluster, entries),
+            }
+            for block, items, minb, cluster, entries in balanced
         ),
         *({"strategy": "vector", "hint": "stream", **UNUSED_BY_VECTOR, **p} for p in vectors),
     ]

@@ -19,7 +19,7 @@ The kernels are cuda/stencil_strip.cu, cuda/stencil2d.cu and cuda/stencil3d.cu.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -30,6 +30,7 @@ from kernelforge_tui.proposers.templates.common import (
     Params,
     Space,
     Template,
+    TemplateParams,
     dtype_of,
     naming_problem,
     prelude_values,
@@ -59,7 +60,26 @@ def _is_3d(card: OperatorCard) -> bool:
     return "nz" in card.sizes
 
 
-class StencilTemplate(Template):
+class Stencil2dParams(TemplateParams):
+    strategy: Literal["strip", "point"]
+    bx: int
+    by: int
+    smem: int
+    ypt: int
+    vec: int
+    minb: int
+    hint: Literal["stream", "plain"]
+
+
+class Stencil3dParams(TemplateParams):
+    bx: int
+    by: int
+    smem: int
+    zpt: int
+
+
+class StencilTemplate(Template[Stencil2dParams | Stencil3dParams]):
+    name = "stencil"
     families = ("stencil",)
     levers: ClassVar[Levers] = {
         "memory_bandwidth": (
@@ -93,40 +113,45 @@ class StencilTemplate(Template):
         strip: Space = {"vec": vec_widths(dtype_of(card)), "minb": (1, 2, 4, 8), "hint": ("stream", "plain")}
         return {"strategy": ("strip", "point"), **shape, "ypt": (1, 2, 4, 8, 16), **strip}
 
-    def canonical(self, card: OperatorCard, params: Params) -> Params:
-        """A strip has no shared tile; a point kernel loads scalars, plainly, with one block per SM assured."""
-        if params.get("strategy") == "strip":
-            return {**params, "smem": 0}
-        if params.get("strategy") == "point":
-            return {**params, "vec": 1, "minb": 1, "hint": "plain"}
-        return dict(params)
+    def params_type(self, card: OperatorCard) -> type[Stencil2dParams | Stencil3dParams]:
+        return Stencil3dParams if _is_3d(card) else Stencil2dParams
 
-    def problem(self, card: OperatorCard, params: Params) -> str | None:
-        threads = int(params["bx"]) * int(params["by"])
+    def canonical(
+        self, card: OperatorCard, params: Stencil2dParams | Stencil3dParams
+    ) -> Stencil2dParams | Stencil3dParams:
+        """A strip has no shared tile; a point kernel loads scalars, plainly, with one block per SM assured."""
+        if isinstance(params, Stencil3dParams):
+            return params
+        if params.strategy == "strip":
+            return params.but(smem=0)
+        return params.but(vec=1, minb=1, hint="plain")
+
+    def problem(self, card: OperatorCard, params: Stencil2dParams | Stencil3dParams) -> str | None:
+        threads = params.bx * params.by
         if not 64 <= threads <= 1024:
             return f"bx*by = {threads} outside 64..1024"
-        tall = int(params["by"]) * int(params.get("ypt", 1))
+        tall = params.by * (params.ypt if isinstance(params, Stencil2dParams) else 1)
         if -(-card.sizes["ny"] // tall) > MAX_GRID_YZ:
             return "grid y exceeds 65535"
-        if _is_3d(card):
-            return "grid z exceeds 65535" if -(-card.sizes["nz"] // int(params["zpt"])) > MAX_GRID_YZ else None
-        if card.sizes["nx"] % int(params["vec"]):
-            return f"vec {params['vec']} does not divide nx: rows would start misaligned for vector accesses"
-        if int(params["minb"]) * threads > THREADS_PER_SM:
+        if isinstance(params, Stencil3dParams):
+            return "grid z exceeds 65535" if -(-card.sizes["nz"] // params.zpt) > MAX_GRID_YZ else None
+        if card.sizes["nx"] % params.vec:
+            return f"vec {params.vec} does not divide nx: rows would start misaligned for vector accesses"
+        if params.minb * threads > THREADS_PER_SM:
             return f"minb x bx x by exceeds {THREADS_PER_SM} threads per SM"
         return None
 
-    def render(self, card: OperatorCard, params: Params) -> tuple[str, LaunchPlan]:
-        if _is_3d(card):
+    def render(self, card: OperatorCard, params: Stencil2dParams | Stencil3dParams) -> tuple[str, LaunchPlan]:
+        if isinstance(params, Stencil3dParams):
             return self._render3d(dtype_of(card), params)
-        if params["strategy"] == "strip":
+        if params.strategy == "strip":
             return self._render_strip(dtype_of(card), params)
         return self._render2d(dtype_of(card), params)
 
-    def _render_strip(self, dtype: str, params: Params) -> tuple[str, LaunchPlan]:
-        bx, by, ypt, vec = int(params["bx"]), int(params["by"]), int(params["ypt"]), int(params["vec"])
+    def _render_strip(self, dtype: str, params: Stencil2dParams) -> tuple[str, LaunchPlan]:
+        bx, by, ypt, vec = params.bx, params.by, params.ypt, params.vec
         bits, as_t, as_bits = BITS[dtype]
-        stream = params["hint"] == "stream"
+        stream = params.hint == "stream"
         source = render(
             "stencil_strip.cu",
             **prelude_values(dtype, vec),
@@ -134,8 +159,8 @@ class StencilTemplate(Template):
             bx=bx,
             by=by,
             ypt=ypt,
-            minb=int(params["minb"]),
-            hint=str(params["hint"]),
+            minb=params.minb,
+            hint=params.hint,
             stream=stream,
             load_once="__ldcs" if stream else "__ldg",
             word=WORD[vec * ELEMENT_BYTES[dtype]],
@@ -152,9 +177,9 @@ class StencilTemplate(Template):
         )
         return source, plan
 
-    def _render2d(self, dtype: str, params: Params) -> tuple[str, LaunchPlan]:
-        bx, by, ypt = int(params["bx"]), int(params["by"]), int(params["ypt"])
-        if params["smem"]:
+    def _render2d(self, dtype: str, params: Stencil2dParams) -> tuple[str, LaunchPlan]:
+        bx, by, ypt = params.bx, params.by, params.ypt
+        if params.smem:
             at = "tile[threadIdx.y + r * BY + 1 + ({dy})][threadIdx.x + 1 + ({dx})]"
         else:
             at = "to_f(u[(long long)(y + ({dy})) * nx + x + ({dx})])"
@@ -166,7 +191,7 @@ class StencilTemplate(Template):
             bx=bx,
             by=by,
             ypt=ypt,
-            smem=int(params["smem"]),
+            smem=params.smem,
             threads=bx * by,
         )
         plan = LaunchPlan(
@@ -177,9 +202,9 @@ class StencilTemplate(Template):
         )
         return source, plan
 
-    def _render3d(self, dtype: str, params: Params) -> tuple[str, LaunchPlan]:
-        bx, by, zpt = int(params["bx"]), int(params["by"]), int(params["zpt"])
-        if params["smem"]:
+    def _render3d(self, dtype: str, params: Stencil3dParams) -> tuple[str, LaunchPlan]:
+        bx, by, zpt = params.bx, params.by, params.zpt
+        if params.smem:
             lateral = "tile[threadIdx.y + 1 + ({dy})][threadIdx.x + 1 + ({dx})]"
         else:
             lateral = "to_f(u[at + ({dy}) * (long long)nx + ({dx})])"
@@ -191,7 +216,7 @@ class StencilTemplate(Template):
             bx=bx,
             by=by,
             zpt=zpt,
-            smem=int(params["smem"]),
+            smem=params.smem,
             threads=bx * by,
         )
         plan = LaunchPlan(
