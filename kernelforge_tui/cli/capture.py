@@ -105,9 +105,9 @@ def template_problem(card: OperatorCard) -> str | None:
 
     if template_for(card) is not None:
         return None
-    for template in TEMPLATES:
-        if card.family in template.families:
-            return f"the {card.family} template cannot serve it: {template.unsupported(card)}"
+    reasons = [f"{t.name}: {t.unsupported(card)}" for t in TEMPLATES if card.family in t.families]
+    if reasons:  # each of the family's templates says why: a naming mismatch of one may hide what another lacks
+        return f"no {card.family} template can serve it ({'; '.join(reasons)})"
     return f"the template library has no {card.family} family (an LLM proposer can serve the card)"
 
 

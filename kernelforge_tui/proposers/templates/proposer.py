@@ -45,6 +45,7 @@ from kernelforge_tui.proposers.templates.common import (
 )
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
+from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 from kernelforge_tui.proposers.templates.gemv import GemvTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
 from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
@@ -66,6 +67,7 @@ TEMPLATES: tuple[Template[Any], ...] = (
     RowReductionTemplate(),
     SparseTemplate(),
     MatmulTemplate(),
+    GemmSm90Template(),
     GemvTemplate(),
     CopyTemplate(),
 )
