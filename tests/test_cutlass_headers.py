@@ -101,6 +101,11 @@ def test_the_sandboxed_build_reads_the_tree_for_sm_90a(tmp_path: Path) -> None:
     result = asyncio.run(builder.build("#include <cute/value.hpp>\n" + KERNEL.format(value="KF_VALUE"), "kf"))
     assert result.ok, result.log
     assert "for 'sm_90a'" in result.log
+    assert builder.nvcc is not None  # a cluster worker's compile is given the run's plain arch, and targets sm_90a too
+    direct = asyncio.run(
+        builder.compile(builder.nvcc, "#include <cute/value.hpp>\n" + KERNEL.format(value=4), "sm_90", "k")
+    )
+    assert direct.ok and "for 'sm_90a'" in direct.log
     plain = asyncio.run(builder.build(KERNEL.format(value=3), "kf"))
     assert plain.ok and "for 'sm_90'" in plain.log  # a source without CUTLASS keeps the configured target
     without = Builder(arch="sm_90", cutlass=None, cache_dir=tmp_path / "cache2")

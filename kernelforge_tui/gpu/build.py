@@ -297,10 +297,12 @@ class Builder:
                 work.mkdir()
                 scratch.mkdir()
                 Path(work, SOURCE_NAME).write_text(source, encoding="utf-8")
-                nvcc_command = [nvcc, "-cubin", f"-arch={arch}", "--std=c++17", "-Xptxas", "-v", *self.flags]
                 read_only = read_only_paths(nvcc)
                 cutlass = self.cutlass_headers()
-                if cutlass is not None and uses_cutlass(included_headers(source)):
+                uses = cutlass is not None and uses_cutlass(included_headers(source))
+                target = arch_specific(arch) if uses else arch  # also where a cluster worker got the plain arch
+                nvcc_command = [nvcc, "-cubin", f"-arch={target}", "--std=c++17", "-Xptxas", "-v", *self.flags]
+                if cutlass is not None and uses:
                     nvcc_command += [*CUTLASS_FLAGS, "-I", str(cutlass.root)]
                     read_only.append(str(cutlass.root))
                 nvcc_command += ["-o", "kernel.cubin", SOURCE_NAME]
