@@ -3,10 +3,11 @@ on, reaches WCAG AA (4.5:1) in the dark, light and high-contrast themes; labels 
 name and still read; and switching theme keeps the tree as it was.
 
 What is checked is what the terminal is told to draw (the SVG screenshot: each run's colour and the background
-cell under it), over the screens a person meets: the main screen wide and narrow, with a profiled node, the diff
-side by side and whole, a finished run's dimmed keys, the help, the hint, export and chart screens, a zoomed pane
-and the editor. Not text, and so not held to 4.5:1: box drawing (borders, tree guides), block elements (scroll
-bars, bars and charts), which WCAG counts as graphics.
+cell under it), over the screens a person meets (tests/fakes/screens.py, drawn once per theme for these tests and
+the snapshot tests): the main screen wide and narrow, with a profiled node, the diff side by side and whole, a
+finished run's dimmed keys, the help, the hint, export and chart screens, zoomed panes and the editor. Not text,
+and so not held to 4.5:1: box drawing (borders, tree guides), block elements (scroll bars, bars and charts), which
+WCAG counts as graphics.
 
 The `ansi` theme draws in the terminal's own palette, whose colours only the user's terminal knows, so no ratio
 can be computed. What is checked there instead: every colour drawn is a palette colour or the terminal's default
@@ -17,25 +18,21 @@ dark or a light terminal, or on Solarized, whose bright black is its background)
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-
 import pytest
 from rich.color import Color as RichColor
 from rich.color_triplet import ColorTriplet
 from rich.terminal_theme import SVG_EXPORT_THEME
 from textual.color import Color
-from textual.pilot import Pilot
-from textual.screen import ModalScreen
 
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.contrast import AA, contrast, luminance, readable
 from kernelforge_tui.tui.widgets import MetricsPane, SearchTree
 
+from .fakes.screens import Drawing, drawings, group, themed
 from .fakes.synthetic import SyntheticSource
 from .fakes.tui import SVG_DEFAULT_BACKGROUND, Drawn, drawn, settle
 
-Step = Callable[[KernelForgeApp, Pilot[None]], Awaitable[None]]
 GRAPHICS = {chr(c) for c in range(0x2500, 0x25A0)} | {" "}
 """Box drawing and block elements: borders, guides, scroll bars, bars and charts."""
 
@@ -48,76 +45,24 @@ def hex_color(text: str) -> Color:
     return Color.parse(text)
 
 
-async def _profiled(app: KernelForgeApp, pilot: Pilot[None]) -> None:
-    profiled = next(n for n in app.state.nodes.values() if n.status == "profiled")
-    app.query_one(SearchTree).select_id(profiled.id)
-    app.selected = profiled.id
-    await settle(app, pilot)
-
-
-def press(*keys: str) -> Step:
-    """A step that presses the keys, then waits for the app's reads."""
-
-    async def step(app: KernelForgeApp, pilot: Pilot[None]) -> None:
-        await pilot.press(*keys)
-        await settle(app, pilot)
-
-    return step
-
-
-Screen = tuple[str, Step, Step | None]
-"""A screen by name, the step that opens it from the one before, and the step back to the main screen (None: the
-next screen goes on from this one, or it is the session's last)."""
-SESSIONS: list[tuple[tuple[int, int], str | None, list[Screen]]] = [
-    ((160, 48), "main", [("side by side", press("s"), press("s")), ("whole file", press("o"), press("o")),
-                         ("profiled node", _profiled, None)]),
-    ((160, 48), None, [("failures", press("f", "f"), None)]),  # the filter moves the selection: no way back
-    ((80, 24), "main, narrow", [("zoomed diff", press("tab", "z"), press("z", "shift+tab")),
-                                ("help", press("question_mark"), None), ("help, end", press("end"), press("escape"))]),
-    ((100, 30), None, [("chart", press("v"), press("escape")), ("hint", press("h"), press("escape")),
-                       ("export", press("m"), press("escape")), ("editor", press("e"), press("escape"))]),
-]  # fmt: skip
-"""The screens a person meets, drawn by one app per session (an app's start costs more than the screens it draws):
-each screen's way back must restore the main screen as it was drawn first (checked), so every screen is drawn as it
-would be by a fresh app given the same keys."""
-
-
-def on_top(app: KernelForgeApp, runs: list[Drawn]) -> list[Drawn]:
+def on_top(drawing: Drawing) -> list[Drawn]:
     """The runs a dialog draws: a modal screen dims the screen beneath, which is inactive while it is open (WCAG
     holds no inactive part of a page to its ratios)."""
-    if not isinstance(app.screen, ModalScreen):
+    runs = drawn(drawing.svg)
+    box = drawing.dialog
+    if box is None:
         return runs
-    box = app.screen.children[0].region
     return [r for r in runs if box.y <= r.row < box.bottom and box.x <= r.col < box.right]
 
 
-async def screens(theme: str) -> dict[str, list[Drawn]]:
+def screens(theme: str) -> dict[str, list[Drawn]]:
     """What each screen draws, by name."""
-    out: dict[str, list[Drawn]] = {}
-    for size, main, shown in SESSIONS:
-        app = KernelForgeApp(SyntheticSource(40), TuiSettings(theme=theme))
-        async with app.run_test(size=size) as pilot:
-            await settle(app, pilot)
-            start = drawn(app.export_screenshot())
-            if main is not None:
-                out[main] = start
-            for name, step, back in shown:
-                await step(app, pilot)
-                out[name] = on_top(app, drawn(app.export_screenshot()))
-                if back is not None:
-                    await back(app, pilot)
-                    restored = drawn(app.export_screenshot()) == start
-                    assert restored, f"{theme}: the way back from {name!r} did not restore the main screen"
-    finished = KernelForgeApp(SyntheticSource(40, steerable=False, state="finished"), TuiSettings(theme=theme))
-    async with finished.run_test(size=(160, 48)) as pilot:
-        await settle(finished, pilot)
-        out["finished run"] = drawn(finished.export_screenshot())
-    return out
+    return {name: on_top(drawing) for name, drawing in drawings(theme).items()}
 
 
-@pytest.mark.parametrize("theme", ["dark", "light", "high-contrast"])
-async def test_every_text_on_every_screen_reads_at_wcag_aa(theme: str) -> None:
-    shown = await screens(theme)
+@pytest.mark.parametrize("theme", themed("dark", "light", "high-contrast"))
+def test_every_text_on_every_screen_reads_at_wcag_aa(theme: str) -> None:
+    shown = screens(theme)
     failures = sorted(
         {
             (name, run.text.strip()[:40], run.fg, run.bg, round(contrast(hex_color(run.fg), hex_color(run.bg)), 2))
@@ -154,10 +99,11 @@ def _dimmed(palette: dict[str, str]) -> dict[str, str]:
     return out
 
 
-async def test_the_ansi_theme_draws_only_in_the_terminals_palette_and_never_in_its_background() -> None:
+@group("ansi")
+def test_the_ansi_theme_draws_only_in_the_terminals_palette_and_never_in_its_background() -> None:
     palette = _palette()
     dimmed = _dimmed(palette)
-    shown = await screens("ansi")
+    shown = screens("ansi")
     vanishing = {"black", "white", "bright_black", "bright_white"}
     problems = []
     for name, runs in shown.items():

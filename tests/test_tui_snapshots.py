@@ -3,93 +3,78 @@ whole and zoomed, the metrics of a profiled node with its reward, the progress c
 help (whole, and scrolled to its end on a short terminal).
 
 The data is the seeded synthetic run (fixed timestamps, times shown relative to the run's start), and
-nothing blinks: the tree has no text cursor and no input is focused (the export prompt's cursor is hidden).
+nothing blinks: the tree has no text cursor and no input is focused (the export prompt's cursor is hidden). The
+screens are drawn once per theme (tests/fakes/screens.py), for these tests and the contrast tests alike.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 import pytest
-from textual.pilot import Pilot
-from textual.widgets import Input
+from pytest_textual_snapshot import SVGImageExtension
+from syrupy.assertion import SnapshotAssertion
 
-from kernelforge_tui.tui.app import KernelForgeApp
-from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.widgets import MetricsPane, SearchTree
+from .fakes.screens import drawings, group, themed
 
-from .fakes.synthetic import SyntheticSource
-from .fakes.tui import settle
-
-SIZES = pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
-THEMES = pytest.mark.parametrize("theme", ["dark", "light"])
+SIZES = pytest.mark.parametrize("size", ["80x24", "160x48"])
+THEMES = pytest.mark.parametrize("theme", themed("dark", "light"))
 
 
-def app(theme: str) -> KernelForgeApp:
-    return KernelForgeApp(SyntheticSource(40, run_dir=Path("/runs/r-2311-softmax")), TuiSettings(theme=theme))
+@pytest.fixture
+def svg_snapshot(snapshot: SnapshotAssertion) -> SnapshotAssertion:
+    """syrupy's snapshot as pytest-textual-snapshot keeps SVGs: one file a test, the screenshot's id left out."""
+    return snapshot.use_extension(SVGImageExtension)
 
 
 @THEMES
 @SIZES
-def test_main_screen(snap_compare: Any, theme: str, size: tuple[int, int]) -> None:
-    assert snap_compare(app(theme), terminal_size=size)
+def test_main_screen(svg_snapshot: SnapshotAssertion, theme: str, size: str) -> None:
+    assert svg_snapshot == drawings(theme)[f"main {size}"].svg
 
 
-def test_main_screen_side_by_side_high_contrast(snap_compare: Any) -> None:
-    assert snap_compare(app("high-contrast"), terminal_size=(160, 48), press=["s"])
+@group("high-contrast")
+def test_main_screen_side_by_side_high_contrast(svg_snapshot: SnapshotAssertion) -> None:
+    assert svg_snapshot == drawings("high-contrast")["side by side"].svg
 
 
-def test_whole_file_side_by_side_scrolled_sideways(snap_compare: Any) -> None:
-    assert snap_compare(app("dark"), terminal_size=(160, 48), press=["s", "o", "tab", *["right"] * 30])
-
-
-@THEMES
-@SIZES
-def test_zoomed_diff(snap_compare: Any, theme: str, size: tuple[int, int]) -> None:
-    assert snap_compare(app(theme), terminal_size=size, press=["tab", "z"])
-
-
-async def _zoom_profiled_metrics(pilot: Pilot[None]) -> None:
-    kf = pilot.app
-    assert isinstance(kf, KernelForgeApp)
-    await settle(kf, pilot)
-    profiled = next(n.id for n in kf.state.nodes.values() if n.status == "profiled")
-    kf.query_one(SearchTree).select_id(profiled)
-    await settle(kf, pilot)
-    kf.query_one(MetricsPane).focus()
-    await pilot.press("z")
-    await settle(kf, pilot)
+@group("dark")
+def test_whole_file_side_by_side_scrolled_sideways(svg_snapshot: SnapshotAssertion) -> None:
+    assert svg_snapshot == drawings("dark")["whole file side by side scrolled sideways"].svg
 
 
 @THEMES
 @SIZES
-def test_metrics_of_a_profiled_node_zoomed(snap_compare: Any, theme: str, size: tuple[int, int]) -> None:
-    assert snap_compare(app(theme), terminal_size=size, run_before=_zoom_profiled_metrics)
+def test_zoomed_diff(svg_snapshot: SnapshotAssertion, theme: str, size: str) -> None:
+    assert svg_snapshot == drawings(theme)[f"zoomed diff {size}"].svg
 
 
 @THEMES
 @SIZES
-def test_progress_chart(snap_compare: Any, theme: str, size: tuple[int, int]) -> None:
-    assert snap_compare(app(theme), terminal_size=size, press=["v"])
+def test_metrics_of_a_profiled_node_zoomed(svg_snapshot: SnapshotAssertion, theme: str, size: str) -> None:
+    assert svg_snapshot == drawings(theme)[f"metrics zoomed {size}"].svg
 
 
-async def _export_prompt(pilot: Pilot[None]) -> None:
-    await pilot.press("m")
-    await pilot.pause()
-    pilot.app.screen.query_one(Input).cursor_blink = False
+@THEMES
+@SIZES
+def test_progress_chart(svg_snapshot: SnapshotAssertion, theme: str, size: str) -> None:
+    assert svg_snapshot == drawings(theme)[f"chart {size}"].svg
 
 
 @pytest.mark.parametrize(
-    ("theme", "size"), [("dark", (80, 24)), ("light", (160, 48))], ids=["80x24-dark", "160x48-light"]
+    ("theme", "size"),
+    [
+        pytest.param("dark", "80x24", id="80x24-dark", marks=group("dark")),
+        pytest.param("light", "160x48", id="160x48-light", marks=group("light")),
+    ],
 )
-def test_export_prompt(snap_compare: Any, theme: str, size: tuple[int, int]) -> None:
-    assert snap_compare(app(theme), terminal_size=size, run_before=_export_prompt)
+def test_export_prompt(svg_snapshot: SnapshotAssertion, theme: str, size: str) -> None:
+    assert svg_snapshot == drawings(theme)[f"export {size}"].svg
 
 
-def test_help_screen(snap_compare: Any) -> None:
-    assert snap_compare(app("dark"), terminal_size=(100, 36), press=["question_mark"])
+@group("dark")
+def test_help_screen(svg_snapshot: SnapshotAssertion) -> None:
+    assert svg_snapshot == drawings("dark")["help 100x36"].svg
 
 
-def test_help_screen_scrolled_to_its_end_at_80x24(snap_compare: Any) -> None:
-    assert snap_compare(app("light"), terminal_size=(80, 24), press=["question_mark", "end"])
+@group("light")
+def test_help_screen_scrolled_to_its_end_at_80x24(svg_snapshot: SnapshotAssertion) -> None:
+    assert svg_snapshot == drawings("light")["help end 80x24"].svg
