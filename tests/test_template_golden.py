@@ -17,9 +17,11 @@ import pytest
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.proposers.templates import TEMPLATES, TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params, Template, TemplateParams
+from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import TASKS
 
+from .cutlass_marks import needs_cutlass
 from .golden_digests import assert_matches_golden, sha256
 
 SAMPLES = 24
@@ -62,9 +64,29 @@ def _avg_pool_card(name: str, dtype: str, sizes: dict[str, int]) -> OperatorCard
     )
 
 
+def _gemm_card(name: str, dtype: str, sizes: dict[str, int], b: list[str], bias: bool) -> OperatorCard:
+    """A captured matrix product's card (capture/families.py): a [(batch,) M, K], b in its captured layout."""
+    lead = ["batch"] if "batch" in sizes else []
+    inputs = [
+        {"name": "a", "dtype": dtype, "shape": [*lead, "M", "K"]},
+        {"name": "b", "dtype": dtype, "shape": [*lead, *b]},
+    ]
+    return OperatorCard.model_validate(
+        {
+            "name": name,
+            "family": "matmul",
+            "sizes": sizes,
+            "inputs": inputs + [{"name": "bias", "dtype": dtype, "shape": ["N"]}] * bias,
+            "outputs": [{"name": "y", "dtype": dtype, "shape": [*lead, "M", "N"]}],
+            "input_sets": [{"name": "s", "seed": 1}],
+            "reference": {"kind": "numpy", "function": "reference.py:reference"},
+        }
+    )
+
+
 def golden_cards() -> Iterator[OperatorCard]:
     """Every card a template serves among the suite's (both ends of each task's scales), and cards of the modes the
-    suite lacks: group norm (with and without its statistics) and average pooling."""
+    suite lacks: group norm (with and without its statistics), average pooling and captured matrix products."""
     for case in TASKS.values():
         for precision in case.precisions:
             for scale in dict.fromkeys((case.scales[0], case.scales[-1])):
@@ -75,6 +97,10 @@ def golden_cards() -> Iterator[OperatorCard]:
                            {"n": 2, "c": 64, "h": 9, "w": 9, "groups": 8}, stats=True)  # fmt: skip
     yield _avg_pool_card("avg_pool_bf16_256x2048x7x7", "bfloat16", {"n": 256, "c": 2048, "h": 7, "w": 7})
     yield _avg_pool_card("avg_pool_f32_3x5x6x6", "float32", {"n": 3, "c": 5, "h": 6, "w": 6})
+    yield _gemm_card("linear_gelu_bf16_2048x2048", "bfloat16", {"M": 2048, "N": 5632, "K": 2048}, ["N", "K"], True)
+    yield _gemm_card(
+        "bmm_f16_32x1024x1024", "float16", {"batch": 32, "M": 1024, "N": 128, "K": 1024}, ["K", "N"], False
+    )
 
 
 def _key(card: OperatorCard, params: Params) -> str:
@@ -108,7 +134,11 @@ def renders(template: Template[Any]) -> dict[str, str]:
     return {key: _digests(template, card, params) for key, (card, params) in sorted(chosen.items())}
 
 
-@pytest.mark.parametrize("template", TEMPLATES, ids=lambda t: type(t).__name__)
+@pytest.mark.parametrize(
+    "template",
+    [pytest.param(t, marks=needs_cutlass) if isinstance(t, GemmSm90Template) else t for t in TEMPLATES],
+    ids=lambda t: type(t).__name__,
+)
 def test_every_render_matches_its_golden_digest(template: Template[Any]) -> None:
     """A render that changes must come with a new version of its template (see golden_digests.py)."""
     assert_matches_golden("template_renders.json", type(template).__name__, renders(template), template.version)
