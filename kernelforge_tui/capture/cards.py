@@ -39,7 +39,15 @@ SEEDED_SETS = 1
 PRECISIONS = ("float64", "captured")
 ELEMENTWISE_PRECISIONS = ("opmath", *PRECISIONS)
 """An elementwise op's reference tries its opmath first (see `capture.reference`): what the operator computes."""
-PRECISION_WORDS = {"float64": "float64", "opmath": "float32 (the operator's opmath)", "captured": "the captured dtypes"}
+ROUNDED = ("stepwise", "stepwise-opmath", "captured")
+"""The precisions whose intermediate results are the captured calls' dtypes, as eager stores them."""
+PRECISION_WORDS = {
+    "float64": "float64",
+    "stepwise": "float64 a call, each result in its captured dtype",
+    "stepwise-opmath": "float32 a call (the operators' opmath), each result in its captured dtype",
+    "opmath": "float32 (the operator's opmath)",
+    "captured": "the captured dtypes",
+}
 
 
 def fit(arrays: list[np.ndarray], dtype: str) -> tuple[Distribution, str]:
@@ -222,10 +230,10 @@ def write_card(
     (root / "baseline.cu").write_text(plan.source)
     bindings = plan.bindings()
     problems: list[str] = []
-    for precision in ELEMENTWISE_PRECISIONS if plan.family == "elementwise" else PRECISIONS:
+    for precision in plan.precisions or (ELEMENTWISE_PRECISIONS if plan.family == "elementwise" else PRECISIONS):
         (root / "reference.py").write_text(reference.source(name, steps, bindings, precision, plan.input_places()))
         if plan.chain is not None:  # a kernel must round between the calls where the reference does
-            rounded = precision == "captured"
+            rounded = precision in ROUNDED
             spec = spec.model_copy(update={"chain": plan.chain.model_copy(update={"rounded": rounded})})
             (root / "baseline.cu").write_text(plan.rounded_source if rounded and plan.rounded_source else plan.source)
         card = save_card(spec, root, stored)

@@ -9,10 +9,14 @@ PyTorch's kernels do: it accumulates nothing, so float64 buys no accuracy there,
 operator where float32 itself overflows (silu's exp(-x) past x = -88 is inf, so silu is 0 in float32 and a tiny
 number in float64, which a large `up` then makes visible); only where float32 went NaN or inf inside the op and
 float64's result, rounded to float32, is another value does it take float64's (which intermediate overflows first
-is one CPU's vector path, not the operator). `kernelforge capture` checks each against the eager
-outputs it stored and keeps the first that agrees. The file is self-contained (the graph is data inside it; it
-imports only NumPy and torch), so the card stays a directory a person can read, and needs torch wherever the card's
-fresh and stress sets are referenced: a machine without torch gets an error saying how to install it.
+is one CPU's vector path, not the operator). A fused chain of calls computes first stepwise: each call in float64
+(an elementwise chain in its opmath), each intermediate result rounded to the dtype the call returned (through
+float32, as the call's opmath rounds it) and each float scalar to float32 (as the call takes it), as eager computes
+and stores them: a residual add before a norm rounds the sum to the tensors' dtype, and a fused kernel must too.
+`kernelforge capture` checks each against the eager outputs it stored and keeps the first that agrees. The file is
+self-contained (the graph is data inside it; it imports only NumPy and torch), so the card stays a directory a person
+can read, and needs torch wherever the card's fresh and stress sets are referenced: a machine without torch gets an
+error saying how to install it.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ def graph(
         encoded_steps.append({"op": REPLAY_AS.get(step.op, step.op), "args": args, "kwargs": kwargs})
     return {
         "steps": encoded_steps,
+        "dtypes": [[None if m is None else m.dtype for m in step.outputs] for step in steps],
         "inputs": {b.tensor: b.op_shape for b in bindings if b.role == "input"},
         "transposed": [b.tensor for b in bindings if b.role == "input" and b.transposed],
         "outputs": {
@@ -100,8 +105,10 @@ TEMPLATE = '''"""Reference of card {name}, written by `kernelforge capture` (cap
 Re-runs the captured aten call(s) with torch on the CPU, on the card's inputs reshaped to the captured shapes:
 {calls}
 Precision: {precision} ("float64": floating tensors and dtype arguments raised to float64, as the built-in NumPy
-references compute; "opmath": raised to float32, as the operator computes; "captured": the captured dtypes). Needs
-torch (pip install 'kernelforge-tui[torch]').
+references compute; "opmath": raised to float32, as the operator computes; "captured": the captured dtypes;
+"stepwise" and "stepwise-opmath": float64 and opmath with each call's result rounded to the dtype it returned before a
+later call reads it, and float scalars to float32, as eager computes and stores them). Needs torch (pip install
+'kernelforge-tui[torch]').
 """
 
 from __future__ import annotations
@@ -111,6 +118,9 @@ import json
 import numpy as np
 
 PRECISION = "{precision}"
+STEPWISE = PRECISION.startswith("stepwise")
+BASE = {{"stepwise": "float64", "stepwise-opmath": "opmath"}}.get(PRECISION, PRECISION)
+"""What each call computes in."""
 RAISED = {{
     "float64": lambda torch, dtype: torch.float64,
     "opmath": lambda torch, dtype: torch.float64 if dtype == torch.float64 else torch.float32,
@@ -157,15 +167,24 @@ def _input(torch, name, array, shape, precision):
     return _tensor(torch, array, [*shape[:-2], shape[-1], shape[-2]], precision).transpose(-2, -1)
 
 
+def _stored(torch, result, dtype):
+    """Stepwise, a call's result as the captured call stored it: rounded through float32 (its opmath) to the dtype it
+    returned, and widened again; else as it is."""
+    if not STEPWISE or dtype in (None, "float64") or not result.is_floating_point():
+        return result
+    return result.to(torch.float32).to(getattr(torch, dtype)).to(result.dtype)
+
+
 def _value(torch, spec, inputs, results, precision):
     if spec is None:
         return None
     if "input" in spec:
         return inputs[spec["input"]]
     if "step" in spec:
-        return results[spec["step"]][spec["out"]]
+        return _stored(torch, results[spec["step"]][spec["out"]], GRAPH["dtypes"][spec["step"]][spec["out"]])
     if "value" in spec:
-        return spec["value64"] if precision == "float64" and "value64" in spec else spec["value"]
+        value = spec["value64"] if precision == "float64" and "value64" in spec else spec["value"]
+        return float(np.float32(value)) if STEPWISE and isinstance(value, float) else value
     if "float" in spec:
         return float(spec["float"])
     if "dtype" in spec:
@@ -211,8 +230,8 @@ def reference(inputs, sizes):
     implementations (on the H200 host torch's AVX-512 gelu gives NaN at +inf and inf at 3.3e38, its scalar path and
     CUDA's give inf and 3.3e38), and the kernel is held to the operator's value, not to one CPU's overflow."""
     torch = _torch()
-    outputs = _run(torch, inputs, PRECISION)
-    if PRECISION != "opmath" or all(np.isfinite(out).all() for out in outputs.values()):
+    outputs = _run(torch, inputs, BASE)
+    if BASE != "opmath" or all(np.isfinite(out).all() for out in outputs.values()):
         return outputs
     exact = _run(torch, inputs, "float64")
     for name, out in outputs.items():

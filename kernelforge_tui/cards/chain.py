@@ -99,6 +99,13 @@ class Chain(BaseModel):
         names = [a.input for s in self.steps for a in s.args if a.kind == "input" and a.input is not None]
         return list(dict.fromkeys(names))
 
+    def value(self, op: str, path: str) -> ChainValue | None:
+        """The scalar the first call of overload `op` passed at `path` (`args[4]`, `kwargs.eps`), or None."""
+        for step in self.steps:
+            if step.op == op:
+                return next((a.value for a in step.args if a.path == path), None)
+        return None
+
     def describe(self) -> str:
         """`aten.add.Tensor -> aten.native_layer_norm.default`."""
         return " -> ".join(s.op for s in self.steps)
