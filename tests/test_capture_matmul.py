@@ -16,6 +16,7 @@ from kernelforge_tui.capture import load_capture
 from kernelforge_tui.capture.manifest import Variant
 from kernelforge_tui.capture.ranking import estimate
 from kernelforge_tui.cards import load_card
+from kernelforge_tui.proposers.templates.gemm_sm90 import layout_of
 
 if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
     import torch
@@ -35,12 +36,13 @@ class Products(nn.Module):
         self.proj = nn.Linear(64, 48)  # a 2-D input: addmm(bias, x, w^T)
         self.up = nn.Linear(64, 96, bias=False)  # a 3-D input: mm of its rows and w^T
         self.w = nn.Parameter(torch.randn(64, 40))
+        self.gated = nn.Linear(64, 32)  # then gelu: one chain card
 
     def forward(self, x, q, k):
         scores = torch.bmm(q, k.transpose(1, 2))  # b a transposed view
         strided = torch.mm(x[0][:, ::2], self.w[::2])  # every other column: no card
         scaled = torch.addmm(self.proj.bias, x[1], self.proj.weight.t(), beta=0.5)
-        return self.proj(x[0]), self.up(x), scores, strided, scaled
+        return self.proj(x[0]), self.up(x), scores, strided, scaled, torch.nn.functional.gelu(self.gated(x[1]))
 
 
 def build(device="cpu", size=None, dtype="bfloat16"):
@@ -72,8 +74,10 @@ def as_op(array: np.ndarray, transposed: bool) -> torch.Tensor:
 
 def test_products_become_cards_in_their_captured_layout(captured: tuple[list[Variant], Path]) -> None:
     variants, root = captured
-    cards = {v.steps[0].op: v for v in variants if v.status == "card"}
-    assert set(cards) == {"aten.addmm.default", "aten.mm.default", "aten.bmm.default"}
+    products = [v for v in variants if v.status == "card" and v.kind == "op" and v.family == "matmul"]
+    # the addmm of self.gated (N 32) is its own variant beside its chain's card, as every call of a chain is
+    cards = {v.steps[0].op: v for v in products if v.title.split(" ")[-1] != "[64, 32]"}
+    assert len(products) == 4 and set(cards) == {"aten.addmm.default", "aten.mm.default", "aten.bmm.default"}
     dims = {}
     for op, variant in cards.items():
         card = load_card(root / str(variant.card))
@@ -96,6 +100,30 @@ def test_products_become_cards_in_their_captured_layout(captured: tuple[list[Var
     assert dims["aten.mm.default"] == {"a": ["M", "K"], "b": ["N", "K"]}
     assert dims["aten.bmm.default"] == {"a": ["batch", "M", "K"], "b": ["batch", "N", "K"]}
     assert load_card(root / str(cards["aten.addmm.default"].card)).spec.sizes == {"M": 16, "N": 48, "K": 64}
+
+
+def test_a_product_then_its_activation_is_one_card_the_gemm_template_fuses(
+    captured: tuple[list[Variant], Path],
+) -> None:
+    variants, root = captured
+    [chain] = [v for v in variants if v.kind == "pattern" and v.status == "card"]
+    assert [s.op for s in chain.steps] == ["aten.addmm.default", "aten.gelu.default"] and chain.family == "matmul"
+    card = load_card(root / str(chain.card))
+    assert card.spec.name.startswith("addmm_gelu_bf16") and {t.name: t.shape for t in card.spec.inputs}["b"] == [
+        "N",
+        "K",
+    ]
+    transposed = {b.tensor: b.transposed for b in chain.bindings}
+    [which] = [s for s in card.spec.input_sets if s.file is not None][:1]
+    inputs, outputs = card.input_set(which)
+    with torch.no_grad():
+        product = torch.addmm(
+            as_op(inputs["bias"], False), as_op(inputs["a"], False), as_op(inputs["b"], transposed["b"])
+        )
+        eager = torch.nn.functional.gelu(product)
+    np.testing.assert_array_equal(outputs["y"].astype(np.float32), eager.float().numpy())
+    layout = layout_of(card.spec)
+    assert not isinstance(layout, str) and (layout.bias, layout.activation) == (True, "gelu")
 
 
 def test_other_layouts_and_scaled_sums_are_refused_with_the_reason(captured: tuple[list[Variant], Path]) -> None:

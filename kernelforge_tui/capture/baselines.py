@@ -208,17 +208,29 @@ def batch_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
     return source, plan
 
 
-def matmul(dtype: str, a_row_major: bool, b_row_major: bool, bias: bool, batched: bool) -> tuple[str, LaunchPlan]:
-    """y = a b (+ bias[n]) of a[(batch,) M, K] (or its transposed view, held [K, M]) and b[(batch,) K, N] (or [N, K]),
-    a 16x16 tile of y a block through shared tiles, fp32 sums: any size and layout the capture keeps."""
+def matmul(
+    dtype: str,
+    a_row_major: bool,
+    b_row_major: bool,
+    bias: bool,
+    batched: bool,
+    act: str | None = None,
+    rounded: bool = False,
+) -> tuple[str, LaunchPlan]:
+    """y = [act](a b (+ bias[n])) of a[(batch,) M, K] (or its transposed view, held [K, M]) and b[(batch,) K, N] (or
+    [N, K]), a 16x16 tile of y a block through shared tiles, fp32 sums: any size and layout the capture keeps. A
+    chain's activation sees the sum in fp32 (`rounded`: in the dtype, as eager stores it)."""
     layouts = f"a {'[M, K]' if a_row_major else '[K, M]'}, b {'[K, N]' if b_row_major else '[N, K]'}"
-    what = f"y = a b{' + bias' if bias else ''} ({layouts}), a 16x16 shared tile a block"
+    product = f"a b{' + bias' if bias else ''}"
+    what = f"y = {f'{act}({product})' if act else product} ({layouts}), a 16x16 shared tile a block"
     source = CUDA.render(
         "matmul.cu",
         **prelude_values(dtype, what),
         a_row_major=int(a_row_major),
         b_row_major=int(b_row_major),
         bias=bias,
+        rounded=rounded,
+        expression=_activation(act) if act else "a0",
     )
     plan = LaunchPlan(
         entry="kf_capture_matmul",

@@ -290,6 +290,20 @@ def scale_mask_softmax(calls: list[Call], start: Call) -> list[int] | None:
     return [c.index for c in chain]
 
 
+PRODUCTS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
+
+
+def product_act(calls: list[Call], start: Call) -> list[int] | None:
+    """mm, addmm or bmm -> gelu, silu or relu of its result (nn.Linear then an activation, on a 2-D input): the call
+    indices, or None."""
+    if start.op not in PRODUCTS:
+        return None
+    act = _single_next(calls, start, ACTIVATIONS)
+    if act is None or act.args[0].source != (start.index, 0):
+        return None
+    return [start.index, act.index]
+
+
 def group_norm_act(calls: list[Call], start: Call) -> list[int] | None:
     """group_norm -> silu, gelu or relu of its result, its mean and rstd unread: the call indices, or None."""
     if start.op != "aten.native_group_norm.default" or not _results_unread(start):
@@ -305,15 +319,17 @@ ACTIVATION_NAMES = {"aten.gelu.default": "gelu", "aten.silu.default": "silu", "a
 
 def chain_name(pattern: str, chain: list[Call]) -> str:
     """The name of one instance of a pattern, as its card is named: residual_layer_norm or residual_rms_norm,
-    bias_gelu (bias_gelu_tanh, bias_silu, bias_relu), scale_softmax, mask_softmax or scale_mask_softmax,
-    group_norm_silu (_gelu, _relu); rms_norm and silu_mul as they are."""
+    bias_gelu (bias_gelu_tanh, bias_silu, bias_relu), addmm_gelu (mm_ and bmm_, each with every activation),
+    scale_softmax, mask_softmax or scale_mask_softmax, group_norm_silu (_gelu, _relu); rms_norm and silu_mul as
+    they are."""
     last = chain[-1]
     if pattern == "residual_norm":
         return "residual_layer_norm" if chain[1].op == NORMS[0] else "residual_rms_norm"
-    if pattern in ("bias_act", "group_norm_act"):
+    if pattern in ("bias_act", "group_norm_act", "product_act"):
         approximate = last.arg("kwargs.approximate") or last.arg("args[1]")
         act = ACTIVATION_NAMES[last.op] + ("_tanh" if approximate is not None and approximate.value == "tanh" else "")
-        return f"{pattern.removesuffix('_act')}_{act}"
+        first = chain[0].op.split(".")[1] if pattern == "product_act" else pattern.removesuffix("_act")
+        return f"{first}_{act}"
     if pattern == "scale_mask_softmax":
         scaled, masked = _scaling(chain[0]), any(c.op == "aten.add.Tensor" for c in chain)
         return "scale_mask_softmax" if scaled and masked else "scale_softmax" if scaled else "mask_softmax"
@@ -325,6 +341,7 @@ PATTERNS = {
     "bias_act": bias_act,
     "scale_mask_softmax": scale_mask_softmax,
     "group_norm_act": group_norm_act,
+    "product_act": product_act,
     "rms_norm": rms_norm,
     "silu_mul": silu_mul,
 }

@@ -1,7 +1,11 @@
 //@ y = a b (+ bias[n]) of a captured matrix product, each operand in the layout the model gave it (A_ROW_MAJOR:
 //@ a is [M, K], else a transposed view held as [K, M]; B_ROW_MAJOR: b is [K, N], else [N, K]); a batch a grid z.
 //@ A 16x16 tile of y a block through 16x16 shared tiles of a and b, fp32 sums; edges read zeros, so any size works.
+//@ A chain's activation is $expression over a0, the sum (with `rounded`: as eager stores it, in T); else a0 itself.
 #include "prelude.cuh"
+//@if rounded
+#include "rounded.cuh"
+//@end
 #define TILE 16
 #define A_ROW_MAJOR $a_row_major
 #define B_ROW_MAJOR $b_row_major
@@ -38,9 +42,15 @@ extern "C" __global__ void kf_capture_matmul(const T* __restrict__ a, const T* _
     }
     if (row < M && col < N) {
 //@if bias
-        y[(long long)row * N + col] = cv(acc + ld(bias, col));
+        const float sum = acc + ld(bias, col);
 //@else
-        y[(long long)row * N + col] = cv(acc);
+        const float sum = acc;
 //@end
+//@if rounded
+        const float a0 = rd(sum);
+//@else
+        const float a0 = sum;
+//@end
+        y[(long long)row * N + col] = cv($expression);
     }
 }

@@ -5,7 +5,7 @@ and optionally `bias` [N], output `y`; sizes M, N, K and optionally `batch`. The
 gave them, and the card says which by the order of its dims: `a` is [M, K] (row-major) or [K, M] (a transposed view,
 column-major to CUTLASS), `b` is [K, N] or [N, K] (nn.Linear's weight, read as b^T), each with a leading `batch` dim
 on a batched card, `y` is [(batch,) M, N]. An activation fused after the bias is named in the card's name
-(`linear_gelu_...`, `..._silu_...`, `..._relu_...`).
+(`addmm_gelu_...`, `mm_gelu_tanh_...`, `..._silu_...`, `..._relu_...`: capture's product chains).
 
 The kernel (cuda/gemm_sm90.cu) is CUTLASS's CollectiveBuilder sm90 warp-specialised mainloop with the cp.async
 producer (`KernelCpAsyncWarpSpecializedCooperative` or `...Pingpong`), the persistent tile scheduler and the
@@ -49,8 +49,9 @@ SHARED_BYTES = 227 * 1024
 """What a Hopper block may take; CUTLASS's stage count fills it (the source asserts its storage fits)."""
 MAX_ACCUMULATORS = 128
 """fp32 accumulators per consumer thread: a 128x256 cooperative or 64x256 pingpong tile; more spill."""
-ACTIVATIONS = {"relu": "ReLu", "silu": "SiLu", "gelu": "GELU"}
-"""Activation word in a card's name -> CUTLASS's functor (cutlass/epilogue/thread/activation.h)."""
+ACTIVATIONS = {"relu": "ReLu", "silu": "SiLu", "gelu": "GELU", "gelu_tanh": "GELU_taylor"}
+"""Activation in a card's name -> CUTLASS's functor (cutlass/epilogue/thread/activation.h; GELU_taylor is the tanh
+approximation, with tanh.approx)."""
 SCHEDULES = {"cooperative": "Cooperative", "pingpong": "Pingpong"}
 
 
@@ -96,7 +97,8 @@ def layout_of(card: OperatorCard) -> GemmLayout | str:
     if rest and rest[0].shape != ["N"]:
         return f"bias has dims {rest[0].shape}: expects ['N']"
     words = set(card.name.split("_"))
-    activation = next((word for word in ACTIVATIONS if word in words), "")
+    activation = next((word for word in ("relu", "silu", "gelu") if word in words), "")
+    activation += "_tanh" if activation == "gelu" and "tanh" in words else ""
     return GemmLayout(
         a_row_major=row_major["a"], b_row_major=row_major["b"], batched=batched, bias=bool(rest), activation=activation
     )
