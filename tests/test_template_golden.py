@@ -21,6 +21,7 @@ from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import TASKS
 
+from .chain_cards import chain_cards
 from .cutlass_marks import needs_cutlass
 from .golden_digests import assert_matches_golden, sha256
 
@@ -86,7 +87,8 @@ def _gemm_card(name: str, dtype: str, sizes: dict[str, int], b: list[str], bias:
 
 def golden_cards() -> Iterator[OperatorCard]:
     """Every card a template serves among the suite's (both ends of each task's scales), and cards of the modes the
-    suite lacks: group norm (with and without its statistics), average pooling and captured matrix products."""
+    suite lacks: group norm (with and without its statistics), average pooling, captured matrix products and fused
+    chains."""
     for case in TASKS.values():
         for precision in case.precisions:
             for scale in dict.fromkeys((case.scales[0], case.scales[-1])):
@@ -101,6 +103,7 @@ def golden_cards() -> Iterator[OperatorCard]:
     yield _gemm_card(
         "bmm_f16_32x1024x1024", "float16", {"batch": 32, "M": 1024, "N": 128, "K": 1024}, ["K", "N"], False
     )
+    yield from chain_cards()
 
 
 def _key(card: OperatorCard, params: Params) -> str:

@@ -33,6 +33,7 @@ from kernelforge_tui.cards.store import Card
 from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, SpaceCoverage
+from kernelforge_tui.proposers.templates.chains import CHAIN_TEMPLATES
 from kernelforge_tui.proposers.templates.common import (
     Lever,
     P,
@@ -57,6 +58,7 @@ from kernelforge_tui.proposers.templates.sparse import SparseTemplate
 from kernelforge_tui.proposers.templates.stencil import StencilTemplate
 
 TEMPLATES: tuple[Template[Any], ...] = (
+    *CHAIN_TEMPLATES,  # before the single ops' templates: a chain card is never served as one of its calls
     ElementwiseTemplate(),
     RowTemplate(),
     GroupNormTemplate(),
