@@ -679,6 +679,33 @@ def _addmm(step: Step) -> CardPlan:
     return _product_plan(step, "addmm", "args[1]", "args[2]", "args[0]")
 
 
+def _product_act(steps: list[Step]) -> CardPlan:
+    """mm, addmm or bmm, then an activation of its result: the product's card, y the activation's (the name says
+    which: the GEMM template's epilogue reads it)."""
+    product, act = steps
+    made = OPS[product.op](product)
+    name = _activation(act)
+    layout = {t.name: not t.transposed for t in made.tensors if t.name in ("a", "b")}
+    bias = any(t.name == "bias" for t in made.tensors)
+    y = next(t for t in made.tensors if t.name == "y")
+    tensors = [*(t for t in made.tensors if t.role == "input"), dataclasses.replace(y, step=1, meta=_output(act, 0))]
+    dtype = _checked(tensors)
+    batched = "batch" in made.sizes
+
+    def baseline(rounded: bool) -> tuple[str, LaunchPlan]:
+        return baselines.matmul(dtype, layout["a"], layout["b"], bias, batched, name, rounded)
+
+    return dataclasses.replace(
+        made,
+        tensors=tensors,
+        flops=f"{made.flops} + {ELEMENTWISE_FLOPS[name]} * {_product(y.dims)}",
+        precisions=CHAIN_PRECISIONS,
+        source=baseline(rounded=False)[0],
+        rounded_source=baseline(rounded=True)[0],
+        what=f"y = {name}({made.what.removeprefix('y = ')})",
+    )
+
+
 OPS: dict[str, Callable[[Step], CardPlan]] = {
     **dict.fromkeys(UNARY, _unary),
     **dict.fromkeys(BINARY, _binary),
@@ -904,6 +931,7 @@ PATTERNS: dict[str, Callable[[list[Step]], CardPlan]] = {
     "residual_rms_norm": _residual_norm,
     **{f"bias_{act}": _bias_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
     **{f"group_norm_{act}": _group_norm_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
+    **{f"{op}_{act}": _product_act for op in ("mm", "addmm", "bmm") for act in ("gelu", "gelu_tanh", "silu", "relu")},
     "scale_softmax": _masked_softmax,
     "mask_softmax": _masked_softmax,
     "scale_mask_softmax": _masked_softmax,
