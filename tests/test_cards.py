@@ -464,6 +464,7 @@ BOMB = 8 << 20
         (b"\x93NUMPY\x01\x00\x20\x00{'descr': '<f4', 'fortran_order': False", "not a readable .npy member"),
         (b"PK not an npy", "not a readable .npy member"),
     ],
+    ids=["huge-shape", "inflating", "trailing-bomb", "trailing", "truncated", "cut-header", "not-npy"],
 )
 def test_a_set_member_is_checked_against_the_card_before_its_data_is_read(tmp_path: Path, x: bytes, words: str) -> None:
     """A crafted member (a header declaring terabytes, a zip bomb, data short of or beyond its header) is a card

@@ -21,6 +21,7 @@ from kernelforge_tui.tui.screens import ClusterScreen
 from kernelforge_tui.tui.source import LiveSearchSource, StoreSource
 from kernelforge_tui.tui.widgets import RunHeaderBar
 
+from .fakes.screens import drawing_of
 from .fakes.synthetic import SyntheticSource
 from .fakes.tui import drawn, screen_text, settle
 from .test_cli_runs_gpus import BOX1, BOX2, new_run
@@ -148,7 +149,7 @@ async def test_every_text_on_the_cluster_screen_reads_at_wcag_aa(theme: str) -> 
         await settle(app, pilot)
         await pilot.press("C")
         await settle(app, pilot)
-        runs = [run for run in on_top(app, drawn(app.export_screenshot())) if is_text(run)]
+        runs = [run for run in on_top(drawing_of(app)) if is_text(run)]
     assert any("softmax #12" in run.text for run in runs) and any("idle" in run.text for run in runs)
     failures = [(r.text.strip(), r.fg, r.bg) for r in runs if contrast(hex_color(r.fg), hex_color(r.bg)) < AA]
     assert not failures

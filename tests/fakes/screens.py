@@ -81,7 +81,8 @@ class Drawing:
     """The box a dialog (a modal screen) draws; the screen beneath it is dimmed and inactive while it is open."""
 
 
-def _drawing(app: KernelForgeApp) -> Drawing:
+def drawing_of(app: KernelForgeApp) -> Drawing:
+    """What `app` draws now, with the box of the dialog on top if one is open."""
     dialog = app.screen.children[0].region if isinstance(app.screen, ModalScreen) else None
     return Drawing(app.export_screenshot(title=app.title, simplify=True), dialog)
 
@@ -174,15 +175,15 @@ async def _draw(theme: str, session: Session) -> dict[str, Drawing]:
     app = new_app(theme, session.finished)
     async with app.run_test(size=session.size, tooltips=True, notifications=True) as pilot:
         await settle(app, pilot)
-        start = _drawing(app)
+        start = drawing_of(app)
         if session.main is not None:
             out[session.main] = start
         for screen in (s for s in session.screens if _shown(s.themes, theme)):
             await screen.open(app, pilot)
-            out[screen.name] = _drawing(app)
+            out[screen.name] = drawing_of(app)
             if screen.back is not None:
                 await screen.back(app, pilot)
-                again = drawn(_drawing(app).svg)
+                again = drawn(drawing_of(app).svg)
                 assert again == drawn(start.svg), f"{theme}: the way back from {screen.name!r} changed the screen"
     return out
 
