@@ -2,8 +2,10 @@
 
 Two sources:
 - a captured variant (`capture.json`): the overload, every argument as the model passed it, and where each card
-  tensor sits in the call (`Variant.bindings`). Only single aten calls (`replaceable`) can be overridden; the
-  guard takes the captured shapes, strides, dtypes, alignment and scalar values exactly;
+  tensor sits in the call (`Variant.bindings`). A single aten call (`replaceable`) is overridden in eager and in
+  compiled graphs; a fused chain (a pattern variant, its card's [chain]) becomes a chain guard, which only the
+  compile path matches (`cast.fused`). The guard takes the captured shapes, strides, dtypes, alignment and scalar
+  values exactly;
 - a hand-written card (a run of `examples/cards/...`): a small built-in table by family and tensor layout (a
   softmax card is `aten::_softmax.default(x, dim=-1, half_to_float=False) -> y`). A card the table does not
   know gets no kernel, and the audit says so.
@@ -15,8 +17,17 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from kernelforge_tui.cards.chain import ChainArg
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.cast.manifest import DEFAULT_ALIGNMENT, AtenArg, Scalar, TensorGuard, describe_call
+from kernelforge_tui.cast.manifest import (
+    DEFAULT_ALIGNMENT,
+    AtenArg,
+    Chain,
+    ChainStep,
+    Scalar,
+    TensorGuard,
+    describe_call,
+)
 
 _ARG_PATH = re.compile(r"^(?:args\[(\d+)\]|kwargs\.([A-Za-z_][A-Za-z0-9_]*))$")
 _PLAIN = (bool, int, float, str, type(None))
@@ -33,6 +44,8 @@ class CallBinding:
     outputs: list[TensorGuard]
     call: str
     """The call in words (for the audit)."""
+    chain: Chain | None = None
+    """A fused chain's calls: its kernel replaces them in compiled graphs only."""
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -140,13 +153,91 @@ def _scalar(value: object) -> Scalar | None:
     return None
 
 
+CHAIN_NAMESPACE = "kernelforge"
+"""A chain guard's overload is `kernelforge::<pattern>`: no aten operator, the kernel op's own name."""
+
+
+def _place(path: str) -> tuple[str, int | None] | str:
+    """(schema name, position) of an argument path (`args[3]`: arg3, 3; `kwargs.eps`: eps, None), or why not."""
+    found = _ARG_PATH.match(path)
+    if found is None:
+        return f"argument {path} is nested (a tensor inside a list): the runtime checks top-level arguments only"
+    position = int(found.group(1)) if found.group(1) is not None else None
+    return found.group(2) or f"arg{position}", position
+
+
+def _input_guard(spec: OperatorCard, binding: object, meta: object) -> TensorGuard | str:
+    """The guard of a card input the capture bound (`capture.manifest.Binding`) to a tensor the call passed
+    (`capture.manifest.TensorMeta`), or why the runtime cannot take it."""
+    from kernelforge_tui.capture.manifest import Binding, TensorMeta
+
+    assert isinstance(binding, Binding) and isinstance(meta, TensorMeta)
+    if not meta.contiguous:
+        return f"tensor argument {binding.path} was not contiguous when captured (stride {meta.stride})"
+    dtype = spec.tensor(binding.tensor).dtype
+    if dtype != meta.dtype:
+        return f"the card's {binding.tensor} is {dtype}, the call passed {meta.dtype}"
+    view = card_view(spec, binding.tensor, meta.shape, binding)
+    if isinstance(view, str):
+        return view
+    return TensorGuard(
+        name=binding.tensor,
+        shape=tuple(meta.shape),
+        dtype=meta.dtype,
+        strides=tuple(meta.stride),
+        alignment=meta.alignment if 0 < meta.alignment <= DEFAULT_ALIGNMENT else DEFAULT_ALIGNMENT,
+        card_shape=view if view != tuple(meta.shape) else None,
+    )
+
+
+def _output_guard(spec: OperatorCard, op: str, index: int, binding: object, meta: object) -> TensorGuard | str:
+    """The guard of a card output the capture bound to result `index` of the call `op`, or why not."""
+    from kernelforge_tui.capture.manifest import Binding, TensorMeta
+
+    if not isinstance(meta, TensorMeta):
+        return f"{op} returns a non-tensor result (out[{index}])"
+    assert isinstance(binding, Binding)
+    if not meta.contiguous:
+        return (
+            f"{op} returned out[{index}] with strides {meta.stride}; the runtime returns its outputs row-major "
+            "contiguous"
+        )
+    if spec.tensor(binding.tensor).dtype != meta.dtype:
+        return f"the card's {binding.tensor} is {spec.tensor(binding.tensor).dtype}, the call returned {meta.dtype}"
+    view = card_view(spec, binding.tensor, meta.shape, binding)
+    if isinstance(view, str):
+        return view
+    return TensorGuard(
+        name=binding.tensor,
+        shape=tuple(meta.shape),
+        dtype=meta.dtype,
+        strides=contiguous_strides(tuple(meta.shape)),
+        card_shape=view if view != tuple(meta.shape) else None,
+    )
+
+
+def _scalar_arg(name: str, position: int | None, kind: str, value: object, path: str) -> AtenArg | str:
+    """A scalar argument as the guard compares it: dtype, device, layout and memory format by torch's name, a
+    non-finite float as the float, None as None; or why it is not plain data."""
+    if kind == "none":
+        return AtenArg(name=name, position=position, accepts=[None])
+    if kind == "float" and value in ("inf", "-inf"):
+        return AtenArg(name=name, position=position, accepts=[float(str(value))])
+    plain = _scalar(value)
+    if kind in ("scalar", "dtype", "device", "layout", "memory_format") and plain is not None:
+        return AtenArg(name=name, position=position, accepts=[plain])
+    return f"argument {path} ({value!r}) is not plain data the guard can compare"
+
+
 def from_variant(variant: object, spec: OperatorCard) -> CallBinding | str:
-    """The binding of a captured variant (`capture.manifest.Variant`), or why the runtime cannot override it."""
+    """The binding of a captured variant (`capture.manifest.Variant`), or why the runtime cannot take it."""
     from kernelforge_tui.capture.manifest import Variant
 
     assert isinstance(variant, Variant)
-    if variant.kind != "op" or len(variant.steps) != 1:
-        return f"a fused pattern of {len(variant.steps)} calls ({variant.op}): the runtime overrides single aten calls"
+    if variant.kind == "pattern":
+        return _chain_binding(variant, spec)
+    if len(variant.steps) != 1:
+        return f"a variant of {len(variant.steps)} calls ({variant.op}): the runtime overrides single aten calls"
     if not variant.replaceable:
         return "the capture marks it not replaceable by a single override" + (
             f" ({variant.reason})" if variant.reason else ""
@@ -160,73 +251,84 @@ def from_variant(variant: object, spec: OperatorCard) -> CallBinding | str:
     inputs: list[TensorGuard] = []
     args: list[AtenArg] = []
     for arg in step.args:
-        found = _ARG_PATH.match(arg.path)
-        if found is None:
-            return (
-                f"argument {arg.path} is nested (a tensor inside a list): the runtime checks top-level arguments only"
-            )
-        position = int(found.group(1)) if found.group(1) is not None else None
-        name = found.group(2) or f"arg{position}"
+        place = _place(arg.path)
+        if isinstance(place, str):
+            return place
+        name, position = place
         if arg.kind == "tensor":
-            meta, binding = arg.tensor, by_path.get(arg.path)
-            if meta is None or binding is None:
+            binding = by_path.get(arg.path)
+            if arg.tensor is None or binding is None:
                 return f"tensor argument {arg.path} is not one of the card's inputs"
-            if not meta.contiguous:
-                return f"tensor argument {arg.path} was not contiguous when captured (stride {meta.stride})"
-            alignment = meta.alignment if 0 < meta.alignment <= DEFAULT_ALIGNMENT else DEFAULT_ALIGNMENT
-            dtype = spec.tensor(binding.tensor).dtype
-            if dtype != meta.dtype:
-                return f"the card's {binding.tensor} is {dtype}, the call passed {meta.dtype}"
-            view = card_view(spec, binding.tensor, meta.shape, binding)
-            if isinstance(view, str):
-                return view
-            guard = TensorGuard(
-                name=binding.tensor,
-                shape=tuple(meta.shape),
-                dtype=meta.dtype,
-                strides=tuple(meta.stride),
-                alignment=alignment,
-                card_shape=view if view != tuple(meta.shape) else None,
-            )
+            guard = _input_guard(spec, binding, arg.tensor)
+            if isinstance(guard, str):
+                return guard
             inputs.append(guard)
             args.append(AtenArg(name=name, position=position, tensor=binding.tensor))
-        elif arg.kind in ("scalar", "none", "dtype", "device", "layout", "memory_format"):
-            # dtype, device, layout, memory format: by torch's name, as the runtime compares them
-            value = _scalar(arg.value)
-            if value is None and arg.kind != "none":
-                return f"argument {arg.path} = {arg.value!r} is not plain data the guard can compare"
-            args.append(AtenArg(name=name, position=position, accepts=[value]))
-        elif arg.kind == "float" and arg.value in ("inf", "-inf"):
-            args.append(AtenArg(name=name, position=position, accepts=[float(str(arg.value))]))
-        else:
-            return f"argument {arg.path} ({arg.value!r}) is not plain data the guard can compare"
+            continue
+        made = _scalar_arg(name, position, arg.kind, arg.value, arg.path)
+        if isinstance(made, str):
+            return made
+        args.append(made)
     outputs: list[TensorGuard] = []
     by_output = {b.path: b for b in variant.bindings if b.role == "output" and b.step == 0}
     for index, meta in enumerate(step.outputs):
-        if meta is None:
-            return f"{step.op} returns a non-tensor result (out[{index}])"
         binding = by_output.get(f"out[{index}]")
-        if binding is None:
+        if meta is not None and binding is None:
             return f"{step.op} also returns out[{index}] {meta.shape}, which the card does not compute"
-        if not meta.contiguous:
-            return (
-                f"{step.op} returned out[{index}] with strides {meta.stride}; the runtime returns its outputs "
-                "row-major contiguous"
-            )
-        if spec.tensor(binding.tensor).dtype != meta.dtype:
-            return f"the card's {binding.tensor} is {spec.tensor(binding.tensor).dtype}, the call returned {meta.dtype}"
-        view = card_view(spec, binding.tensor, meta.shape, binding)
-        if isinstance(view, str):
-            return view
-        outputs.append(
-            TensorGuard(
-                name=binding.tensor,
-                shape=tuple(meta.shape),
-                dtype=meta.dtype,
-                strides=contiguous_strides(tuple(meta.shape)),
-                card_shape=view if view != tuple(meta.shape) else None,
-            )
-        )
+        out = _output_guard(spec, step.op, index, binding, meta)
+        if isinstance(out, str):
+            return out
+        outputs.append(out)
     if not inputs or not outputs:
         return "the call has no tensor input or no tensor output"
     return CallBinding(overload, args, inputs, outputs, describe(overload, inputs))
+
+
+def _chain_arg(arg: ChainArg) -> AtenArg | str:
+    place = _place(arg.path)
+    if isinstance(place, str):
+        return place
+    name, position = place
+    if arg.kind == "input":
+        return AtenArg(name=name, position=position, tensor=arg.input)
+    if arg.kind == "step":
+        assert arg.step is not None
+        return AtenArg(name=name, position=position, link=(arg.step, arg.out))
+    return _scalar_arg(name, position, arg.kind, arg.value, arg.path)
+
+
+def _chain_binding(variant: object, spec: OperatorCard) -> CallBinding | str:
+    """A fused chain's guard: the card inputs and outputs as the captured calls saw them, and every call with its
+    wiring from the card's [chain]; its kernel replaces the calls in compiled graphs only."""
+    from kernelforge_tui.capture.manifest import Variant
+
+    assert isinstance(variant, Variant)
+    chain = spec.chain
+    if chain is None or len(chain.steps) != len(variant.steps):
+        return f"a fused pattern ({variant.op}) whose card has no [chain] of its calls: capture the model again"
+    inputs: list[TensorGuard] = []
+    outputs: list[TensorGuard] = []
+    for binding in variant.bindings:
+        step = variant.steps[binding.step]
+        if binding.role == "input":
+            meta = next((a.tensor for a in step.args if a.path == binding.path), None)
+            guard = _input_guard(spec, binding, meta) if meta is not None else f"no tensor at {binding.path}"
+        else:
+            index = int(binding.path.removeprefix("out[").rstrip("]"))
+            guard = _output_guard(spec, step.op, index, binding, step.outputs[index])
+        if isinstance(guard, str):
+            return guard
+        (inputs if binding.role == "input" else outputs).append(guard)
+    steps: list[ChainStep] = []
+    for made in chain.steps:
+        args = [_chain_arg(a) for a in made.args]
+        problem = next((a for a in args if isinstance(a, str)), None)
+        if problem is not None:
+            return problem
+        typed = [a for a in args if isinstance(a, AtenArg)]
+        steps.append(ChainStep(overload=normalize_overload(made.op), args=typed, results=made.results))
+    guard_chain = Chain(pattern=chain.pattern, steps=steps, outputs=[chain.outputs[t.name] for t in outputs])
+    overload = f"{CHAIN_NAMESPACE}::{chain.pattern}"
+    kernel_args = [AtenArg(name=t.name, position=k, tensor=t.name) for k, t in enumerate(inputs)]
+    words = f"{describe(overload, inputs)}: {guard_chain.describe()}"
+    return CallBinding(overload, kernel_args, inputs, outputs, words, chain=guard_chain)

@@ -1,6 +1,7 @@
 """The compile path: `torch.compile(model, backend="kernelforge")` and `kernelforge_tui.cast.compile(model, package)`.
 Inductor compiles the model; every node of its graph that a package kernel proves runs the kernel instead, as its
-kernelforge op (`cast.ops`), and Inductor keeps fusing everything around it.
+kernelforge op (`cast.ops`), and so does every fused chain of nodes a chain kernel proves (`cast.fused`, asked
+first); Inductor keeps fusing everything around them.
 
 Where the pass runs, and why there: Inductor decomposes the very operators the packages cover (softmax, the norms,
 the activations: its decomposition table has them) while it traces, so a pass inside Inductor (joint or post-grad)
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernelforge_tui.cast.fused import replace_chains
 from kernelforge_tui.cast.manifest import CastError
 from kernelforge_tui.cast.ops import kernel_op
 from kernelforge_tui.cast.runtime import ACTIVE_CASTS, Cast, _argument, _count, load
@@ -67,7 +69,8 @@ def rewrite(gm: Any, example_inputs: list[Any], cast: Cast) -> tuple[Any, list[N
     from torch.utils._pytree import tree_flatten, tree_map
 
     overrides = {o.overload: o for o in cast.overrides()}
-    if not overrides:
+    chains = [r for r in cast.runners if r.entry.chain is not None]
+    if not overrides and not chains:
         return None, []
     if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs):
         return None, [NodeDecision("", "", None, NEEDS_GRAD)]
@@ -75,7 +78,10 @@ def rewrite(gm: Any, example_inputs: list[Any], cast: Cast) -> tuple[Any, list[N
     fakes = [fake_mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in example_inputs]
     with fake_mode:
         traced = make_fx(gm)(*fakes)
-    decisions: list[NodeDecision] = []
+    decisions = [  # chains first: a chain's last call may be a single kernel's overload too
+        NodeDecision(d.node, d.overload, d.kernel, d.reason)
+        for d in replace_chains(traced.graph, chains, lambda values: SYMBOLIC if any(map(_symbolic, values)) else "")
+    ]
     for node in list(traced.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue

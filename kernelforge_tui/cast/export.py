@@ -336,6 +336,7 @@ def make_entry(
             sha256={name: sha256(data) for name, data in files.items()},
         ),
         latency=latency,
+        chain=found.binding.chain,
         provenance=Provenance(
             run_id=found.run_id,
             run_dir=str(found.run_dir),
@@ -352,6 +353,16 @@ def make_entry(
         ),
     )
     return entry, files
+
+
+def compile_only(binding: CallBinding) -> str:
+    """What the audit says of a fused chain's kernel ('' for a single call's): where it runs, and where not."""
+    if binding.chain is None:
+        return ""
+    return (
+        f"; compile only: a fused chain of {len(binding.chain.steps)} calls ({binding.chain.describe()}), which "
+        'torch.compile(backend="kernelforge") and cast.compile replace; eager runs the calls one by one'
+    )
 
 
 # -- the command -------------------------------------------------------------------------------------------------
@@ -429,7 +440,9 @@ def export(
                 overload=found.binding.overload,
                 call=found.binding.call,
                 decision="kernel",
-                reason="proven in the search; " + ("checks below" if sanitize else f"{NOT_CHECKED} (--no-sanitize)"),
+                reason="proven in the search; "
+                + ("checks below" if sanitize else f"{NOT_CHECKED} (--no-sanitize)")
+                + compile_only(found.binding),
                 card=found.card.spec.name,
                 kernel=entry.id,
                 run=found.run_id,

@@ -110,6 +110,8 @@ class AtenArg(Model):
     default: Scalar = None
     has_default: bool = False
     """Whether the schema has a default, which a call may leave out (Python kernels receive no default kwargs)."""
+    link: tuple[int, int] | None = None
+    """In a chain's call (`ChainStep`): the result (step, index) of an earlier call of the chain it reads."""
 
 
 class Guard(Model):
@@ -137,6 +139,31 @@ def describe_call(overload: str, inputs: list[TensorGuard]) -> str:
         return f"{t.name}[{'x'.join(map(str, t.shape))}] {t.dtype}{view}"
 
     return f"{overload}({', '.join(one(t) for t in inputs)})"
+
+
+class ChainStep(Model):
+    """One aten call of a fused chain: its overload and arguments, each a card input (`tensor`), an earlier call's
+    result (`link`) or a scalar (`accepts`: the one value it passed)."""
+
+    overload: str
+    """`aten::NAME.OVERLOAD`."""
+    args: list[AtenArg]
+    results: int = 1
+    """How many results it returns (more than one: a graph reads them through getitem)."""
+
+
+class Chain(Model):
+    """The aten calls a fused chain's kernel stands for, in the order they ran (the card's [chain]): only a graph
+    pass replaces them, all at once (`cast.fused`); eager runs them one by one."""
+
+    pattern: str
+    """residual_layer_norm, bias_gelu, scale_mask_softmax, group_norm_silu, silu_mul, ..."""
+    steps: list[ChainStep]
+    outputs: list[tuple[int, int]]
+    """Per guard output, the (step, result index) it is; every other result is read by later calls only."""
+
+    def describe(self) -> str:
+        return " -> ".join(step.overload.removeprefix("aten::") for step in self.steps)
 
 
 class LaunchArg(Model):
@@ -245,6 +272,14 @@ class KernelEntry(Model):
     latency: Latency
     checks: list[CheckRecord] = Field(default_factory=list)
     provenance: Provenance
+    chain: Chain | None = None
+    """A fused chain's kernel: the calls it replaces (its guard's overload is `kernelforge::<pattern>`, its args the
+    card inputs in order)."""
+
+    @property
+    def serves(self) -> list[str]:
+        """Where it runs: a single call's kernel in eager and in compiled graphs, a chain's in compiled graphs only."""
+        return ["compile"] if self.chain is not None else ["eager", "compile"]
 
 
 class AuditEntry(Model):

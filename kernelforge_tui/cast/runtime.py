@@ -6,7 +6,9 @@ How: for each aten overload the package covers, a kernel is registered for the C
 guard (the tensors' shapes, dtypes, strides, alignment and device, the scalar arguments, the device's
 architecture); a call that passes runs the generated kernel on torch's current stream in torch's own context, with
 outputs from torch's allocator; any other call goes to the original kernel. Leaving the `with` block restores the
-operators. Counters say, per kernel, how many calls it ran and why others fell back; `report()` prints them.
+operators. Counters say, per kernel, how many calls it ran and why others fell back; `report()` prints them. A
+fused chain's kernel (`KernelEntry.chain`) stands for several calls, which eager PyTorch makes one at a time: it
+registers no override, and only the compile path uses it (`cast.fused`).
 
 The hot path (a hit) does per call only what changes between calls; everything else is decided once: the guard's
 decision per call signature (each tensor's shape, strides, dtype and device, the other arguments as they are:
@@ -51,6 +53,7 @@ from kernelforge_tui.cast.manifest import (
     VERIFY_HELP,
     AtenArg,
     CastError,
+    Chain,
     KernelEntry,
     Machine,
     Package,
@@ -135,7 +138,10 @@ class KernelStats(BaseModel):
     """Calls of its kernelforge op that ran the kernel: a compiled graph's (once per capture under CUDA graphs,
     whose replays call nothing), or a direct call."""
     graph_nodes: int = 0
-    """Nodes of compiled graphs the compile path gave to the kernel (`torch.compile(backend="kernelforge")`)."""
+    """Nodes of compiled graphs the compile path gave to the kernel (`torch.compile(backend="kernelforge")`); a
+    chain's kernel counts each chain it replaced once."""
+    serves: list[str] = Field(default_factory=lambda: ["eager", "compile"])
+    """Where it can run (`KernelEntry.serves`): a fused chain's kernel in compiled graphs only."""
 
     @property
     def used_in(self) -> str:
@@ -573,6 +579,7 @@ class KernelRunner:
             disabled=self.disabled,
             compiled_calls=self.compiled_calls,
             graph_nodes=self.graph_nodes,
+            serves=self.entry.serves,
         )
 
 
@@ -596,18 +603,39 @@ def _torch_dtype(name: str) -> torch.dtype:
 
 
 def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any, list[Any], dict[str, Any]]:
-    """(the overload, args, kwargs) of the captured call, with the given tensors in place."""
+    """(the overload, args, kwargs) of the captured call, with the given tensors in place; for a fused chain, the
+    replay of its calls (`ChainReplay`) and the card inputs in the guard's order."""
+    if entry.chain is not None:
+        names = [arg.tensor for arg in entry.guard.args if arg.tensor is not None]
+        return ChainReplay(entry.chain, names), [tensors[name] for name in names], {}
+    op = resolve_overload(entry.guard.overload)
+    args, kwargs = call_arguments(op, entry.guard.args, lambda arg: tensors[str(arg.tensor)])
+    return op, args, kwargs
+
+
+def resolve_overload(overload: str) -> Any:
+    """torch's OpOverload for `aten::NAME.OVERLOAD`."""
     import torch
 
-    namespace, name, which = split_overload(entry.guard.overload)
-    op = getattr(getattr(getattr(torch.ops, namespace), name), which)
+    namespace, name, which = split_overload(overload)
+    return getattr(getattr(getattr(torch.ops, namespace), name), which)
+
+
+def call_arguments(
+    op: Any, guard_args: Sequence[AtenArg], tensor: Callable[[AtenArg], Any]
+) -> tuple[list[Any], dict[str, Any]]:
+    """The args and kwargs that call `op` as the guard's arguments say: a tensor argument's value from `tensor`
+    (a card input, or a chain's earlier result), a scalar's its accepted value, dtypes, layouts, memory formats and
+    devices as torch's objects."""
+    import torch
+
     schema = {i: str(a.type) for i, a in enumerate(op._schema.arguments)}
     named = {a.name: str(a.type) for a in op._schema.arguments}
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
-    for arg in entry.guard.args:
-        if arg.tensor is not None:
-            value: Any = tensors[arg.tensor]
+    for arg in guard_args:
+        if arg.tensor is not None or arg.link is not None:
+            value: Any = tensor(arg)
         else:
             value = arg.accepts[0]
             kind = schema.get(arg.position, "") if arg.position is not None else named.get(arg.name, "")
@@ -621,7 +649,36 @@ def aten_call(entry: KernelEntry, tensors: dict[str, torch.Tensor]) -> tuple[Any
             while len(args) < arg.position:
                 args.append(None)
             args.append(value)
-    return op, args, kwargs
+    return args, kwargs
+
+
+class ChainReplay:
+    """A fused chain's aten calls, run one after another on the card inputs (given in the guard's order): what its
+    kernel stands for, and what runs where the kernel does not (a call its op's guard refuses, another signature's
+    fake, the checks' eager reference)."""
+
+    def __init__(self, chain: Chain, names: list[str]) -> None:
+        self.chain = chain
+        self.names = names
+        self.ops = [resolve_overload(step.overload) for step in chain.steps]
+
+    def __call__(self, *inputs: Any) -> Any:
+        tensors = dict(zip(self.names, inputs, strict=True))
+        results: list[list[Any]] = []
+
+        def value(arg: AtenArg) -> Any:
+            if arg.tensor is not None:
+                return tensors[arg.tensor]
+            assert arg.link is not None
+            step, index = arg.link
+            return results[step][index]
+
+        for op, step in zip(self.ops, self.chain.steps, strict=True):
+            args, kwargs = call_arguments(op, step.args, value)
+            out = op(*args, **kwargs)
+            results.append(list(out) if isinstance(out, (tuple, list)) else [out])
+        outputs = [results[step][index] for step, index in self.chain.outputs]
+        return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
 # -- one overload ----------------------------------------------------------------------------------------------
@@ -867,12 +924,14 @@ class Cast:
         self.deactivate()
 
     def overrides(self) -> list[_Override]:
-        """One per overload the package covers, made once: their decisions and counters last across `with` blocks,
-        and the compile path asks them too (`cast.compiled`)."""
+        """One per overload the package's single-call kernels cover, made once: their decisions and counters last
+        across `with` blocks, and the compile path asks them too (`cast.compiled`). A chain's kernel has none: eager
+        PyTorch runs a chain's calls one by one."""
         if self._overrides is None:
             groups: dict[str, list[KernelRunner]] = {}
-            for runner in self.runners:
-                groups.setdefault(runner.entry.guard.overload, []).append(runner)
+            for runner in self.runners:  # a chain's kernel replaces several calls: compiled graphs only
+                if runner.entry.chain is None:
+                    groups.setdefault(runner.entry.guard.overload, []).append(runner)
             self._overrides = [_Override(self, o, runners, self.dispatch_key) for o, runners in groups.items()]
         return self._overrides
 
@@ -939,7 +998,7 @@ class Cast:
                 line += f", {k.shadow_checks} shadow checks"
             if k.graph_nodes or k.compiled_calls:
                 line += f"; compiled: {k.graph_nodes} graph nodes, {k.compiled_calls} op calls"
-            line += f"; used in: {k.used_in}"
+            line += f"; used in: {k.used_in}" + ("" if "eager" in k.serves else " (a fused chain: compile only)")
             measured = latency.get(k.kernel)
             if measured is not None and measured.kernel_us is not None and measured.eager_us is not None:
                 line += (

@@ -19,10 +19,6 @@ from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.store import StoreError, resolve_run
 
-SERVES = ["eager", "compile"]
-"""Where a packaged kernel runs: every one stands for one aten call, which the eager override (`cast.load`,
-`kernelforge run`) and the compile path (`backend="kernelforge"`, `cast.compile`) both replace."""
-
 
 def add_cast_parsers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     exp = sub.add_parser(
@@ -86,7 +82,7 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, w
             "verified": manifest.stamp is not None,
             "machine": manifest.stamp.machine.model_dump(mode="json") if manifest.stamp else None,
             "kernels": [
-                {**json.loads(k.model_dump_json(include={"id", "variant", "latency", "checks"})), "serves": SERVES}
+                {**json.loads(k.model_dump_json(include={"id", "variant", "latency", "checks"})), "serves": k.serves}
                 for k in manifest.kernels
             ],
             "audit": [json.loads(a.model_dump_json()) for a in manifest.audit],
@@ -119,7 +115,8 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, w
         )
         base = f", {lat.speedup_vs_baseline:.2f}x the card's baseline" if lat.speedup_vs_baseline else ""
         console.print(
-            f"  {escape(kernel.id)}: {escape(kernel.guard.describe())}: {eager}{base}; serves eager and compile"
+            f"  {escape(kernel.id)}: {escape(kernel.guard.describe())}: {eager}{base}; "
+            + ("serves eager and compile" if "eager" in kernel.serves else "serves compile only (a fused chain)")
         )
     if not written:
         console.print("[yellow bold]nothing written[/]: the audit above says why each variant falls back")
