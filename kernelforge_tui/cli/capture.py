@@ -170,7 +170,7 @@ def _card_cell(v: Variant) -> str:
     if not v.template:
         text += f" [yellow](no template: {escape(v.template_note)})[/]"
     if v.kind == "pattern":
-        text += " [cyan](fused)[/]"
+        text += " [cyan](fused chain: compile only)[/]"
     return text
 
 
