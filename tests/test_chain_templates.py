@@ -1,7 +1,8 @@
 """The chain templates (proposers/templates/chains.py) on the CPU emulator (tests/cuda_emulator.py): every seed of
 every chain card of tests/fixtures/chains_model.py, captured in fp32 and bf16 at sizes that reach the block-wide
 reductions, against the card's own reference (the captured calls replayed) on its stored, seeded and every stress
-set; which template serves which card; and a seed of each template built with nvcc (ptxas: no spills)."""
+set; which template serves which card; and a seed of each template built with nvcc (ptxas: no spills). On the H200
+(`pytest -m gpu`), every seed of every card through the GPU worker's checks."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from kernelforge_tui.proposers.templates.chains import BiasActTemplate, ChainRow
 from kernelforge_tui.proposers.templates.common import Params
 
 from .cuda_emulator import build, emulation_source
+from .test_gpu_stress import failing_seeds
 from .test_template_emulation import INTRINSICS, namespace, wrong_outputs
 
 if not os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
@@ -44,18 +46,27 @@ Emulated = tuple[Path, dict[tuple[str, str], tuple[Card, list[Params]]]]
 
 
 @pytest.fixture(scope="module")
-def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulated]:
-    """The chain cards of both captures with their seeds, built into one emulator program per card."""
-    work = tmp_path_factory.mktemp("chain-emulator")
-    chosen: dict[tuple[str, str], tuple[Card, list[Params]]] = {}
+def chain_cards(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Card]:
+    """The chain cards of the chains model captured (on the CPU) in each dtype, by (pattern, dtype)."""
+    work = tmp_path_factory.mktemp("chain-cards")
+    cards: dict[tuple[str, str], Card] = {}
     for dtype in DTYPES:
         out = work / f"chains-{dtype}.capture"
         request = CaptureRequest(MODEL, out, device="cpu", repeats=1, samples=1, kwargs={"dtype": dtype, **SIZES})
         capture_model(request)
         for variant in load_capture(out).variants:
             if variant.kind == "pattern" and variant.op in SERVED and variant.card is not None:
-                card = load_card(out / variant.card)
-                chosen[variant.op, dtype] = (card, [seed.params for seed in TemplateProposer().seeds(card.spec)])
+                cards[variant.op, dtype] = load_card(out / variant.card)
+    return cards
+
+
+@pytest.fixture(scope="module")
+def emulated(tmp_path_factory: pytest.TempPathFactory, chain_cards: dict[tuple[str, str], Card]) -> Iterator[Emulated]:
+    """The chain cards with their seeds, built into one emulator program per card."""
+    work = tmp_path_factory.mktemp("chain-emulator")
+    chosen = {
+        key: (card, [seed.params for seed in TemplateProposer().seeds(card.spec)]) for key, card in chain_cards.items()
+    }
     programs = {
         card.spec.name: emulation_source([namespace(i, card, p) for i, p in enumerate(seeds)], prelude=INTRINSICS)
         for card, seeds in chosen.values()
@@ -119,3 +130,14 @@ def test_a_seed_of_each_chain_template_builds_with_nvcc(emulated: Emulated, sm90
         return problems
 
     assert asyncio.run(build_all()) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("pattern", SERVED)
+def test_every_chain_seed_passes_every_set_on_the_gpu(
+    loop: asyncio.AbstractEventLoop, chain_cards: dict[tuple[str, str], Card], pattern: str, dtype: str
+) -> None:
+    """The emulator's check on the H200 (`pytest -m gpu`): the GPU's own intrinsics and rounding, the worker's
+    checks of every set (stored, fresh, every stress set)."""
+    assert loop.run_until_complete(failing_seeds(chain_cards[pattern, dtype])) == []
