@@ -25,10 +25,10 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from kernelforge_tui.models.profiles import NodeProfile, format_value  # noqa: E402
 from kernelforge_tui.proposers.prompting import estimate_tokens  # noqa: E402
 from kernelforge_tui.proposers.sections import profile_text  # noqa: E402
 from kernelforge_tui.store import RunStore  # noqa: E402
+from kernelforge_tui.vocabulary.profiles import NodeProfile, format_value  # noqa: E402
 
 
 def full_report(profile: NodeProfile) -> str:

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kernelforge_tui.cards import load_card  # noqa: E402
-from kernelforge_tui.cards.store import available_memory, make_side_by_side, side_by_side  # noqa: E402
+from kernelforge_tui.cards.directory import available_memory, make_side_by_side, side_by_side  # noqa: E402
 from kernelforge_tui.gpu.worker import host_makers  # noqa: E402
 
 

@@ -15,10 +15,10 @@ import json
 import os
 from pathlib import Path
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.backend import make_builder
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.proposers.base import ParentInfo, Proposal, ProposalContext

@@ -35,11 +35,11 @@ from kernelforge_tui.config import load_settings  # noqa: E402
 from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend  # noqa: E402
 from kernelforge_tui.engine.cluster.remote import Simulation  # noqa: E402
 from kernelforge_tui.engine.settings import RunSettings  # noqa: E402
-from kernelforge_tui.models.evaluation import Evaluation  # noqa: E402
-from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus  # noqa: E402
 from kernelforge_tui.store import RunStore  # noqa: E402
 from kernelforge_tui.suite import cards as suite_cards  # noqa: E402
 from kernelforge_tui.suite.registry import task  # noqa: E402
+from kernelforge_tui.vocabulary.evaluation import Evaluation  # noqa: E402
+from kernelforge_tui.vocabulary.nodes import NodeOutcome, NodeStatus  # noqa: E402
 
 
 class Limits(BaseModel):

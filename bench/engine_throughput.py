@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 from kernelforge_tui.config import load_settings  # noqa: E402
 from kernelforge_tui.engine.budget import Budget  # noqa: E402
 from kernelforge_tui.engine.setup import RunOptions, prepare_run  # noqa: E402
-from kernelforge_tui.models.events import BudgetUsed, EngineEvent  # noqa: E402
+from kernelforge_tui.vocabulary.events import BudgetUsed, EngineEvent  # noqa: E402
 
 GOAL_PER_MINUTE = 60.0
 GOAL_BUSY = 0.5

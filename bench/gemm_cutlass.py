@@ -82,8 +82,8 @@ def card_of(case: dict[str, Any]) -> Any:
 
 def build(out: Path) -> None:
     """Render and build every case's seed configurations; manifest.json lists what was built and how to launch it."""
+    from kernelforge_tui.build.nvcc import Builder
     from kernelforge_tui.cards.plan import resolve
-    from kernelforge_tui.gpu.build import Builder
     from kernelforge_tui.proposers.templates.common import describe
     from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 

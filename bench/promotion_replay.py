@@ -22,8 +22,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from kernelforge_tui.engine.promotion import Champion, timed_pair  # noqa: E402
-from kernelforge_tui.models.nodes import MEASURED  # noqa: E402
 from kernelforge_tui.store import RunStore  # noqa: E402
+from kernelforge_tui.vocabulary.nodes import MEASURED  # noqa: E402
 
 
 def replay(run_dir: Path) -> dict[str, object]:

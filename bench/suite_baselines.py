@@ -26,18 +26,18 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cli.bench import PRECISION_CHOICES, parse_scales
 from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.engine.bench import BenchCard, BenchOptions, plan_cards
 from kernelforge_tui.errors import BaselineFailed, KernelForgeError
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator, GpuWorker
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.nodes import FailureKind
 
 JSON_NAME = "baselines.json"
 MD_NAME = "baselines.md"

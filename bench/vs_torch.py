@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kernelforge_tui.capture import load_capture
 from kernelforge_tui.capture.run import CaptureRequest
 from kernelforge_tui.cards import load_card
-from kernelforge_tui.cards.store import Card
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cast.beside import BesideReply, BesideRequest
 from kernelforge_tui.config import Settings, load_settings
 from kernelforge_tui.engine.backend import EvaluationBackend, make_builder
@@ -71,14 +71,14 @@ from kernelforge_tui.errors import KernelForgeError, NoGpu
 from kernelforge_tui.gpu.detect import GpuInfo, require_gpu
 from kernelforge_tui.gpu.evaluate import build_candidate, cached_ceilings
 from kernelforge_tui.gpu.statistics import robust_stats
-from kernelforge_tui.models.evaluation import Ceilings, Evaluation
-from kernelforge_tui.models.events import BestImproved
-from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.store import RunStore, UnreadableRecord
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task as suite_task
 from kernelforge_tui.suite.task import Precision, Task
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, task_of
+from kernelforge_tui.vocabulary.evaluation import Ceilings, Evaluation
+from kernelforge_tui.vocabulary.events import BestImproved
+from kernelforge_tui.vocabulary.nodes import ParamValue
 
 SCRIPT = Path(__file__).resolve()
 MODELS = SCRIPT.with_name("vs_torch_models.py")

@@ -191,7 +191,7 @@ sure they are there): what the classifier and the reward read."""
 
 
 class ClassifierSettings(Section):
-    """How a profile is classified (`kernelforge_tui.gpu.hardware`)."""
+    """How a profile is classified (`kernelforge_tui.gpu.ncu.hardware`)."""
 
     threshold_pct: float = Field(default=30.0, gt=0, lt=100)
     """Below this % of peak for both SM and memory throughput, a kernel is latency-bound. 30% is the cut of
@@ -201,7 +201,7 @@ class ClassifierSettings(Section):
 
 
 class ProfileSettings(Section):
-    """How candidates are profiled (`kernelforge_tui.gpu.profile`) and which ones the search profiles."""
+    """How candidates are profiled (`kernelforge_tui.gpu.ncu.run`) and which ones the search profiles."""
 
     ncu: str | None = None
     """Path to ncu; found on PATH or under $CUDA_HOME/bin when unset."""

@@ -2,8 +2,8 @@
 # Capture the Nsight Compute CSV fixtures on the GPU machine (an H200, sm_90).
 #
 # For each fixture card (tests/fixtures/ncu/cards/NAME, whose baseline.cu and baseline.plan.toml are a streaming
-# copy, a latency-bound pointer chase, an FMA chain) it builds the cubin with nvcc, checks that profile_launch
-# launches it, then runs the exact ncu command line the Profiler uses (asked from kernelforge_tui.gpu.profile
+# copy, a latency-bound pointer chase, an FMA chain) it builds the cubin with nvcc, checks that ncu.launch
+# launches it, then runs the exact ncu command line the Profiler uses (asked from kernelforge_tui.gpu.ncu.run
 # --print-command) and writes
 #   $OUT/<name>.csv           the raw-page CSV (the fixture, copy to tests/fixtures/ncu/)
 #   $OUT/<name>.details.csv   the same profile as the details page (labels and sections, for reference)
@@ -42,11 +42,11 @@ for name in stream_copy uncoalesced fma_chain; do
   fi
   # 1. the launcher alone (no profiler): it must launch cleanly
   start=$(date +%s.%N)
-  $PY -m kernelforge_tui.gpu.profile_launch "$card" "$cubin" --plan "$plan" > "$OUT/$name.launch.txt" 2>&1
+  $PY -m kernelforge_tui.gpu.ncu.launch "$card" "$cubin" --plan "$plan" > "$OUT/$name.launch.txt" 2>&1
   echo "$name launch_only rc=$? seconds=$(echo "$(date +%s.%N) - $start" | bc)" | tee -a "$OUT/timings.txt"
 
   # 2. the exact ncu command line of the Profiler
-  mapfile -t CMD < <($PY -m kernelforge_tui.gpu.profile "$card" "$cubin" --plan "$plan" --print-command)
+  mapfile -t CMD < <($PY -m kernelforge_tui.gpu.ncu.run "$card" "$cubin" --plan "$plan" --print-command)
   printf '%q ' "${CMD[@]}" > "$OUT/$name.command.txt"
   start=$(date +%s.%N)
   "${CMD[@]}" > "$OUT/$name.csv" 2> "$OUT/$name.stderr.txt"
@@ -62,7 +62,7 @@ for name in stream_copy uncoalesced fma_chain; do
 
   # 4. the Profiler end to end (parsing included); its .seconds is the profiling overhead
   start=$(date +%s.%N)
-  $PY -m kernelforge_tui.gpu.profile "$card" "$cubin" --plan "$plan" > "$OUT/$name.report.json" 2> "$OUT/$name.report.stderr.txt"
+  $PY -m kernelforge_tui.gpu.ncu.run "$card" "$cubin" --plan "$plan" > "$OUT/$name.report.json" 2> "$OUT/$name.report.stderr.txt"
   echo "$name profiler rc=$? seconds=$(echo "$(date +%s.%N) - $start" | bc)" | tee -a "$OUT/timings.txt"
 
   # 5. classification and roofline through the CLI, where this checkout has it

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.models.nodes import ParamValue
 from kernelforge_tui.proposers.templates.common import Template, TemplateParams
+from kernelforge_tui.vocabulary.nodes import ParamValue
 
 if TYPE_CHECKING:
     from .gpu_harness import Harness

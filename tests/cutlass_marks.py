@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from kernelforge_tui.gpu.cutlass_headers import cutlass_problem
+from kernelforge_tui.build.cutlass_headers import cutlass_problem
 
 PROBLEM = cutlass_problem()
 if PROBLEM is not None and os.environ.get("KERNELFORGE_REQUIRE_CUTLASS"):

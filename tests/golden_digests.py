@@ -24,7 +24,7 @@ def assert_matches_golden(file: str, section: str, got: dict[str, str], version:
 
     With a `version` (a template's), the section holds it beside the digests, and a digest that changed under the
     version it was recorded with fails even with the update flag: a template's changed render is a new candidate of
-    a new version (models/identity.py), so the version must be bumped first."""
+    a new version (vocabulary/identity.py), so the version must be bumped first."""
     path = GOLDEN / file
     golden: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
     stored = golden.get(section, {})

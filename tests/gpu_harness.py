@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import load_card, plan_for_kernel
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
-from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.vocabulary.evaluation import Evaluation
 
 from .conftest import EXAMPLES
 

@@ -13,13 +13,10 @@ from typing import Any
 
 import pytest
 
-from kernelforge_tui.cards.store import Card, load_card
+from kernelforge_tui.cards.directory import Card, load_card
 from kernelforge_tui.config import LlmSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.llm import LlmClient, LlmError, Malformed
-from kernelforge_tui.models.evaluation import Ceilings, Diagnostic, PtxasStats
-from kernelforge_tui.models.nodes import FailureKind
-from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.proposers.agents import UNUSABLE, AgentProposer
 from kernelforge_tui.proposers.base import (
     FailedSibling,
@@ -36,6 +33,9 @@ from kernelforge_tui.proposers.role_replies import parse_strategy, parse_verdict
 from kernelforge_tui.proposers.sections import card_text
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import Ceilings, Diagnostic, PtxasStats
+from kernelforge_tui.vocabulary.nodes import FailureKind
+from kernelforge_tui.vocabulary.profiles import NodeProfile
 from tests.fakes.agent_replies import (
     CARD_DIR,
     KERNEL,

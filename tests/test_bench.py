@@ -42,13 +42,13 @@ from kernelforge_tui.engine.bench import (
 from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.statistics import robust_stats
-from kernelforge_tui.models.evaluation import Ceilings, EvalResult, Evaluation, SetCheck
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite import cards, registry
 from kernelforge_tui.suite.score import CardResult, Scored, score_card
 from kernelforge_tui.suite.task import Precision, Task, Vendor
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_calls, time_interleaved, time_vendor
+from kernelforge_tui.vocabulary.evaluation import Ceilings, EvalResult, Evaluation, SetCheck
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTOR_ADD = registry.task("vector_add")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.cards.store import Card
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cli.bench_report import write_report
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.config import load_settings

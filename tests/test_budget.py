@@ -18,10 +18,10 @@ from kernelforge_tui.engine.budget import Budget, BudgetUsage, Meter
 from kernelforge_tui.engine.setup import RunOptions, continue_note, prepare_run
 from kernelforge_tui.engine.view import RunView
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import Pause, Resume, Stop
-from kernelforge_tui.models.events import BudgetUsed, EngineEvent, NodeChanged
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.tui.source import StoreSource
+from kernelforge_tui.vocabulary.commands import Pause, Resume, Stop
+from kernelforge_tui.vocabulary.events import BudgetUsed, EngineEvent, NodeChanged
 from tests.fakes.endless import Endless
 from tests.test_search import Harness, make_card, wait_for
 

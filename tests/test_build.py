@@ -24,11 +24,10 @@ from typing import Any
 
 import pytest
 
-from kernelforge_tui.cards.plan import ResolvedArg
-from kernelforge_tui.gpu import build as build_module
-from kernelforge_tui.gpu.build import Builder, detect_arch, find_nvcc, nvcc_version
-from kernelforge_tui.gpu.nvcc_output import OutputCap, candidate_messages
-from kernelforge_tui.gpu.sandbox import (
+from kernelforge_tui.build import nvcc as build_module
+from kernelforge_tui.build.nvcc import Builder, detect_arch, find_nvcc, nvcc_version
+from kernelforge_tui.build.nvcc_output import OutputCap, candidate_messages
+from kernelforge_tui.build.sandbox import (
     Limits,
     SandboxMode,
     SandboxStatus,
@@ -39,6 +38,7 @@ from kernelforge_tui.gpu.sandbox import (
     sandbox_env,
     sandbox_status,
 )
+from kernelforge_tui.cards.plan import ResolvedArg
 
 NVCC = find_nvcc()
 pytestmark = pytest.mark.skipif(NVCC is None, reason="needs nvcc (the CUDA toolkit)")
@@ -757,8 +757,8 @@ async def test_ptxas_messages_carry_no_host_path(tmp_path: Path) -> None:
 KILLED_PARENT = """
 import asyncio, sys
 from pathlib import Path
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.sandbox import SandboxStatus
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.sandbox import SandboxStatus
 nvcc, root, sandbox = sys.argv[1], Path(sys.argv[2]), SandboxStatus.model_validate_json(sys.argv[3])
 built = Builder(nvcc=nvcc, arch="sm_90", cache_dir=root / "cache", work_dir=root / "work", sandbox=sandbox)
 asyncio.run(built.build(sys.argv[4], "add"))

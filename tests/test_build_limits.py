@@ -7,18 +7,18 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.cubin_check import CubinError, cubin_use
+from kernelforge_tui.build.nvcc_output import OutputCap, host_paths_removed
 from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_LOG_BYTES
 from kernelforge_tui.engine.settings import RunSettings
-from kernelforge_tui.gpu.cubin_check import CubinError, cubin_use
-from kernelforge_tui.gpu.nvcc_output import OutputCap, host_paths_removed
-from kernelforge_tui.models.evaluation import (
+from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import (
     MAX_DIAGNOSTIC_CHARS,
     BuildResult,
     Diagnostic,
     Evaluation,
 )
-from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
-from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.nodes import NodeOutcome, NodeStatus
 from tests.test_search import make_card, toy_kernel
 
 

@@ -1,4 +1,4 @@
-"""A candidate's identity (models/identity.py): template candidates are (template, version, canonical typed params)
+"""A candidate's identity (vocabulary/identity.py): template candidates are (template, version, canonical typed params)
 on a card, whatever their text; the others are their normalised source and plan. The search drops a candidate whose
 identity the run holds, a resume gives nodes stored without one theirs, and a template's changed render needs a new
 version (the golden render test's rule)."""
@@ -11,24 +11,24 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.cards.directory import load_card
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.store import load_card
 from kernelforge_tui.engine.backend import SimulatedBackend
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.pipeline import Priority
 from kernelforge_tui.engine.search import Search
-from kernelforge_tui.models.identity import (
+from kernelforge_tui.proposers.base import Proposal
+from kernelforge_tui.proposers.templates import TemplateProposer, template_for
+from kernelforge_tui.proposers.templates.row_reductions import RowParams
+from kernelforge_tui.store import RunStore
+from kernelforge_tui.store.listing import copy_run
+from kernelforge_tui.vocabulary.identity import (
     SourceIdentity,
     TemplateIdentity,
     candidate_key,
     canonical_json,
     source_identity,
 )
-from kernelforge_tui.proposers.base import Proposal
-from kernelforge_tui.proposers.templates import TemplateProposer, template_for
-from kernelforge_tui.proposers.templates.rows import RowParams
-from kernelforge_tui.store import RunStore
-from kernelforge_tui.store.listing import copy_run
 from tests import golden_digests
 from tests.test_search import make_card, run_settings
 from tests.test_template_levers import NoCompiler

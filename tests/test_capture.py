@@ -21,7 +21,7 @@ from kernelforge_tui.capture.cards import CardRefused, Written, write_card
 from kernelforge_tui.capture.manifest import ArgSpec, Binding, CaptureManifest, Step, TensorMeta, Variant
 from kernelforge_tui.capture.ranking import saving
 from kernelforge_tui.cards import load_card
-from kernelforge_tui.cards.store import Card, draw_inputs
+from kernelforge_tui.cards.directory import Card, draw_inputs
 
 if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
     import torch

@@ -21,7 +21,7 @@ from kernelforge_tui.capture import load_capture, patterns
 from kernelforge_tui.capture.manifest import CaptureManifest, Variant
 from kernelforge_tui.cards import CardError, load_card, save_card
 from kernelforge_tui.cards.chain import Chain
-from kernelforge_tui.cards.store import draw_inputs
+from kernelforge_tui.cards.directory import draw_inputs
 
 if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
     import torch

@@ -19,8 +19,8 @@ from kernelforge_tui.engine import capture_search
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.capture_search import REPORT, CaptureOptimizeOptions, plan_variants, split_budget
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 if os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
     import torch  # noqa: F401

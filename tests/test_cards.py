@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from kernelforge_tui.cards import CardError, load_card, plan_for_kernel, resolve, save_card
+from kernelforge_tui.cards.directory import Arrays, Card, draw_inputs, to_toml
 from kernelforge_tui.cards.model import (
     BaselineSpec,
     Cost,
@@ -32,7 +33,6 @@ from kernelforge_tui.cards.model import (
     TensorSpec,
     Tolerance,
 )
-from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, to_toml
 
 ROOT = Path(__file__).resolve().parent.parent
 CARDS = ROOT / "examples" / "cards"

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cast.beside import BesideReply, BesideRequest, time_beside
 from kernelforge_tui.engine.vendor_timer import VendorTimer
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.suite import cards

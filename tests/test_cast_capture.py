@@ -16,6 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernelforge_tui.build.nvcc import find_nvcc  # noqa: E402
 from kernelforge_tui.capture.loader import Entry, build  # noqa: E402
 from kernelforge_tui.capture.manifest import load_capture  # noqa: E402
 from kernelforge_tui.cards import load_card  # noqa: E402
@@ -26,7 +27,6 @@ from kernelforge_tui.cast.manifest import read_package, write_package  # noqa: E
 from kernelforge_tui.cast.probe import FRESH_SEEDS, check_kernel, sanitizer_call  # noqa: E402
 from kernelforge_tui.cast.runtime import KernelRunner  # noqa: E402
 from kernelforge_tui.cli.main import main  # noqa: E402
-from kernelforge_tui.gpu.build import find_nvcc  # noqa: E402
 
 from .fixtures.cast.cast_support import EXAMPLES, MACHINE, HostSoftmax, make_run, stamped  # noqa: E402
 

@@ -18,6 +18,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from kernelforge_tui.build.nvcc import find_nvcc  # noqa: E402
 from kernelforge_tui.capture import load_capture  # noqa: E402
 from kernelforge_tui.capture.run import CaptureRequest, capture_model  # noqa: E402
 from kernelforge_tui.cards import load_card  # noqa: E402
@@ -27,7 +28,6 @@ from kernelforge_tui.cast.export import export  # noqa: E402
 from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry  # noqa: E402
 from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
 from kernelforge_tui.cast.runtime import Cast, aten_call, load  # noqa: E402
-from kernelforge_tui.gpu.build import find_nvcc  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
 
 from .fixtures.cast.cast_support import MACHINE, HostSoftmax, make_run, softmax_entry, write_cast  # noqa: E402

@@ -93,9 +93,9 @@ def test_verify_refuses_a_package_of_no_kernel_and_leaves_it(
 
 def _gpu_checks_fail(monkeypatch: pytest.MonkeyPatch) -> None:
     """verify's GPU side faked: a GPU and its tools here, and every kernel disagreeing with eager PyTorch."""
+    from kernelforge_tui.build import nvcc as build
     from kernelforge_tui.cast import verify
     from kernelforge_tui.cast.probe import KernelCheck
-    from kernelforge_tui.gpu import build
 
     def probe(package: Path, kernels: list[str], progress: object) -> tuple[dict[str, KernelCheck], Machine]:
         return {k: KernelCheck(kernel=k, ok=False, reason="set fresh:7001: disagrees") for k in kernels}, MACHINE

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.nvcc import find_nvcc
 from kernelforge_tui.cards import plan_for_kernel
 from kernelforge_tui.cast.export import export
 from kernelforge_tui.cast.manifest import read_package
 from kernelforge_tui.cli.main import main
-from kernelforge_tui.gpu.build import find_nvcc
 from kernelforge_tui.gpu.detect import detect_gpus
-from kernelforge_tui.models.nodes import NodeStatus
+from kernelforge_tui.vocabulary.nodes import NodeStatus
 
 from .fixtures.cast.cast_support import EXAMPLES, make_run
 

@@ -24,13 +24,13 @@ from typing import Any
 
 import pytest
 
+from kernelforge_tui.build.nvcc import detect_arch
 from kernelforge_tui.cards import plan_for_kernel
 from kernelforge_tui.cast import load
 from kernelforge_tui.cast.export import export
 from kernelforge_tui.cast.manifest import SANITIZER_TOOLS, CastError, Stamp, read_package, sha256, write_package
 from kernelforge_tui.cast.sanitizer import find_sanitizer, run_tool
 from kernelforge_tui.cli.main import main
-from kernelforge_tui.gpu.build import detect_arch
 
 from .fixtures.cast.cast_support import EXAMPLES, make_run, members_of, rezip
 

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.capture import load_capture
 from kernelforge_tui.cards import Card, load_card, resolve
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.chains import BiasActTemplate, ChainRowTemplate, GroupNormActTemplate
 from kernelforge_tui.proposers.templates.common import Params

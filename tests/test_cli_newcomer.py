@@ -21,9 +21,9 @@ from kernelforge_tui.cli.main import build_parser, main
 from kernelforge_tui.cli.runs import cmd_runs
 from kernelforge_tui.config import data_dir, kernels_dir
 from kernelforge_tui.engine.at_rest import steer_at_rest
-from kernelforge_tui.models.commands import BanSubtree
 from kernelforge_tui.store import DB_NAME, EXAMPLE_MARK, RunStore, StoreError, copy_run
 from kernelforge_tui.store.files import connect
+from kernelforge_tui.vocabulary.commands import BanSubtree
 
 from .conftest import EXAMPLES
 

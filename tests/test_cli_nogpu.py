@@ -215,10 +215,10 @@ def test_eval_lists_the_stress_sets_the_card_skips_with_their_reasons(
 ) -> None:
     """A skipped set proves nothing about the kernel, so eval shows it beside the sets that ran (the evaluation
     itself is fabricated: no GPU here)."""
-    from kernelforge_tui.cards.store import Card
+    from kernelforge_tui.cards.directory import Card
     from kernelforge_tui.cli import evaluate
     from kernelforge_tui.cli.main import main
-    from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck
+    from kernelforge_tui.vocabulary.evaluation import EvalResult, Evaluation, SetCheck
 
     card = tmp_path / "card"
     shutil.copytree(EXAMPLES / "cards" / "softmax_f32_small", card)

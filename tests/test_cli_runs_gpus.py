@@ -14,9 +14,9 @@ from kernelforge_tui.cards import load_card
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.engine.settings import RunSettings
-from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
-from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
 from kernelforge_tui.store import DB_NAME, RunStore
+from kernelforge_tui.vocabulary.evaluation import EvalResult, Evaluation, Timing
+from kernelforge_tui.vocabulary.nodes import NodeOutcome, NodeStatus
 
 from .conftest import EXAMPLES
 

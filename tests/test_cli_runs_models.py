@@ -17,11 +17,11 @@ from kernelforge_tui.cli.runs import render_run
 from kernelforge_tui.engine.router import past_records
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.engine.view import RunView
-from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
-from kernelforge_tui.models.events import BudgetUsed
-from kernelforge_tui.models.llm import LlmCall, Role
-from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import EvalResult, Evaluation, Timing
+from kernelforge_tui.vocabulary.events import BudgetUsed
+from kernelforge_tui.vocabulary.llm import LlmCall, Role
+from kernelforge_tui.vocabulary.nodes import NodeOutcome, NodeStatus
 
 from .conftest import EXAMPLES
 

@@ -19,10 +19,10 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBackend, ClusterUnavailable, GpuSlots
 from kernelforge_tui.engine.cluster.remote import Simulation
 from kernelforge_tui.engine.search import Search
-from kernelforge_tui.gpu.profile import ProfilingUnavailable
-from kernelforge_tui.models.events import LogLine
-from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.gpu.ncu.run import ProfilingUnavailable
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.events import LogLine
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 from .test_bench_gpus import bench
 from .test_cli_optimize import TOY, kernelforge, kill_9_then_resume

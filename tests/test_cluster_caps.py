@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder, build_failure
 from kernelforge_tui.config import BuildSettings, Settings
 from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.engine.cluster import remote
 from kernelforge_tui.engine.cluster.backend import Cluster, ClusterBuilder
 from kernelforge_tui.engine.cluster.remote import ShippedBuilder, Toolchain, compile_remote
-from kernelforge_tui.gpu.build import Builder, build_failure
-from kernelforge_tui.models.evaluation import BuildResult
+from kernelforge_tui.vocabulary.evaluation import BuildResult
 
 VERSION = "13.0.88"
 CAPS = {"max_log_bytes": 2048, "max_diagnostics": 3, "max_global_bytes": 64}

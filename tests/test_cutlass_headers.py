@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build import cutlass_headers
+from kernelforge_tui.build.cutlass_headers import ALLOWED_PATTERNS, CutlassHeaders, headers_at
+from kernelforge_tui.build.nvcc import Builder, find_nvcc
+from kernelforge_tui.build.source_check import check_source, included_headers
+from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
 from kernelforge_tui.cli.doctor import cutlass_check
-from kernelforge_tui.gpu import cutlass_headers
-from kernelforge_tui.gpu.build import Builder, find_nvcc
-from kernelforge_tui.gpu.cutlass_headers import ALLOWED_PATTERNS, CutlassHeaders, headers_at
-from kernelforge_tui.gpu.source_check import check_source, included_headers
-from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES
 
 from .cutlass_marks import needs_cutlass
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import kernelforge_tui
+from kernelforge_tui.build.nvcc import find_nvcc
 from kernelforge_tui.cli import doctor
 from kernelforge_tui.cli.doctor import Check, install_fix, verdict
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.errors import checkout
-from kernelforge_tui.gpu.build import find_nvcc
 from kernelforge_tui.gpu.detect import GpuInfo
 
 from .conftest import ROOT

@@ -9,16 +9,16 @@ from typing import Any
 
 import pytest
 
+from kernelforge_tui.build import cutlass_headers
+from kernelforge_tui.build.nvcc import Builder, find_nvcc
+from kernelforge_tui.build.source_check import check_source
+from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.cli.capture import template_problem
-from kernelforge_tui.gpu import cutlass_headers
-from kernelforge_tui.gpu.build import Builder, find_nvcc
-from kernelforge_tui.gpu.source_check import check_source
-from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES
-from kernelforge_tui.models.evaluation import BuildResult
 from kernelforge_tui.proposers.templates.gemm_sm90 import GemmParams, GemmSm90Template, layout_of
 from kernelforge_tui.proposers.templates.proposer import template_for
+from kernelforge_tui.vocabulary.evaluation import BuildResult
 
 from .cutlass_marks import needs_cutlass
 

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import load_card, plan_for_kernel, save_card
 from kernelforge_tui.cards.model import Reference, StressSpec
 from kernelforge_tui.cards.stress import FAMILIES
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
-from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.vocabulary.evaluation import Evaluation
 
 from .conftest import EXAMPLES
 from .gpu_harness import Harness, evaluate_once

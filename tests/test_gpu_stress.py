@@ -15,11 +15,11 @@ from typing import Literal
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import Card, load_card, save_card
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.stress import plan
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.proposers.templates.proposer import TemplateProposer

@@ -14,14 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import Card, load_card, save_card
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator, helpers_source
-from kernelforge_tui.models.evaluation import Evaluation
+from kernelforge_tui.vocabulary.evaluation import Evaluation
 
 from .conftest import EXAMPLES
 from .gpu_harness import Harness, evaluate_once

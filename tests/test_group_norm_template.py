@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards import OperatorCard, resolve
+from kernelforge_tui.cards.directory import draw_inputs
 from kernelforge_tui.cards.dtypes import NUMPY
-from kernelforge_tui.cards.store import draw_inputs
 from kernelforge_tui.cards.stress import draw, running
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, group_norm
 from kernelforge_tui.proposers.templates.common import ELEMENT_BYTES, Params
 from kernelforge_tui.proposers.templates.group_norm import (

@@ -34,9 +34,9 @@ def test_an_upward_import_breaks_the_layers_contract(tmp_path: Path) -> None:
         ROOT / "kernelforge_tui", tmp_path / "kernelforge_tui", ignore=shutil.ignore_patterns("__pycache__")
     )
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
-    (tmp_path / "kernelforge_tui" / "models" / "upward.py").write_text("import kernelforge_tui.engine.search\n")
+    (tmp_path / "kernelforge_tui" / "vocabulary" / "upward.py").write_text("import kernelforge_tui.engine.search\n")
     (tmp_path / "kernelforge_tui" / "gpu" / "screen.py").write_text("import textual.app\n")
     result = _lint(tmp_path)
     assert result.returncode != 0
-    assert "kernelforge_tui.models.upward -> kernelforge_tui.engine.search" in result.stdout
+    assert "kernelforge_tui.vocabulary.upward -> kernelforge_tui.engine.search" in result.stdout
     assert "kernelforge_tui.gpu.screen -> textual" in result.stdout

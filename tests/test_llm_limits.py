@@ -14,7 +14,7 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.llm import ChatMessage, LlmClient, LlmError, Provider, Retrying, TextDelta
 from kernelforge_tui.llm.masking import MASK, Masker
 from kernelforge_tui.llm.wire import sse_lines
-from kernelforge_tui.models.events import LlmText
+from kernelforge_tui.vocabulary.events import LlmText
 from tests.fakes.agent_replies import RecordingSink
 from tests.fakes.llm_server import LlmServer, Reply, Seen
 from tests.test_llm import KEY_ENV, REQUEST, SECRET, chat, failure, protocols, settings

@@ -18,8 +18,8 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.search import MAX_LLM_FAILURES
 from kernelforge_tui.engine.view import describe
 from kernelforge_tui.llm import LlmError, Usage
-from kernelforge_tui.models.events import LlmCallEnded, LogLine
-from kernelforge_tui.models.llm import LlmTotals
+from kernelforge_tui.vocabulary.events import LlmCallEnded, LogLine
+from kernelforge_tui.vocabulary.llm import LlmTotals
 from tests.fakes.agent_replies import RecordingSink
 from tests.fakes.llm_server import LlmServer, Reply
 from tests.test_llm import chat, failure, protocols

@@ -18,10 +18,10 @@ from typing import Literal
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import MAX_SHARED_BYTES, resolve
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.proposers.templates.matmul import CHUNK, MatmulParams, MatmulTemplate, TensorCoreTiling

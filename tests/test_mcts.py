@@ -9,7 +9,7 @@ import pytest
 from kernelforge_tui.engine.strategies import STRATEGIES, Strategy, UnknownStrategy, make_strategy
 from kernelforge_tui.engine.strategies.mcts import Mcts
 from kernelforge_tui.engine.tree import Tree, TreeSettings
-from kernelforge_tui.models.nodes import FailureKind, NodeStatus
+from kernelforge_tui.vocabulary.nodes import FailureKind, NodeStatus
 
 LN2, LN3 = math.log(2), math.log(3)
 

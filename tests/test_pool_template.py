@@ -20,12 +20,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.cards.directory import draw_inputs
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import draw_inputs
 from kernelforge_tui.cards.stress import draw, running
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates import pooling as template_module
 from kernelforge_tui.proposers.templates.common import Params

@@ -18,15 +18,15 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import OperatorCard, load_card, save_card
 from kernelforge_tui.cards.plan import ResolvedLaunch, load_plan, resolve
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.evaluate import Evaluator
-from kernelforge_tui.gpu.hardware import ClassifierSettings, analyse, classify, roofline, stall_reasons
-from kernelforge_tui.gpu.ncu_csv import normalise, parse_csv
-from kernelforge_tui.gpu.profile import (
+from kernelforge_tui.gpu.ncu.csv_report import normalise, parse_csv
+from kernelforge_tui.gpu.ncu.hardware import ClassifierSettings, analyse, classify, roofline, stall_reasons
+from kernelforge_tui.gpu.ncu.run import (
     NcuMissing,
     NcuNotPermitted,
     NcuUnsupported,
@@ -35,9 +35,9 @@ from kernelforge_tui.gpu.profile import (
     ProfileSettings,
     ProfileTimeout,
 )
-from kernelforge_tui.gpu.profiling import BuiltKernel, ProfilingService, build_for_profile
-from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, PtxasStats, Timing
-from kernelforge_tui.models.profiles import HardwareReport
+from kernelforge_tui.gpu.ncu.service import BuiltKernel, ProfilingService, build_for_profile
+from kernelforge_tui.vocabulary.evaluation import BuildResult, Ceilings, EvalResult, PtxasStats, Timing
+from kernelforge_tui.vocabulary.profiles import HardwareReport
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ncu"
 CARDS = FIXTURES / "cards"
@@ -445,7 +445,7 @@ async def test_a_report_from_a_fake_ncu(tmp_path: Path) -> None:
     assert argv[argv.index("--kernel-name") + 1] == "stream_copy"
     assert argv[argv.index("--launch-count") + 1] == "1"
     assert argv[argv.index("--page") + 1] == "raw"
-    assert "kernelforge_tui.gpu.profile_launch" in argv
+    assert "kernelforge_tui.gpu.ncu.launch" in argv
     assert ResolvedLaunch.model_validate_json(argv[argv.index("--launch") + 1]) == LAUNCH
     assert {"SpeedOfLight", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats", "WarpStateStats"} <= {
         argv[i + 1] for i, a in enumerate(argv) if a == "--section"
@@ -493,7 +493,7 @@ async def test_one_profiling_service_asks_ncu_its_version_once_and_classifies(tm
 
 
 async def test_a_candidate_that_does_not_build_is_not_profiled() -> None:
-    from kernelforge_tui.gpu.build import Builder
+    from kernelforge_tui.build.nvcc import Builder
 
     card = load_card(CARDS / "stream_copy")
     assert card.spec.baseline is not None
@@ -505,7 +505,7 @@ def test_print_command_is_the_profilers_command() -> None:
     """The capture script runs exactly what this prints."""
     card = CARDS / "stream_copy"
     out = subprocess.run(
-        [sys.executable, "-m", "kernelforge_tui.gpu.profile", str(card), "/tmp/x.cubin", "--print-command"],
+        [sys.executable, "-m", "kernelforge_tui.gpu.ncu.run", str(card), "/tmp/x.cubin", "--print-command"],
         capture_output=True, text=True, check=True,
     ).stdout.splitlines()  # fmt: skip
     assert out[1:3] == ["--clock-control", "none"]
@@ -518,7 +518,7 @@ def test_print_command_is_the_profilers_command() -> None:
 
 def test_profile_launch_refuses_a_missing_cubin() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "kernelforge_tui.gpu.profile_launch", str(CARDS / "stream_copy"), "/nonexistent.cubin",
+        [sys.executable, "-m", "kernelforge_tui.gpu.ncu.launch", str(CARDS / "stream_copy"), "/nonexistent.cubin",
          "--plan", str(CARDS / "stream_copy" / "baseline.plan.toml")],
         capture_output=True, text=True,
     )  # fmt: skip
@@ -546,9 +546,9 @@ def test_fixture_cards_resolve() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 async def test_profiling_the_fixture_kernels_gives_their_classes(name: str) -> None:
-    """Through the profiling service the search and `kernelforge profile` use: build, ncu over profile_launch
+    """Through the profiling service the search and `kernelforge profile` use: build, ncu over ncu.launch
     (the worker's public launch API), classification."""
-    from kernelforge_tui.gpu.build import Builder
+    from kernelforge_tui.build.nvcc import Builder
     from kernelforge_tui.gpu.detect import require_gpu
 
     card = load_card(CARDS / name)
@@ -567,8 +567,8 @@ async def test_profiling_the_fixture_kernels_gives_their_classes(name: str) -> N
 def test_cli_prints_a_nodes_saved_profile(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from kernelforge_tui.cli.main import main
     from kernelforge_tui.config import Settings
-    from kernelforge_tui.models.profiles import NodeProfile, ProfileReport
     from kernelforge_tui.store import RunStore
+    from kernelforge_tui.vocabulary.profiles import NodeProfile, ProfileReport
 
     card = load_card(CARDS / "stream_copy")
     assert card.spec.baseline is not None

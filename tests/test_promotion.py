@@ -10,10 +10,10 @@ from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.promotion import Champion
 from kernelforge_tui.engine.view import describe
 from kernelforge_tui.gpu.statistics import robust_stats
-from kernelforge_tui.models.evaluation import Timing, speedup_text
-from kernelforge_tui.models.events import BestImproved, LogLine
 from kernelforge_tui.proposers.base import Proposal
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import Timing, speedup_text
+from kernelforge_tui.vocabulary.events import BestImproved, LogLine
 
 from .test_search import Harness, ScriptedProposer, _drain, toy_kernel
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from kernelforge_tui.engine.reward import Evidence, RewardWeights, compute_reward, failure_reward
-from kernelforge_tui.models.evaluation import PtxasStats
+from kernelforge_tui.vocabulary.evaluation import PtxasStats
 
 SM = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEM = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"

@@ -27,10 +27,10 @@ from pydantic import BaseModel
 
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import Pause, Stop
-from kernelforge_tui.models.events import LogLine
-from kernelforge_tui.models.runs import UnreadableRow
 from kernelforge_tui.store import DB_NAME, RunStore, StoreError, list_runs
+from kernelforge_tui.vocabulary.commands import Pause, Stop
+from kernelforge_tui.vocabulary.events import LogLine
+from kernelforge_tui.vocabulary.runs import UnreadableRow
 
 ROOT = Path(__file__).resolve().parent.parent
 CARD = ROOT / "examples" / "cards" / "vector_add_f32"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.source_policy import MAX_SOURCE_BYTES
 from kernelforge_tui.cards import Card, load_card
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.config import load_settings
@@ -22,8 +23,9 @@ from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
 from kernelforge_tui.engine.strategies import STRATEGIES
 from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.errors import BaselineFailed
-from kernelforge_tui.gpu.source_policy import MAX_SOURCE_BYTES
-from kernelforge_tui.models.commands import (
+from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer
+from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.commands import (
     AddHint,
     BanSubtree,
     ExpandNode,
@@ -34,9 +36,7 @@ from kernelforge_tui.models.commands import (
     Resume,
     Stop,
 )
-from kernelforge_tui.models.events import EngineEvent, LogLine, NodeAdded, NodeChanged
-from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer
-from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.events import EngineEvent, LogLine, NodeAdded, NodeChanged
 
 BASELINE = """\
 extern "C" __global__ void vadd_naive(const float* a, const float* b, float* c, int n) {
@@ -74,7 +74,7 @@ def make_card(root: Path) -> Card:
 
 
 def _toml(spec: OperatorCard) -> str:
-    from kernelforge_tui.cards.store import to_toml
+    from kernelforge_tui.cards.directory import to_toml
 
     return to_toml(spec.model_dump(mode="json", exclude_defaults=True))
 

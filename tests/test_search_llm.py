@@ -28,12 +28,12 @@ from kernelforge_tui.engine.settings import PipelineSettings, RunSettings
 from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.llm import ChatMessage, FatalLlmError, LlmClient
-from kernelforge_tui.models.evaluation import Ceilings
-from kernelforge_tui.models.events import BudgetUsed, EngineEvent, LlmCallEnded, LlmCallStarted, LlmText, LogLine
-from kernelforge_tui.models.llm import ModelRecord
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, TargetGpu
 from kernelforge_tui.proposers.replies import parse_kernel
 from kernelforge_tui.store import DB_NAME, RunStore
+from kernelforge_tui.vocabulary.evaluation import Ceilings
+from kernelforge_tui.vocabulary.events import BudgetUsed, EngineEvent, LlmCallEnded, LlmCallStarted, LlmText, LogLine
+from kernelforge_tui.vocabulary.llm import ModelRecord
 from tests.fakes.llm_server import LlmServer, Reply
 from tests.test_search import make_card, toy_kernel
 

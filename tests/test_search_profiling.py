@@ -18,17 +18,17 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.config import ProfileSettings, RewardWeights, Settings, load_settings
 from kernelforge_tui.engine.backend import Lanes, ProfilingBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.engine.profiling import ProfileReason
+from kernelforge_tui.engine.profile_schedule import ProfileReason
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.settings import RunSettings
-from kernelforge_tui.gpu.hardware import analyse
-from kernelforge_tui.gpu.ncu_csv import parse_csv
-from kernelforge_tui.gpu.profile import NcuNotPermitted, ProfileError
-from kernelforge_tui.models.commands import ProfileNode
-from kernelforge_tui.models.events import EngineEvent, LogLine, NodeChanged
-from kernelforge_tui.models.profiles import NodeProfile, ProfileReport
+from kernelforge_tui.gpu.ncu.csv_report import parse_csv
+from kernelforge_tui.gpu.ncu.hardware import analyse
+from kernelforge_tui.gpu.ncu.run import NcuNotPermitted, ProfileError
 from kernelforge_tui.proposers.base import Proposal
 from kernelforge_tui.store import DB_NAME, SCHEMA_VERSION, RunStore
+from kernelforge_tui.vocabulary.commands import ProfileNode
+from kernelforge_tui.vocabulary.events import EngineEvent, LogLine, NodeChanged
+from kernelforge_tui.vocabulary.profiles import NodeProfile, ProfileReport
 from tests.test_search import ToyProposer, make_card, run_settings, toy_kernel, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent

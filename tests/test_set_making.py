@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from kernelforge_tui.cards import CardError, load_card
-from kernelforge_tui.cards import store as card_store
-from kernelforge_tui.cards.store import Arrays, Card, make_side_by_side, side_by_side
+from kernelforge_tui.cards import directory as card_store
+from kernelforge_tui.cards.directory import Arrays, Card, make_side_by_side, side_by_side
 
 from .conftest import EXAMPLES
 

@@ -18,10 +18,10 @@ from kernelforge_tui.cli.chart import CEILING, HEIGHT, LEFT, RIGHT, SPEEDUP, WID
 from kernelforge_tui.cli.main import main
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.engine.takeaway import progress, write_kernel
-from kernelforge_tui.models.evaluation import EvalResult, Evaluation, SetCheck, Timing
-from kernelforge_tui.models.nodes import FailureKind, NodeOutcome, NodeStatus
-from kernelforge_tui.models.rewards import Reward, RewardTerm
 from kernelforge_tui.store import RunStore, UnknownNode
+from kernelforge_tui.vocabulary.evaluation import EvalResult, Evaluation, SetCheck, Timing
+from kernelforge_tui.vocabulary.nodes import FailureKind, NodeOutcome, NodeStatus
+from kernelforge_tui.vocabulary.rewards import Reward, RewardTerm
 
 from .conftest import EXAMPLES
 

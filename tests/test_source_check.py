@@ -10,11 +10,11 @@ import re
 
 import pytest
 
+from kernelforge_tui.build.source_check import check_source
+from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
+from kernelforge_tui.build.source_problem import SourceProblem
 from kernelforge_tui.cards import load_card, resolve
 from kernelforge_tui.cards.plan import ResolvedArg, load_plan
-from kernelforge_tui.gpu.source_check import check_source
-from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES
-from kernelforge_tui.gpu.source_problem import SourceProblem
 
 from .conftest import EXAMPLES
 from .test_templates import all_cards, render, sample

@@ -25,14 +25,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.proposers.templates.sparse import TILED, SparseTemplate, csr_shared_bytes

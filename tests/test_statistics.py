@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from kernelforge_tui.gpu.statistics import improvement_interval, robust_stats, speedup_interval
-from kernelforge_tui.models.evaluation import Timing
+from kernelforge_tui.vocabulary.evaluation import Timing
 
 
 def _pair(candidate_us: float, baseline_us: float, noise: float, seed: int, n: int = 40) -> tuple[Timing, Timing]:

@@ -18,12 +18,12 @@ from kernelforge_tui.engine.feedback import cannot_serve, hint_feedback
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.setup import RunOptions, prepare_run
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import AddHint, ExpandNode, PinSubtree
-from kernelforge_tui.models.events import EngineEvent, LogLine, NodeChanged
 from kernelforge_tui.proposers.agents import AgentProposer
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.store import RunStore, StoreError
 from kernelforge_tui.tui.launch import RestingRunSource, continued_search, open_run, open_source
+from kernelforge_tui.vocabulary.commands import AddHint, ExpandNode, PinSubtree
+from kernelforge_tui.vocabulary.events import EngineEvent, LogLine, NodeChanged
 from tests.fakes.endless import Endless
 from tests.test_search import Harness, ToyProposer, _toml
 
@@ -254,10 +254,10 @@ def test_tui_takes_simulate_seconds_and_open_takes_resume(monkeypatch: pytest.Mo
 
 
 async def test_the_tui_pins_a_run_at_rest_and_a_followed_runs_stopping_note_ends_with_it(tmp_path: Path) -> None:
-    from kernelforge_tui.models.events import StateChanged
     from kernelforge_tui.tui.app import KernelForgeApp
     from kernelforge_tui.tui.config import TuiSettings
     from kernelforge_tui.tui.widgets import SearchTree
+    from kernelforge_tui.vocabulary.events import StateChanged
 
     h = await seeded(Harness(tmp_path))
     source = open_source(str(h.run_dir))

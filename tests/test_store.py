@@ -14,12 +14,6 @@ import pytest
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.settings import RunSettings
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import AddHint, Pause, Stop
-from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
-from kernelforge_tui.models.events import LogLine, NodeAdded
-from kernelforge_tui.models.nodes import FailureKind, NodeOutcome, NodeStats, NodeStatus
-from kernelforge_tui.models.profiles import HardwareReport, NodeProfile, ProfileReport
-from kernelforge_tui.models.rewards import Reward, RewardTerm
 from kernelforge_tui.store import (
     DB_NAME,
     SCHEMA_VERSION,
@@ -31,6 +25,12 @@ from kernelforge_tui.store import (
     new_run_dir,
     resolve_run,
 )
+from kernelforge_tui.vocabulary.commands import AddHint, Pause, Stop
+from kernelforge_tui.vocabulary.evaluation import EvalResult, Evaluation, Timing
+from kernelforge_tui.vocabulary.events import LogLine, NodeAdded
+from kernelforge_tui.vocabulary.nodes import FailureKind, NodeOutcome, NodeStats, NodeStatus
+from kernelforge_tui.vocabulary.profiles import HardwareReport, NodeProfile, ProfileReport
+from kernelforge_tui.vocabulary.rewards import Reward, RewardTerm
 from tests.test_search import make_card, toy_kernel
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from kernelforge_tui.engine.settings import RunSettings
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.store.errors import StoreError
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.nodes import NodeOutcome, NodeStatus
 from tests.test_search import make_card, toy_kernel
 
 LIMIT = 64 << 10

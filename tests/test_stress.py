@@ -14,10 +14,11 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards import CardError, load_card, resolve, save_card
+from kernelforge_tui.cards.directory import Arrays, Card, draw_inputs, to_toml
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard, OpFamily, Reference, StressSpec, Tolerance
-from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, to_toml
 from kernelforge_tui.cards.stress import (
     BLOCKWISE_PATTERNS_FROM,
     FAMILIES,
@@ -29,7 +30,6 @@ from kernelforge_tui.cards.stress import (
     limits,
     plan,
 )
-from kernelforge_tui.gpu.source_check import check_source
 
 from .conftest import EXAMPLES, ROOT
 from .test_gpu_stress import HONEST as GPU_HONEST

@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import TASKS, select, task
 from kernelforge_tui.suite.task import SCALES, Baseline, Task, Tensor

@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from scipy.special import erf, expit, ndtr
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import Card
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, elementwise, template_for
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.reduction import ReductionTemplate

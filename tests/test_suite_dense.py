@@ -15,10 +15,10 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate

@@ -18,12 +18,12 @@ import pytest
 from scipy.integrate import simpson
 from scipy.signal import correlate, correlate2d
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
+from kernelforge_tui.cards.directory import Card, draw_inputs
 from kernelforge_tui.cards.dtypes import NUMPY, float_limits
 from kernelforge_tui.cards.model import StressSpec
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import Card, draw_inputs
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
 from kernelforge_tui.proposers.templates.scan import ScanTemplate

@@ -1,7 +1,7 @@
-"""The rows tasks (kernelforge_tui/suite/tasks/rows.py): every reference against an independent computation on small
-sizes (explicit loops with exact sums, scipy, complex arithmetic, attention over the union of two key sets), the
-stress sets of softmax and the norms through the references with the values torch gives there, top-k's tie rule on
-the tied rows its cards draw, and the template library serving the softmax and norm cards."""
+"""The rows tasks (kernelforge_tui/suite/tasks/rows_and_heads.py): every reference against an independent computation on
+small sizes (explicit loops with exact sums, scipy, complex arithmetic, attention over the union of two key sets), the
+stress sets of softmax and the norms through the references with the values torch gives there, top-k's tie rule on the
+tied rows its cards draw, and the template library serving the softmax and norm cards."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ import numpy as np
 import pytest
 from scipy.special import expit, logsumexp, softmax
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import Card
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate, operation
-from kernelforge_tui.proposers.templates.rows import EPS, RowTemplate
+from kernelforge_tui.proposers.templates.row_reductions import EPS, RowTemplate
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import PRECISIONS, Precision
-from kernelforge_tui.suite.tasks.rows import LAYER_NORM_EPS, RMS_NORM_EPS, TASKS
+from kernelforge_tui.suite.tasks.rows_and_heads import LAYER_NORM_EPS, RMS_NORM_EPS, TASKS
 
 RNG = np.random.default_rng(13)
 ROW_FAMILIES = ("softmax", "layer_norm", "rms_norm")

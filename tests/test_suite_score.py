@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernelforge_tui.gpu.hardware import roofline
-from kernelforge_tui.models.evaluation import Ceilings
+from kernelforge_tui.gpu.ncu.hardware import roofline
 from kernelforge_tui.suite.score import (
     CardResult,
     beats_vendor,
@@ -16,6 +15,7 @@ from kernelforge_tui.suite.score import (
     score_cards,
     suite_score,
 )
+from kernelforge_tui.vocabulary.evaluation import Ceilings
 
 CEILINGS = Ceilings(
     gpu_name="test GPU", copy_gbps=1000.0, fma_tflops=10.0, capability=(9, 0), sm_count=132, l2_bytes=50 << 20
@@ -68,7 +68,7 @@ def test_a_card_scored_by_hand() -> None:
 
 
 def test_the_share_is_the_roofline_position_the_profiler_reports() -> None:
-    """Both views of one kernel agree: score's share equals gpu.hardware.roofline's share of the attainable."""
+    """Both views of one kernel agree: score's share equals gpu.ncu.hardware.roofline's share of the attainable."""
     for result in (A, B):
         assert result.best_us is not None
         seconds = result.best_us * 1e-6

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import scipy.sparse  # type: ignore[import-untyped]
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.sparse import SparseTemplate
 from kernelforge_tui.suite import cards

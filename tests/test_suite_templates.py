@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Template
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate

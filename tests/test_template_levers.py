@@ -14,22 +14,22 @@ from pathlib import Path
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import Card, OperatorCard
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.engine.backend import SimulatedBackend
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.search import Search
 from kernelforge_tui.engine.settings import RunSettings
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.models.evaluation import BuildResult
-from kernelforge_tui.models.identity import candidate_key
-from kernelforge_tui.models.nodes import ParamValue
-from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck, HardwareReport, NodeProfile, ProfileReport
 from kernelforge_tui.proposers.base import Proposal, SpaceCounter
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates import proposer as proposer_module
 from kernelforge_tui.proposers.templates.common import Params, Template, TemplateParams, describe
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import BuildResult
+from kernelforge_tui.vocabulary.identity import candidate_key
+from kernelforge_tui.vocabulary.nodes import ParamValue
+from kernelforge_tui.vocabulary.profiles import CLASS_NAMES, Bottleneck, HardwareReport, NodeProfile, ProfileReport
 from tests.test_search import run_settings
 from tests.test_templates import _card, _context, synthetic_cards
 

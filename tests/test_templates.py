@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.cards import OperatorCard, load_card, resolve
-from kernelforge_tui.gpu.build import Builder
-from kernelforge_tui.gpu.source_check import check_source
-from kernelforge_tui.models.identity import candidate_key
 from kernelforge_tui.proposers.base import FailedSibling, ParentInfo, Proposal, ProposalContext
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params
+from kernelforge_tui.vocabulary.identity import candidate_key
 
 from .conftest import EXAMPLES, typed
 

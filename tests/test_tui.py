@@ -13,7 +13,14 @@ from textual.message import Message
 from textual.notifications import Notify
 from textual.widgets import TextArea
 
-from kernelforge_tui.models.commands import (
+from kernelforge_tui.tui import app as tui_app
+from kernelforge_tui.tui.app import KernelForgeApp
+from kernelforge_tui.tui.config import TuiSettings
+from kernelforge_tui.tui.keymap import ACTIONS, BY_ID, Action
+from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
+from kernelforge_tui.tui.screens.editor import edit_externally
+from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, SearchTree
+from kernelforge_tui.vocabulary.commands import (
     AddHint,
     BanSubtree,
     ExpandNode,
@@ -24,14 +31,7 @@ from kernelforge_tui.models.commands import (
     Resume,
     Stop,
 )
-from kernelforge_tui.models.events import StateChanged
-from kernelforge_tui.tui import app as tui_app
-from kernelforge_tui.tui.app import KernelForgeApp
-from kernelforge_tui.tui.config import TuiSettings
-from kernelforge_tui.tui.keymap import ACTIONS, BY_ID, Action
-from kernelforge_tui.tui.screens import EditorScreen, HelpScreen, HintScreen
-from kernelforge_tui.tui.screens.editor import edit_externally
-from kernelforge_tui.tui.widgets import DiffPane, LogPane, MetricsPane, SearchTree
+from kernelforge_tui.vocabulary.events import StateChanged
 
 from .fakes.synthetic import SyntheticSource
 from .fakes.tui import screen_text, settle

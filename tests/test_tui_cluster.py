@@ -13,13 +13,13 @@ import pytest
 from textual.pilot import Pilot
 
 from kernelforge_tui.engine.budget import Budget
-from kernelforge_tui.models.runs import ClusterStatus, WorkerStatus
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.contrast import AA, contrast
 from kernelforge_tui.tui.screens import ClusterScreen
 from kernelforge_tui.tui.source import LiveSearchSource, StoreSource
 from kernelforge_tui.tui.widgets import RunHeaderBar
+from kernelforge_tui.vocabulary.runs import ClusterStatus, WorkerStatus
 
 from .fakes.screens import drawing_of
 from .fakes.synthetic import SyntheticSource

@@ -10,11 +10,11 @@ from textual.pilot import Pilot
 
 from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING, KernelSummary, render_summary
-from kernelforge_tui.models.evaluation import ceiling_share_text
-from kernelforge_tui.models.nodes import NodeStatus
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree
+from kernelforge_tui.vocabulary.evaluation import ceiling_share_text
+from kernelforge_tui.vocabulary.nodes import NodeStatus
 
 from .fakes.synthetic import T0, SyntheticSource
 from .fakes.tui import screen_text, settle

@@ -11,14 +11,14 @@ import pytest
 from textual.pilot import Pilot
 
 from kernelforge_tui.engine.backend import SIMULATED
-from kernelforge_tui.models.events import LlmCallEnded, LlmCallStarted, LlmText
-from kernelforge_tui.models.llm import LlmCall, LlmTotals, ModelRecord
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.screens import ConversationScreen, ModelsScreen
 from kernelforge_tui.tui.source import AgentFacts
 from kernelforge_tui.tui.widgets import DiffPane, SearchTree, StreamPane
 from kernelforge_tui.tui.widgets.llm_call import prompt_messages
+from kernelforge_tui.vocabulary.events import LlmCallEnded, LlmCallStarted, LlmText
+from kernelforge_tui.vocabulary.llm import LlmCall, LlmTotals, ModelRecord
 
 from .fakes.synthetic import T0, SyntheticSource
 from .fakes.tui import screen_text, settle

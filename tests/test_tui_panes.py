@@ -13,13 +13,13 @@ from textual.notifications import Notify
 
 from kernelforge_tui.engine.takeaway import KERNEL_FILE, PLAN_FILE, SUMMARY_FILE
 from kernelforge_tui.engine.view import RunView
-from kernelforge_tui.models.commands import MarkExport
-from kernelforge_tui.models.events import StateChanged
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.screens import ChartScreen, ExportScreen
 from kernelforge_tui.tui.widgets import LogPane
 from kernelforge_tui.tui.widgets.chart import ProgressChart, column_rows, progress_of, resample
+from kernelforge_tui.vocabulary.commands import MarkExport
+from kernelforge_tui.vocabulary.events import StateChanged
 
 from .fakes.synthetic import SyntheticSource
 from .fakes.tui import metrics_text, screen_text, settle

@@ -21,17 +21,17 @@ from kernelforge_tui.cards import load_card
 from kernelforge_tui.engine.budget import Budget
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import RunSettings
-from kernelforge_tui.models.commands import Stop
-from kernelforge_tui.models.evaluation import EvalResult, Evaluation, Timing
-from kernelforge_tui.models.events import LlmCallEnded, LlmCallStarted, LlmText, NodeAdded, StateChanged
-from kernelforge_tui.models.llm import LlmCall
-from kernelforge_tui.models.nodes import NodeOutcome, NodeStatus
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.tui.app import KernelForgeApp
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.screens import ConversationScreen, ModelsScreen
 from kernelforge_tui.tui.source import LiveSearchSource, StoreSource
 from kernelforge_tui.tui.widgets import DiffPane, MetricsPane, SearchTree, StreamPane
+from kernelforge_tui.vocabulary.commands import Stop
+from kernelforge_tui.vocabulary.evaluation import EvalResult, Evaluation, Timing
+from kernelforge_tui.vocabulary.events import LlmCallEnded, LlmCallStarted, LlmText, NodeAdded, StateChanged
+from kernelforge_tui.vocabulary.llm import LlmCall
+from kernelforge_tui.vocabulary.nodes import NodeOutcome, NodeStatus
 
 from .conftest import EXAMPLES, ROOT
 from .fakes.synthetic import PLAN

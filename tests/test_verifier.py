@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import load_card
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.evaluate import Evaluator
-from kernelforge_tui.gpu.hardware import roofline_floor
-from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, Evaluation, Timing
+from kernelforge_tui.gpu.ncu.hardware import roofline_floor
+from kernelforge_tui.vocabulary.evaluation import BuildResult, Ceilings, EvalResult, Evaluation, Timing
 
 from .conftest import EXAMPLES
 

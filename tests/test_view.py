@@ -9,7 +9,7 @@ from rich.console import Console
 
 from kernelforge_tui.cli.runs import render_run
 from kernelforge_tui.engine.view import CALLS_KEEP, RunHeader, RunView, Snapshot
-from kernelforge_tui.models.events import (
+from kernelforge_tui.vocabulary.events import (
     BestImproved,
     BudgetUsed,
     LlmCallEnded,
@@ -20,9 +20,9 @@ from kernelforge_tui.models.events import (
     NodeChanged,
     StateChanged,
 )
-from kernelforge_tui.models.llm import LlmCall, LlmTotals
-from kernelforge_tui.models.nodes import FailureKind, NodeStatus, NodeView
-from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.vocabulary.llm import LlmCall, LlmTotals
+from kernelforge_tui.vocabulary.nodes import FailureKind, NodeStatus, NodeView
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 
 def node(node_id: int, parent: int | None, speedup: float | None = None, **fields: object) -> NodeView:

@@ -28,16 +28,16 @@ else:
 
 from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.run import CaptureRequest, capture_model
-from kernelforge_tui.cards.store import draw_inputs
+from kernelforge_tui.cards.directory import draw_inputs
 from kernelforge_tui.cast.beside import BesideReply, BesideRequest
 from kernelforge_tui.cli.capture import template_problem
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.bench import VendorResult
 from kernelforge_tui.errors import KernelForgeError
 from kernelforge_tui.gpu.detect import GpuInfo
-from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite.registry import task
+from kernelforge_tui.vocabulary.evaluation import Ceilings
 
 from .test_store import profile_of
 

@@ -29,7 +29,7 @@ from kernelforge_tui.gpu.checks import (
     timed_fill,
 )
 from kernelforge_tui.gpu.statistics import median_settled
-from kernelforge_tui.models.evaluation import EvalResult, SetCheck
+from kernelforge_tui.vocabulary.evaluation import EvalResult, SetCheck
 
 from .conftest import EXAMPLES
 

@@ -16,7 +16,7 @@ from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.evaluate import Evaluator, GpuWorker, WorkerDied, WorkerTimeout
 from kernelforge_tui.gpu.protocol import Evaluate, KernelRef, RequestEnvelope
-from kernelforge_tui.models.evaluation import EvalResult
+from kernelforge_tui.vocabulary.evaluation import EvalResult
 
 from .conftest import EXAMPLES
 

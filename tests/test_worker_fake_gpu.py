@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 
 from kernelforge_tui.cards import load_card, plan_for_kernel, save_card, stress
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import DEFAULT_TOLERANCE
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.gpu.device import GpuDevice
 from kernelforge_tui.gpu.protocol import Evaluate, KernelRef, LoadCard
 from kernelforge_tui.gpu.worker import Worker
-from kernelforge_tui.models.evaluation import EvalResult
+from kernelforge_tui.vocabulary.evaluation import EvalResult
 
 from .conftest import EXAMPLES
 from .fakes import cuda
@@ -320,7 +320,7 @@ def test_a_kernel_that_keeps_its_output_when_timed_fails_the_timed_check(fake_cu
 
 
 def test_the_public_launch_api_launches_once_on_one_set(fake_cuda: None, card: Card) -> None:
-    """What profile_launch does: one input set, poisoned outputs, one launch."""
+    """What ncu.launch does: one input set, poisoned outputs, one launch."""
     worker = Worker()
     which = card.spec.input_sets[1]
     worker.load_input_set(card, which)

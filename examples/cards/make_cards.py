@@ -27,7 +27,7 @@ from kernelforge_tui.cards.model import (
     TensorSpec,
     Tolerance,
 )
-from kernelforge_tui.cards.store import Arrays, Card, draw_inputs, save_card, to_toml
+from kernelforge_tui.cards.directory import Arrays, Card, draw_inputs, save_card, to_toml
 from kernelforge_tui.cards.stress import plan
 
 HERE = Path(__file__).resolve().parent

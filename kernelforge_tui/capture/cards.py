@@ -17,6 +17,7 @@ import numpy as np
 from kernelforge_tui.capture import reference
 from kernelforge_tui.capture.families import CardPlan, RoundedStatistics
 from kernelforge_tui.capture.manifest import Step
+from kernelforge_tui.cards.directory import MAX_STORED_SET_BYTES, Arrays, Card, draw_inputs, load_card, save_card
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.model import (
     BaselineSpec,
@@ -30,7 +31,6 @@ from kernelforge_tui.cards.model import (
     TensorSpec,
     Tolerance,
 )
-from kernelforge_tui.cards.store import MAX_STORED_SET_BYTES, Arrays, Card, draw_inputs, load_card, save_card
 from kernelforge_tui.errors import KernelForgeError
 
 STRESS_SEED = 1000

@@ -23,8 +23,8 @@ from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import LaunchPlan, OpFamily, Tolerance
 
 TEMPLATE_EPS = {"rms_norm": 1e-6, "layer_norm": 1e-5, "group_norm": 1e-5}
-"""The eps the template library's kernels are written with (proposers/templates/rows.py EPS, group_norm.py): a card
-with another eps gets correct baselines, but template kernels would fail it, so the offline search skips it."""
+"""The eps the template library's kernels are written with (proposers/templates/row_reductions.py EPS, group_norm.py): a
+card with another eps gets correct baselines, but template kernels would fail it, so the offline search skips it."""
 FINFO_EPS = {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}
 """torch.finfo(dtype).eps: what rms_norm uses when it is given eps=None."""
 

@@ -33,9 +33,9 @@ from kernelforge_tui.capture.deadline import Stage, deadline
 from kernelforge_tui.capture.loader import Entry, build
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, save_capture
 from kernelforge_tui.cards import expr
+from kernelforge_tui.cards.directory import MAX_STORED_SET_BYTES
 from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.cards.store import MAX_STORED_SET_BYTES
 from kernelforge_tui.errors import BadInput, install_fix
 
 if TYPE_CHECKING:

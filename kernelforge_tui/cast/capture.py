@@ -13,8 +13,8 @@ from functools import partial
 from pathlib import Path
 
 from kernelforge_tui.capture.manifest import Variant, load_capture
+from kernelforge_tui.cards.directory import load_card
 from kernelforge_tui.cards.errors import CardError
-from kernelforge_tui.cards.store import load_card
 from kernelforge_tui.cast.bindings import from_variant, normalize_overload
 from kernelforge_tui.cast.export import Collected, collect_run
 from kernelforge_tui.cast.manifest import AuditEntry

@@ -29,11 +29,13 @@ from pydantic import ValidationError
 
 import kernelforge_tui
 from kernelforge_tui.atomic import replacing
+from kernelforge_tui.build.nvcc import DEFAULT_ARCH, Builder, detect_arch, find_nvcc, nvcc_version
+from kernelforge_tui.build.sandbox import read_only_paths, sandbox_command, sandbox_env, sandbox_status
+from kernelforge_tui.cards.directory import Card, load_card
 from kernelforge_tui.cards.errors import CardError
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.cast.bindings import CallBinding, from_card
 from kernelforge_tui.cast.manifest import (
     NOT_CHECKED,
@@ -52,13 +54,11 @@ from kernelforge_tui.cast.manifest import (
     write_package,
 )
 from kernelforge_tui.errors import BadInput, CheckFailed
-from kernelforge_tui.gpu.build import DEFAULT_ARCH, Builder, detect_arch, find_nvcc, nvcc_version
-from kernelforge_tui.gpu.sandbox import read_only_paths, sandbox_command, sandbox_env, sandbox_status
 from kernelforge_tui.gpu.statistics import speedup_interval
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.nodes import MEASURED, NodeRecord
 from kernelforge_tui.store import RunStore, StoreError
 from kernelforge_tui.store.files import connect, db_file, named
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.nodes import MEASURED, NodeRecord
 
 MAX_SET_BYTES = 32 << 20
 """Stored input sets travel in the package up to this size per kernel (real captured data is the best test)."""

@@ -31,9 +31,9 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from kernelforge_tui.cards import stress
+from kernelforge_tui.cards.directory import Arrays, draw_inputs
 from kernelforge_tui.cards.dtypes import from_storage
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.cards.store import Arrays, draw_inputs
 from kernelforge_tui.cast.manifest import CastError, KernelEntry, Machine, Package, TensorGuard, read_package
 from kernelforge_tui.cast.runtime import aten_call
 from kernelforge_tui.gpu.statistics import median_settled, robust_stats, speedup_interval

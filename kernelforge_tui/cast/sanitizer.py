@@ -21,8 +21,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from kernelforge_tui.build.nvcc import find_nvcc
 from kernelforge_tui.cast.manifest import SanitizerTool
-from kernelforge_tui.gpu.build import find_nvcc
 
 TIMEOUT_ENV = "KERNELFORGE_SANITIZER_TIMEOUT"
 """Seconds one tool may take over one launch (default 900): racecheck instruments every shared-memory access."""

@@ -116,9 +116,9 @@ def _rebuild(entry: KernelEntry, files: dict[str, bytes], arch: str) -> KernelEn
     """A cubin (and PTX) for this GPU from the carried source, when the package was made for another."""
     import asyncio
 
+    from kernelforge_tui.build.nvcc import Builder
     from kernelforge_tui.cards.plan import ResolvedArg
     from kernelforge_tui.cast.export import build_ptx, capability_of
-    from kernelforge_tui.gpu.build import Builder
 
     source = files[entry.files.source].decode()
     builder = Builder(arch=arch)
@@ -146,7 +146,7 @@ def verify(
     The package is read (and refused, CastError) before anything asks for a GPU; its old stamp is not looked at,
     since every check runs again. A package of no kernel is refused, and when no kernel passes nothing is written
     (the manifest returned says why): the file at `path` (or `out`) stays as it was."""
-    from kernelforge_tui.gpu.build import detect_arch
+    from kernelforge_tui.build.nvcc import detect_arch
 
     package = read_package(path, stamp="ignore")
     if not package.manifest.kernels:

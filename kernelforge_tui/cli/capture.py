@@ -17,8 +17,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelforge_tui.capture.manifest import CaptureManifest, Json, Variant, load_capture
+from kernelforge_tui.cards.directory import MAX_STORED_SET_BYTES
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.cards.store import MAX_STORED_SET_BYTES
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK, fail
 from kernelforge_tui.config import CaptureSettings, load_settings
 from kernelforge_tui.engine.capture_search import (

@@ -26,6 +26,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from kernelforge_tui.build.cutlass_headers import PINNED, cutlass_problem, find_cutlass
+from kernelforge_tui.build.nvcc import find_nvcc, nvcc_version
+from kernelforge_tui.build.sandbox import sandbox_status
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.config import (
     ConfigError,
@@ -40,10 +43,7 @@ from kernelforge_tui.config import (
 )
 from kernelforge_tui.engine.cluster.backend import Cluster, worker_command
 from kernelforge_tui.errors import KernelForgeError, NoGpu, install_fix
-from kernelforge_tui.gpu.build import find_nvcc, nvcc_version
-from kernelforge_tui.gpu.cutlass_headers import PINNED, cutlass_problem, find_cutlass
 from kernelforge_tui.gpu.detect import detect_gpus, pycuda_problem
-from kernelforge_tui.gpu.sandbox import sandbox_status
 from kernelforge_tui.llm import ChatMessage, ChatRequest, LlmError, Provider
 from kernelforge_tui.llm.wire import WireError
 

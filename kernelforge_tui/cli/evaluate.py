@@ -13,14 +13,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelforge_tui.cards import load_card, plan_for_kernel, stress
-from kernelforge_tui.cards.store import Card
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.config import load_settings
 from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.errors import BadInput, not_utf8
 from kernelforge_tui.gpu.detect import NoGpuError, detect_gpus, require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
-from kernelforge_tui.models.evaluation import Evaluation, speedup_text
+from kernelforge_tui.vocabulary.evaluation import Evaluation, speedup_text
 
 
 def kernel_source(path: Path) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from rich.console import Console
 
-from kernelforge_tui.cards.spec import DTYPES, FAMILIES
+from kernelforge_tui.cards.from_spec import DTYPES, FAMILIES
 from kernelforge_tui.cli.bench import add_bench_parser, cmd_bench
 from kernelforge_tui.cli.capture import add_capture_parser, cmd_capture
 from kernelforge_tui.cli.cast import CAST_COMMANDS, add_cast_parsers

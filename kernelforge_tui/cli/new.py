@@ -1,6 +1,6 @@
 """`kernelforge new`: a card from a natural-language spec, a Python/NumPy reference and example sizes.
 
-The card itself comes from `cards.spec` (reference copied and wrapped, shapes found by running it, input sets drawn
+The card itself comes from `cards.from_spec` (reference copied and wrapped, shapes found by running it, input sets drawn
 and referenced). This face adds the baseline kernel: the one given with --baseline/--plan, or, with an LLM
 configured, a simple one the first coder model writes (`proposers/prompts/baseline.v1.md`). Either is really built
 with nvcc before the card is written; the model gets one repair request with the compiler's errors (or with what was
@@ -18,10 +18,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.markup import escape
 
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards.expr import ExprError
-from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
-from kernelforge_tui.cards.plan import plan_for_kernel, resolve
-from kernelforge_tui.cards.spec import (
+from kernelforge_tui.cards.from_spec import (
     CardDraft,
     CardRequest,
     SpecError,
@@ -33,20 +32,21 @@ from kernelforge_tui.cards.spec import (
     parse_sizes,
     parse_tensor,
 )
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
+from kernelforge_tui.cards.plan import plan_for_kernel, resolve
 from kernelforge_tui.cli.evaluate import kernel_source
 from kernelforge_tui.cli.output import EXIT_OK
 from kernelforge_tui.config import Settings, config_file, load_settings
 from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.errors import CheckFailed
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.evaluate import build_error
 from kernelforge_tui.llm import ChatMessage, LlmClient, Malformed
-from kernelforge_tui.models.evaluation import BuildResult
-from kernelforge_tui.models.llm import LlmCall, usd
 from kernelforge_tui.proposers import prompting
 from kernelforge_tui.proposers.agents import kernel_rules
 from kernelforge_tui.proposers.replies import REPLY_FORMAT, parse_kernel
 from kernelforge_tui.proposers.sections import card_text
+from kernelforge_tui.vocabulary.evaluation import BuildResult
+from kernelforge_tui.vocabulary.llm import LlmCall, usd
 
 BASELINE_PROMPT = "baseline.v1"
 REPAIR_PROMPT = "baseline_repair.v1"

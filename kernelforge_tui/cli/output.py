@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from kernelforge_tui.errors import BadInput, KernelForgeError, NoGpu
-from kernelforge_tui.gpu.profile import ProfileError
+from kernelforge_tui.gpu.ncu.run import ProfileError
 
 EXIT_OK, EXIT_FAILED = 0, 1
 PIPED_WIDTH = 100_000

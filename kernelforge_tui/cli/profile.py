@@ -11,8 +11,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from kernelforge_tui.cards import load_card, plan_for_kernel
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.cli.evaluate import kernel_source
 from kernelforge_tui.cli.output import EXIT_OK
 from kernelforge_tui.config import Settings, load_settings
@@ -20,9 +20,9 @@ from kernelforge_tui.engine.backend import make_builder
 from kernelforge_tui.engine.setup import recorded_run
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.detect import require_gpu
-from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
-from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.gpu.ncu.service import ProfilingService, build_for_profile
 from kernelforge_tui.store import RunStore, StoreError, resolve_run
+from kernelforge_tui.vocabulary.profiles import NodeProfile
 
 
 async def _profile_kernel(card_path: Path, kernel: Path, plan_path: Path | None) -> NodeProfile:

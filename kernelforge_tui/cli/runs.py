@@ -29,12 +29,12 @@ from kernelforge_tui.engine.setup import RunOptions, prepare_run, stored_resume_
 from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.engine.view import RunView
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import Stop
-from kernelforge_tui.models.evaluation import speedup_text
-from kernelforge_tui.models.events import EngineEvent
-from kernelforge_tui.models.llm import LlmTotals, ModelRecord, usd
-from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store import RunStore, StoreError, copy_run, list_runs, resolve_run, runs_root
+from kernelforge_tui.vocabulary.commands import Stop
+from kernelforge_tui.vocabulary.evaluation import speedup_text
+from kernelforge_tui.vocabulary.events import EngineEvent
+from kernelforge_tui.vocabulary.llm import LlmTotals, ModelRecord, usd
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 
 def render_run(info: RunInfo, live: RunView | None = None) -> Table:

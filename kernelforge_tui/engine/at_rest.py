@@ -16,9 +16,9 @@ from pathlib import Path
 
 from kernelforge_tui.engine.tree import Tree
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import BanSubtree, EngineCommand, MarkExport, PinSubtree
-from kernelforge_tui.models.events import EngineEvent, LogLine, NodeChanged
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.commands import BanSubtree, EngineCommand, MarkExport, PinSubtree
+from kernelforge_tui.vocabulary.events import EngineEvent, LogLine, NodeChanged
 
 AT_REST = (PinSubtree, BanSubtree, MarkExport)
 """The commands that act on a run at rest: flags on nodes, read back by the next resume."""

@@ -20,20 +20,20 @@ import re
 from collections.abc import AsyncIterator
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.errors import BadInput, BaselineFailed
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo, gpu_label
 from kernelforge_tui.gpu.evaluate import Evaluator, build_candidate
-from kernelforge_tui.gpu.profile import ProfilingUnavailable
-from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
+from kernelforge_tui.gpu.ncu.run import ProfilingUnavailable
+from kernelforge_tui.gpu.ncu.service import ProfilingService, build_for_profile
 from kernelforge_tui.gpu.statistics import robust_stats, speedup_interval
-from kernelforge_tui.models.evaluation import Ceilings, EvalResult, Evaluation, SetCheck, Timing
-from kernelforge_tui.models.nodes import FailureKind
-from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.proposers.base import TargetGpu
+from kernelforge_tui.vocabulary.evaluation import Ceilings, EvalResult, Evaluation, SetCheck, Timing
+from kernelforge_tui.vocabulary.nodes import FailureKind
+from kernelforge_tui.vocabulary.profiles import NodeProfile
 
 EVALUATING: contextvars.ContextVar[int | None] = contextvars.ContextVar("evaluating", default=None)
 """The node a GPU lane is evaluating (set by the pipeline): a backend that shows where its work is (a cluster)

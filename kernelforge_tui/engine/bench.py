@@ -28,7 +28,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.atomic import write_atomic
-from kernelforge_tui.cards.store import Card
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.backend import EvaluationBackend, GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import Budget
@@ -48,9 +48,6 @@ from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.gpu.evaluate import cached_ceilings
 from kernelforge_tui.gpu.statistics import robust_stats
-from kernelforge_tui.models.evaluation import Ceilings
-from kernelforge_tui.models.events import BestImproved
-from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store import DB_NAME, RunStore, StoreError
 from kernelforge_tui.store.lock import take_writer_lock
 from kernelforge_tui.suite import cards as suite_cards
@@ -58,6 +55,9 @@ from kernelforge_tui.suite.registry import select, task
 from kernelforge_tui.suite.score import CardResult, Status, roofline_us
 from kernelforge_tui.suite.task import PRECISIONS, Precision
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
+from kernelforge_tui.vocabulary.evaluation import Ceilings
+from kernelforge_tui.vocabulary.events import BestImproved
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 MANIFEST = "bench.json"
 CARDS = "cards"

@@ -15,8 +15,8 @@ import time
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelforge_tui.models.events import BudgetUsed
-from kernelforge_tui.models.llm import LlmTotals, usd
+from kernelforge_tui.vocabulary.events import BudgetUsed
+from kernelforge_tui.vocabulary.llm import LlmTotals, usd
 
 
 class Budget(BaseModel):
@@ -57,7 +57,7 @@ class BudgetUsage(BaseModel):
     elapsed_s: float = 0.0
     gpu_seconds: float = 0.0
     money_nanousd: int = 0
-    """LLM spend (integer nano-dollars: `models.llm`), restored from the recorded calls on a resume."""
+    """LLM spend (integer nano-dollars: `vocabulary.llm`), restored from the recorded calls on a resume."""
     tokens: int = 0
     """LLM tokens in and out."""
 

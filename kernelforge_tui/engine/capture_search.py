@@ -40,8 +40,8 @@ from kernelforge_tui.engine.cluster.backend import Cluster
 from kernelforge_tui.engine.setup import DEFAULT_PROPOSER, RunOptions, prepare_run, run_lanes, run_telling_bests
 from kernelforge_tui.errors import BadInput, NoGpu
 from kernelforge_tui.llm import FatalLlmError
-from kernelforge_tui.models.events import BestImproved
-from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.vocabulary.events import BestImproved
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 REPORT = "optimize.json"
 """The report's file in the capture directory (the latest `kernelforge optimize` of it)."""

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING
 
 from kernelforge_tui.engine.feedback import hint_feedback
 from kernelforge_tui.engine.pipeline import Priority
-from kernelforge_tui.engine.profiling import ProfileReason
-from kernelforge_tui.models.commands import (
+from kernelforge_tui.engine.profile_schedule import ProfileReason
+from kernelforge_tui.proposers.base import Proposal
+from kernelforge_tui.vocabulary.commands import (
     AddHint,
     BanSubtree,
     Command,
@@ -27,9 +28,8 @@ from kernelforge_tui.models.commands import (
     Resume,
     Stop,
 )
-from kernelforge_tui.models.events import NodeChanged
-from kernelforge_tui.models.runs import UnreadableRow
-from kernelforge_tui.proposers.base import Proposal
+from kernelforge_tui.vocabulary.events import NodeChanged
+from kernelforge_tui.vocabulary.runs import UnreadableRow
 
 if TYPE_CHECKING:
     from kernelforge_tui.engine.search import Search

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from kernelforge_tui.models.events import EPHEMERAL_KINDS, EngineEvent, LogLevel, LogLine, NodeChanged
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.events import EPHEMERAL_KINDS, EngineEvent, LogLevel, LogLine, NodeChanged
 
 
 class EventBus:

@@ -12,9 +12,9 @@ import asyncio
 
 from kernelforge_tui.engine.budget import Meter
 from kernelforge_tui.engine.events import EventBus
-from kernelforge_tui.models.events import LlmCallEnded, LlmCallStarted, LlmText
-from kernelforge_tui.models.llm import LlmCall, Role
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.events import LlmCallEnded, LlmCallStarted, LlmText
+from kernelforge_tui.vocabulary.llm import LlmCall, Role
 
 
 class RunCallSink:

@@ -18,18 +18,18 @@ from collections.abc import Callable
 from enum import IntEnum
 from typing import Any
 
+from kernelforge_tui.build.source_policy import MAX_SOURCE_BYTES
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.engine.backend import EVALUATING, ElasticBackend, EvaluationBackend, PipelinedBackend
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.settings import PipelineSettings
 from kernelforge_tui.engine.tree import Tree
-from kernelforge_tui.gpu.source_policy import MAX_SOURCE_BYTES
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.events import NodeAdded, NodeChanged
-from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, candidate_key
-from kernelforge_tui.models.nodes import FailureKind, NodeStatus
 from kernelforge_tui.proposers.base import Proposal
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.events import NodeAdded, NodeChanged
+from kernelforge_tui.vocabulary.identity import SourceIdentity, TemplateIdentity, candidate_key
+from kernelforge_tui.vocabulary.nodes import FailureKind, NodeStatus
 
 STORED_SOURCE_CHARS = 64 * 1024
 """How much of an oversized source is kept in the store, to show what the proposer sent."""
@@ -122,7 +122,7 @@ class Pipeline:
     def submit(
         self, parent_id: int | None, proposal: Proposal, priority: Priority, allow_duplicate: bool = False
     ) -> int | None:
-        """Add a candidate to the run and queue it; None for a duplicate (the same identity: models/identity.py),
+        """Add a candidate to the run and queue it; None for a duplicate (the same identity: vocabulary/identity.py),
         whose LLM calls are linked to the node that holds it (the conversation there shows them, and who wrote the
         same kernel)."""
         proposal, problem = screen(proposal)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kernelforge_tui.gpu.statistics import improvement_interval
-from kernelforge_tui.models.evaluation import Evaluation, Timing
+from kernelforge_tui.vocabulary.evaluation import Evaluation, Timing
 
 Pair = tuple[Timing, Timing]
 """(candidate, baseline) timings measured side by side in one evaluation."""

@@ -20,11 +20,11 @@ from kernelforge_tui.engine.budget import BudgetUsage
 from kernelforge_tui.engine.pipeline import Pipeline
 from kernelforge_tui.engine.promotion import Champion, timed_pair
 from kernelforge_tui.engine.tree import Tree
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, source_identity
-from kernelforge_tui.models.nodes import IN_FLIGHT, FailureKind, NodeRecord, NodeStatus
 from kernelforge_tui.proposers.templates import template_for
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.identity import SourceIdentity, TemplateIdentity, source_identity
+from kernelforge_tui.vocabulary.nodes import IN_FLIGHT, FailureKind, NodeRecord, NodeStatus
 
 LOST_IN_FLIGHT = "lost in flight"
 MAX_ATTEMPTS = 2

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pydantic import BaseModel, Field
 
 from kernelforge_tui.config import RewardWeights as RewardWeights
-from kernelforge_tui.gpu.hardware import (
+from kernelforge_tui.gpu.ncu.hardware import (
     ACHIEVED_OCCUPANCY,
     DRAM_BYTES,
     DRAM_THROUGHPUT,
@@ -24,9 +24,9 @@ from kernelforge_tui.gpu.hardware import (
     SM_THROUGHPUT,
     classify,
 )
-from kernelforge_tui.models.evaluation import PtxasStats
-from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck
-from kernelforge_tui.models.rewards import Reward, RewardTerm
+from kernelforge_tui.vocabulary.evaluation import PtxasStats
+from kernelforge_tui.vocabulary.profiles import CLASS_NAMES, Bottleneck
+from kernelforge_tui.vocabulary.rewards import Reward, RewardTerm
 
 Metrics = Mapping[str, float]
 

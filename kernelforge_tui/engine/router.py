@@ -12,8 +12,8 @@ from pathlib import Path
 
 from kernelforge_tui.config import LlmSettings
 from kernelforge_tui.engine.backend import SIMULATED
-from kernelforge_tui.models.llm import ModelRecord
 from kernelforge_tui.store import RunStore, StoreError, list_runs
+from kernelforge_tui.vocabulary.llm import ModelRecord
 
 PRIOR = 0.5
 """The smoothed rate of a model with no kernels on the family: between a proven and a failing one."""

@@ -7,17 +7,17 @@ resumed from the store), and a profile that arrives later rescores the node and 
 
 from __future__ import annotations
 
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import RewardWeights
 from kernelforge_tui.engine.reward import Evidence, compute_reward, failure_reward
 from kernelforge_tui.engine.tree import Tree
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.nodes import FailureKind, NodeOutcome, NodeStatus
-from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.store import RunStore, UnreadableRecord
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.nodes import FailureKind, NodeOutcome, NodeStatus
+from kernelforge_tui.vocabulary.rewards import Reward
 
 REASON_CHARS = 300
 """A failure's reason is cut to this many characters in rewards and log lines (the evaluation keeps it whole)."""

@@ -16,7 +16,7 @@ import contextlib
 from collections import deque
 from functools import partial
 
-from kernelforge_tui.cards.store import Card
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.config import ProfileSettings, RewardWeights
 from kernelforge_tui.engine.backend import EvaluationBackend, target_gpu
 from kernelforge_tui.engine.budget import Meter
@@ -25,7 +25,7 @@ from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.feedback import NOTHING_TO_PROPOSE, cannot_serve
 from kernelforge_tui.engine.llm_calls import RunCallSink
 from kernelforge_tui.engine.pipeline import Pipeline, Priority
-from kernelforge_tui.engine.profiling import ProfileReason, ProfileScheduler
+from kernelforge_tui.engine.profile_schedule import ProfileReason, ProfileScheduler
 from kernelforge_tui.engine.promotion import timed_pair
 from kernelforge_tui.engine.resume import lost, restore
 from kernelforge_tui.engine.scoring import REASON_CHARS, Scorer
@@ -34,11 +34,6 @@ from kernelforge_tui.engine.strategies import make_strategy
 from kernelforge_tui.engine.tree import Tree
 from kernelforge_tui.errors import BadInput, BaselineFailed
 from kernelforge_tui.llm import FatalLlmError, LlmClient, LlmError
-from kernelforge_tui.models.commands import EngineCommand
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.events import BestImproved, EngineEvent, NodeChanged, SearchState, StateChanged
-from kernelforge_tui.models.nodes import FailureKind
-from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import (
     FailedSibling,
     LineageStep,
@@ -49,6 +44,11 @@ from kernelforge_tui.proposers.base import (
     SpaceCounter,
 )
 from kernelforge_tui.store import RunStore, UnreadableRecord
+from kernelforge_tui.vocabulary.commands import EngineCommand
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.events import BestImproved, EngineEvent, NodeChanged, SearchState, StateChanged
+from kernelforge_tui.vocabulary.nodes import FailureKind
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 MAX_LLM_FAILURES = 3
 """Expansions in a row that fail on the LLM provider before the search stops (it is down, or the key was revoked)."""

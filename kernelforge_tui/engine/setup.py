@@ -20,7 +20,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelforge_tui.cards import load_card
-from kernelforge_tui.cards.store import Card
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.config import LlmSettings, Settings, config_file, pricing_line
 from kernelforge_tui.engine.backend import SIMULATED, GpuBackend, SimulatedBackend, make_builder
 from kernelforge_tui.engine.budget import CAP_OPTIONS, Budget, BudgetUsage
@@ -33,10 +33,10 @@ from kernelforge_tui.engine.tree import TreeSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.gpu.detect import NoGpuError, require_gpu
 from kernelforge_tui.llm import LlmClient
-from kernelforge_tui.models.events import BestImproved, BudgetUsed
-from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.proposers.base import Proposer
 from kernelforge_tui.store import RunStore, new_run_dir, resolve_run
+from kernelforge_tui.vocabulary.events import BestImproved, BudgetUsed
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 DEFAULT_PROPOSER = "templates"
 LLM_PROPOSERS = ("agents", "hybrid")

@@ -12,15 +12,15 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from kernelforge_tui.cards.directory import to_toml
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.store import to_toml
 from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.evaluation import Evaluation, ceiling_share_text, speedup_text
-from kernelforge_tui.models.nodes import MEASURED, NodeRecord, NodeStatus
-from kernelforge_tui.models.rewards import Reward
-from kernelforge_tui.models.runs import RunInfo
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.evaluation import Evaluation, ceiling_share_text, speedup_text
+from kernelforge_tui.vocabulary.nodes import MEASURED, NodeRecord, NodeStatus
+from kernelforge_tui.vocabulary.rewards import Reward
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 KERNEL_FILE = "kernel.cu"
 PLAN_FILE = "plan.toml"

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from kernelforge_tui.models.nodes import IN_FLIGHT, MEASURED, FailureKind, NodeStats, NodeStatus, ParamValue
+from kernelforge_tui.vocabulary.nodes import IN_FLIGHT, MEASURED, FailureKind, NodeStats, NodeStatus, ParamValue
 
 
 class TreeSettings(BaseModel):

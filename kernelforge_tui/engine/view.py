@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, Field
 
 from kernelforge_tui.engine.feedback import NOTHING_TO_PROPOSE
-from kernelforge_tui.models.evaluation import speedup_text
-from kernelforge_tui.models.events import (
+from kernelforge_tui.vocabulary.evaluation import speedup_text
+from kernelforge_tui.vocabulary.events import (
     BestImproved,
     BudgetUsed,
     EngineEvent,
@@ -32,9 +32,9 @@ from kernelforge_tui.models.events import (
     SearchState,
     StateChanged,
 )
-from kernelforge_tui.models.llm import CallOutcome, LlmCall, LlmTotals, Role
-from kernelforge_tui.models.nodes import NodeStatus, NodeView
-from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.vocabulary.llm import CallOutcome, LlmCall, LlmTotals, Role
+from kernelforge_tui.vocabulary.nodes import NodeStatus, NodeView
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 LOG_KEEP = 500
 """Log lines a view keeps (the oldest go first)."""

@@ -17,7 +17,7 @@ import numpy as np
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.model import OperatorCard, Tolerance
 from kernelforge_tui.gpu.statistics import robust_stats, speedup_interval
-from kernelforge_tui.models.evaluation import EvalResult, SetCheck
+from kernelforge_tui.vocabulary.evaluation import EvalResult, SetCheck
 
 
 class Prefill(StrEnum):

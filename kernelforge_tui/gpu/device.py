@@ -18,7 +18,7 @@ import numpy as np
 from kernelforge_tui.cards.dtypes import NUMPY, POISON_BITS
 from kernelforge_tui.cards.model import Tolerance
 from kernelforge_tui.gpu.checks import CompareCounts
-from kernelforge_tui.models.evaluation import Ceilings
+from kernelforge_tui.vocabulary.evaluation import Ceilings
 
 GUARD_BYTES = 64 * 1024
 """Canary bytes before and after every candidate-visible buffer: a write past the end lands here."""

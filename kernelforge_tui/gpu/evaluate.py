@@ -22,15 +22,15 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from kernelforge_tui.atomic import write_atomic
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import ResolvedLaunch, resolve
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings, cache_dir
 from kernelforge_tui.errors import BaselineFailed, CheckFailed
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
-from kernelforge_tui.gpu.hardware import roofline_floor
+from kernelforge_tui.gpu.ncu.hardware import roofline_floor
 from kernelforge_tui.gpu.protocol import (
     CardLoaded,
     Evaluate,
@@ -42,8 +42,8 @@ from kernelforge_tui.gpu.protocol import (
     WorkerFailure,
 )
 from kernelforge_tui.gpu.subprocess_worker import kill_group, spawn_worker, tail_text
-from kernelforge_tui.models.evaluation import BuildResult, Ceilings, EvalResult, Evaluation
-from kernelforge_tui.models.nodes import FailureKind
+from kernelforge_tui.vocabulary.evaluation import BuildResult, Ceilings, EvalResult, Evaluation
+from kernelforge_tui.vocabulary.nodes import FailureKind
 
 STDERR_LINES = 40
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.plan import ResolvedLaunch
 from kernelforge_tui.config import EvalSettings
-from kernelforge_tui.models.evaluation import Ceilings, EvalResult
+from kernelforge_tui.vocabulary.evaluation import Ceilings, EvalResult
 
 
 class Message(BaseModel):

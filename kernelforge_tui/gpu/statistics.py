@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kernelforge_tui.models.evaluation import Timing
+from kernelforge_tui.vocabulary.evaluation import Timing
 
 CONFIDENCE = 0.95
 RESAMPLES = 2000

@@ -20,9 +20,9 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from kernelforge_tui.cards.directory import Arrays, Card, load_card, make_side_by_side
 from kernelforge_tui.cards.dtypes import FLOATING
 from kernelforge_tui.cards.model import InputSet, OperatorCard
-from kernelforge_tui.cards.store import Arrays, Card, load_card, make_side_by_side
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.gpu.checks import (
     FIRST_RUN,
@@ -52,8 +52,8 @@ from kernelforge_tui.gpu.protocol import (
     WorkerFailure,
 )
 from kernelforge_tui.gpu.statistics import median_settled
-from kernelforge_tui.models.evaluation import Ceilings, EvalResult, SetCheck
-from kernelforge_tui.models.nodes import FailureKind
+from kernelforge_tui.vocabulary.evaluation import Ceilings, EvalResult, SetCheck
+from kernelforge_tui.vocabulary.nodes import FailureKind
 
 HostMaker = Callable[[], tuple[Arrays, Arrays | None]]
 """Makes one set on the host: its inputs, and its reference outputs where they come from the host."""
@@ -178,7 +178,7 @@ class Worker:
 
     def load_input_set(self, card: Card, which: InputSet) -> None:
         """Load one of the card's input sets and the output buffers, without references, fresh sets or the
-        flush scratch: what a single profiled launch needs (`profile_launch`)."""
+        flush scratch: what a single profiled launch needs (`ncu.launch`)."""
         inputs, _ = host_set(card, which, reference=False)
         self.state = State(
             card=card,

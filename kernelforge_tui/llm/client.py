@@ -24,7 +24,7 @@ from kernelforge_tui.llm.errors import FATAL, FatalLlmError, LlmError
 from kernelforge_tui.llm.pricing import cost_nanousd
 from kernelforge_tui.llm.provider import Provider
 from kernelforge_tui.llm.types import ChatMessage, ChatReply, ChatRequest, Spend
-from kernelforge_tui.models.llm import CallOutcome, LlmCall, Role
+from kernelforge_tui.vocabulary.llm import CallOutcome, LlmCall, Role
 
 T = TypeVar("T")
 

@@ -22,15 +22,13 @@ from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import LlmSettings, ModelSettings
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.llm.client import Answer, LlmClient, Malformed, Truncated
 from kernelforge_tui.llm.errors import LlmError
 from kernelforge_tui.llm.types import ChatMessage
-from kernelforge_tui.models.llm import LlmCall, Role
-from kernelforge_tui.models.nodes import FailureKind
 from kernelforge_tui.proposers.base import FailedSibling, Proposal, ProposalContext
 from kernelforge_tui.proposers.prompting import Entry, Listing, fit, load
 from kernelforge_tui.proposers.replies import REPLY_FORMAT, KernelReply, parse_kernel
@@ -58,6 +56,8 @@ from kernelforge_tui.proposers.sections import (
     profile_text,
     ptxas_text,
 )
+from kernelforge_tui.vocabulary.llm import LlmCall, Role
+from kernelforge_tui.vocabulary.nodes import FailureKind
 
 LOST = (LlmError, Malformed)
 """What loses one candidate, not the expansion: the provider failed, or a role's reply could not be used."""

@@ -13,12 +13,12 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
-from kernelforge_tui.cards.store import Card
-from kernelforge_tui.models.evaluation import Ceilings, Diagnostic, PtxasStats
-from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, candidate_key, source_identity
-from kernelforge_tui.models.nodes import FailureKind, ParamValue
-from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.vocabulary.evaluation import Ceilings, Diagnostic, PtxasStats
+from kernelforge_tui.vocabulary.identity import SourceIdentity, TemplateIdentity, candidate_key, source_identity
+from kernelforge_tui.vocabulary.nodes import FailureKind, ParamValue
+from kernelforge_tui.vocabulary.profiles import NodeProfile
 
 
 class Proposal(BaseModel):
@@ -37,7 +37,7 @@ class Proposal(BaseModel):
     """Template parameters of this candidate; {} for LLM-written or hand-written kernels."""
     identity: TemplateIdentity | None = None
     """The candidate's identity when a template made it (its name, version and canonical params); None: the
-    candidate is its source and plan (models/identity.py)."""
+    candidate is its source and plan (vocabulary/identity.py)."""
     repair_of: int | None = None
     """The failed node (a child of the same parent) this candidate repairs: the debugger's rounds are counted along
     these links."""

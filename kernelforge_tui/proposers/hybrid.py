@@ -9,7 +9,7 @@ in its share.
 
 from __future__ import annotations
 
-from kernelforge_tui.cards.store import Card
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.proposers.agents import LOST, AgentProposer
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, Proposer
 

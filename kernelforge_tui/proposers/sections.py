@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.cards.stress import running
-from kernelforge_tui.models.evaluation import Diagnostic, ceiling_share_text
-from kernelforge_tui.models.profiles import NodeProfile
 from kernelforge_tui.proposers.base import FailedSibling, LineageStep, ParentInfo, TargetGpu
 from kernelforge_tui.proposers.prompting import Entry, Listing
+from kernelforge_tui.vocabulary.evaluation import Diagnostic, ceiling_share_text
+from kernelforge_tui.vocabulary.profiles import NodeProfile
 
 REASON_CHARS = 1500
 """A failed sibling's reason in full is cut here (a compiler can print pages; the first errors are the cause)."""

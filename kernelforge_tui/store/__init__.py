@@ -12,7 +12,7 @@ The modules, one job each (they import one another, never this package's names):
   which runs are never written (shipped examples, stores this user cannot write);
 - `card_path`: the run's card directory, recorded relative to the run and found again on opening;
 - `database`: one open database: the thread lock, write transactions, reads, migrating, the integrity check;
-- `rows`: stored rows read back as models;
+- `records`: stored rows read back as models;
 - `nodes`, `messages`: the node and profile queries, the event and command queries;
 - `runs`: RunStore, opening a run (create, open, resume) and its run row;
 - `listing`: where runs live, naming, finding, listing and copying them;

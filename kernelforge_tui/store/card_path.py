@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kernelforge_tui.cards.store import MANIFEST
+from kernelforge_tui.cards.directory import MANIFEST
 
 
 def recorded_card_dir(card_root: Path, run_dir: Path) -> str:

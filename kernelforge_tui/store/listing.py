@@ -10,11 +10,11 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from kernelforge_tui.atomic import replacing
-from kernelforge_tui.models.runs import RunListing, SkippedRun
 from kernelforge_tui.store.card_path import recorded_card_dir
 from kernelforge_tui.store.errors import StoreError
 from kernelforge_tui.store.files import DB_NAME, connect, named
 from kernelforge_tui.store.runs import RunStore
+from kernelforge_tui.vocabulary.runs import RunListing, SkippedRun
 
 
 def runs_root() -> Path:

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sqlite3
 
-from kernelforge_tui.models.llm import LlmCall, LlmTotals, ModelRecord
-from kernelforge_tui.models.nodes import MEASURED
 from kernelforge_tui.store.database import Database
+from kernelforge_tui.vocabulary.llm import LlmCall, LlmTotals, ModelRecord
+from kernelforge_tui.vocabulary.nodes import MEASURED
 
 _FIRST_COLUMNS = (
     "node, child, role, provider, model, prompt, prompt_sha256, reply, reply_sha256, input_tokens, output_tokens,"

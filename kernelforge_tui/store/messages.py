@@ -10,11 +10,11 @@ from typing import Literal, TypeVar
 
 from pydantic import TypeAdapter, ValidationError
 
-from kernelforge_tui.models.commands import EngineCommand
-from kernelforge_tui.models.events import EngineEvent
-from kernelforge_tui.models.runs import UnreadableRow
 from kernelforge_tui.store.database import Database
-from kernelforge_tui.store.rows import first_problem
+from kernelforge_tui.store.records import first_problem
+from kernelforge_tui.vocabulary.commands import EngineCommand
+from kernelforge_tui.vocabulary.events import EngineEvent
+from kernelforge_tui.vocabulary.runs import UnreadableRow
 
 _EVENT = TypeAdapter[EngineEvent](EngineEvent)
 _COMMAND = TypeAdapter[EngineCommand](EngineCommand)

@@ -11,14 +11,14 @@ from collections.abc import Mapping, Sequence
 from pydantic import ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.identity import SourceIdentity, TemplateIdentity, canonical_json, source_identity
-from kernelforge_tui.models.nodes import NodeOutcome, NodeRecord, NodeStats, NodeStatus, NodeView, ParamValue
-from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.store.database import Database
 from kernelforge_tui.store.errors import UnknownNode, UnreadableRecord
-from kernelforge_tui.store.rows import as_record, as_view, first_problem, parsed_or_none, view_columns
+from kernelforge_tui.store.records import as_record, as_view, first_problem, parsed_or_none, view_columns
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.identity import SourceIdentity, TemplateIdentity, canonical_json, source_identity
+from kernelforge_tui.vocabulary.nodes import NodeOutcome, NodeRecord, NodeStats, NodeStatus, NodeView, ParamValue
+from kernelforge_tui.vocabulary.profiles import NodeProfile
+from kernelforge_tui.vocabulary.rewards import Reward
 
 
 class NodeQueries(Database):
@@ -39,7 +39,7 @@ class NodeQueries(Database):
         identity: TemplateIdentity | SourceIdentity | None = None,
     ) -> NodeView:
         """A new node, proposed (not yet built nor measured); the LLM calls that wrote it are linked to it. Its
-        `identity` is by default its source and plan's (models/identity.py)."""
+        `identity` is by default its source and plan's (vocabulary/identity.py)."""
         now = time.time()
         known = identity if identity is not None else source_identity(source, plan)
         with self._tx() as c:

@@ -11,8 +11,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from kernelforge_tui.atomic import replacing
-from kernelforge_tui.cards.store import Card
-from kernelforge_tui.models.runs import RunInfo
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.store.card_path import recorded_card_dir, resolve_card_dir
 from kernelforge_tui.store.errors import StoreError
 from kernelforge_tui.store.files import DB_NAME, connect, db_file, example_reason, read_only_reason
@@ -20,8 +19,9 @@ from kernelforge_tui.store.llm import LlmQueries
 from kernelforge_tui.store.lock import take_writer_lock, writer_live
 from kernelforge_tui.store.messages import MessageQueries
 from kernelforge_tui.store.nodes import NodeQueries
-from kernelforge_tui.store.rows import interval
+from kernelforge_tui.store.records import interval
 from kernelforge_tui.store.schema import SCHEMA_VERSION
+from kernelforge_tui.vocabulary.runs import RunInfo
 
 M = TypeVar("M", bound=BaseModel)
 

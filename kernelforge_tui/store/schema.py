@@ -85,7 +85,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE nodes ADD COLUMN speedup_high REAL;
     ALTER TABLE run ADD COLUMN best_node INTEGER REFERENCES nodes(id);
     """,
-    # 4: LLM calls (models.llm.LlmCall), and on each node the failed node it repairs and the judge's score.
+    # 4: LLM calls (vocabulary.llm.LlmCall), and on each node the failed node it repairs and the judge's score.
     """
     CREATE TABLE llm_calls (
         id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -119,7 +119,7 @@ MIGRATIONS: list[str] = [
     ALTER TABLE llm_calls ADD COLUMN cache_read_tokens INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE llm_calls ADD COLUMN estimated INTEGER NOT NULL DEFAULT 0;
     """,
-    # 6: each node's candidate identity (models.identity: a template's name, version and params, or the digest of
+    # 6: each node's candidate identity (vocabulary.identity: a template's name, version and params, or the digest of
     # its source and plan) as JSON; NULL in the nodes stored before it (the engine derives theirs on resume).
     """
     ALTER TABLE nodes ADD COLUMN identity TEXT;

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kernelforge_tui.capture.baselines import prelude
+from kernelforge_tui.cards.directory import Card, save_card
 from kernelforge_tui.cards.dtypes import FLOATING
 from kernelforge_tui.cards.model import (
     BaselineSpec,
@@ -22,7 +23,6 @@ from kernelforge_tui.cards.model import (
     StressSpec,
     TensorSpec,
 )
-from kernelforge_tui.cards.store import Card, save_card
 from kernelforge_tui.suite.task import SHORT, Precision, T, Task, Tensor
 
 SEEDS = (1, 2)

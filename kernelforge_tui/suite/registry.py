@@ -6,9 +6,9 @@ import fnmatch
 from collections.abc import Iterable
 
 from kernelforge_tui.suite.task import Task
-from kernelforge_tui.suite.tasks import activations, dense, numerics, rows, sparse
+from kernelforge_tui.suite.tasks import activations, dense, numerics, rows_and_heads, sparse
 
-MODULES = (dense, sparse, activations, rows, numerics)
+MODULES = (dense, sparse, activations, rows_and_heads, numerics)
 
 
 def _collect() -> dict[str, Task]:

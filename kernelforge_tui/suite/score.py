@@ -13,9 +13,9 @@ search failed (its baseline did not build or pass) or did not run has no speedup
 lists it.
 
 The roofline: the least time the operator can take on the GPU is max(bytes / copy ceiling, FLOPs / peak FLOP rate),
-the ceilings being the ones the GPU worker measures (`models.evaluation.Ceilings`, cached per GPU); a card's share
+the ceilings being the ones the GPU worker measures (`vocabulary.evaluation.Ceilings`, cached per GPU); a card's share
 is that time over its best time. It is the worker's own `ceiling_share` (achieved rate over the ceiling of the bound
-side, as `gpu.hardware.roofline` places a kernel), taken for the best kernel.
+side, as `gpu.ncu.hardware.roofline` places a kernel), taken for the best kernel.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from kernelforge_tui.models.evaluation import Ceilings
 from kernelforge_tui.suite.task import Precision
+from kernelforge_tui.vocabulary.evaluation import Ceilings
 
 Status = Literal["searched", "no-template", "failed", "not-run"]
 COUNTED_AS_BASELINE: tuple[Status, ...] = ("no-template",)

@@ -28,8 +28,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from kernelforge_tui.cards.directory import Arrays, Card, load_card
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
-from kernelforge_tui.cards.store import Arrays, Card, load_card
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.errors import install_fix
 from kernelforge_tui.suite.registry import task as suite_task

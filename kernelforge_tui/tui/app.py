@@ -36,21 +36,6 @@ from kernelforge_tui.engine.backend import SIMULATED
 from kernelforge_tui.engine.takeaway import KERNEL_FILE, PLAN_FILE, SUMMARY_FILE
 from kernelforge_tui.engine.view import Changes, LiveCall, RunView, Snapshot
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import (
-    AddHint,
-    BanSubtree,
-    EngineCommand,
-    ExpandNode,
-    InjectKernel,
-    MarkExport,
-    Pause,
-    PinSubtree,
-    ProfileNode,
-    Resume,
-    Stop,
-)
-from kernelforge_tui.models.events import EngineEvent, StateChanged
-from kernelforge_tui.models.nodes import MEASURED, NodeStatus, NodeView
 from kernelforge_tui.tui.config import TuiSettings
 from kernelforge_tui.tui.keymap import ACTIONS, BY_ACTION, Action, bindings
 from kernelforge_tui.tui.screens import (
@@ -72,6 +57,21 @@ from kernelforge_tui.tui.widgets.diff import DIFF_BASES, DiffBase
 from kernelforge_tui.tui.widgets.metrics import NodeDetail
 from kernelforge_tui.tui.widgets.stream import WAITING_ELSEWHERE, WAITING_HERE
 from kernelforge_tui.tui.widgets.tree import FILTERS
+from kernelforge_tui.vocabulary.commands import (
+    AddHint,
+    BanSubtree,
+    EngineCommand,
+    ExpandNode,
+    InjectKernel,
+    MarkExport,
+    Pause,
+    PinSubtree,
+    ProfileNode,
+    Resume,
+    Stop,
+)
+from kernelforge_tui.vocabulary.events import EngineEvent, StateChanged
+from kernelforge_tui.vocabulary.nodes import MEASURED, NodeStatus, NodeView
 
 WIDE = 150
 """From this many columns on, the metrics go under the tree and the code takes the wider right column."""

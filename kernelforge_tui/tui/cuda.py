@@ -16,8 +16,8 @@ from rich.text import Text
 from textual.widgets.text_area import TextAreaTheme
 from tree_sitter import Query, QueryCursor
 
-from kernelforge_tui.gpu.cuda_syntax import cuda_language as cuda_language
-from kernelforge_tui.gpu.cuda_syntax import parse_cuda
+from kernelforge_tui.build.cuda_syntax import cuda_language as cuda_language
+from kernelforge_tui.build.cuda_syntax import parse_cuda
 from kernelforge_tui.tui.contrast import readable_style
 
 RENAMES = {"@keyword.modifier": "@keyword", "@delimiter": "@punctuation.delimiter"}

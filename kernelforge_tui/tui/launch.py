@@ -21,9 +21,9 @@ if TYPE_CHECKING:
     from kernelforge_tui.engine.budget import Budget
     from kernelforge_tui.engine.search import Search
     from kernelforge_tui.engine.view import Snapshot
-    from kernelforge_tui.models.commands import EngineCommand
-    from kernelforge_tui.models.events import EngineEvent
     from kernelforge_tui.store import RunStore
+    from kernelforge_tui.vocabulary.commands import EngineCommand
+    from kernelforge_tui.vocabulary.events import EngineEvent
 
 
 def new_search(
@@ -168,7 +168,7 @@ class RestingRunSource(StoreSource):
         return self._writable and not self._detached
 
     def snapshot(self) -> Snapshot:
-        from kernelforge_tui.models.events import LogLine
+        from kernelforge_tui.vocabulary.events import LogLine
 
         snapshot = super().snapshot()
         if self.note is None:
@@ -178,7 +178,7 @@ class RestingRunSource(StoreSource):
     async def send(self, command: EngineCommand) -> None:
         from kernelforge_tui.engine.at_rest import steer_at_rest
         from kernelforge_tui.errors import KernelForgeError
-        from kernelforge_tui.models.events import LogLine
+        from kernelforge_tui.vocabulary.events import LogLine
 
         if not self.can_steer:
             self._answers.append(LogLine(level="warning", text=f"{self.store.run_dir} cannot be written here"))

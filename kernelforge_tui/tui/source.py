@@ -23,14 +23,14 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.engine.takeaway import write_kernel
 from kernelforge_tui.engine.view import RunHeader, RunView, Snapshot
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.models.commands import EngineCommand
-from kernelforge_tui.models.evaluation import Evaluation
-from kernelforge_tui.models.events import EngineEvent, StateChanged
-from kernelforge_tui.models.llm import LlmCall, ModelRecord
-from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.models.rewards import Reward
-from kernelforge_tui.models.runs import ClusterStatus, UnreadableRow
 from kernelforge_tui.store import RunStore, UnknownNode, UnreadableRecord
+from kernelforge_tui.vocabulary.commands import EngineCommand
+from kernelforge_tui.vocabulary.evaluation import Evaluation
+from kernelforge_tui.vocabulary.events import EngineEvent, StateChanged
+from kernelforge_tui.vocabulary.llm import LlmCall, ModelRecord
+from kernelforge_tui.vocabulary.profiles import NodeProfile
+from kernelforge_tui.vocabulary.rewards import Reward
+from kernelforge_tui.vocabulary.runs import ClusterStatus, UnreadableRow
 
 T = TypeVar("T")
 NodeSource = tuple[str, LaunchPlan]

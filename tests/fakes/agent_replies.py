@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kernelforge_tui.models.llm import LlmCall, Role
+from kernelforge_tui.vocabulary.llm import LlmCall, Role
 from tests.fakes.llm_server import Reply, Seen
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,9 +19,10 @@ from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.engine.takeaway import KERNEL_FILE, PLAN_FILE, SUMMARY_FILE, plan_toml
 from kernelforge_tui.engine.view import RunHeader, Snapshot
 from kernelforge_tui.errors import BadInput
-from kernelforge_tui.gpu import hardware
-from kernelforge_tui.gpu.ncu_csv import section_of
-from kernelforge_tui.models.commands import (
+from kernelforge_tui.gpu.ncu import hardware
+from kernelforge_tui.gpu.ncu.csv_report import section_of
+from kernelforge_tui.tui.source import NodeSource, ProfileRead
+from kernelforge_tui.vocabulary.commands import (
     AddHint,
     BanSubtree,
     EngineCommand,
@@ -34,8 +35,8 @@ from kernelforge_tui.models.commands import (
     Resume,
     Stop,
 )
-from kernelforge_tui.models.evaluation import BuildResult, EvalResult, Evaluation, PtxasStats, Timing
-from kernelforge_tui.models.events import (
+from kernelforge_tui.vocabulary.evaluation import BuildResult, EvalResult, Evaluation, PtxasStats, Timing
+from kernelforge_tui.vocabulary.events import (
     BestImproved,
     BudgetUsed,
     EngineEvent,
@@ -45,11 +46,10 @@ from kernelforge_tui.models.events import (
     SearchState,
     StateChanged,
 )
-from kernelforge_tui.models.nodes import NodeView
-from kernelforge_tui.models.profiles import Metric, NodeProfile, ProfileReport, Unit
-from kernelforge_tui.models.rewards import Reward, RewardTerm
-from kernelforge_tui.models.runs import ClusterStatus
-from kernelforge_tui.tui.source import NodeSource, ProfileRead
+from kernelforge_tui.vocabulary.nodes import NodeView
+from kernelforge_tui.vocabulary.profiles import Metric, NodeProfile, ProfileReport, Unit
+from kernelforge_tui.vocabulary.rewards import Reward, RewardTerm
+from kernelforge_tui.vocabulary.runs import ClusterStatus
 
 T0 = 1_700_000_000.0
 BASELINE_US = 412.0

@@ -23,7 +23,7 @@ from kernelforge_tui.gpu.protocol import (
     RequestEnvelope,
     WorkerFailure,
 )
-from kernelforge_tui.models.evaluation import Ceilings, EvalResult
+from kernelforge_tui.vocabulary.evaluation import Ceilings, EvalResult
 
 
 def _mode() -> str:

@@ -22,8 +22,9 @@ import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
+from kernelforge_tui.build.nvcc import DEFAULT_ARCH, Builder, build_failure
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import Settings
 from kernelforge_tui.engine.backend import EVALUATING, SIMULATED, prebuild
 from kernelforge_tui.engine.cluster.remote import (
@@ -42,9 +43,8 @@ from kernelforge_tui.engine.cluster.remote import (
     vendor_remote,
 )
 from kernelforge_tui.errors import BadInput, BaselineFailed, NoGpu
-from kernelforge_tui.gpu.build import DEFAULT_ARCH, Builder, build_failure
 from kernelforge_tui.gpu.evaluate import build_candidate, build_error, helpers_source
-from kernelforge_tui.gpu.profile import (
+from kernelforge_tui.gpu.ncu.run import (
     NcuMissing,
     NcuNotPermitted,
     NcuUnsupported,
@@ -53,11 +53,11 @@ from kernelforge_tui.gpu.profile import (
     ProfileTimeout,
     ProfilingUnavailable,
 )
-from kernelforge_tui.gpu.profiling import build_for_profile
-from kernelforge_tui.models.evaluation import BuildResult, Ceilings, Evaluation
-from kernelforge_tui.models.profiles import NodeProfile
-from kernelforge_tui.models.runs import ClusterStatus, WorkerStatus
+from kernelforge_tui.gpu.ncu.service import build_for_profile
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
+from kernelforge_tui.vocabulary.evaluation import BuildResult, Ceilings, Evaluation
+from kernelforge_tui.vocabulary.profiles import NodeProfile
+from kernelforge_tui.vocabulary.runs import ClusterStatus, WorkerStatus
 
 T = TypeVar("T")
 

@@ -30,20 +30,20 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from kernelforge_tui.build.nvcc import Builder, build_failure
+from kernelforge_tui.cards.directory import Card, load_card
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.config import BuilderOptions, Settings
 from kernelforge_tui.engine.backend import SimulatedBackend
 from kernelforge_tui.engine.vendor_timer import VendorTimer
 from kernelforge_tui.errors import KernelForgeError
-from kernelforge_tui.gpu.build import Builder, build_failure
 from kernelforge_tui.gpu.detect import detect_gpus, gpu_label
 from kernelforge_tui.gpu.evaluate import Evaluator
-from kernelforge_tui.gpu.profile import ProfileError
-from kernelforge_tui.gpu.profiling import ProfilingService, build_for_profile
-from kernelforge_tui.models.evaluation import BuildResult, Evaluation
-from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.gpu.ncu.run import ProfileError
+from kernelforge_tui.gpu.ncu.service import ProfilingService, build_for_profile
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest
+from kernelforge_tui.vocabulary.evaluation import BuildResult, Evaluation
+from kernelforge_tui.vocabulary.profiles import NodeProfile
 
 T = TypeVar("T")
 

@@ -50,7 +50,7 @@ from kernelforge_tui.proposers.templates.elementwise import (
     fast_form,
     operation,
 )
-from kernelforge_tui.proposers.templates.rows import RowParams, RowTemplate
+from kernelforge_tui.proposers.templates.row_reductions import RowParams, RowTemplate
 from kernelforge_tui.proposers.templates.source import render
 
 ROW_CHAINS: dict[str, tuple[str, list[str]]] = {

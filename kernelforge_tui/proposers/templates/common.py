@@ -8,7 +8,7 @@ the card's sizes.
 
 Parameters travel as plain dicts between the proposer, the tree and the store (a mutation is a dict with one value
 changed); a template checks them into its own typed, frozen model (`valid`) and works on that. The model's
-`as_dict` is the one serialisation a node stores and a candidate's identity hashes (models/identity.py).
+`as_dict` is the one serialisation a node stores and a candidate's identity hashes (vocabulary/identity.py).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from typing import ClassVar, Generic, Literal, NamedTuple, Self, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
-from kernelforge_tui.models.identity import TemplateIdentity
-from kernelforge_tui.models.nodes import ParamValue
-from kernelforge_tui.models.profiles import Bottleneck
 from kernelforge_tui.proposers.templates.source import Value
+from kernelforge_tui.vocabulary.identity import TemplateIdentity
+from kernelforge_tui.vocabulary.nodes import ParamValue
+from kernelforge_tui.vocabulary.profiles import Bottleneck
 
 Params = dict[str, ParamValue]
 Space = dict[str, tuple[ParamValue, ...]]
@@ -192,7 +192,7 @@ class Template(ABC, Generic[P]):
         return canon if self.problem(card, canon) is None else None
 
     def identity(self, params: P) -> TemplateIdentity:
-        """The identity of the candidate these (valid, canonical) params make (models/identity.py)."""
+        """The identity of the candidate these (valid, canonical) params make (vocabulary/identity.py)."""
         return TemplateIdentity(template=self.name, version=self.version, params=params.as_dict())
 
     def levers_of(self, card: OperatorCard, bottleneck: Bottleneck) -> tuple[Lever, ...]:

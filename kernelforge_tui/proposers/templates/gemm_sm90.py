@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+from kernelforge_tui.build.cutlass_headers import cutlass_problem, find_cutlass
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
-from kernelforge_tui.gpu.cutlass_headers import cutlass_problem, find_cutlass
 from kernelforge_tui.proposers.templates.common import (
     SM_COUNT,
     Lever,

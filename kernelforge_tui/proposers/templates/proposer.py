@@ -28,10 +28,8 @@ from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import OperatorCard
-from kernelforge_tui.cards.store import Card
-from kernelforge_tui.models.nodes import ParamValue
-from kernelforge_tui.models.profiles import CLASS_NAMES, Bottleneck
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, SpaceCoverage
 from kernelforge_tui.proposers.templates.chains import CHAIN_TEMPLATES
 from kernelforge_tui.proposers.templates.common import (
@@ -52,10 +50,12 @@ from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
 from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
 from kernelforge_tui.proposers.templates.reduction import ReductionTemplate, RowReductionTemplate
-from kernelforge_tui.proposers.templates.rows import RowTemplate
+from kernelforge_tui.proposers.templates.row_reductions import RowTemplate
 from kernelforge_tui.proposers.templates.scan import ScanTemplate
 from kernelforge_tui.proposers.templates.sparse import SparseTemplate
 from kernelforge_tui.proposers.templates.stencil import StencilTemplate
+from kernelforge_tui.vocabulary.nodes import ParamValue
+from kernelforge_tui.vocabulary.profiles import CLASS_NAMES, Bottleneck
 
 TEMPLATES: tuple[Template[Any], ...] = (
     *CHAIN_TEMPLATES,  # before the single ops' templates: a chain card is never served as one of its calls

@@ -15,9 +15,9 @@ from textual.containers import VerticalScroll
 from textual.message import Message
 from textual.worker import get_current_worker
 
-from kernelforge_tui.models.runs import ClusterStatus
 from kernelforge_tui.tui.screens.closable import ClosableScreen
 from kernelforge_tui.tui.widgets.cluster import GpuCounts, WorkerList, cluster_text
+from kernelforge_tui.vocabulary.runs import ClusterStatus
 
 COUNTS_EVERY_S = 2.0
 """How often the store's counts are read again while the screen is open (a query over every measurement)."""

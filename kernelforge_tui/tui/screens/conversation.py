@@ -22,9 +22,9 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from kernelforge_tui.engine.view import LiveCall, money_text
-from kernelforge_tui.models.llm import LlmCall
 from kernelforge_tui.tui.screens.closable import ClosableScreen
 from kernelforge_tui.tui.widgets.llm_call import CallView
+from kernelforge_tui.vocabulary.llm import LlmCall
 
 
 class ConversationScreen(ClosableScreen):

@@ -19,8 +19,8 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from kernelforge_tui.engine.view import money_text
-from kernelforge_tui.models.llm import ModelRecord, usd
 from kernelforge_tui.tui.screens.closable import ClosableScreen
+from kernelforge_tui.vocabulary.llm import ModelRecord, usd
 
 
 class ModelsScreen(ClosableScreen):

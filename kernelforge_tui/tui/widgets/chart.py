@@ -17,7 +17,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from kernelforge_tui.engine.view import RunView
-from kernelforge_tui.models.nodes import IN_FLIGHT, MEASURED
+from kernelforge_tui.vocabulary.nodes import IN_FLIGHT, MEASURED
 
 EIGHTHS = " ▁▂▃▄▅▆▇█"
 AXIS_WIDTH = 8

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from kernelforge_tui.models.runs import ClusterStatus
+from kernelforge_tui.vocabulary.runs import ClusterStatus
 
 
 def cluster_text(status: ClusterStatus) -> str:

@@ -11,7 +11,7 @@ from textual.widgets import Static
 
 from kernelforge_tui.engine.feedback import NOTHING_TO_PROPOSE
 from kernelforge_tui.engine.view import RunHeader, Spend
-from kernelforge_tui.models.events import BudgetUsed
+from kernelforge_tui.vocabulary.events import BudgetUsed
 
 NEAR_CAP = 0.8
 """From this share of a cap on, its meter turns to the warning colour."""

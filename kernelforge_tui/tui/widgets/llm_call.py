@@ -18,7 +18,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from kernelforge_tui.engine.view import LiveCall, money_text, token_notes
-from kernelforge_tui.models.llm import LlmCall
+from kernelforge_tui.vocabulary.llm import LlmCall
 
 LIVE_LINES = 16
 """The lines of a reply in flight that the conversation shows: its tail."""

@@ -14,7 +14,7 @@ from textual.geometry import Size
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from kernelforge_tui.models.events import LogLine
+from kernelforge_tui.vocabulary.events import LogLine
 
 MAX_LINES = 2000
 

@@ -15,10 +15,10 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from kernelforge_tui.engine.takeaway import PEAK_VS_CEILING
-from kernelforge_tui.models.evaluation import Evaluation, ceiling_share_text
-from kernelforge_tui.models.nodes import NodeView
-from kernelforge_tui.models.rewards import Reward
 from kernelforge_tui.tui.source import AgentFacts, ProfileRead
+from kernelforge_tui.vocabulary.evaluation import Evaluation, ceiling_share_text
+from kernelforge_tui.vocabulary.nodes import NodeView
+from kernelforge_tui.vocabulary.rewards import Reward
 
 BAR_WIDTH = 16
 LABEL_WIDTH = 10

@@ -17,8 +17,8 @@ from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
 from kernelforge_tui.engine.view import Changes, RunView
-from kernelforge_tui.models.nodes import NodeStatus, NodeView
 from kernelforge_tui.tui.keymap import bindings
+from kernelforge_tui.vocabulary.nodes import NodeStatus, NodeView
 
 FilterMode = Literal["all", "improving", "failures"]
 FILTERS: tuple[FilterMode, ...] = ("all", "improving", "failures")

@@ -3,7 +3,7 @@ import asyncio, os, sys, tempfile
 from pathlib import Path
 sys.path.insert(0, os.getcwd())
 from kernelforge_tui.config import Settings
-from kernelforge_tui.gpu.build import Builder
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.gpu.detect import require_gpu
 from kernelforge_tui.gpu.evaluate import Evaluator
 from kernelforge_tui.proposers.templates import TemplateProposer

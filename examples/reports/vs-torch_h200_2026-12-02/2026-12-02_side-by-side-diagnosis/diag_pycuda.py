@@ -5,7 +5,7 @@ sys.path.insert(0, os.getcwd())
 import numpy as np
 import pycuda.driver as drv
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import load_card
+from kernelforge_tui.cards.directory import load_card
 from kernelforge_tui.proposers.templates import TemplateProposer
 
 card = load_card(Path(sys.argv[1])); spec = card.spec

@@ -5,7 +5,7 @@ from pathlib import Path
 sys.path.insert(0, os.getcwd())
 import numpy as np, cupy as cp, torch
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import load_card
+from kernelforge_tui.cards.directory import load_card
 from kernelforge_tui.config import EvalSettings
 from kernelforge_tui.proposers.templates import TemplateProposer
 from kernelforge_tui.suite import vendor_timing as vt

@@ -20,9 +20,9 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterator
 
-from kernelforge_tui.gpu.cuda_tokens import HASH, PASTE, Token
-from kernelforge_tui.gpu.cutlass_headers import ALLOWED_PATTERNS, cutlass_problem, uses_cutlass
-from kernelforge_tui.gpu.source_policy import (
+from kernelforge_tui.build.cuda_tokens import HASH, PASTE, Token
+from kernelforge_tui.build.cutlass_headers import ALLOWED_PATTERNS, cutlass_problem, uses_cutlass
+from kernelforge_tui.build.source_policy import (
     ALLOWED_DIRECTIVES,
     ALLOWED_PRAGMAS,
     DIRECTIVES_HELP,
@@ -30,7 +30,7 @@ from kernelforge_tui.gpu.source_policy import (
     FORBIDDEN_NAMES,
     FORBIDDEN_PREFIXES,
 )
-from kernelforge_tui.gpu.source_problem import SourceProblem, Where
+from kernelforge_tui.build.source_problem import SourceProblem, Where
 
 
 def check_text(source: str, max_bytes: int) -> SourceProblem | None:

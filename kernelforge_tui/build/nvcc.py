@@ -6,8 +6,8 @@ resumed runs), and a failed build is remembered as failed so a broken candidate 
 that failed for reasons outside the source (a timeout, a signal such as the OOM killer's, a sandbox that
 could not start) is not remembered.
 
-Untrusted source is checked (off the event loop, `gpu.source_check`) before nvcc sees it, nvcc runs in the
-sandbox of `gpu.sandbox`, and its output is read by `gpu.nvcc_output`: the log and diagnostics kept are only
+Untrusted source is checked (off the event loop, `build.source_check`) before nvcc sees it, nvcc runs in the
+sandbox of `build.sandbox`, and its output is read by `build.nvcc_output`: the log and diagnostics kept are only
 what it says about the candidate and what ptxas and nvcc say.
 """
 
@@ -33,13 +33,9 @@ from typing import Literal
 from pydantic import ValidationError
 
 from kernelforge_tui.atomic import write_atomic
-from kernelforge_tui.cards.plan import ResolvedArg
-from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_GLOBAL_BYTES, MAX_LOG_BYTES
-from kernelforge_tui.config import cache_dir as default_cache_root
-from kernelforge_tui.gpu.cubin_check import CubinError, cubin_use
-from kernelforge_tui.gpu.cutlass_headers import ALLOWED_PATTERNS, CutlassHeaders, find_cutlass, uses_cutlass
-from kernelforge_tui.gpu.detect import detect_gpus
-from kernelforge_tui.gpu.nvcc_output import (
+from kernelforge_tui.build.cubin_check import CubinError, cubin_use
+from kernelforge_tui.build.cutlass_headers import ALLOWED_PATTERNS, CutlassHeaders, find_cutlass, uses_cutlass
+from kernelforge_tui.build.nvcc_output import (
     OutputCap,
     candidate_messages,
     host_paths_removed,
@@ -47,7 +43,7 @@ from kernelforge_tui.gpu.nvcc_output import (
     parse_ptxas,
     tool_signal,
 )
-from kernelforge_tui.gpu.sandbox import (
+from kernelforge_tui.build.sandbox import (
     SETUP_FAILED,
     Limits,
     SandboxStatus,
@@ -56,10 +52,14 @@ from kernelforge_tui.gpu.sandbox import (
     sandbox_env,
     sandbox_status,
 )
-from kernelforge_tui.gpu.source_check import check_source, included_headers
-from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
-from kernelforge_tui.gpu.source_problem import SourceProblem
-from kernelforge_tui.models.evaluation import (
+from kernelforge_tui.build.source_check import check_source, included_headers
+from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
+from kernelforge_tui.build.source_problem import SourceProblem
+from kernelforge_tui.cards.plan import ResolvedArg
+from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_GLOBAL_BYTES, MAX_LOG_BYTES
+from kernelforge_tui.config import cache_dir as default_cache_root
+from kernelforge_tui.gpu.detect import detect_gpus
+from kernelforge_tui.vocabulary.evaluation import (
     MAX_DIAGNOSTIC_CHARS,
     SOURCE_NAME,
     BuildFailure,

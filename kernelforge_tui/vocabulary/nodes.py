@@ -8,9 +8,9 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.models.identity import Identity
-from kernelforge_tui.models.identity import ParamValue as ParamValue  # its old home: importers keep it
-from kernelforge_tui.models.rewards import Reward
+from kernelforge_tui.vocabulary.identity import Identity
+from kernelforge_tui.vocabulary.identity import ParamValue as ParamValue  # its old home: importers keep it
+from kernelforge_tui.vocabulary.rewards import Reward
 
 
 class NodeStatus(StrEnum):
@@ -109,7 +109,7 @@ class NodeRecord(BaseModel):
     judge_score: float | None = None
     """The LLM judge's score of the edit, 0..1 (a term of the reward), if a judge scored it."""
     identity: Identity | None = None
-    """What makes the node's candidate itself (models/identity.py); None in a run stored before schema 6."""
+    """What makes the node's candidate itself (vocabulary/identity.py); None in a run stored before schema 6."""
 
 
 class NodeStats(Frozen):

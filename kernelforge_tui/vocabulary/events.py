@@ -11,8 +11,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from kernelforge_tui.models.llm import LlmCall, LlmTotals, Role
-from kernelforge_tui.models.nodes import Frozen, NodeView
+from kernelforge_tui.vocabulary.llm import LlmCall, LlmTotals, Role
+from kernelforge_tui.vocabulary.nodes import Frozen, NodeView
 
 SearchState = Literal["starting", "running", "paused", "stopping", "finished"]
 

@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from kernelforge_tui.models.evaluation import SOURCE_NAME, Diagnostic, PtxasStats
+from kernelforge_tui.vocabulary.evaluation import SOURCE_NAME, Diagnostic, PtxasStats
 
 # EDG front end: `candidate.cu(3): error: identifier "x" is undefined` (also `warning #177-D:`).
 _EDG = re.compile(

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_LOG_BYTES
-from kernelforge_tui.models.nodes import FailureKind
+from kernelforge_tui.vocabulary.nodes import FailureKind
 
 SOURCE_NAME = "candidate.cu"
 """The name the candidate's source has in the build directory and in every diagnostic."""

@@ -2,10 +2,10 @@
 
 Why a subprocess per profile: ncu replays the kernel dozens of times (one pass per group of counters)
 and may hang or be refused counters; the search must never wait on it nor be harmed by it. The launch
-goes through `profile_launch`, which uses the GPU worker's own launch code, so what is profiled is what
+goes through `ncu.launch`, which uses the GPU worker's own launch code, so what is profiled is what
 was timed. ncu runs with `--clock-control none` (the H200 box needs it; the timings it reports are then
 at the GPU's real clocks, like the worker's) and its default cache control (caches flushed before each
-pass, like the L2 flush before each timed launch). Its CSV is read by `ncu_csv`.
+pass, like the L2 flush before each timed launch). Its CSV is read by `ncu.csv_report`.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from kernelforge_tui.cards.plan import ResolvedLaunch
 from kernelforge_tui.config import NCU_RAW_METRICS, NCU_SECTIONS
 from kernelforge_tui.config import ProfileSettings as ProfileSettings
 from kernelforge_tui.errors import CheckFailed
-from kernelforge_tui.gpu.ncu_csv import parse_csv
-from kernelforge_tui.models.profiles import ProfileReport
+from kernelforge_tui.gpu.ncu.csv_report import parse_csv
+from kernelforge_tui.vocabulary.profiles import ProfileReport
 
 # -- errors ----------------------------------------------------------------------------------------------
 
@@ -152,8 +152,8 @@ def ncu_command(
 
 
 def launcher_command(python: str, card_dir: Path, cubin: Path, launch: ResolvedLaunch) -> list[str]:
-    """The program ncu runs: profile_launch, which launches the kernel once through the worker's code."""
-    module = "kernelforge_tui.gpu.profile_launch"
+    """The program ncu runs: ncu.launch, which launches the kernel once through the worker's code."""
+    module = "kernelforge_tui.gpu.ncu.launch"
     return [python, "-m", module, str(card_dir), str(cubin), "--launch", launch.model_dump_json()]
 
 
@@ -291,10 +291,10 @@ class Profiler:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`--print-command`: the exact ncu argv, one per line; otherwise profile and print the report as JSON."""
+    from kernelforge_tui.cards.directory import load_card
     from kernelforge_tui.cards.plan import load_plan, resolve
-    from kernelforge_tui.cards.store import load_card
 
-    parser = argparse.ArgumentParser(prog="python -m kernelforge_tui.gpu.profile")
+    parser = argparse.ArgumentParser(prog="python -m kernelforge_tui.gpu.ncu.run")
     parser.add_argument("card", type=Path)
     parser.add_argument("cubin", type=Path)
     parser.add_argument("--plan", type=Path, help="launch plan TOML (default: the card's baseline plan)")

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.models.nodes import Frozen
+from kernelforge_tui.vocabulary.nodes import Frozen
 
 
 class Command(Frozen):

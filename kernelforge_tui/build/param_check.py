@@ -13,9 +13,9 @@ from typing import Literal
 from pydantic import BaseModel
 from tree_sitter import Node
 
+from kernelforge_tui.build.cuda_syntax import node_text
+from kernelforge_tui.build.source_problem import SourceProblem, Where
 from kernelforge_tui.cards.plan import ResolvedArg
-from kernelforge_tui.gpu.cuda_syntax import node_text
-from kernelforge_tui.gpu.source_problem import SourceProblem, Where
 
 _WIDTHS = {"char": 8, "short": 16, "long": 64}
 _NAMED_SCALARS = {

@@ -1,6 +1,6 @@
 """Nsight Compute's CSV, read into typed metrics: one `ParsedKernel` per profiled launch, values in canonical units.
 
-Why apart from the runner (`profile.py`): parsing is pure text in, models out, tested on captured and
+Why apart from the runner (`run.py`): parsing is pure text in, models out, tested on captured and
 synthetic CSV on any machine; running ncu needs a GPU, a process group and a time limit.
 
 The Profiler asks for `--csv --page raw --print-units base`: one column per metric under its raw name, which
@@ -16,7 +16,7 @@ import io
 
 from pydantic import BaseModel
 
-from kernelforge_tui.models.profiles import Metric, Unit
+from kernelforge_tui.vocabulary.profiles import Metric, Unit
 
 SECTION_OF_PREFIX: tuple[tuple[str, str], ...] = (
     ("launch__occupancy", "Occupancy"),

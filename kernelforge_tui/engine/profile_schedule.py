@@ -22,10 +22,10 @@ from kernelforge_tui.engine.backend import EvaluationBackend, ProfilingBackend
 from kernelforge_tui.engine.events import EventBus
 from kernelforge_tui.engine.scoring import Scorer
 from kernelforge_tui.engine.tree import Tree
-from kernelforge_tui.gpu.profile import ProfileError, ProfileFailed, ProfilingUnavailable
-from kernelforge_tui.models.events import LogLevel
-from kernelforge_tui.models.nodes import NodeStatus
+from kernelforge_tui.gpu.ncu.run import ProfileError, ProfileFailed, ProfilingUnavailable
 from kernelforge_tui.store import RunStore
+from kernelforge_tui.vocabulary.events import LogLevel
+from kernelforge_tui.vocabulary.nodes import NodeStatus
 
 PROFILE_FAILURES_IN_A_ROW = 3
 """Automatic profiling also stops after this many candidate-specific failures in a row (kind "failed")."""

@@ -5,10 +5,11 @@ query), a thread per output element (rope, the gates, merging attention states),
 shared-memory tree reduction where a channel spans a whole batch (batch norm); loads straight from global memory,
 fp32 math, no tiling. Each reference is NumPy in float64 and shares nothing with the baseline.
 
-softmax, layer_norm and rms_norm follow the row template's conventions (kernelforge_tui/proposers/templates/rows.py:
-x [rows, cols], w and b [cols], y; eps 1e-5 for layer norm and 1e-6 for rms norm), so the template library serves
-their cards, and their families run the stress sets (kernelforge_tui/cards/stress.py): the references give what
-torch gives there (NaN rows for a NaN, +inf or an all -inf softmax row, b exactly for a constant layer-norm row).
+softmax, layer_norm and rms_norm follow the row template's conventions
+(kernelforge_tui/proposers/templates/row_reductions.py: x [rows, cols], w and b [cols], y; eps 1e-5 for layer norm and
+1e-6 for rms norm), so the template library serves their cards, and their families run the stress sets
+(kernelforge_tui/cards/stress.py): the references give what torch gives there (NaN rows for a NaN, +inf or an all -inf
+softmax row, b exactly for a constant layer-norm row).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ ROW = 1024
 """Row length of the row tasks: an LLM hidden size's order, and short enough for a thread per row."""
 LAYER_NORM_EPS = 1e-5
 RMS_NORM_EPS = 1e-6
-"""The row template's eps (templates/rows.py EPS): a card with another eps would not be served by it."""
+"""The row template's eps (templates/row_reductions.py EPS): a card with another eps would not be served by it."""
 BATCH_NORM_EPS = 1e-5
 NORM_TOLERANCE: dict[Precision, Tolerance] = {
     "float32": Tolerance(rtol=1e-5, atol=1e-5),

@@ -12,7 +12,7 @@ stream: read again from global/L2); `minb` (the __launch_bounds__ min blocks per
 reduction of (count, mean, M2) instead of mean then centred sum of squares). `fast_exp` (__expf) is valid only
 where the card's tolerance admits it (`fast_math_allowed`).
 
-The kernel's frame is cuda/rows.cu; its passes are written here (`_pass`), one per storage and op.
+The kernel's frame is cuda/row_reductions.cu; its passes are written here (`_pass`), one per storage and op.
 """
 
 from __future__ import annotations
@@ -243,7 +243,7 @@ class RowTemplate(Template[RowParams]):
             [*(f"const T* __restrict__ {name}" for name in inputs), "T* __restrict__ y", "int rows", "int cols"]
         )
         source = render(
-            "rows.cu",
+            "row_reductions.cu",
             **prelude_values(dtype, vec),
             **reduce_values(params.fast_exp != 0),  # a family without the parameter uses no exp
             family=family,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from kernelforge_tui.config import ClassifierSettings as ClassifierSettings
-from kernelforge_tui.models.evaluation import Ceilings
-from kernelforge_tui.models.profiles import Bottleneck, HardwareReport, KeyMetric, ProfileReport, Roofline
+from kernelforge_tui.vocabulary.evaluation import Ceilings
+from kernelforge_tui.vocabulary.profiles import Bottleneck, HardwareReport, KeyMetric, ProfileReport, Roofline
 
 SM_THROUGHPUT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
 MEMORY_THROUGHPUT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"

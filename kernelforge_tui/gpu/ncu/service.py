@@ -14,17 +14,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernelforge_tui.build.nvcc import Builder
+from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cards.plan import ResolvedLaunch
-from kernelforge_tui.cards.store import Card
 from kernelforge_tui.config import ProfileSettings
-from kernelforge_tui.gpu.build import Builder
 from kernelforge_tui.gpu.detect import GpuInfo
 from kernelforge_tui.gpu.evaluate import build_candidate, cached_ceilings
-from kernelforge_tui.gpu.hardware import analyse
-from kernelforge_tui.gpu.profile import ProfileFailed, Profiler
-from kernelforge_tui.models.evaluation import BuildResult, Ceilings, Evaluation
-from kernelforge_tui.models.profiles import NodeProfile
+from kernelforge_tui.gpu.ncu.hardware import analyse
+from kernelforge_tui.gpu.ncu.run import ProfileFailed, Profiler
+from kernelforge_tui.vocabulary.evaluation import BuildResult, Ceilings, Evaluation
+from kernelforge_tui.vocabulary.profiles import NodeProfile
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kernelforge_tui.models.events import LogLine
+from kernelforge_tui.vocabulary.events import LogLine
 
 
 class RunInfo(BaseModel):

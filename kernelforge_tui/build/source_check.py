@@ -18,13 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kernelforge_tui.build.cuda_syntax import parse_cuda
+from kernelforge_tui.build.cuda_tokens import HASH, LexError, logical_source, tokenize
+from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
+from kernelforge_tui.build.source_problem import SourceProblem, Where
+from kernelforge_tui.build.token_guard import check_text, check_tokens
+from kernelforge_tui.build.tree_check import check_entry, scan_tree
 from kernelforge_tui.cards.plan import ResolvedArg
-from kernelforge_tui.gpu.cuda_syntax import parse_cuda
-from kernelforge_tui.gpu.cuda_tokens import HASH, LexError, logical_source, tokenize
-from kernelforge_tui.gpu.source_policy import DEFAULT_ALLOWED_INCLUDES, MAX_SOURCE_BYTES
-from kernelforge_tui.gpu.source_problem import SourceProblem, Where
-from kernelforge_tui.gpu.token_guard import check_text, check_tokens
-from kernelforge_tui.gpu.tree_check import check_entry, scan_tree
 
 
 def check_source(

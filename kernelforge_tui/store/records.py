@@ -10,9 +10,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from kernelforge_tui.cards.model import LaunchPlan
-from kernelforge_tui.models.identity import Identity, SourceIdentity, TemplateIdentity
-from kernelforge_tui.models.nodes import NodeRecord, NodeView
-from kernelforge_tui.models.rewards import Reward
+from kernelforge_tui.vocabulary.identity import Identity, SourceIdentity, TemplateIdentity
+from kernelforge_tui.vocabulary.nodes import NodeRecord, NodeView
+from kernelforge_tui.vocabulary.rewards import Reward
 
 M = TypeVar("M", bound=BaseModel)
 IDENTITY: TypeAdapter[TemplateIdentity | SourceIdentity] = TypeAdapter(Identity)

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from kernelforge_tui.models.nodes import Frozen
+from kernelforge_tui.vocabulary.nodes import Frozen
 
 Role = Literal["analyst", "planner", "coder", "debugger", "judge"]
 CallOutcome = Literal["ok", "error", "malformed", "refused", "cancelled"]

@@ -6,7 +6,7 @@ and `prepared_async_call` launch) on one input set of the card, poisons the outp
 does, launches the candidate once and exits. Nothing else runs a kernel in this process, so
 `ncu --kernel-name ENTRY --launch-count 1` catches exactly that launch.
 
-Usage: python -m kernelforge_tui.gpu.profile_launch CARD_DIR CUBIN (--launch JSON | --plan PLAN.toml)
+Usage: python -m kernelforge_tui.gpu.ncu.launch CARD_DIR CUBIN (--launch JSON | --plan PLAN.toml)
 Exit codes: 0 launched, 2 bad input, 3 the kernel faulted.
 """
 
@@ -18,11 +18,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kernelforge_tui.cards.directory import Card, load_card
 from kernelforge_tui.cards.errors import CardError
 from kernelforge_tui.cards.expr import ExprError
 from kernelforge_tui.cards.model import InputSet
 from kernelforge_tui.cards.plan import ResolvedLaunch, load_plan, resolve
-from kernelforge_tui.cards.store import Card, load_card
 from kernelforge_tui.gpu.protocol import KernelRef
 
 EXIT_LAUNCHED, EXIT_USAGE, EXIT_FAULT = 0, 2, 3
@@ -53,7 +53,7 @@ def launch_once(card: Card, cubin: Path, launch: ResolvedLaunch, set_name: str |
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kernelforge_tui.gpu.profile_launch", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kernelforge_tui.gpu.ncu.launch", description=__doc__)
     parser.add_argument("card", type=Path, help="card directory")
     parser.add_argument("cubin", type=Path, help="the built kernel")
     how = parser.add_mutually_exclusive_group(required=True)
@@ -73,14 +73,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.cubin.is_file():
             raise FileNotFoundError(f"no cubin at {args.cubin}")
     except (CardError, ExprError, FileNotFoundError, ValueError) as exc:
-        print(f"profile_launch: {exc}", file=sys.stderr)
+        print(f"ncu.launch: {exc}", file=sys.stderr)
         return EXIT_USAGE
     from kernelforge_tui.gpu.device import CandidateFault
 
     try:
         launch_once(card, args.cubin, launch, args.set_name)
     except CandidateFault as exc:
-        print(f"profile_launch: the kernel faulted: {exc}", file=sys.stderr)
+        print(f"ncu.launch: the kernel faulted: {exc}", file=sys.stderr)
         return EXIT_FAULT
     return EXIT_LAUNCHED
 

@@ -33,6 +33,15 @@ import numpy as np
 from pydantic import ValidationError
 
 from kernelforge_tui.cards import expr
+from kernelforge_tui.cards.directory import (
+    MANIFEST,
+    MAX_STORED_SET_BYTES,
+    Arrays,
+    Card,
+    draw_inputs,
+    load_card,
+    save_card,
+)
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, DType
 from kernelforge_tui.cards.errors import from_validation_error
 from kernelforge_tui.cards.model import (
@@ -49,15 +58,6 @@ from kernelforge_tui.cards.model import (
     TensorSpec,
 )
 from kernelforge_tui.cards.plan import resolve
-from kernelforge_tui.cards.store import (
-    MANIFEST,
-    MAX_STORED_SET_BYTES,
-    Arrays,
-    Card,
-    draw_inputs,
-    load_card,
-    save_card,
-)
 from kernelforge_tui.errors import FieldError
 
 PROBE_MAX_ELEMENTS = 1 << 21

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from kernelforge_tui.cards.plan import ResolvedLaunch
-from kernelforge_tui.models.evaluation import PtxasStats
+from kernelforge_tui.vocabulary.evaluation import PtxasStats
 
 Unit = Literal["percent", "bytes", "bytes/second", "seconds", "cycles", "hertz", "ratio", "count"]
 """Canonical units: values are converted to these (Kbyte -> bytes, usecond -> seconds, Ghz -> hertz)."""

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
+from kernelforge_tui.build.cuda_syntax import node_text
+from kernelforge_tui.build.param_check import check_arguments
+from kernelforge_tui.build.source_problem import SourceProblem, Where
 from kernelforge_tui.cards.plan import ResolvedArg
-from kernelforge_tui.gpu.cuda_syntax import node_text
-from kernelforge_tui.gpu.param_check import check_arguments
-from kernelforge_tui.gpu.source_problem import SourceProblem, Where
 
 _QUALIFIERS = frozenset({"__global__", "__device__", "__host__"})
 

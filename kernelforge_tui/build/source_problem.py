@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import BaseModel
 from tree_sitter import Node
 
-from kernelforge_tui.gpu.cuda_tokens import Logical
+from kernelforge_tui.build.cuda_tokens import Logical
 
 Rule = Literal[
     "source-text",
