@@ -1,11 +1,11 @@
 """GPU check (not a test): the agent team's search on a real card with real evaluation, the models scripted.
 
-A loopback HTTP server (tests/fakes/llm_server.py, the one the tests use) speaks the Anthropic protocol and answers
-each role from a script of real kernels for softmax over bf16 [4096 x 32768]: two pooled models write first kernels
-(one block per row, 1024 and 512 threads), the planner names strategies, the coder writes them (one of them does not
-compile and goes to the debugger), the judge scores them, and an analyst reads each profiled node's classified ncu
-report. Everything else is the product as a user runs it: the engine, nvcc, the GPU worker's checks and timing,
-ncu profiles, the store. Prints and writes (to --out) a JSON summary: the tree, the calls per role, tokens and cost.
+A loopback HTTP server (tests/support/fakes/llm_server.py, the one the tests use) speaks the Anthropic protocol and
+answers each role from a script of real kernels for softmax over bf16 [4096 x 32768]: two pooled models write first
+kernels (one block per row, 1024 and 512 threads), the planner names strategies, the coder writes them (one of them does
+not compile and goes to the debugger), the judge scores them, and an analyst reads each profiled node's classified ncu
+report. Everything else is the product as a user runs it: the engine, nvcc, the GPU worker's checks and timing, ncu
+profiles, the store. Prints and writes (to --out) a JSON summary: the tree, the calls per role, tokens and cost.
 
     python bench/agent_search.py --out DIR [--card softmax_bf16_4096x32768] [--iters 12] [--simulate]
 """
@@ -26,8 +26,8 @@ from kernelforge_tui.config import LlmSettings, Settings, checked_settings  # no
 from kernelforge_tui.engine.budget import Budget  # noqa: E402
 from kernelforge_tui.engine.setup import RunOptions, prepare_run  # noqa: E402
 from kernelforge_tui.store import RunStore  # noqa: E402
-from tests.fakes.agent_replies import KERNEL, Script, kernel, strategy, verdict  # noqa: E402
-from tests.fakes.llm_server import LlmServer  # noqa: E402
+from tests.support.fakes.agent_replies import KERNEL, Script, kernel, strategy, verdict  # noqa: E402
+from tests.support.fakes.llm_server import LlmServer  # noqa: E402
 
 WRITER, SECOND = "claude-sonnet-4-5", "claude-haiku-4-5"
 

@@ -27,7 +27,7 @@ from kernelforge_tui.tui.app import KernelForgeApp  # noqa: E402
 from kernelforge_tui.tui.config import TuiSettings  # noqa: E402
 from kernelforge_tui.tui.widgets import SearchTree  # noqa: E402
 from kernelforge_tui.tui.widgets.tree import FilterMode  # noqa: E402
-from tests.fakes.synthetic import SyntheticSource  # noqa: E402
+from tests.support.fakes.synthetic import SyntheticSource  # noqa: E402
 
 RATE, HZ = 50, 4
 SCENARIOS: list[tuple[str, bool, FilterMode]] = [

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Capture the Nsight Compute CSV fixtures on the GPU machine (an H200, sm_90).
 #
-# For each fixture card (tests/fixtures/ncu/cards/NAME, whose baseline.cu and baseline.plan.toml are a streaming
+# For each fixture card (tests/support/fixtures/ncu/cards/NAME, whose baseline.cu and baseline.plan.toml are a streaming
 # copy, a latency-bound pointer chase, an FMA chain) it builds the cubin with nvcc, checks that ncu.launch
 # launches it, then runs the exact ncu command line the Profiler uses (asked from kernelforge_tui.gpu.ncu.run
 # --print-command) and writes
-#   $OUT/<name>.csv           the raw-page CSV (the fixture, copy to tests/fixtures/ncu/)
+#   $OUT/<name>.csv           the raw-page CSV (the fixture, copy to tests/support/fixtures/ncu/)
 #   $OUT/<name>.details.csv   the same profile as the details page (labels and sections, for reference)
 #   $OUT/<name>.report.json   the Profiler run end to end (typed metrics, overhead in .seconds)
 #   $OUT/<name>.analysis.txt  `kernelforge profile CARD KERNEL` (class, key metrics, roofline), when present
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-out/ncu}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
-FIX=tests/fixtures/ncu
+FIX=tests/support/fixtures/ncu
 BUILD=$(mktemp -d)
 
 ncu --version > "$OUT/ncu_version.txt" 2>&1

@@ -17,7 +17,7 @@ from kernelforge_tui.proposers.templates.common import Template, TemplateParams
 from kernelforge_tui.vocabulary.nodes import ParamValue
 
 if TYPE_CHECKING:
-    from .gpu_harness import Harness
+    from tests.support.gpu_harness import Harness
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -63,7 +63,7 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
 
 @pytest.fixture(scope="module")
 def harness(loop: asyncio.AbstractEventLoop) -> Iterator[Harness]:
-    from .gpu_harness import Harness
+    from tests.support.gpu_harness import Harness
 
     h = Harness(loop)
     yield h

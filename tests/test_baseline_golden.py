@@ -2,7 +2,7 @@
 every captured card's baseline (each family and dtype, a few eps values), read from their .cu files.
 
 Why: a baseline is what every speedup is measured against and what a recorded run's card holds, so a change to its
-text must be a reviewed change. Updating the digests: tests/golden_digests.py.
+text must be a reviewed change. Updating the digests: tests/support/golden_digests.py.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from kernelforge_tui.capture import baselines
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import TASKS
-
-from .golden_digests import assert_matches_golden, sha256
+from tests.support.golden_digests import assert_matches_golden, sha256
 
 EPS = (1e-5, 1e-6, 0.1, 1.0)
 

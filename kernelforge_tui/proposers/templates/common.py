@@ -44,7 +44,7 @@ FAST_MATH_MIN_RTOL = 1e-5
 """The tightest output rtol under which a template may use fast intrinsics (__expf). __expf(x) errs by about
 (|x| + 4) * 2^-24 relative (the rounding of x * log2(e), then ex2.approx's 2 ulp): under 2e-6 wherever a softmax
 output stands above its atol, so fp32's 1e-5 holds with margin (the fp32 stress sets pass with it:
-tests/test_stress.py); a card that asks for less than 1e-5 gets the accurate expf only."""
+tests/cards/test_stress.py); a card that asks for less than 1e-5 gets the accurate expf only."""
 
 
 class Lever(NamedTuple):

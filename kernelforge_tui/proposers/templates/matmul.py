@@ -60,7 +60,7 @@ REGISTERS_PER_SM = 65536
 MAX_REGISTERS = 255
 ADDRESS_REGISTERS = 40
 """Registers a tc thread needs beside its accumulators and fragments (indices, addresses, loop counters): enough
-that every variant the budget admits built without spills (tests/test_matmul_tensor_core.py)."""
+that every variant the budget admits built without spills (tests/proposers/templates/test_matmul_tensor_core.py)."""
 
 
 class MatmulParams(TemplateParams):

@@ -51,7 +51,7 @@ def sum_tolerance(terms: int) -> dict[Precision, Tolerance]:
 
     A sequential fp32 sum rounds each partial sum s_i (|s_i| ~ sqrt(i) for random signs), so its error spreads
     by at most about 2^-24 x terms / sqrt(6); the largest over 4096 outputs of a simulated 2048-term sum is
-    2.5e-4 (tests/test_suite_dense.py). atol = 16 x 2^-24 x terms (1.95e-3 there) leaves about 8x room, and a
+    2.5e-4 (tests/suite/tasks/test_dense.py). atol = 16 x 2^-24 x terms (1.95e-3 there) leaves about 8x room, and a
     blocked or split sum errs less, so an honest fp32 kernel passes in any order. It is absolute because an
     output near zero has no relative scale, and it still refuses TF32 or fp16 inputs (2^-11 per product: most
     outputs fail) and bf16 partial sums. fp32 keeps rtol 1e-5 (the reference's rounding to fp32 is 2^-24
@@ -278,7 +278,7 @@ MATRIX_POWER = Task(
     check=f"A^{POWER} of a matrix with entries of variance 1/n (the generator), so outputs are about 1/sqrt(n): "
     "rtol as the dtype's, atol 3 x 16 x 2^-24 (sum_tolerance(3)): each of the three products sums n terms of "
     "about 1/n, one unit of sum_tolerance, and carries the previous product's error through A (norm 1 to 2). "
-    "Sequential fp32 sums err by 4 x 2^-24 at most for n up to 1024 (tests/test_suite_dense.py), 12x under; "
+    "Sequential fp32 sums err by 4 x 2^-24 at most for n up to 1024 (tests/suite/tasks/test_dense.py), 12x under; "
     "TF32 (2^-11 relative) or bf16 intermediates (2^-9) err far more on the small outputs",
     tolerance=sum_tolerance(POWER - 1),  # n terms of about 1/n per product: one unit (n x 1/n) per product
     vendor=Vendor(

@@ -482,8 +482,8 @@ MONTE_CARLO_INTEGRATION = Task(
         "two checks. Deterministic, on the GPU: given the points (drawn uniform on [0,1]^4 from each set's seed), "
         "the estimate is the float64 mean of f over them, within rtol 1e-4 (fp32; an fp32 sum of up to 2^20 "
         "positive terms, ~2^-24 * sqrt(run length) relative for runs of a few thousand; a precision downgrade "
-        "fails) or bf16's rtol. Statistical, in tests/test_suite_numerics.py: for the cards' fixed seeds at every "
-        "scale and precision, that mean lies within 5 standard errors (std of f / sqrt(n)) of the analytic "
+        "fails) or bf16's rtol. Statistical, in tests/suite/tasks/test_numerics.py: for the cards' fixed seeds at "
+        "every scale and precision, that mean lies within 5 standard errors (std of f / sqrt(n)) of the analytic "
         "integral ((sqrt(pi) / 2 * erf(1))^4 = 0.3111), so the points are what they claim to be"
     ),
     tolerance={"float32": Tolerance(rtol=1e-4, atol=1e-8), "bfloat16": Tolerance(rtol=BF16_RTOL, atol=1e-5)},

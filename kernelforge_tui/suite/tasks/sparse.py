@@ -10,7 +10,7 @@ The matrix. Every input set draws its own matrix, in one of three patterns chose
 - banded: entries within `band` of the diagonal (finite-difference and FEM matrices), 64% of the band filled.
 With the cards' seeding both seeded sets (seed 1, the timed one, and seed 2) draw power_law, so every task is
 timed on the case that breaks a row-per-thread kernel's balance; each fresh set the worker draws has any of the
-three with probability 1/3 (tests/test_suite_sparse.py holds both), so a search meets all of them.
+three with probability 1/3 (tests/suite/tasks/test_sparse.py holds both), so a search meets all of them.
 Values are uniform in [-1, 1] divided by sqrt(row length), so every output is about 1/3 in size however long its
 row (like a graph network's normalised adjacency) and the tolerance need not grow with the
 longest row; x and b are uniform in [-1, 1]. Entries are distinct (no duplicate (row, column)).
@@ -36,7 +36,7 @@ slice, the price of scattering from columns without a second launch; the search 
 baseline accumulates in fp32 (registers, or CSC's shared memory) and rounds once on the way out, outputs are in the
 precision for every format: no bf16 atomics and no fp32 output is needed.
 References are NumPy in float64 (np.bincount over the entries read back from each format's arrays) and share no
-code with the baselines; tests/test_suite_sparse.py holds them against scipy.sparse.
+code with the baselines; tests/suite/tasks/test_sparse.py holds them against scipy.sparse.
 """
 
 from __future__ import annotations

@@ -1,0 +1,189 @@
+"""Fused chains in packages, on a CPU-only torch: a captured chain binds as a chain guard (its calls' wiring from the
+card's [chain]); the compile pass replaces a chain where it wires as recorded and the guard proves its inputs, and
+says why it leaves one whose intermediate the graph reads elsewhere or whose shape the kernel was not proven for;
+the eager path never overrides a chain, and the chain's op falls back to replaying the chain's calls; export lists
+a chain's kernel as compile only.
+
+The pass's kernel is the runtime tests' host stand-in (`HostSoftmax`: softmax of its first tensor), packaged as the
+chain softmax(x * 2): where the kernel ran, the result is softmax(x), where the calls ran, softmax(2 x)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from kernelforge_tui.build.nvcc import find_nvcc  # noqa: E402
+from kernelforge_tui.capture import load_capture  # noqa: E402
+from kernelforge_tui.capture.run import CaptureRequest, capture_model  # noqa: E402
+from kernelforge_tui.cards import load_card  # noqa: E402
+from kernelforge_tui.cast.bindings import from_variant  # noqa: E402
+from kernelforge_tui.cast.compiled import Backend  # noqa: E402
+from kernelforge_tui.cast.export import export  # noqa: E402
+from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry  # noqa: E402
+from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
+from kernelforge_tui.cast.runtime import Cast, aten_call, load  # noqa: E402
+from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
+from tests.cast.test_compile import Inductor, _ops_in  # noqa: E402
+from tests.support.fixtures.cast.cast_support import MACHINE, HostSoftmax, make_run, softmax_entry, write_cast  # noqa: E402
+
+HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
+MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "chains_model.py"
+
+
+def _chain_entry() -> tuple[KernelEntry, dict[str, bytes]]:
+    """softmax(x * 2.0) over [4, 8] float32 as a chain kernel: aten::mul.Tensor(x, 2.0), then aten::_softmax of it."""
+    entry, files = softmax_entry("k0-chain", alignment=64)
+    chain = Chain(
+        pattern="scale_softmax",
+        steps=[
+            ChainStep(
+                overload="aten::mul.Tensor",
+                args=[AtenArg(name="arg0", position=0, tensor="x"), AtenArg(name="arg1", position=1, accepts=[2.0])],
+            ),
+            ChainStep(
+                overload="aten::_softmax.default",
+                args=[
+                    AtenArg(name="arg0", position=0, link=(0, 0)),
+                    AtenArg(name="arg1", position=1, accepts=[-1]),
+                    AtenArg(name="arg2", position=2, accepts=[False]),
+                ],
+            ),
+        ],
+        outputs=[(1, 0)],
+    )
+    guard = entry.guard.model_copy(
+        update={"overload": "kernelforge::scale_softmax", "args": [AtenArg(name="x", position=0, tensor="x")]}
+    )
+    return entry.model_copy(update={"guard": guard, "chain": chain, "variant": "scale_softmax"}), files
+
+
+def _cast(tmp_path: Path, driver: Any) -> Cast:
+    """The chain kernel and a single softmax kernel of the same shape, on runners that take CPU tensors."""
+    entries = [_chain_entry(), softmax_entry("k1-softmax", alignment=64)]
+    return load(write_cast(tmp_path / "m.cast", entries, machine=HERE), machine=HERE, device_type="cpu", driver=driver)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_dynamo() -> Iterator[None]:
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+@pytest.fixture
+def inductor(monkeypatch: pytest.MonkeyPatch) -> Inductor:
+    import torch._inductor.compile_fx as compile_fx
+
+    stand_in = Inductor()
+    monkeypatch.setattr(compile_fx, "compile_fx", stand_in)
+    return stand_in
+
+
+class Chained(torch.nn.Module):  # type: ignore[misc]
+    def forward(self, x: Any, other: Any) -> Any:
+        scaled = other * 2.0
+        return (
+            torch.softmax(x * 2.0, -1),  # the chain: its kernel
+            torch.softmax(scaled, -1),  # the scaled logits escape: the single softmax kernel takes the softmax
+            scaled,
+            torch.softmax(x[:3] * 2.0, -1),  # the chain at another shape: the guard refuses it
+            torch.softmax(x * 3.0, -1),  # another scale: no chain at all (the single kernel's softmax)
+        )
+
+
+def test_the_pass_replaces_a_proven_chain_and_says_why_it_leaves_the_others(tmp_path: Path, inductor: Inductor) -> None:
+    driver = HostSoftmax()
+    cast = _cast(tmp_path, driver)
+    backend = Backend(cast)
+    x, other = torch.randn(4, 8), torch.randn(4, 8)
+    with torch.no_grad():
+        chained, escaped, scaled, short, tripled = torch.compile(Chained(), backend=backend, dynamic=False)(x, other)
+    assert torch.allclose(chained, torch.softmax(x, -1))  # the kernel ran: the stand-in does not scale
+    assert not torch.allclose(chained, torch.softmax(x * 2, -1))
+    assert torch.allclose(escaped, torch.softmax(other * 2, -1)) and torch.equal(scaled, other * 2)
+    assert torch.allclose(short, torch.softmax(x[:3] * 2, -1)) and torch.allclose(tripled, torch.softmax(x * 3, -1))
+    decided = [(d.overload, d.kernel, d.reason) for d in backend.decisions]
+    assert decided[:3] == [
+        ("kernelforge::scale_softmax", "k0-chain", ""),
+        ("kernelforge::scale_softmax", None, decided[1][2]),
+        ("kernelforge::scale_softmax", None, "shape x[3, 8] (kernel: [4, 8])"),
+    ]
+    assert decided[1][2].endswith("(aten::mul.Tensor) is read outside the chain")
+    assert [(k, r) for o, k, r in decided[3:] if k] == [("k1-softmax", ""), ("k1-softmax", "")]
+    (graph,) = inductor.graphs
+    ops = _ops_in(graph)
+    assert len(ops) == 3 and sum("scale_softmax" in op for op in ops) == 1
+    doubled = [n for n in graph.graph.nodes if n.target is torch.ops.aten.mul.Tensor and n.args[1] == 2.0]
+    assert len(doubled) == 2  # the escaping one and the refused one: the chain's own went with it
+    chain, single = cast.stats().kernels
+    assert (chain.graph_nodes, chain.compiled_calls, chain.used_in, chain.serves) == (1, 1, "compile", ["compile"])
+    assert single.graph_nodes == 2 and "a fused chain: compile only" in cast.report()
+
+
+def test_eager_keeps_single_calls_and_the_chain_op_falls_back_to_its_calls(tmp_path: Path) -> None:
+    cast = _cast(tmp_path, HostSoftmax())
+    assert [o.overload for o in cast.overrides()] == ["aten::_softmax.default"]  # no override for the chain
+    runner = cast.runners[0]
+    op, args, kwargs = aten_call(runner.entry, {"x": torch.ones(4, 8)})
+    x = torch.randn(4, 8)
+    assert torch.allclose(op(x), torch.softmax(x * 2, -1)) and kwargs == {} and len(args) == 1
+    misaligned = torch.randn(4 * 8 + 1)[1:].view(4, 8)
+    assert torch.allclose(kernel_op(runner).overload(misaligned), torch.softmax(misaligned * 2, -1))
+    assert kernel_op(runner).name.startswith("scale_softmax_") and NAMESPACE == "kernelforge"
+    assert runner.fallbacks == {"x not 64-byte aligned (a view that starts mid-buffer)": 1}
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("chains") / "chains.capture"
+    capture_model(CaptureRequest(MODEL, out, device="cpu", repeats=1, samples=1))
+    return out
+
+
+def test_a_captured_chain_binds_as_a_chain_guard(captured: Path) -> None:
+    variants = {v.op: v for v in load_capture(captured).variants if v.kind == "pattern"}
+    variant = variants["residual_layer_norm"]
+    assert variant.card is not None
+    binding = from_variant(variant, load_card(captured / variant.card).spec)
+    assert not isinstance(binding, str), binding
+    assert binding.overload == "kernelforge::residual_layer_norm" and binding.chain is not None
+    assert [(a.name, a.position, a.tensor) for a in binding.args] == [
+        ("x", 0, "x"),
+        ("r", 1, "r"),
+        ("w", 2, "w"),
+        ("b", 3, "b"),
+    ]
+    assert [(t.name, t.shape, t.card_shape) for t in binding.inputs[:2]] == [
+        ("x", (2, 8, 32), (16, 32)),
+        ("r", (2, 8, 32), (16, 32)),
+    ]
+    add, norm = binding.chain.steps
+    assert add.overload == "aten::add.Tensor" and [a.tensor for a in add.args] == ["x", "r"]
+    assert (norm.results, norm.args[0].link, norm.args[1].accepts, norm.args[4].accepts) == (3, (0, 0), [[32]], [1e-5])
+    assert binding.chain.outputs == [(1, 0)] and "native_layer_norm" in binding.call
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
+def test_export_lists_a_chains_kernel_as_compile_only(captured: Path, tmp_path: Path) -> None:
+    capture = tmp_path / "chains"
+    shutil.copytree(captured, capture)
+    variant = next(v for v in load_capture(capture).variants if v.op == "bias_gelu")
+    assert variant.card is not None
+    card = load_card(capture / variant.card)
+    seed = TemplateProposer().seeds(card.spec)[0]
+    make_run(capture / "runs" / "bias_gelu", capture / variant.card, seed.source, seed.plan, 10.0, 100.0)
+    manifest = export(capture, tmp_path / "model.cast", sanitize=False, arch="sm_90")
+    (kernel,) = manifest.kernels
+    assert kernel.chain is not None and kernel.serves == ["compile"]
+    assert kernel.guard.overload == "kernelforge::bias_gelu" and [s.overload for s in kernel.chain.steps] == [
+        "aten::add.Tensor",
+        "aten::gelu.default",
+    ]
+    (audit,) = [a for a in manifest.audit if a.decision == "kernel"]
+    assert "compile only: a fused chain of 2 calls (add.Tensor -> gelu.default)" in audit.reason

@@ -1,0 +1,126 @@
+"""The Hopper CUTLASS GEMM template: which cards it reads how, what it refuses, and one real sandboxed nvcc build of
+a render (sm_90a, the CUTLASS headers of the `cutlass` extra) whose cubin holds the entry the plan launches."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kernelforge_tui.build import cutlass_headers
+from kernelforge_tui.build.nvcc import Builder, find_nvcc
+from kernelforge_tui.build.source_check import check_source
+from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
+from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.cards.plan import resolve
+from kernelforge_tui.cli.capture import template_problem
+from kernelforge_tui.proposers.templates.gemm_sm90 import GemmParams, GemmSm90Template, layout_of
+from kernelforge_tui.proposers.templates.proposer import template_for
+from kernelforge_tui.vocabulary.evaluation import BuildResult
+from tests.support.cutlass_marks import needs_cutlass
+
+pytestmark = needs_cutlass
+TEMPLATE = GemmSm90Template()
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
+
+
+def gemm_card(
+    a: list[str],
+    b: list[str],
+    sizes: dict[str, int],
+    *,
+    bias: bool = False,
+    name: str = "mm_bf16",
+    dtype: str = "bfloat16",
+) -> OperatorCard:
+    lead = ["batch"] if "batch" in sizes else []
+    inputs: list[dict[str, Any]] = [
+        {"name": "a", "dtype": dtype, "shape": [*lead, *a]},
+        {"name": "b", "dtype": dtype, "shape": [*lead, *b]},
+    ]
+    if bias:
+        inputs.append({"name": "bias", "dtype": dtype, "shape": ["N"]})
+    return OperatorCard.model_validate(
+        {
+            "name": name,
+            "family": "matmul",
+            "sizes": sizes,
+            "inputs": inputs,
+            "outputs": [{"name": "y", "dtype": dtype, "shape": [*lead, "M", "N"]}],
+            "input_sets": [{"name": "seed_1", "seed": 1}],
+            "reference": {"kind": "numpy", "function": "reference.py:reference"},
+        }
+    )
+
+
+LINEAR = gemm_card(["M", "K"], ["N", "K"], {"M": 2048, "N": 5632, "K": 2048}, bias=True, name="linear_gelu_bf16")
+COOPERATIVE = GemmParams(tile_m=128, tile_n=128, tile_k=64, schedule="cooperative", swizzle=1)
+
+
+def test_the_card_says_each_operands_layout_by_the_order_of_its_dims() -> None:
+    layout = layout_of(LINEAR)
+    assert not isinstance(layout, str)
+    assert (layout.a_row_major, layout.b_row_major, layout.bias, layout.activation) == (True, False, True, "gelu")
+    batched = layout_of(gemm_card(["K", "M"], ["K", "N"], {"batch": 4, "M": 64, "N": 64, "K": 64}))
+    assert not isinstance(batched, str)
+    assert (batched.a_row_major, batched.b_row_major, batched.batched, batched.activation) == (False, True, True, "")
+    # a dims order that is not a matrix product's is refused, not guessed
+    assert "expects one of" in str(layout_of(gemm_card(["M", "N"], ["K", "N"], {"M": 8, "N": 8, "K": 8})))
+
+
+def test_what_the_kernel_cannot_copy_is_refused_before_a_build() -> None:
+    odd_k = gemm_card(["M", "K"], ["N", "K"], {"M": 64, "N": 64, "K": 100})
+    assert "K = 100 is not a multiple of 8" in str(TEMPLATE.unsupported(odd_k))
+    odd_n = gemm_card(["M", "K"], ["K", "N"], {"M": 64, "N": 36, "K": 64})
+    assert "N = 36 is not a multiple of 8" in str(TEMPLATE.unsupported(odd_n))
+    # the same N is fine where b's contiguous dim is K: tails of M, N and K are predicated by the kernel
+    assert TEMPLATE.unsupported(gemm_card(["M", "K"], ["N", "K"], {"M": 1000, "N": 36, "K": 1000})) is None
+    fp32 = gemm_card(["M", "K"], ["K", "N"], {"M": 64, "N": 64, "K": 64}, dtype="float32")
+    assert "fp32 is the matmul template's" in str(TEMPLATE.unsupported(fp32))
+    assert "tile_m >= 128" in str(TEMPLATE.problem(LINEAR, COOPERATIVE.but(tile_m=64)))
+    assert "accumulators" in str(TEMPLATE.problem(LINEAR, COOPERATIVE.but(tile_m=256, tile_n=256)))
+    assert TEMPLATE.problem(LINEAR, COOPERATIVE.but(schedule="pingpong", tile_m=64, tile_n=256)) is None
+
+
+def test_a_render_passes_the_source_check_with_the_cutlass_root_and_only_with_it() -> None:
+    source, plan = TEMPLATE.render(LINEAR, COOPERATIVE)
+    launch = resolve(plan, LINEAR)
+    assert launch.grid == (132, 1, 1) and launch.block == (384, 1, 1)
+    assert [a.name for a in launch.args] == ["a", "b", "bias", "y", "M", "N", "K", "1"]
+    allowed = DEFAULT_ALLOWED_INCLUDES | {"cute/*", "cutlass/*"}
+    errors = [p for p in check_source(source, "kf_gemm", allowed, launch.args) if p.severity == "error"]
+    assert errors == []
+    refused = {p.rule for p in check_source(source, "kf_gemm", DEFAULT_ALLOWED_INCLUDES, launch.args)}
+    assert refused == {"include-not-allowed"}
+    assert "GELU" in source and "KernelCpAsyncWarpSpecializedCooperative" in source
+
+
+@pytest.fixture(scope="module")
+def built(cubin_cache: Path) -> BuildResult:
+    """One sandboxed build of one render (~20 s on two cores), over the session's cubin cache."""
+    builder = Builder(arch="sm_90", cache_dir=cubin_cache, timeout_s=240)
+    source, plan = TEMPLATE.render(LINEAR, COOPERATIVE.but(schedule="pingpong", tile_n=128))
+    return asyncio.run(builder.build(source, "kf_gemm", resolve(plan, LINEAR).args))
+
+
+@needs_nvcc
+def test_a_render_builds_for_sm90a_in_the_sandbox(built: BuildResult) -> None:
+    result = built
+    assert result.ok, result.log[-3000:]
+    assert result.cubin_path is not None and Path(result.cubin_path).stat().st_size > 10_000
+    stats = result.ptxas["kf_gemm"]
+    assert stats.registers <= 168  # __launch_bounds__(384, 1): 65536 / 384, rounded down to 8
+    assert "sm_90a" in result.log
+
+
+def test_the_template_library_serves_a_captured_product_and_says_why_not_without_cutlass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert isinstance(template_for(LINEAR), GemmSm90Template)
+    assert all(TEMPLATE.valid(LINEAR, seed) is not None for seed in TEMPLATE.seed_params(LINEAR))
+    monkeypatch.setattr(cutlass_headers, "package_root", lambda: None)
+    assert template_for(LINEAR) is None
+    why = str(template_problem(LINEAR))
+    assert "gemm_sm90: the CUTLASS/CuTe headers are not installed" in why and "[cutlass]" in why
