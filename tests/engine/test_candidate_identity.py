@@ -29,7 +29,7 @@ from kernelforge_tui.vocabulary.identity import (
     canonical_json,
     source_identity,
 )
-from tests import golden_digests
+from tests.support import golden_digests
 from tests.conftest import EXAMPLES
 from tests.engine.test_search import make_card, run_settings
 from tests.proposers.templates.test_levers import NoCompiler
