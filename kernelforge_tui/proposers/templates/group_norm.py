@@ -1,7 +1,8 @@
 """Group norm over NCHW: y = (x - mean) * rstd * gamma[c] + beta[c], statistics per (sample, group), eps 1e-5.
 
-The kernel is cuda/group_norm.cu with its shared pieces (cuda/group_norm_*.cuh); the passes over a group's chunks are
-written here, since their count and order follow the strategy and the moments.
+The kernel is cuda/group_norm.cu with its shared pieces (cuda/group_norm_*.cuh): the passes over a thread's chunks
+(group_norm_chunks.cuh) and the statistics they make (group_norm_statistics.cuh) are device functions and pieces
+chosen by the strategy and the moments; this module only chooses the parameters they render with.
 
 Convention: inputs x [n, c, h, w], then per-channel scale and shift [c] (taken by position, any
 names, e.g. x, gamma, beta); output y like x, optionally followed by the group statistics mean and rstd [n, groups]
@@ -22,9 +23,9 @@ first element in one pass and one reduction, with the centred pass only where th
 
 The shifted moments cost one pass and one reduction (one read of x fewer when rereading, one cluster exchange and
 one pass over the slice fewer when kept on chip): the variance is E[d^2] - E[d]^2 of d = x - pivot, which cancels
-by E[d]^2 / var. The kernel takes it only where E[d]^2 <= SHIFT_LIMIT * var (the pivot within 4 standard deviations
-of the mean; of normal data all but about 1 group in 16,000), so fp32's rounding of the sums is amplified at most 17
-times; elsewhere (an outlier first element) it makes the centred pass too. Every block of a
+by E[d]^2 / var. The kernel takes it only where E[d]^2 <= SHIFT_LIMIT * var (cuda/group_norm.cu: the pivot within 4
+standard deviations of the mean; of normal data all but about 1 group in 16,000), so fp32's rounding of the sums is
+amplified at most 17 times; elsewhere (an outlier first element) it makes the centred pass too. Every block of a
 cluster merges the same parts in the same order, so all take the same branch.
 
 A cluster's blocks push their partial statistics into each other's shared memory (st.async onto each receiver's
@@ -44,7 +45,6 @@ its value, whatever the count, and a large mean does not swamp the sum.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import ClassVar, Literal
 
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
@@ -111,84 +111,12 @@ def working_registers(params: GroupNormParams) -> int:
     return 72 if params.moments == "shifted" and params.minb else 48
 
 
-REREAD_PASS = """for (long long i = lo + threadIdx.x; i < hi; i += BLOCK) {{
- float f[VEC];
- load_chunk(xg, i, f);
-{body}}}
-"""
-"""A pass over the thread's chunks of the group, read from memory, each widened into f (`body` indents itself)."""
-
-
-def _each(stmt: str) -> str:
-    return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
-
-
-REREAD_STATS = {
-    "welford": "Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};\n"
-    + REREAD_PASS.format(body=" acc = Welford::combine(acc, Welford::of_chunk(f));\n")
-    + """acc = reduce_all(acc, red, &part);
-const float mean = acc.mean;
-const float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);
-""",
-    "centred": "float sum = 0.0f;\n"
-    + REREAD_PASS.format(body=_each("sum += f[j];"))
-    + "const float mean = reduce_all(Sum{sum}, red, &part).s / (float)len;\nfloat sq = 0.0f;\n"
-    + REREAD_PASS.format(body=_each("const float d = f[j] - mean; sq += d * d;"))
-    + "const float rstd = rsqrtf(reduce_all(Sum{sq}, red, &part_q).s / (float)len + 1e-5f);\n",
-}
-
-
-def output_mean(strategy: str, moments: str) -> str:
-    """The statistics output's mean: the plain sum's. Normalising wants the mean about the pivot or Chan's merged
-    mean (a large mean swamps a plain sum), but either misses a mean near zero of large values by more than its own
-    tolerance (fp32's merged mean fails stress:large; the pivot's sum does in emulation)."""
-    if moments == "welford":
-        return "acc.sum_mean()"
-    if moments == "shifted":
-        return "out_mean"
-    return "mean" if strategy == "reread" else "sums.t / (float)len"
-
-
-WAIT = {"smem": "__pipeline_wait_prior(0);\n", "bulk": "mbarrier_wait(&copy_bar, 0);\n"}
-"""How a thread waits for its block's copies into shared memory."""
-
-
 def _mbarrier_wait(name: str, semantics: str, scope_cluster: bool) -> str:
     """cuda/group_norm_mbarrier_wait.cuh as the function `name`, with `semantics` (`.acquire.cluster`: what the
     cluster's other blocks stored is visible after it; none: acquire at the block's scope): one file for both waits,
     each rendered apart (its last newline is the line of group_norm.cu that takes it)."""
     text = render("group_norm_mbarrier_wait.cuh", wait_name=name, wait_semantics=semantics, wait_why=scope_cluster)
     return text.removesuffix("\n")
-
-
-def _keep(storage: str, bound: str) -> str:
-    """The copies of the slice's chunks [0, bound) on chip (`setup` has readied the bulk copy's barrier)."""
-    each = "#pragma unroll\nfor (int k = 0; k < ITEMS; ++k) {\n const int r = threadIdx.x + k * BLOCK;\n"
-    if storage == "registers":
-        return f"VecT kept[ITEMS];\n{each} if (r < {bound}) {{ kept[k] = xs[r]; }}\n}}\n"
-    if storage == "smem":  # every copy in flight at once, none through registers; each thread reads back its own
-        copy = "__pipeline_memcpy_async(&kept[r], xs + r, sizeof(VecT));"
-        return f"{each} if (r < {bound}) {{ {copy} }}\n}}\n__pipeline_commit();\n"
-    # bulk: one thread copies the block's chunks, which land on copy_bar
-    return (
-        f"if (threadIdx.x == 0) {{\n const uint32_t bytes = (uint32_t)(sizeof(VecT) * {bound});\n"
-        " mbarrier_expect(&copy_bar, bytes);\n bulk_load(kept, xs, bytes, &copy_bar);\n}\n"
-    )
-
-
-def setup(exchanges: list[str], bulk: bool) -> str:
-    """One thread initialises the bulk copy's barrier and the cluster's exchanges (a pushed reduction's: none
-    elsewhere); then, where there are exchanges, the block's threads arrive at the cluster barrier (relaxed: the
-    fence has released the barriers), which `JOIN` waits for before any block stores into another's exchange, so no
-    store lands on a barrier not yet initialised."""
-    inits = [*(["mbarrier_init(&copy_bar, 1);"] if bulk else []), *(f"exchange_init(&{e});" for e in exchanges)]
-    if not inits:
-        return ""
-    ready = "cluster_arrive_relaxed();\n" if exchanges else ""
-    return "if (threadIdx.x == 0) {\n " + "\n ".join(inits) + "\n mbarrier_init_fence();\n}\n__syncthreads();\n" + ready
-
-
-JOIN = "cluster_wait();  // every block of the cluster has initialised its exchanges\n"
 
 
 WHERE = {
@@ -198,133 +126,6 @@ WHERE = {
     "bulk": "slice kept in shared memory, copied in bulk by one thread",
     "pipelined": "slices double-buffered in shared memory by persistent clusters",
 }
-KEPT_CHUNK = {"registers": "kept[k]", "smem": "kept[r]", "bulk": "kept[r]", "pipelined": "kept[r]"}
-NORMALISE = """const float g = to_f(gamma[ch]) * rstd;
- const float b = to_f(beta[ch]);
-#pragma unroll
- for (int j = 0; j < VEC; ++j) { f[j] = fmaf(f[j] - mean, g, b); }
-"""
-REREAD_NORMALISE = REREAD_PASS.format(
-    body=f" const int ch = c0 + (int)(i * VEC / hw);\n {NORMALISE} store_chunk(yg, i, f);\n"
-)
-ON_CHIP_NORMALISE = f"""const int ch = c0 + (first + r * VEC) / HW;
- {NORMALISE} store_chunk(ys, r, f);
-"""
-ON_CHIP_SLICE = """// The block's slice: chunks [lo, hi) of the group, from 0 (it fits on chip: int offsets suffice).
-const int kept_chunks = (int)(hi - lo);
-const int first = (int)lo * VEC;
-const VecT* __restrict__ xs = reinterpret_cast<const VecT*>(xg) + lo;
-T* __restrict__ ys = yg + first;
-"""
-TAIL = """const int on_chip = min(kept_chunks, KEPT);  // chunks [KEPT, kept_chunks) stay in memory
-"""
-
-
-def _over_kept(storage: str, body: str, tail: bool = False, first: bool = False) -> str:
-    """A pass over the thread's kept chunks, chunk r of the slice widened into f: the loop that kept them. With a
-    `tail`, also over the slice's chunks from KEPT on, which shared memory does not hold, loaded from memory (from
-    DRAM in the `first` pass, which loads them while the copies into shared memory are in flight and then waits
-    for those; from L2 in the later passes: the tails of the blocks in flight are a few MB)."""
-    kept = (
-        "#pragma unroll\nfor (int k = 0; k < ITEMS; ++k) {\n const int r = threadIdx.x + k * BLOCK;\n"
-        f" if (r < {'on_chip' if tail else 'kept_chunks'}) {{\n float f[VEC];\n widen({KEPT_CHUNK[storage]}, f);\n"
-        f" {body} }}\n}}\n"
-    )
-    if not tail:
-        return kept
-    rest = (
-        "for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK) {\n float f[VEC];\n load_chunk(xg, lo + r, f);\n"
-        f" {body}}}\n"
-    )
-    return rest + WAIT[storage] + kept if first else kept + rest
-
-
-PIVOT = "const float pivot = to_f(xg[0]);  // ahead of the slice's wait, where there is one: its latency hides there\n"
-"""The group's first element, which the statistics are summed about (see the module's docstring). On chip it is
-loaded before the slice's wait: loaded after it, its latency came after the copies' in every block."""
-SHIFT_LIMIT = 16
-"""The largest E[d]^2 / var (d = x - pivot) at which the shifted moments stand without a centred pass."""
-
-
-def shifted_stats(over: Callable[[str, bool], str], stats: bool, chunk_plain: bool) -> str:
-    """The shifted moments (see the module's docstring): one pass of sums and squares about the pivot, one
-    reduction; a centred pass and reduction more only where the pivot lies far from the mean. `over(body, first)`
-    is the pass over the thread's chunks, each widened into f; `PIVOT` comes before.
-
-    Each chunk's sum about the pivot is summed apart first (no drift across the thread's chunks). With the
-    statistics outputs the chunk's plain sum is VEC * pivot + that sum, one fma a chunk instead of an add an element
-    (which costs measurable time even in a kernel bound by memory), where `chunk_plain`: a 16-bit mean output, whose
-    rounding (2^-9 or 2^-12) dwarfs that fma's (2^-24 of the chunk's sum about the pivot); an fp32 mean output failed
-    stress:large so in emulation, and keeps a plain sum an element. Where the pivot is far from the mean the
-    chunk's sum loses the plain one, so the centred pass sums the plain values too and the mean output is theirs."""
-    each = " raw += f[j];" if stats and not chunk_plain else ""
-    chunk = " float cs = 0.0f;\n" + _each(f"const float d = f[j] - pivot; cs += d; q += d * d;{each}") + " s += cs;\n"
-    chunk += " raw += fmaf((float)VEC, pivot, cs);\n" if stats and chunk_plain else ""
-    if stats:
-        first = "const Sum3 sums = reduce_all(Sum3{s, q, raw}, red3, &part3);\nfloat out_mean = sums.t / (float)len;\n"
-        centred = _each("const float d = f[j] - mean; centred += d * d; plain += f[j];")
-        exact = (
-            "const Sum2 exact = reduce_all(Sum2{centred, plain}, red2, &part2);\n"
-            "var = exact.s / (float)len;\nout_mean = exact.t / (float)len;\n"
-        )
-    else:
-        first = "const Sum2 sums = reduce_all(Sum2{s, q}, red2, &part2);\n"
-        centred = _each("const float d = f[j] - mean; centred += d * d;")
-        exact = "var = reduce_all(Sum{centred}, red, &part_q).s / (float)len;\n"
-    squares = "sums.q" if stats else "sums.t"
-    return (
-        f"float s = 0.0f, q = 0.0f{', raw = 0.0f' if stats else ''};\n"
-        + over(chunk, True)
-        + first
-        + "const float shift = sums.s / (float)len;\nconst float mean = pivot + shift;\n"
-        + f"float var = fmaxf({squares} / (float)len - shift * shift, 0.0f);\n"
-        + f"if (shift * shift > {SHIFT_LIMIT}.0f * var) {{  // the pivot is far from the mean: E[d]^2 would cancel\n"
-        + f"float centred = 0.0f{', plain = 0.0f' if stats else ''};\n"
-        + over(centred, False)
-        + exact
-        + "}\n"
-        + "const float rstd = rsqrtf(var + 1e-5f);\n"
-    )
-
-
-def _on_chip_stats(storage: str, moments: str, stats: bool, tail: bool, chunk_plain: bool) -> str:
-    """Statistics of the kept slice, summed about the group's first element (see the module's docstring).
-
-    welford: each thread's (count, mean about the group's first element, M2, plain sum) from two passes over its own
-    chunks, merged with Chan's formula in one block and cluster reduction; shifted: see shifted_stats; centred: the
-    group's mean, then the centred squares: two reductions, exact. With the statistics outputs the first also sums the
-    plain values (`output_mean`).
-    """
-    if moments == "shifted":
-        return shifted_stats(lambda body, first: _over_kept(storage, body, tail, first), stats, chunk_plain)
-    start = "float s = 0.0f;\n"
-    if moments == "welford":
-        return (
-            start
-            + "float cnt = 0.0f, raw = 0.0f;\n"
-            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];") + " cnt += (float)VEC;\n", tail, True)
-            + "const float tmean = cnt > 0.0f ? pivot + s / cnt : 0.0f;\nfloat m2 = 0.0f;\n"
-            + _over_kept(storage, _each("const float d = f[j] - tmean; m2 += d * d;"), tail)
-            + "const Welford acc = reduce_all(Welford{cnt, tmean, m2, raw}, red, &part);\n"
-            + "const float mean = acc.mean;\nconst float rstd = rsqrtf(acc.m2 / (float)len + 1e-5f);\n"
-        )
-    if stats:
-        first = (
-            "float raw = 0.0f;\n"
-            + _over_kept(storage, _each("s += f[j] - pivot; raw += f[j];"), tail, True)
-            + "const Sum2 sums = reduce_all(Sum2{s, raw}, red2, &part2);\n"
-            + "const float mean = pivot + sums.s / (float)len;\n"
-        )
-    else:
-        first = _over_kept(storage, _each("s += f[j] - pivot;"), tail, True)
-        first += "const float mean = pivot + reduce_all(Sum{s}, red, &part).s / (float)len;\n"
-    return (
-        start
-        + first
-        + "float q = 0.0f;\n"
-        + _over_kept(storage, _each("const float d = f[j] - mean; q += d * d;"), tail)
-        + "const float rstd = rsqrtf(reduce_all(Sum{q}, red, &part_q).s / (float)len + 1e-5f);\n"
-    )
 
 
 def slice_chunks(card: OperatorCard, params: GroupNormParams) -> int:
@@ -389,6 +190,7 @@ def resident_blocks(card: OperatorCard, params: GroupNormParams) -> int:
 
 class GroupNormTemplate(Template[GroupNormParams]):
     name = "group_norm"
+    version = 2
     families = ("group_norm",)
     entry = "kf_group_norm"
     levers: ClassVar[Levers] = {
@@ -469,47 +271,14 @@ class GroupNormTemplate(Template[GroupNormParams]):
         state = "Welford" if welford else "Sum"
         pipelined = strategy == "pipelined"
         stats = len(card.outputs) == 3  # the statistics aten.native_group_norm returns beside y, rounded like y
-        chunk_plain = ELEMENT_BYTES[dtype] == 2  # see shifted_stats
-        pairs = stats and moments == "centred" and strategy != "reread"
+        plain_chunk = stats and ELEMENT_BYTES[dtype] == 2  # see cuda/group_norm_statistics.cuh
         pushed = split > 1 and not pipelined  # see cuda/group_norm_pushed_reduce.cuh
-        # Each reduction's scratch and its exchange (a cluster's parts), the first reduction's first: its triple
-        # (shifted, with the statistics outputs) or pair (shifted; centred with them), else its single state; then
-        # the squares' own, where a second reduction has one.
-        reds = [(state, "red")]
-        exchanges: list[tuple[str, str]] = []
-        if moments == "shifted" and stats:
-            reds.append(("Sum3", "red3"))
-            exchanges.append(("Sum3", "part3"))
-        if pairs or moments == "shifted":
-            reds.append(("Sum2", "red2"))
-            exchanges.append(("Sum2", "part2"))
-        else:
-            exchanges.append((state, "part"))
-        if not (welford or (moments == "shifted" and stats)):
-            exchanges.append(("Sum", "part_q"))
-        scratch = [f"__shared__ {t} {name}[32];" for t, name in reds]
-        scratch += [f"__shared__ {f'Part<{t}>' if pushed else t} {name};" for t, name in exchanges]
         bulk = strategy == "bulk"
-        ready = setup([name for _, name in exchanges] if pushed else [], bulk)
-        join = JOIN if pushed else ""
         tail = has_tail(card, params)
-        if strategy == "reread":
-            body = PIVOT + ready + join
-            body += (
-                shifted_stats(lambda body, _first: REREAD_PASS.format(body=body), stats, chunk_plain)
-                if moments == "shifted"
-                else REREAD_STATS[moments]
-            )
-            normalise = REREAD_NORMALISE
-        else:
-            if pipelined:
-                body = PIVOT
-            else:
-                keep = _keep(strategy, "on_chip" if tail else "kept_chunks")
-                wait = WAIT.get(strategy, "") if not tail else ""  # with a tail, the first pass waits (_over_kept)
-                body = ON_CHIP_SLICE + PIVOT + (TAIL if tail else "") + ready + keep + join + wait
-            body += _on_chip_stats(strategy, moments, stats, tail, chunk_plain)
-            normalise = _over_kept(strategy, ON_CHIP_NORMALISE, tail)
+        # Each reduction's scratch and its exchange (a cluster's parts): the first reduction's triple (shifted, with
+        # the statistics outputs) or pair (shifted; centred on chip with them), else its single state; then the
+        # squares' own, where a second reduction has one.
+        part3 = moments == "shifted" and stats
         where = WHERE[strategy] + (f" (its first {on_chip_chunks(card, params)} chunks)" if tail else "")
         source = render(
             "group_norm.cu",
@@ -523,7 +292,13 @@ class GroupNormTemplate(Template[GroupNormParams]):
             block=block,
             resident=resident_blocks(card, params),
             cp_async=strategy in CP_ASYNC,
+            reread=strategy == "reread",
             on_chip=strategy != "reread",
+            sliced=strategy in TAILED or strategy == "registers",
+            registers=strategy == "registers",
+            smem=strategy == "smem",
+            shared_wait=strategy in TAILED,
+            waits=strategy in TAILED and not tail,
             items=kept_items(card, params),
             hw=card.sizes["h"] * card.sizes["w"],
             pipelined=pipelined,
@@ -540,11 +315,15 @@ class GroupNormTemplate(Template[GroupNormParams]):
             single=split == 1,
             clustered=split > 1,
             stats=stats,
-            scratch="\n".join(scratch),
+            part3=part3,
+            part2=moments == "shifted" or (stats and moments == "centred" and strategy != "reread"),
+            part_q=not (welford or part3),
             shared_slices=strategy in SHARED,
-            body=body,
-            output_mean=output_mean(strategy, moments),
-            normalise=normalise,
+            shifted=moments == "shifted",
+            welford=welford,
+            centred=moments == "centred",
+            plain_chunk=plain_chunk,
+            plain_each=stats and not plain_chunk,
         )
         names = [t.name for t in [*card.inputs, *card.outputs]]
         groups = f"min(n * groups, {persistent_clusters(card, params)})" if pipelined else "n * groups"

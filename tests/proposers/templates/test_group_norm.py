@@ -175,28 +175,35 @@ def test_the_seeds_start_with_a_group_a_cluster_of_eight_and_end_with_the_persis
     # The copies of the next group go out before this one's wait, into the other buffer.
     loop = pipelined[pipelined.index("for (; gid < total; gid += clusters, cur ^= 1)") :]
     assert loop.index("load_slice(kept_buf + (cur ^ 1) * SLICE") < loop.index("__pipeline_wait_prior(1)")
-    assert loop.index("__pipeline_wait_prior(1)") < loop.index("widen(kept[r], f)")
+    assert loop.index("__pipeline_wait_prior(1)") < loop.index("chunks.pass<true>")
     first = seeds[3].source
     assert "__cluster_dims__(8, 1, 1)" in first and "__pipeline_memcpy_async" in first
     assert "__launch_bounds__(256, 3)" in first  # three 64 KB slices an SM
     assert "fmaf(f[j] - mean, g, b)" in first  # the form that keeps a constant group's beta exact
-    assert "f[j] - pivot" in first
+    assert "v - pivot" in first
     # One bulk copy a block, by one thread, landing on the block's mbarrier, which every thread waits on.
     bulk = seeds[2].source
     assert "cuda/barrier" not in bulk and "__launch_bounds__(256, 3)" in bulk
+    keep = bulk[bulk.index("void keep(const VecT* __restrict__ xs) const {") :]
+    assert keep.index("mbarrier_expect(copy_bar, bytes);") < keep.index("bulk_load(kept, xs, bytes, copy_bar);")
+    assert "mbarrier_wait(copy_bar, 0);" in bulk[bulk.index("void wait() const {") :]
     init = bulk.index("mbarrier_init(&copy_bar, 1);")
-    copy = bulk.index("bulk_load(kept, xs, bytes, &copy_bar);")
-    assert init < bulk.index("__syncthreads();", init) < bulk.index("mbarrier_expect(&copy_bar, bytes);") < copy
-    assert copy < bulk.index("mbarrier_wait(&copy_bar, 0);") < bulk.index("widen(kept[r], f)")
-    # 4 blocks an SM: 3520 of the 4096 chunks (55 KB) in shared memory, the rest loaded while the copies fly.
+    copy = bulk.index("chunks.keep(xs);")
+    assert init < bulk.index("__syncthreads();", init) < copy < bulk.index("chunks.wait();") < bulk.index("chunks.pass")
+    # 4 blocks an SM: 3520 of the 4096 chunks (55 KB) in shared memory, the rest loaded while the copies fly: the
+    # first pass loads the tail, then waits for the copies, then reads the kept chunks.
     for hybrid, (issued, wait) in zip(
-        (seeds[4], seeds[5]), (("bulk_load(kept", "mbarrier_wait(&copy_bar, 0);"), WAIT_SMEM), strict=True
+        (seeds[4], seeds[5]), (("bulk_load(kept", "mbarrier_wait(copy_bar, 0);"), WAIT_SMEM), strict=True
     ):
         source = hybrid.source
         assert "__launch_bounds__(256, 4)" in source and "#define KEPT 3520" in source
         assert resolve(hybrid.plan, CAPTURED).shared_bytes == 3520 * 16
-        tail = source.index("for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK)")
-        assert source.index(issued) < tail < source.index(wait) < source.index("widen(kept[r], f)")
+        assert issued in source[source.index("void keep(") :] and wait in source[source.index("void wait(") :]
+        first_pass = source[source.index("void pass(Body body) const {") :]
+        tail = first_pass.index("if constexpr (FIRST) {\n            rest(body);\n            wait();\n        }")
+        assert tail < first_pass.index("widen(kept[r], f)")
+        assert "for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK)" in source
+        assert source.index("chunks.keep(xs);") < source.index("chunks.pass<true>") and "chunks.wait();" not in source
 
 
 def test_the_shifted_moments_sum_a_16_bit_mean_outputs_plain_values_once_a_chunk() -> None:
@@ -206,12 +213,12 @@ def test_the_shifted_moments_sum_a_16_bit_mean_outputs_plain_values_once_a_chunk
     params: Params = {"strategy": "bulk", "block": 256, "vec": 8, "split": 8, "moments": "shifted", "minb": 0}
     bf16_card = group_norm_card("stats_bf16", "bfloat16", {**CAPTURED.sizes}, True)
     bf16, _ = TEMPLATE.render(bf16_card, typed(TEMPLATE, bf16_card, params))
-    assert bf16.count("const float d = f[j] - pivot; cs += d; q += d * d; }") == 1
-    assert "raw += fmaf((float)VEC, pivot, cs);" in bf16 and "raw += f[j];" not in bf16
-    assert "if (shift * shift > 16.0f * var) {" in bf16 and "centred += d * d; plain += f[j];" in bf16
+    assert bf16.count("chunks.pass<true>") == 1 and "#define SHIFT_LIMIT 16.0f" in bf16
+    assert "raw += fmaf((float)VEC, pivot, cs);" in bf16 and "raw += v;" not in bf16
+    assert "if (shift * shift > SHIFT_LIMIT * var) {" in bf16 and "centred += d * d;\n            plain += v;" in bf16
     fp32 = group_norm_card("stats_f32", "float32", {"n": 2, "c": 64, "h": 32, "w": 32, "groups": 32}, True)
     source, _ = TEMPLATE.render(fp32, typed(TEMPLATE, fp32, {**params, "strategy": "smem", "vec": 4}))
-    assert "cs += d; q += d * d; raw += f[j]; }" in source and "fmaf((float)VEC, pivot, cs)" not in source
+    assert "q += d * d;\n        raw += v;\n" in source and "fmaf((float)VEC, pivot, cs)" not in source
 
 
 def test_a_clustered_reduction_pushes_its_parts_and_no_barrier_waits_for_them() -> None:
@@ -245,8 +252,7 @@ def test_a_clustered_reduction_pushes_its_parts_and_no_barrier_waits_for_them() 
         join = source.index("cluster_wait();  // every block")
         assert arrive < join < source.index(calls[0])
         if strategy in ("smem", "bulk"):  # the slice's copies go out before the wait, so it costs nothing
-            issued = "__pipeline_commit();" if strategy == "smem" else "bulk_load(kept"
-            assert source.index(issued, arrive) < join
+            assert source.index("chunks.keep(xs);", arrive) < join
     pipelined, _ = TEMPLATE.render(CAPTURED, typed(TEMPLATE, CAPTURED, {**clustered, "strategy": "pipelined"}))
     reduce_all = pipelined[pipelined.index("__device__ __forceinline__ S reduce_all") :]
     assert reduce_all[: reduce_all.index("\n}\n")].count("cluster.sync();") == 2
@@ -313,10 +319,15 @@ def test_every_element_of_a_group_is_kept_and_written_by_exactly_one_thread(card
         items = kept_items(card, typed(TEMPLATE, card, params))
         assert f"#define ITEMS {items}\n" in source and f"#define HW {hw}\n" in source
         assert "const long long lo = nchunk * rank / SPLIT;" in source
-        bound = "on_chip" if has_tail(card, typed(TEMPLATE, card, params)) else "kept_chunks"
-        loops = 3 + (params["strategy"] != "bulk")  # the copies (bulk: one by one thread), 3 passes
-        assert source.count(f"const int r = threadIdx.x + k * BLOCK;\n if (r < {bound})") == loops, params
-        assert source.count("for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK)") == 3 * (bound == "on_chip")
+        tail = has_tail(card, typed(TEMPLATE, card, params))
+        assert f"const int on_chip = {'min(kept_chunks, KEPT)' if tail else 'kept_chunks'};" in source, params
+        # The copies (bulk: one by one thread; pipelined: load_slice's, of the whole slice) and the passes' loop.
+        loops = 1 + (params["strategy"] in ("registers", "smem"))
+        assert source.count("const int r = threadIdx.x + k * BLOCK;\n            if (r < on_chip) {") == loops, params
+        if params["strategy"] == "pipelined":
+            assert source.count("const int r = threadIdx.x + k * BLOCK;\n if (r < kept_chunks)") == 1
+        assert source.count("for (int r = KEPT + threadIdx.x; r < kept_chunks; r += BLOCK)") == tail
+        assert source.count("chunks.pass<") == 3, params  # two statistics passes, or one and the centred, normalising
         assert np.array_equal(owners(card, params, items), np.ones_like(owners(card, params, items))), params
         if items > 1:
             assert owners(card, params, items - 1).min() == 0

@@ -5,6 +5,9 @@ namespace cg = cooperative_groups;
 
 // Block result, then the SPLIT blocks of the cluster merge theirs in rank order (all get the same). The next group
 // reduces into the same part: a second barrier keeps it until every block has read it.
+// A reduction's exchange: the block's part, which the cluster's blocks read.
+template <typename S>
+using Exchange = S;
 template <typename S>
 __device__ __forceinline__ S reduce_all(S v, S* red, S* part) {
     v = group_reduce<BLOCK>(v, red);

@@ -11,6 +11,8 @@ struct Part {
     uint64_t bar;
     S parts[SPLIT];
 };
+template <typename S>
+using Exchange = Part<S>;
 __device__ __forceinline__ uint32_t cluster_rank() {
     uint32_t rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
