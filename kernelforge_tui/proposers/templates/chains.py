@@ -116,6 +116,7 @@ class ChainRowTemplate(RowTemplate):
     """The rows template's parameters and rules over chain_rows.cu."""
 
     name = "chain_rows"
+    version = 1  # its own renders' version, not the rows template's
 
     def unsupported(self, card: OperatorCard) -> str | None:
         found = chain_problem(card, tuple(ROW_CHAINS))

@@ -12,7 +12,8 @@ stream: read again from global/L2); `minb` (the __launch_bounds__ min blocks per
 reduction of (count, mean, M2) instead of mean then centred sum of squares). `fast_exp` (__expf) is valid only
 where the card's tolerance admits it (`fast_math_allowed`).
 
-The kernel's frame is cuda/row_reductions.cu; its passes are written here (`_pass`), one per storage and op.
+The kernel is cuda/row_reductions.cu: one pass over a thread's chunks a storage, the op's passes and reductions
+chosen by the family and the parameters; this module only chooses the values it renders with.
 """
 
 from __future__ import annotations
@@ -59,100 +60,11 @@ class RowParams(TemplateParams):
     """layer_norm: 1, Welford's statistics in one pass."""
 
 
-def _each(stmt: str) -> str:
-    return f"#pragma unroll\n for (int j = 0; j < VEC; ++j) {{ {stmt} }}\n"
-
-
-def _pass(storage: str, first: bool, body: str) -> str:
-    """A loop over this thread's chunks `i` of the row with `f` (VEC floats) holding chunk i.
-
-    The first pass reads x (and keeps it: registers or shared memory); later passes read the kept copy,
-    or x again when streaming. Each thread only ever re-reads chunks it wrote itself, so no barrier is
-    needed between the passes beyond those inside the reductions.
-    """
-    if storage == "registers":
-        load = "load_chunk(xr, i, f);\n" if first else ""
-        return (
-            "#pragma unroll\n for (int k = 0; k < ITEMS; ++k) {\n const int i = t + k * TPR;\n"
-            f" if (i < n) {{\n float(&f)[VEC] = r[k];\n {load}{body} }}\n }}\n"
-        )
-    if first and storage == "smem":
-        load = "const VecT c = reinterpret_cast<const VecT*>(xr)[i];\n reinterpret_cast<VecT*>(sr)[i] = c;\n"
-        load += " float f[VEC];\n widen(c, f);\n"
-    else:
-        load = f"float f[VEC];\n load_chunk({'xr' if first or storage == 'stream' else 'sr'}, i, f);\n"
-    return f"for (int i = t; i < n; i += TPR) {{\n {load} {body} }}\n"
-
-
-def _softmax(p: RowParams) -> tuple[str, str]:
-    storage = p.storage
-    cached = storage == "registers"
-    if p.online:
-        body = _pass(
-            storage,
-            True,
-            "float cm = f[0];\n"
-            + _each("cm = fmaxf(cm, f[j]);")
-            + "if (cm > m) { s *= EXPF(m - cm); m = cm; }\n"
-            # An all -inf chunk so far (a masked prefix) adds nothing: exp(-inf - -inf) would be NaN.
-            + "if (m != NEG_INF) {\n"
-            + _each("s += EXPF(f[j] - m);")
-            + "}\n",
-        )
-        body = "float m = NEG_INF, s = 0.0f;\n" + body
-        body += "const MaxSum ms = group_reduce<TPR>(MaxSum{m, s}, red_ms);\n"
-        body += "const float mx = ms.m, inv = 1.0f / ms.s;\n"
-        body += _pass(storage, False, _each("f[j] = EXPF(f[j] - mx) * inv;") + "store_chunk(yr, i, f);\n")
-        return body, "__shared__ MaxSum red_ms[32];\n"
-    body = "float m = NEG_INF;\n" + _pass(storage, True, _each("m = fmaxf(m, f[j]);"))
-    body += "const float mx = group_reduce<TPR>(Max{m}, red_max).m;\nfloat s = 0.0f;\n"
-    if cached:
-        body += _pass(storage, False, _each("f[j] = EXPF(f[j] - mx); s += f[j];"))
-        scale = "f[j] *= inv;"
-    else:
-        body += _pass(storage, False, _each("s += EXPF(f[j] - mx);"))
-        scale = "f[j] = EXPF(f[j] - mx) * inv;"
-    body += "const float inv = 1.0f / group_reduce<TPR>(Sum{s}, red_sum).s;\n"
-    body += _pass(storage, False, _each(scale) + "store_chunk(yr, i, f);\n")
-    return body, "__shared__ Max red_max[32];\n __shared__ Sum red_sum[32];\n"
-
-
-def _rms_norm(p: RowParams) -> tuple[str, str]:
-    storage = p.storage
-    body = "float ss = 0.0f;\n" + _pass(storage, True, _each("ss += f[j] * f[j];"))
-    body += "const float inv = rsqrtf(group_reduce<TPR>(Sum{ss}, red_sum).s / (float)cols + EPS);\n"
-    body += _pass(
-        storage,
-        False,
-        "float wf[VEC];\n load_chunk(w, i, wf);\n" + _each("f[j] = f[j] * inv * wf[j];") + "store_chunk(yr, i, f);\n",
-    )
-    return body, "__shared__ Sum red_sum[32];\n"
-
-
-def _layer_norm(p: RowParams) -> tuple[str, str]:
-    storage = p.storage
-    write = "float wf[VEC], bf[VEC];\n load_chunk(w, i, wf);\n load_chunk(b, i, bf);\n"
-    write += _each("f[j] = (f[j] - mean) * rstd * wf[j] + bf[j];") + "store_chunk(yr, i, f);\n"
-    if p.welford:
-        chunk = "acc = Welford::combine(acc, Welford::of_chunk(f));\n"
-        body = "Welford acc = {0.0f, 0.0f, 0.0f, 0.0f};\n" + _pass(storage, True, chunk)
-        body += "acc = group_reduce<TPR>(acc, red_w);\n"
-        body += "const float mean = acc.sum_mean(), rstd = rsqrtf(acc.m2 / (float)cols + EPS);\n"
-        return body + _pass(storage, False, write), "__shared__ Welford red_w[32];\n"
-    body = "float sum = 0.0f;\n" + _pass(storage, True, _each("sum += f[j];"))
-    body += "const float mean = group_reduce<TPR>(Sum{sum}, red_sum).s / (float)cols;\nfloat sq = 0.0f;\n"
-    body += _pass(storage, False, _each("const float d = f[j] - mean; sq += d * d;"))
-    body += "const float rstd = rsqrtf(group_reduce<TPR>(Sum{sq}, red_sum).s / (float)cols + EPS);\n"
-    return body + _pass(storage, False, write), "__shared__ Sum red_sum[32];\n"
-
-
-BODIES = {"softmax": _softmax, "rms_norm": _rms_norm, "layer_norm": _layer_norm}
-
-
 class RowTemplate(Template[RowParams]):
     """One kernel shape for all three: TPR threads per row, RPB rows per block, grid cdiv(rows, RPB)."""
 
     name = "rows"
+    version = 2
     families = ("softmax", "rms_norm", "layer_norm")
     levers: ClassVar[Levers] = {
         "memory_bandwidth": (
@@ -236,7 +148,6 @@ class RowTemplate(Template[RowParams]):
         tpr = block // rpb
         storage = params.storage
         items = -(-(card.sizes["cols"] // vec) // tpr)
-        body, shared = BODIES[family](params)
         inputs, outputs = TENSORS[family]
         entry = f"kf_{family}"
         signature = ", ".join(
@@ -257,10 +168,16 @@ class RowTemplate(Template[RowParams]):
             block=block,
             minb=params.minb,
             signature=signature,
-            shared=shared,
             registers=storage == "registers",
             smem=storage == "smem",
-            body=body,
+            stream=storage == "stream",
+            softmax=family == "softmax",
+            rms_norm=family == "rms_norm",
+            layer_norm=family == "layer_norm",
+            online=bool(params.online),
+            welford=bool(params.welford),
+            max_scratch=family == "softmax" and not params.online,
+            sum_scratch=not (params.online or params.welford),
         )
         shared_bytes = rpb * card.sizes["cols"] * ELEMENT_BYTES[dtype] if storage == "smem" else 0
         plan = LaunchPlan(
