@@ -213,51 +213,32 @@ class ElementwiseTemplate(Template[ElementwiseParams]):
             [*(f"const T* __restrict__ {n}" for n in names), f"T* __restrict__ {out}", "long long n"]
             + (["int half"] if split else [])
         )
-        # Split layout: output chunk i lies in row i / half_chunks (h / VEC chunks a half row; VEC divides h): its gate
-        # is chunk i + row * half_chunks of x, its value half_chunks further. Element i likewise with h (the tail).
-        chunk = {"stream": "i", "gate": "gate", "up": "gate + half_chunks"}
-        element = {"stream": "i", "gate": "i + i / half * half", "up": "i + i / half * half + half"}
-        streamed = [(k, o) for k, o in enumerate(found) if o.layout != "scalar"]
-        setup = "".join(
-            f"const float scalar{k} = to_f({o.name}[0]);  // one element: read once, used for every element\n"
-            for k, o in enumerate(found)
-            if o.layout == "scalar"
-        ) + ("const long long half_chunks = half / VEC;\n" if split else "")
-        decl = "".join(f"float in{k}[UNROLL][VEC];\n" for k, _ in streamed)
-        loads = (" const long long gate = i + i / half_chunks * half_chunks;\n" if split else "") + "".join(
-            f" load_chunk({o.name}, {chunk[o.layout]}, in{k}[u]);\n" for k, o in streamed
-        )
-        args = ", ".join(f"scalar{k}" if o.layout == "scalar" else f"in{k}[u][j]" for k, o in enumerate(found))
-        tail = {k: f"to_f({o.name}[{element[o.layout]}])" for k, o in streamed}
-        scalar_args = ", ".join(tail.get(k, f"scalar{k}") for k in range(len(found)))
-        params_c = ", ".join(f"float a{k}" for k in range(len(found)))
-        layouts = ", ".join(f"a{k} {o.layout} {o.name}" for k, o in enumerate(found))
+        layouts = [o.layout for o in found]
         grid_stride = params.loop == "grid_stride"
-        head = (
-            "for (long long base = first; base < nvec; base += step) {\n"
-            if grid_stride
-            else "{\n const long long base = first;\n"
-        )
         source = render(
             "elementwise.cu",
             **prelude_values(dtype, vec),
             what=f"{op} ({dtype}{', fast math' if form else ''})",
             unroll=unroll,
             loop=streaming_loop(params),
-            layouts=layouts,
+            layouts=", ".join(f"a{k} {o.layout} {o.name}" for k, o in enumerate(found)),
             block=block,
             minb=params.minb,
             helpers=render(form.helpers) if form and form.helpers else "",
-            params_c=params_c,
             expression=expression,
             signature=signature,
-            setup=setup,
-            head=head,
-            decl=decl,
-            loads=loads,
-            args=args,
+            in0=found[0].name,
+            in1=found[-1].name,
+            unary=len(found) == 1,
+            streams=layouts == ["stream", "stream"],
+            pair=layouts in (["stream", "stream"], ["gate", "up"]),
+            split=split,
+            scalar0=layouts[0] == "scalar",
+            scalar1=layouts[1:] == ["scalar"],
+            streamed0=layouts[0] != "scalar",
+            streamed1=len(layouts) == 2 and layouts[1] != "scalar",
+            grid_stride=grid_stride,
             out=out,
-            scalar_args=scalar_args,
         )
         count = self._count(card)
         chunks = f"cdiv({count}, {block * vec * unroll})"
