@@ -45,39 +45,28 @@ from kernelforge_tui.proposers.templates.source import render
 
 
 class Reduction(NamedTuple):
-    """One reduction: how many inputs, the fp32 term (a C function body), the result from the sum (a C expression
-    of `total`, `n` the number of terms and, per row, `cols`), and what a term reads (`over`): one element of each
-    input (float a0, a1), one point of the input (const float* a0 over its WIDTH coordinates), or one element
-    a0 of a row at column i of cols (one output per row)."""
+    """One reduction: how many inputs, the result from the sum (a C expression of `total`, `n` the number of terms
+    and, per row, `cols`), and what a term reads (`over`): one element of each input (float a0, a1), one point of
+    the input (const float* a0 over its WIDTH coordinates), or one element a0 of a row at column i of cols (one
+    output per row). Its fp32 term is the op's piece of cuda/reduce_terms.cuh."""
 
     arity: int
-    term: str
     finish: str
     over: Literal["elements", "points", "rows"] = "elements"
 
 
 OPS: dict[str, Reduction] = {
-    "dot_product": Reduction(2, "return a0 * a1;", "{total}"),
-    "mse_loss": Reduction(2, "const float d = a0 - a1;\n return d * d;", "{total} / (float)n"),
-    # max(0, d) that keeps NaN, as torch.clamp_min does (fmaxf would drop it)
-    "hinge_loss": Reduction(2, "const float d = 1.0f - a0 * a1;\n return d < 0.0f ? 0.0f : d;", "{total} / (float)n"),
-    # f(p) = exp(-|p|^2), the squares summed in coordinate order (numerics.py's _integrand), the mean over points
-    "monte_carlo_integration": Reduction(
-        1,
-        "float r2 = 0.0f;\n#pragma unroll\n for (int c = 0; c < WIDTH; ++c) {\n  r2 += a0[c] * a0[c];\n }\n"
-        " return expf(-r2);",
-        "{total} / (float)n",
-        over="points",
-    ),
-    # composite Simpson: weights 1 at both ends, 4 at odd columns, 2 at even ones; times h / 3 with h = 1 / m,
-    # m = cols - 1 intervals (numerics.py's _simpson)
-    "simpson_integration": Reduction(
-        1,
-        "return (i == 0 || i == cols - 1 ? 1.0f : (i & 1) ? 4.0f : 2.0f) * a0;",
-        "{total} / (3.0f * (float)(cols - 1))",
-        over="rows",
-    ),
+    "dot_product": Reduction(2, "{total}"),
+    "mse_loss": Reduction(2, "{total} / (float)n"),
+    "hinge_loss": Reduction(2, "{total} / (float)n"),
+    "monte_carlo_integration": Reduction(1, "{total} / (float)n", over="points"),
+    "simpson_integration": Reduction(1, "{total} / (3.0f * (float)(cols - 1))", over="rows"),  # Simpson's h / 3
 }
+
+
+def term_values(op: str) -> dict[str, bool]:
+    """The values that pick the op's term in cuda/reduce_terms.cuh."""
+    return {name: name == op for name in OPS}
 
 
 LOADED_FLOATS_PER_BLOCK = 32 * 1024
@@ -187,29 +176,13 @@ class ReductionTemplate(Template[ReductionParams]):
     def render(self, card: OperatorCard, params: ReductionParams) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
-        arity, term, finish, _ = OPS[op]
+        arity, finish, _ = OPS[op]
         dtype = dtype_of(card)
         width = self._width(card)
         blocks, block, vec, unroll = params.blocks, params.block, params.vec, params.unroll
         names = [t.name for t in card.inputs]
         out = card.outputs[0].name
         signature = ", ".join([*(f"const T* __restrict__ {n}" for n in names), f"T* __restrict__ {out}", "long long n"])
-        decl = "".join(f" float in{k}[UNROLL][VEC];\n" for k in range(arity))
-        loads = "".join(f"   load_chunk({n}, i, in{k}[u]);\n" for k, n in enumerate(names))
-        if width == 1:
-            params_c = ", ".join(f"float a{k}" for k in range(arity))
-            args = ", ".join(f"in{k}[u][j]" for k in range(arity))
-            gather, scalar_args = "", ", ".join(f"to_f({n}[i])" for n in names)
-        else:  # a term reads a point: WIDTH consecutive values, j-th point of a chunk
-            params_c = ", ".join(f"const float* a{k}" for k in range(arity))
-            args = ", ".join(f"&in{k}[u][j * WIDTH]" for k in range(arity))
-            gather = "".join(
-                f" float p{k}[WIDTH];\n"
-                f" for (int c = 0; c < WIDTH; ++c) {{\n  p{k}[c] = to_f({n}[i * WIDTH + c]);\n }}\n"
-                for k, n in enumerate(names)
-            )
-            scalar_args = ", ".join(f"p{k}" for k in range(arity))
-
         strategy = "one block" if blocks == 1 else f"one cluster of {blocks} blocks"
         source = render(
             "reduce_total.cu",
@@ -225,14 +198,12 @@ class ReductionTemplate(Template[ReductionParams]):
             cluster_attr=f"__attribute__((cluster_dims({blocks}, 1, 1))) " if blocks > 1 else "",
             blocks=blocks,
             width=width,
-            params_c=params_c,
-            term=term,
+            **term_values(op),
+            points=width > 1,
+            binary=arity == 2,
+            in0=names[0],
+            in1=names[-1],
             signature=signature,
-            decl=decl,
-            loads=loads,
-            args=args,
-            gather=gather,
-            scalar_args=scalar_args,
             out=out,
             finish=finish.format(total="total"),
             cluster_finish=finish.format(total="cluster_total"),
@@ -308,7 +279,7 @@ class RowReductionTemplate(Template[RowReductionParams]):
     def render(self, card: OperatorCard, params: RowReductionParams) -> tuple[str, LaunchPlan]:
         op = operation(card)
         assert op is not None
-        term, finish = OPS[op].term, OPS[op].finish
+        finish = OPS[op].finish
         dtype = dtype_of(card)
         tpr, block, unroll = params.tpr, params.block, params.unroll
         x, y = card.inputs[0].name, card.outputs[0].name
@@ -321,7 +292,7 @@ class RowReductionTemplate(Template[RowReductionParams]):
             tpr=tpr,
             unroll=unroll,
             block=block,
-            term=term,
+            **term_values(op),
             x=x,
             y=y,
             finish=finish.format(total="total"),
