@@ -29,11 +29,11 @@ from kernelforge_tui.vocabulary.identity import (
     canonical_json,
     source_identity,
 )
-from tests.support import golden_digests
 from tests.conftest import EXAMPLES
 from tests.engine.test_search import make_card, run_settings
 from tests.proposers.templates.test_levers import NoCompiler
 from tests.proposers.templates.test_templates import _softmax_card
+from tests.support import golden_digests
 
 PLAN = LaunchPlan(entry="k", grid=["1"], block=[32], args=[])
 SEED = {"strategy": "block_per_row", "block": 1024, "rpb": 1, "vec": 8, "storage": "smem", "minb": 1,
