@@ -1,21 +1,23 @@
 """Benchmark (not a test): a .cast package in eager, in a CUDA graph and inside torch.compile, against eager and
-torch.compile, on the example blocks, in one process.
+torch.compile, on the example blocks and on models the project did not write (bench/zoo_models.py: torchvision's
+ResNet-50, a transformers Llama, timm's ViT), in one process per block.
 
-Per block (the decoder's attention softmax, the diffusion block's group norm), unless --package gives one:
-`kernelforge capture` on CUDA, a short template search of that one card (`optimize --budget-iters N`, automatic
-ncu profiles off), `kernelforge export` with every check (agreement, sanitizer, faster than eager). Then, in this
-process, interleaved rounds (`cast_gpu.time_modes`: per call CUDA events, synchronised wall clock and the host's
-enqueue time; forwards back to back) of:
+Per block, unless --package gives one: `kernelforge capture` on CUDA, a short template search of its --top best
+cards, fused chains among them (`optimize CAPTURE --top N`, automatic ncu profiles off), `kernelforge export` with
+every check (agreement, sanitizer, faster than eager). Then, in this process, interleaved rounds
+(`cast_gpu.time_modes`: per call CUDA events, synchronised wall clock and the host's enqueue time; forwards back
+to back) of:
   eager; cast (eager + the package, `cast.load`); graph (`cast.graph`: the eager forward with the package, replayed
   as a CUDA graph, inputs copied in); compile (torch.compile, default) and compile-ro (reduce-overhead);
   kf and kf-ro (`cast.compile`, default and reduce-overhead); with --max-autotune also compile-ma and kf-ma;
 each mode's outputs against eager (max and mean |diff|, and whether within the dtype's rtol of the output's scale),
-and the package's counters (hits, graph nodes, compiled calls, used in). Then, per kernel, host time per call:
-eager's, through the package (`cast_gpu.host_overhead`), and through its kernelforge op (what a compiled graph
-pays per call). Writes OUT/<block>.json after each block (a block already there is skipped: resumable), and
-OUT/compile_path.csv and .md from all of them.
+where each mode's GPU time goes (torch.profiler: kernel time per forward against the back-to-back time, the
+busiest kernels), and the package's counters (hits, graph nodes, compiled calls, used in). Then, per kernel, host
+time per call: eager's, through the package (`cast_gpu.host_overhead`), and through its kernelforge op (what a
+compiled graph pays per call). Writes OUT/<block>.json after each block (a block already there is skipped:
+resumable), and OUT/compile_path.csv and .md from all of them.
 
-    python bench/compile_path.py --out OUT [--blocks decoder diffusion] [--iters 24] [--max-autotune]
+    python bench/compile_path.py --out OUT [--blocks decoder llama ...] [--top 3] [--iters 24] [--max-autotune]
 """
 
 from __future__ import annotations
@@ -46,34 +48,38 @@ from kernelforge_tui.cast.ops import kernel_op
 from kernelforge_tui.cast.runtime import Cast, aten_call, load, probe_machine
 
 ROOT = Path(__file__).resolve().parent.parent
+MODELS = ROOT / "examples" / "models"
 BLOCKS = {
-    "decoder": (ROOT / "examples" / "models" / "decoder_block.py", "aten._softmax.default"),
-    "diffusion": (ROOT / "examples" / "models" / "diffusion_block.py", "aten.native_group_norm.default"),
+    # name: (model file, capture entry); the first three are the example blocks, the rest models we did not write
+    "decoder": (MODELS / "decoder_block.py", "build"),
+    "diffusion": (MODELS / "diffusion_block.py", "build"),
+    "resnet_block": (MODELS / "resnet_block.py", "build"),
+    "resnet50": (ROOT / "bench" / "zoo_models.py", "resnet50"),
+    "llama": (ROOT / "bench" / "zoo_models.py", "llama"),
+    "vit": (ROOT / "bench" / "zoo_models.py", "vit"),
 }
 RTOL = {torch.bfloat16: 1.6e-2, torch.float16: 1e-3}
 
 
-def package_for(block: str, work_dir: Path, iters: int) -> tuple[Path, Path, dict[str, float]]:
-    """(capture directory, package, seconds per step): capture, search the block's one card, export."""
-    from kernelforge_tui.capture.manifest import load_capture
+def package_for(block: str, work_dir: Path, iters: int, top: int) -> tuple[Path, Path, dict[str, float]]:
+    """(capture directory, package, seconds per step): capture, search the `top` best cards (`iters` candidates
+    each, chains among them), export."""
     from kernelforge_tui.cli.main import main
 
-    model_file, op = BLOCKS[block]
+    model_file, entry = BLOCKS[block]
     capture = work_dir / f"{block}.capture"
     seconds: dict[str, float] = {}
     started = time.perf_counter()
-    argv = ["capture", str(model_file), "--device", "cuda", "--repeats", "2", "--samples", "1"]
+    argv = ["capture", str(model_file), "--entry", entry, "--device", "cuda", "--repeats", "2", "--samples", "1"]
     if main([*argv, "--max-set-mib", "1", "-o", str(capture), "--force"]) != 0:
-        raise RuntimeError(f"capture of {model_file} failed")
+        raise RuntimeError(f"capture of {model_file} ({entry}) failed")
     seconds["capture"] = time.perf_counter() - started
-    variant = next(v for v in load_capture(capture).variants if v.op == op and v.card)
-    assert variant.card is not None
     started = time.perf_counter()
     os.environ["KERNELFORGE_PROFILE__NEW_BEST"] = os.environ["KERNELFORGE_PROFILE__BEATS_PARENT"] = "false"
-    run_dir = capture / "runs" / block
-    code = main(["optimize", str(capture / variant.card), "--budget-iters", str(iters), "--run-dir", str(run_dir)])
+    search = ["optimize", str(capture), "--top", str(top), "--budget-iters", str(iters * top)]
+    code = main([*search, "--root", str(capture / "runs")])
     if code != 0:
-        raise RuntimeError(f"the search of {variant.card} ended with {code}")
+        raise RuntimeError(f"the search of {capture}'s {top} best cards ended with {code}")
     seconds["search"] = time.perf_counter() - started
     started = time.perf_counter()
     package = work_dir / f"{block}.cast"
@@ -180,13 +186,35 @@ def op_host_time(runner: Any, calls: int = 200, windows: int = 15) -> dict[str, 
     return best
 
 
+def where_time_goes(fn: Callable[[], Any], forwards: int = 3, top: int = 8) -> dict[str, Any]:
+    """GPU kernel time per forward (torch.profiler's device time of every kernel, CUDA graph replays included) and
+    the kernels that take most of it: set against the forward's back-to-back time, the share the GPU is busy."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(forwards):
+            fn()
+        torch.cuda.synchronize()
+    kernels = [e for e in prof.key_averages() if e.self_device_time_total > 0]
+    kernels.sort(key=lambda e: -e.self_device_time_total)
+    return {
+        "kernel_us": sum(e.self_device_time_total for e in kernels) / forwards,
+        "top": [
+            {"name": e.key[:90], "us": e.self_device_time_total / forwards, "calls": e.count / forwards}
+            for e in kernels[:top]
+        ],
+    }
+
+
 def bench_block(block: str, args: argparse.Namespace) -> dict[str, Any]:
     started = time.perf_counter()
     report: dict[str, Any] = {"block": block}
     if args.package:
         capture, package = args.capture, args.package
     else:
-        capture, package, report["prepare_seconds"] = package_for(block, args.work, args.iters)
+        capture, package, report["prepare_seconds"] = package_for(block, args.work, args.iters, args.top)
     manifest = read_package(package).manifest
     report["package"] = str(package)
     report["kernels"] = [
@@ -209,6 +237,10 @@ def bench_block(block: str, args: argparse.Namespace) -> dict[str, Any]:
     say(f"{block}: timing {', '.join(modes)}")
     parts: dict[str, Part] = {name: (fn, (lambda: cast) if name == "cast" else None) for name, fn in modes.items()}
     report["timing"] = time_modes(parts, args.rounds, args.per_round)
+    report["profile"] = {}
+    for name, fn in modes.items():
+        with cast if name == "cast" else contextlib.nullcontext():
+            report["profile"][name] = where_time_goes(fn)
     report["stats"] = json.loads(cast.stats().model_dump_json())
     report["used_in"] = {k.kernel: k.used_in for k in cast.stats().kernels}
     report["counters"] = cast.report()
@@ -247,6 +279,7 @@ def table(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "mean_abs_diff": out["mean_abs_diff"],
                     "within_tolerance": out["within_tolerance"],
                     "first_call_s": round(out["first_call_s"], 1),
+                    "gpu_kernel_us": round(r.get("profile", {}).get(mode, {}).get("kernel_us", float("nan")), 1),
                 }
             )
     return rows
@@ -269,8 +302,9 @@ def markdown(reports: list[dict[str, Any]], rows: list[dict[str, Any]], machine:
         lines += [
             "",
             "| mode | device us (p10-p90) | wall us | host enqueue us | back to back us (p10-p90) | x eager "
-            "(back to back) | max abs diff | mean abs diff | within tolerance | first call s (compile) |",
-            "| --- " * 10 + "|",
+            "(back to back) | max abs diff | mean abs diff | within tolerance | first call s (compile) "
+            "| GPU kernels us (busy) |",
+            "| --- " * 11 + "|",
         ]
         for row in (x for x in rows if x["block"] == r["block"]):
             lines.append(
@@ -278,8 +312,13 @@ def markdown(reports: list[dict[str, Any]], rows: list[dict[str, Any]], machine:
                 f"| {row['wall_median_us']} | {row['host_median_us']} | {row['back_to_back_us']} "
                 f"({row['back_to_back_p10_us']}-{row['back_to_back_p90_us']}) | {row['speedup_back_to_back']} "
                 f"| {row['max_abs_diff']:.3g} | {row['mean_abs_diff']:.3g} | {row['within_tolerance']} "
-                f"| {row['first_call_s']} |"
+                f"| {row['first_call_s']} | {row['gpu_kernel_us']} "
+                f"({row['gpu_kernel_us'] / row['back_to_back_us']:.0%}) |"
             )
+        for mode in ("compile-ro", "kf-ro"):
+            top = r.get("profile", {}).get(mode, {}).get("top", [])
+            lines += ["", f"Where {mode}'s GPU time goes (us per forward, calls): "]
+            lines += [f"- {k['us']:.1f} us, {k['calls']:g} x `{k['name']}`" for k in top]
         lines += ["", "Host time per call (us):", ""]
         nan = float("nan")
         for kid, h in r["host_overhead"].items():
@@ -301,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--work", type=Path, default=Path("/tmp/compile_path"), help="captures and packages")
     parser.add_argument("--blocks", nargs="+", choices=sorted(BLOCKS), default=list(BLOCKS))
-    parser.add_argument("--iters", type=int, default=24, help="candidates each block's search evaluates")
+    parser.add_argument("--iters", type=int, default=24, help="candidates each searched card's search evaluates")
+    parser.add_argument("--top", type=int, default=3, help="cards searched per block, best expected saving first")
     parser.add_argument("--package", type=Path, help="use this package (with --capture; one block)")
     parser.add_argument("--capture", type=Path, help="the capture the package was exported from")
     parser.add_argument("--rounds", type=int, default=6)
