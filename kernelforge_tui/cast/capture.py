@@ -15,9 +15,10 @@ from pathlib import Path
 from kernelforge_tui.capture.manifest import Variant, load_capture
 from kernelforge_tui.cards.directory import load_card
 from kernelforge_tui.cards.errors import CardError
-from kernelforge_tui.cast.bindings import from_variant, normalize_overload
-from kernelforge_tui.cast.export import Collected, collect_run
-from kernelforge_tui.cast.manifest import AuditEntry
+from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.cast.bindings import CallBinding, from_variant, normalize_overload
+from kernelforge_tui.cast.export import Collected, admits, collect_run
+from kernelforge_tui.cast.manifest import AuditEntry, PerForward
 from kernelforge_tui.store import DB_NAME, RunStore, StoreError, runs_root
 
 
@@ -52,7 +53,8 @@ def collect_capture(capture_dir: Path, runs: Sequence[Path] = ()) -> Collected:
         card_dir = capture_dir / variant.card
         common["card"] = variant.card
         try:
-            binding = from_variant(variant, load_card(card_dir).spec)
+            spec = load_card(card_dir).spec
+            binding = from_variant(variant, spec)
         except CardError as exc:
             binding = str(exc)
         if isinstance(binding, str):  # not overridable whatever its search found
@@ -77,11 +79,26 @@ def collect_capture(capture_dir: Path, runs: Sequence[Path] = ()) -> Collected:
             continue
         for found in best.found:
             found.variant = str(common["variant"])
+            found.per_forward = per_forward(found.binding, spec, variant, capture.variants)
         for entry in best.audit:
             collected.audit.append(entry.model_copy(update={"variant": common["variant"], "card": variant.card}))
         collected.found += best.found
         collected.notes += best.notes
     return collected
+
+
+def per_forward(binding: CallBinding, spec: OperatorCard, own: Variant, variants: Sequence[Variant]) -> PerForward:
+    """The calls of one forward pass the kernel's guard admits: its own variant's, and those of every other variant
+    of the capture that binds to the kernel's card with calls the guard admits (`admits`)."""
+    names = {t.name for t in [*spec.inputs, *spec.outputs]}
+    covered = [own]
+    for other in variants:
+        if other.id == own.id or other.kind != own.kind or {b.tensor for b in other.bindings} != names:
+            continue  # another kind of call, or tensors the card does not name
+        theirs = from_variant(other, spec)
+        if not isinstance(theirs, str) and admits(binding, theirs):
+            covered.append(other)
+    return PerForward(calls=sum(v.calls for v in covered), variants=[v.id for v in covered])
 
 
 def _overload(variant: Variant) -> str | None:

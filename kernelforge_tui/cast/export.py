@@ -48,6 +48,7 @@ from kernelforge_tui.cast.manifest import (
     Launch,
     LaunchArg,
     PackageSource,
+    PerForward,
     Provenance,
     Tolerance,
     sha256,
@@ -84,6 +85,8 @@ class Found:
     gpu_name: str
     node: NodeRecord
     evaluation: Evaluation | None
+    per_forward: PerForward | None = None
+    """The calls per forward pass it covers, where a capture counted them."""
 
 
 @dataclass
@@ -337,6 +340,7 @@ def make_entry(
         ),
         latency=latency,
         chain=found.binding.chain,
+        per_forward=found.per_forward,
         provenance=Provenance(
             run_id=found.run_id,
             run_dir=str(found.run_dir),
@@ -353,6 +357,28 @@ def make_entry(
         ),
     )
     return entry, files
+
+
+def admits(kernel: CallBinding, other: CallBinding) -> bool:
+    """Whether every call `other` binds passes `kernel`'s guard too: the same overload (a chain: the same calls),
+    tensors (shape, dtype, strides, card view) and arguments, each scalar value `other` accepts among the kernel's
+    (of the same type), its alignment a multiple of the kernel's. Export counts with it the captured variants a
+    kernel covers (another storage offset, a larger alignment)."""
+    if (kernel.overload, kernel.chain) != (other.overload, other.chain) or len(kernel.args) != len(other.args):
+        return False
+    for mine, theirs in zip(kernel.args, other.args, strict=True):
+        if mine.model_dump(exclude={"accepts"}) != theirs.model_dump(exclude={"accepts"}):
+            return False
+        if not all(any(type(v) is type(a) and v == a for a in mine.accepts) for v in theirs.accepts):
+            return False
+    if (len(kernel.inputs), len(kernel.outputs)) != (len(other.inputs), len(other.outputs)):
+        return False
+    pairs = zip([*kernel.inputs, *kernel.outputs], [*other.inputs, *other.outputs], strict=True)
+    return all(
+        mine.model_dump(exclude={"alignment"}) == theirs.model_dump(exclude={"alignment"})
+        and theirs.alignment % mine.alignment == 0
+        for mine, theirs in pairs
+    )
 
 
 def compile_only(binding: CallBinding) -> str:

@@ -32,9 +32,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kernelforge_tui.atomic import write_atomic
 
 FORMAT: Literal["kernelforge.cast"] = "kernelforge.cast"
-FORMAT_VERSION: Literal[2] = 2
+FormatVersion = Literal[2, 3]
+FORMAT_VERSION: Literal[3] = 3
 """Bump when a reader of the old version would misread a new package; readers refuse other versions by name.
-Version 2 binds the stamp to the contents (`Stamp.digest`): version-1 packages are refused, to be exported again."""
+Version 2 binds the stamp to the contents (`Stamp.digest`): version-1 packages are refused, to be exported again.
+Version 3 adds each kernel's calls per forward pass (`KernelEntry.per_forward`); version-2 packages are read as
+they are, their calls per forward unknown (`manifest_json` keeps their stamps matching)."""
+READ_VERSIONS: tuple[int, ...] = (2, 3)
 MANIFEST_NAME = "manifest.json"
 DEFAULT_ALIGNMENT = 256
 """Bytes. Every buffer a kernel was proven on started 256-byte aligned (the GPU worker's buffers, torch's
@@ -256,6 +260,17 @@ class KernelFiles(Model):
     sha256: dict[str, str]
 
 
+class PerForward(Model):
+    """How often one forward pass of the captured model makes the calls a kernel's guard admits, counted at export
+    from the capture: what the time a kernel saves per call is multiplied by for the time it saves per forward."""
+
+    calls: int
+    """Calls per forward pass (a chain's kernel: instances of the chain), summed over the captured variants whose
+    calls its guard admits."""
+    variants: list[str]
+    """Those variants' ids (`v27`; the kernel's own first)."""
+
+
 class KernelEntry(Model):
     """One accepted kernel: the variant it serves, its guard and launch, its files and its evidence."""
 
@@ -275,11 +290,26 @@ class KernelEntry(Model):
     chain: Chain | None = None
     """A fused chain's kernel: the calls it replaces (its guard's overload is `kernelforge::<pattern>`, its args the
     card inputs in order)."""
+    per_forward: PerForward | None = None
+    """None: not known: exported from a run (one card, no forward pass), or a package of format version 2."""
 
     @property
     def serves(self) -> list[str]:
         """Where it runs: a single call's kernel in eager and in compiled graphs, a chain's in compiled graphs only."""
         return ["compile"] if self.chain is not None else ["eager", "compile"]
+
+    @property
+    def saved_per_call_us(self) -> float | None:
+        """Eager's median less the kernel's at the last verification (a chain's eager: all its calls, replayed);
+        None before a GPU timed it."""
+        lat = self.latency
+        return None if lat.kernel_us is None or lat.eager_us is None else lat.eager_us - lat.kernel_us
+
+    @property
+    def saved_per_forward_us(self) -> float | None:
+        """`saved_per_call_us` times the calls per forward pass; None where either is not known."""
+        per_call = self.saved_per_call_us
+        return None if per_call is None or self.per_forward is None else per_call * self.per_forward.calls
 
 
 class AuditEntry(Model):
@@ -367,7 +397,7 @@ class CastManifest(Model):
     """manifest.json."""
 
     format: Literal["kernelforge.cast"] = FORMAT
-    format_version: Literal[2] = FORMAT_VERSION
+    format_version: FormatVersion = FORMAT_VERSION
     created_at: float
     kernelforge_version: str
     source: PackageSource
@@ -377,6 +407,41 @@ class CastManifest(Model):
     """None: not checked on a GPU yet (exported with --no-sanitize): the loader refuses it until `kernelforge verify`
     has passed on a GPU."""
     notes: list[str] = Field(default_factory=list)
+
+
+def kernel_line(manifest: CastManifest, kernel: KernelEntry, counters: str = "", used_in: str | None = None) -> str:
+    """One kernel in words, the same in `kernelforge export`, `cast.report()` and `kernelforge run`: its call, the
+    runtime's `counters` (hits, fallbacks), where it is used (`used_in`, from the counters; without, where it can
+    run), and the time it saved per call and per forward pass at its last verification, on the GPU of the stamp."""
+    chain = kernel.chain
+    parts = [counters] if counters else []
+    if used_in is None:
+        parts.append("serves: compile only (a fused chain)" if chain else "serves: eager and compile")
+    else:
+        parts.append(f"used in: {used_in}" + (" (a fused chain: compile only)" if chain else ""))
+    lat, per_call = kernel.latency, kernel.saved_per_call_us
+    if lat.kernel_us is None or lat.eager_us is None or per_call is None:
+        base = f" ({lat.speedup_vs_baseline:.2f}x the card's baseline in the search)" if lat.speedup_vs_baseline else ""
+        parts.append(f"not timed against eager yet{base}")
+    else:
+        calls = f" for its {len(chain.steps)} calls" if chain else ""
+        where = f" on {manifest.stamp.machine.gpu_name}" if manifest.stamp is not None else ""
+        parts.append(
+            f"{per_call:.1f} us saved per call ({lat.kernel_us:.1f} vs eager {lat.eager_us:.1f} us{calls} at "
+            f"verification{where})"
+        )
+    forward = kernel.per_forward
+    if forward is None:
+        why = "package from an older export" if manifest.format_version < 3 else "exported from a run, not a capture"
+        parts.append(f"calls per forward unknown ({why})")
+    else:
+        unit = "chains" if chain else "calls"
+        saved = kernel.saved_per_forward_us
+        parts.append(
+            f"{forward.calls} {unit} per forward ({', '.join(forward.variants)})"
+            + (f": {saved:.1f} us saved per forward" if saved is not None else "")
+        )
+    return f"  {kernel.id}: {kernel.guard.describe()}: " + "; ".join(parts)
 
 
 class ReadLimits(Model):
@@ -438,11 +503,20 @@ class Package:
         return dict(self._members)
 
 
+_ADDED_IN_3 = {"kernels": {"__all__": {"per_forward"}}}
+
+
+def manifest_json(manifest: CastManifest, indent: int | None = None) -> str:
+    """The manifest as its format version writes it: a version-2 manifest without the fields version 3 added, so a
+    version-2 package keeps the text its stamp's digest was taken over (and an older reader can still read it)."""
+    return manifest.model_dump_json(indent=indent, exclude=_ADDED_IN_3 if manifest.format_version == 2 else None)
+
+
 def content_digest(manifest: CastManifest, hashes: Mapping[str, str]) -> str:
     """sha256 over the manifest (the stamp's own digest left blank) and every member's name and sha256 (`hashes`,
     the manifest itself not among them): what a stamp is bound to."""
     blank = manifest.stamp.model_copy(update={"digest": ""}) if manifest.stamp is not None else None
-    text = manifest.model_copy(update={"stamp": blank}).model_dump_json()
+    text = manifest_json(manifest.model_copy(update={"stamp": blank}))
     lines = [f"{MANIFEST_NAME} {sha256(text.encode())}", *(f"{name} {hashes[name]}" for name in sorted(hashes))]
     return sha256("\n".join(lines).encode())
 
@@ -525,12 +599,11 @@ def _manifest(path: Path, text: bytes) -> CastManifest:
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise CastError(f"{path}: not a .cast package ({MANIFEST_NAME} has no format {FORMAT!r})")
     version = raw.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READ_VERSIONS or type(version) is not int:
         newer = isinstance(version, int) and version > FORMAT_VERSION
         fix = "upgrade kernelforge" if newer else "export it again with this kernelforge"
-        raise CastError(
-            f"{path}: package format version {version}, this kernelforge reads version {FORMAT_VERSION}: {fix}"
-        )
+        known = " and ".join(map(str, READ_VERSIONS))
+        raise CastError(f"{path}: package format version {version}, this kernelforge reads versions {known}: {fix}")
     try:
         return CastManifest.model_validate(raw)
     except ValidationError as exc:
@@ -566,11 +639,11 @@ def package_bytes(manifest: CastManifest, files: dict[str, bytes], path: Path = 
     bytes). Cubins and PTX are deflated; .npz sets are already compressed. A stamp is bound to these contents
     (`content_digest`); CastError for a package a reader with the default limits would refuse."""
     if manifest.stamp is not None:  # over the manifest as a reader will validate it (model_copy does not)
-        read_back = CastManifest.model_validate(json.loads(manifest.model_dump_json()))
+        read_back = CastManifest.model_validate(json.loads(manifest_json(manifest)))
         digest = content_digest(read_back, {name: sha256(data) for name, data in files.items()})
         manifest = manifest.model_copy(update={"stamp": manifest.stamp.model_copy(update={"digest": digest})})
     buffer = io.BytesIO()
-    text = manifest.model_dump_json(indent=1).encode()
+    text = manifest_json(manifest, indent=1).encode()
     sizes = [(MANIFEST_NAME, len(text)), *((name, len(data)) for name, data in files.items())]
     DEFAULT_LIMITS.check_sizes(path, sizes, "more than a reader takes: export fewer kernels into one package")
     with zipfile.ZipFile(buffer, "w") as archive:

@@ -60,6 +60,7 @@ from kernelforge_tui.cast.manifest import (
     ReadLimits,
     TensorGuard,
     Tolerance,
+    kernel_line,
     read_package,
 )
 
@@ -986,26 +987,18 @@ class Cast:
 
     def report(self) -> str:
         """The counters, for people: per kernel its hits and fallbacks by reason, where it was used (eager, compile,
-        both) and what the package measured it to save per call; per overload the calls no kernel covers and the
-        graph nodes the compile path left to Inductor."""
+        both) and what the package measured it to save per call and per forward pass (`kernel_line`, as `kernelforge
+        export` says it); per overload the calls no kernel covers and the graph nodes the compile path left to
+        Inductor."""
         stats = self.stats()
-        latency = {r.entry.id: r.entry.latency for r in self.runners}
         lines = [f"kernelforge cast: {self.path}" + (f" ({stats.note})" if stats.note else "")]
-        for k in stats.kernels:
-            fell = sum(k.fallbacks.values())
-            line = f"  {k.kernel}: {k.call}: {k.hits} hits, {fell} fallbacks"
+        for runner, k in zip(self.runners, stats.kernels, strict=True):
+            counters = f"{k.hits} hits, {sum(k.fallbacks.values())} fallbacks"
             if k.shadow_checks:
-                line += f", {k.shadow_checks} shadow checks"
+                counters += f", {k.shadow_checks} shadow checks"
             if k.graph_nodes or k.compiled_calls:
-                line += f"; compiled: {k.graph_nodes} graph nodes, {k.compiled_calls} op calls"
-            line += f"; used in: {k.used_in}" + ("" if "eager" in k.serves else " (a fused chain: compile only)")
-            measured = latency.get(k.kernel)
-            if measured is not None and measured.kernel_us is not None and measured.eager_us is not None:
-                line += (
-                    f"; {measured.eager_us - measured.kernel_us:.1f} us saved per call "
-                    f"({measured.kernel_us:.1f} vs eager {measured.eager_us:.1f} us at verification)"
-                )
-            lines.append(line)
+                counters += f"; compiled: {k.graph_nodes} graph nodes, {k.compiled_calls} op calls"
+            lines.append(kernel_line(runner.package.manifest, runner.entry, counters, k.used_in))
             lines += [f"      {n} x {reason}" for reason, n in sorted(k.fallbacks.items(), key=lambda kv: -kv[1])]
             if k.disabled:
                 lines.append(f"      DISABLED {k.disabled}")

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from kernelforge_tui.cast.manifest import NOT_CHECKED, UNCHECKED_HELP, CastError, CastManifest
+from kernelforge_tui.cast.manifest import NOT_CHECKED, UNCHECKED_HELP, CastError, CastManifest, kernel_line
 from kernelforge_tui.cli.output import EXIT_FAILED, EXIT_OK
 from kernelforge_tui.errors import BadInput
 from kernelforge_tui.store import StoreError, resolve_run
@@ -82,7 +82,12 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, w
             "verified": manifest.stamp is not None,
             "machine": manifest.stamp.machine.model_dump(mode="json") if manifest.stamp else None,
             "kernels": [
-                {**json.loads(k.model_dump_json(include={"id", "variant", "latency", "checks"})), "serves": k.serves}
+                {
+                    **json.loads(k.model_dump_json(include={"id", "variant", "latency", "checks", "per_forward"})),
+                    "serves": k.serves,
+                    "saved_per_call_us": k.saved_per_call_us,
+                    "saved_per_forward_us": k.saved_per_forward_us,
+                }
                 for k in manifest.kernels
             ],
             "audit": [json.loads(a.model_dump_json()) for a in manifest.audit],
@@ -107,17 +112,7 @@ def _show(console: Console, manifest: CastManifest, path: Path, as_json: bool, w
             "original operators: --json lists them with why[/]"
         )
     for kernel in manifest.kernels:
-        lat = kernel.latency
-        eager = (
-            f"{lat.speedup_vs_eager:.2f}x eager ({lat.kernel_us:.1f} us vs {lat.eager_us:.1f} us)"
-            if lat.speedup_vs_eager is not None and lat.kernel_us is not None and lat.eager_us is not None
-            else "not timed against eager"
-        )
-        base = f", {lat.speedup_vs_baseline:.2f}x the card's baseline" if lat.speedup_vs_baseline else ""
-        console.print(
-            f"  {escape(kernel.id)}: {escape(kernel.guard.describe())}: {eager}{base}; "
-            + ("serves eager and compile" if "eager" in kernel.serves else "serves compile only (a fused chain)")
-        )
+        console.print(escape(kernel_line(manifest, kernel)))
     if not written:
         console.print("[yellow bold]nothing written[/]: the audit above says why each variant falls back")
     elif manifest.stamp is not None:

@@ -26,7 +26,7 @@ def _rewrite_manifest(path: Path, change: dict[str, object]) -> None:
 def test_a_package_round_trips_byte_for_byte(tmp_path: Path) -> None:
     first = write_cast(tmp_path / "a.cast", [softmax_entry()])
     package = read_package(first)
-    assert package.manifest.format_version == FORMAT_VERSION == 2
+    assert package.manifest.format_version == FORMAT_VERSION == 3
     assert package.manifest.kernels[0].guard.inputs[0].shape == (4, 8)
     assert package.manifest.stamp is not None and package.manifest.stamp.machine == MACHINE
     again = tmp_path / "b.cast"
@@ -40,8 +40,8 @@ def test_a_package_round_trips_byte_for_byte(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("version", "says"),
     [
-        (3, "format version 3, this kernelforge reads version 2: upgrade kernelforge"),
-        (1, "format version 1, this kernelforge reads version 2: export it again"),
+        (4, "format version 4, this kernelforge reads versions 2 and 3: upgrade kernelforge"),
+        (1, "format version 1, this kernelforge reads versions 2 and 3: export it again"),
     ],
 )
 def test_another_format_version_is_refused_by_name(tmp_path: Path, version: int, says: str) -> None:
