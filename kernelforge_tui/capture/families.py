@@ -51,9 +51,11 @@ class PlannedTensor:
     reads: tuple[tuple[int, str], ...] = ()
     """An input's other places in the calls, (step, path), where they read the same tensor again (an fp32 rms_norm's
     x, read by its square and by its product with the rsqrt)."""
-    transposed: bool = False
-    """The call saw a transposed view of a row-major tensor (a matrix product's operand, nn.Linear's weight): the card
-    holds it as it lies in memory, its last two dims swapped (`dims` is that order)."""
+    order: tuple[int, ...] = ()
+    """The call's dims in the order they lie in memory, outermost first, where that is not row-major (a matrix
+    product's transposed operand, nn.Linear's weight: [..., n - 1, n - 2]; a channels-last NCHW tensor: (0, 2, 3, 1)):
+    the card holds the tensor as it lies in memory (`dims` in that order), so nothing is copied to make it
+    row-major (`memory_order`)."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ class CardPlan:
                 path=t.path,
                 op_shape=list(t.meta.shape),
                 card_shape=_eval_dims(t.dims, self.sizes),
-                transposed=t.transposed,
+                order=list(t.order),
             )
             for t in self.tensors
         ]
@@ -200,7 +202,7 @@ def _checked(tensors: list[PlannedTensor]) -> str:
     for t in tensors:
         if not t.meta.shape:
             raise Refuse(f"{t.name} is a 0-dim tensor: cards hold arrays")
-        if not t.meta.contiguous and not t.transposed:  # a transposed view's strides were checked by its family
+        if not t.meta.contiguous and not t.order:  # a permuted tensor's strides were checked by its family
             raise Refuse(
                 f"non-contiguous {t.name}: shape {t.meta.shape}, strides {t.meta.stride}; a card's tensors are "
                 "row-major contiguous"
@@ -619,6 +621,12 @@ def _operand_layout(meta: TensorMeta, what: str, batched: bool) -> bool:
     )
 
 
+def _swapped(meta: TensorMeta) -> tuple[int, ...]:
+    """The memory order of a transposed view: its last two dims swapped."""
+    rank = len(meta.shape)
+    return (*range(rank - 2), rank - 1, rank - 2)
+
+
 def _product_plan(step: Step, op: str, a_path: str, b_path: str, bias_path: str | None) -> CardPlan:
     """y = a b (+ bias) of one mm, bmm or addmm call, its operands as the model laid them out."""
     a, b = _tensor(step, a_path, "first matrix"), _tensor(step, b_path, "second matrix")
@@ -631,8 +639,8 @@ def _product_plan(step: Step, op: str, a_path: str, b_path: str, bias_path: str 
     lead: list[str | int] = ["batch"] if batched else []
     a_dims, b_dims = (["M", "K"] if a_row else ["K", "M"]), (["K", "N"] if b_row else ["N", "K"])
     tensors = [
-        PlannedTensor("a", "input", 0, a_path, a, [*lead, *a_dims], transposed=not a_row),
-        PlannedTensor("b", "input", 0, b_path, b, [*lead, *b_dims], transposed=not b_row),
+        PlannedTensor("a", "input", 0, a_path, a, [*lead, *a_dims], order=() if a_row else _swapped(a)),
+        PlannedTensor("b", "input", 0, b_path, b, [*lead, *b_dims], order=() if b_row else _swapped(b)),
     ]
     if bias_path is not None:
         bias = _tensor(step, bias_path, "bias")
@@ -685,7 +693,7 @@ def _product_act(steps: list[Step]) -> CardPlan:
     product, act = steps
     made = OPS[product.op](product)
     name = _activation(act)
-    layout = {t.name: not t.transposed for t in made.tensors if t.name in ("a", "b")}
+    layout = {t.name: not t.order for t in made.tensors if t.name in ("a", "b")}
     bias = any(t.name == "bias" for t in made.tensors)
     y = next(t for t in made.tensors if t.name == "y")
     tensors = [*(t for t in made.tensors if t.role == "input"), dataclasses.replace(y, step=1, meta=_output(act, 0))]

@@ -15,7 +15,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from kernelforge_tui.cards.model import OpFamily
 from kernelforge_tui.errors import BadInput, FieldError
@@ -94,7 +94,7 @@ class Step(Strict):
 class Binding(Strict):
     """Where a card tensor lives in the captured call(s): an input is an argument of a step, an output a result of a
     step. The card holds it reshaped to its own shape (`card_shape`); the op saw `op_shape` (same elements, same
-    order: both are row-major; or, `transposed`, the op's view swaps the last two dims of the card's array)."""
+    order: both are row-major; or, with an `order`, the card's array is the op's tensor as it lies in memory)."""
 
     tensor: str
     role: Literal["input", "output"]
@@ -103,8 +103,26 @@ class Binding(Strict):
     """`args[0]`-style for inputs; `out[0]` for outputs."""
     op_shape: list[int]
     card_shape: list[int]
-    transposed: bool = False
-    """The op saw the card's tensor with its last two dims swapped (a transposed view of the card's row-major data)."""
+    order: list[int] = Field(default_factory=list)
+    """The op's dims in the order they lie in memory, outermost first, where that is not row-major: the card's array
+    is the op's tensor permuted by it (a transposed view [..., n - 1, n - 2], a channels-last NCHW tensor
+    [0, 2, 3, 1]); empty: row-major."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _transposed(cls, data: object) -> object:
+        """A manifest written before `order` said `transposed: true` for a view with its last two dims swapped."""
+        if isinstance(data, dict) and "transposed" in data:
+            data = dict(data)
+            rank = len(data.get("op_shape", []))
+            data["order"] = [*range(rank - 2), rank - 1, rank - 2] if data.pop("transposed") else []
+        return data
+
+    @property
+    def transposed(self) -> bool:
+        """The op saw the card's array with its last two dims swapped (a matrix product's transposed operand)."""
+        rank = len(self.order)
+        return rank >= 2 and self.order == [*range(rank - 2), rank - 1, rank - 2]
 
 
 class Variant(Strict):

@@ -270,8 +270,9 @@ class Tap:
     """(group, instance) the copy belongs to."""
     name: str
     card_shape: tuple[int, ...]
-    transposed: bool = False
-    """The call's tensor is a transposed view: copied with its last two dims swapped back, as it lies in memory."""
+    order: tuple[int, ...] = ()
+    """The call's dims in memory order where that is not row-major (a transposed view, channels-last): the tensor is
+    copied permuted by it, as it lies in memory."""
 
 
 def sample(
@@ -287,7 +288,7 @@ def sample(
     def keep(tap: Tap, value: object) -> None:
         if not isinstance(value, torch.Tensor):
             raise TypeError(f"call {tap.call} {tap.path or tap.out}: expected a tensor, got {type(value).__name__}")
-        stored = value.transpose(-2, -1) if tap.transposed else value
+        stored = value.permute(tap.order) if tap.order else value
         found.setdefault(tap.key, {})[tap.name] = to_numpy(stored).reshape(tap.card_shape)
 
     def handler(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

@@ -93,7 +93,7 @@ def graph(
         "steps": encoded_steps,
         "dtypes": [[None if m is None else m.dtype for m in step.outputs] for step in steps],
         "inputs": {b.tensor: b.op_shape for b in bindings if b.role == "input"},
-        "transposed": [b.tensor for b in bindings if b.role == "input" and b.transposed],
+        "orders": {b.tensor: b.order for b in bindings if b.order},
         "outputs": {
             b.tensor: [b.step, int(b.path.removeprefix("out[").rstrip("]"))] for b in bindings if b.role == "output"
         },
@@ -160,11 +160,14 @@ def _tensor(torch, array, shape, precision):
 
 
 def _input(torch, name, array, shape, precision):
-    """A card input as the op saw it: reshaped, or, a transposed view (GRAPH["transposed"]), the card's array (its
-    memory order) with the last two dims swapped."""
-    if name not in GRAPH["transposed"]:
+    """A card input as the op saw it: reshaped, or, where the op's tensor was not row-major (GRAPH["orders"]: its
+    dims in memory order, a transposed view, channels-last), the card's array (its memory) permuted back into the
+    op's dims, with the captured strides."""
+    order = GRAPH["orders"].get(name)
+    if order is None:
         return _tensor(torch, array, shape, precision)
-    return _tensor(torch, array, [*shape[:-2], shape[-1], shape[-2]], precision).transpose(-2, -1)
+    back = sorted(range(len(order)), key=order.__getitem__)
+    return _tensor(torch, array, [shape[d] for d in order], precision).permute(back)
 
 
 def _stored(torch, result, dtype):
@@ -220,6 +223,7 @@ def _run(torch, inputs, precision):
     outputs = {{}}
     for name, (step, index) in GRAPH["outputs"].items():
         out = results[step][index]
+        out = out.permute(GRAPH["orders"][name]) if name in GRAPH["orders"] else out  # as the op laid it out
         outputs[name] = (out.double() if out.is_floating_point() else out).contiguous().numpy()
     return outputs
 

@@ -202,7 +202,7 @@ def _record(
                 card_shape = tuple(families._eval_dims(t.dims, plan.sizes))
                 result = int(t.path.removeprefix("out[").rstrip("]")) if t.role == "output" else 0
                 key = (g, instance)
-                tap = recorder.Tap(indices[t.step], t.role, t.path, result, key, t.name, card_shape, t.transposed)
+                tap = recorder.Tap(indices[t.step], t.role, t.path, result, key, t.name, card_shape, t.order)
                 taps.append(tap)
     stage.now = "copying the tensors of sampled calls (a forward pass)"
     say(f"{len(calls)} aten calls, {len(groups)} variants; copying {len(taps)} tensors of sampled calls")
