@@ -17,7 +17,9 @@ time, from the node's FakeTensors: shapes, strides, dtypes, devices, storage off
 aligned on CUDA), the scalar arguments, the device's architecture. Nothing is checked per call but the pointers'
 alignment, by the op. A recompilation (another shape) traces and asks again; a node no kernel proves, a symbolic
 shape (dynamic=True: the kernels are proven for exact shapes), and a graph that needs gradients (the ops are for
-inference) stay Inductor's, counted by reason (`Cast.stats`, `report`).
+inference) stay Inductor's, counted by reason (`Cast.stats`, `report`). So does a node, or a chain, whose kernel
+would split an Inductor fusion with its pointwise neighbours that its measured saving does not pay for
+(`cast.fusion_cost`): Inductor can fuse nothing into an op.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from kernelforge_tui.cast.fused import replace_chains
+from kernelforge_tui.cast.fusion_cost import overload_of, refusal
 from kernelforge_tui.cast.manifest import CastError
 from kernelforge_tui.cast.ops import kernel_op
 from kernelforge_tui.cast.runtime import ACTIVE_CASTS, Cast, _argument, _count, load
@@ -85,7 +88,7 @@ def rewrite(gm: Any, example_inputs: list[Any], cast: Cast) -> tuple[Any, list[N
     for node in list(traced.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, torch._ops.OpOverload):
             continue
-        overload = f"{node.target._schema.name}.{node.target._overloadname}"
+        overload = str(overload_of(node.target))
         override = overrides.get(overload)
         if override is None:
             continue
@@ -98,8 +101,13 @@ def rewrite(gm: Any, example_inputs: list[Any], cast: Cast) -> tuple[Any, list[N
             continue
         runner, decided = override.choose(args, kwargs, "graph")
         if isinstance(decided, str):
-            _count(override.graph_refused, decided)
-            decisions.append(NodeDecision(node.name, overload, None, decided))
+            reason = decided
+        else:
+            assert runner is not None  # what the guard admits, it admits with its runner
+            reason = refusal(runner, [node])  # the Inductor fusion it would split, against what it saves
+        if reason:
+            _count(override.graph_refused, reason)
+            decisions.append(NodeDecision(node.name, overload, None, reason))
             continue
         assert runner is not None
         op = kernel_op(runner)
@@ -152,7 +160,7 @@ class Backend:
         if graph is None and decisions:
             _say_once(
                 cast,
-                f"kernelforge: no kernel of {cast.path} proves a node of this graph ({decisions[0].reason}): "
+                f"kernelforge: no kernel of {cast.path} replaces a node of this graph ({decisions[0].reason}): "
                 "Inductor compiles it alone (cast.report() says why, per node)",
             )
         return self.inductor(graph if graph is not None else gm, example_inputs)

@@ -6,7 +6,8 @@ wires as the capture recorded: a card input is a node (one node for every argume
 earlier call's result is that call's node (or its getitem, for a call of several results), a scalar is the very
 value (type included: True is not 1); a node passing more arguments than the recorded call is no match. Then
 nothing outside the chain may read an intermediate (a result that is not the chain's output), or the replaced graph
-would lose it; and the kernel's guard decides once, from the inputs' FakeTensors, as for a single call. The matched
+would lose it; the kernel's guard decides once, from the inputs' FakeTensors, as for a single call; and the kernel
+must pay for any Inductor fusion the replacement splits (`cast.fusion_cost`), as a single call's must. The matched
 nodes make way for one call of the kernel's op (`cast.ops`), whose result takes the chain output's uses.
 
 A chain's outputs are its last call's results (the patterns capture records): the op is inserted before that call,
@@ -20,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kernelforge_tui.cast.fusion_cost import overload_of, refusal
 from kernelforge_tui.cast.manifest import Chain
 from kernelforge_tui.cast.ops import kernel_op
 from kernelforge_tui.cast.runtime import _PLAIN, KernelRunner, _accept_set, _accepted, _argument, _plain
@@ -35,12 +37,6 @@ class ChainDecision:
     """The kernel's guard's, `kernelforge::<pattern>`."""
     kernel: str | None
     reason: str = ""
-
-
-def overload_of(target: Any) -> str | None:
-    """`aten::add.Tensor` for an OpOverload, else None."""
-    schema = getattr(target, "_schema", None)
-    return None if schema is None else f"{schema.name}.{target._overloadname}"
 
 
 def _is_node(value: Any) -> bool:
@@ -136,7 +132,7 @@ def replace_chains(
             reason = matcher.escape() or unproven(inputs)
             if not reason:
                 admitted = runner.check(inputs, {}, "graph")
-                reason = admitted if isinstance(admitted, str) else ""
+                reason = admitted if isinstance(admitted, str) else refusal(runner, matcher.calls.values())
             overload = runner.entry.guard.overload
             if reason:
                 decisions.append(ChainDecision(node.name, overload, None, reason))
