@@ -19,6 +19,7 @@ import pytest
 from kernelforge_tui.cast import compile as cast_compile
 from kernelforge_tui.cast import graph as cast_graph
 from kernelforge_tui.cast import load
+from kernelforge_tui.cast.manifest import Latency, read_package, write_package
 from kernelforge_tui.cast.ops import kernel_op
 from tests.gpu.test_cast import BLOCK_ROW, _close, stamped_here, unverified
 
@@ -29,7 +30,13 @@ SHAPE = (21, 1003)
 
 
 def _package(tmp_path: Path) -> Path:
-    return stamped_here(unverified(tmp_path, BLOCK_ROW, "block_row"))
+    """The package, its kernel timed as saving 10 us a call (made up, as its run is): the compile pass weighs that
+    against the fusions with the block's scale and add it splits (`cast.fusion_cost`: well under 1 us here)."""
+    path = unverified(tmp_path, BLOCK_ROW, "block_row")
+    package = read_package(path)
+    timed = [k.model_copy(update={"latency": Latency(kernel_us=5.0, eager_us=15.0)}) for k in package.manifest.kernels]
+    write_package(path, package.manifest.model_copy(update={"kernels": timed}), package.members)
+    return stamped_here(path)
 
 
 def _block(x: Any) -> Any:
