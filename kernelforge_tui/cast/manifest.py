@@ -435,7 +435,7 @@ def kernel_line(manifest: CastManifest, kernel: KernelEntry, counters: str = "",
         why = "package from an older export" if manifest.format_version < 3 else "exported from a run, not a capture"
         parts.append(f"calls per forward unknown ({why})")
     else:
-        unit = "chains" if chain else "calls"
+        unit = ("chain" if chain else "call") + ("" if forward.calls == 1 else "s")
         saved = kernel.saved_per_forward_us
         parts.append(
             f"{forward.calls} {unit} per forward ({', '.join(forward.variants)})"
