@@ -13,6 +13,8 @@ them).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from kernelforge_tui.cards.model import LaunchPlan
 from kernelforge_tui.cuda_files import CudaFiles, Value
 
@@ -208,6 +210,15 @@ def batch_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
     return source, plan
 
 
+@dataclass(frozen=True)
+class Scaled:
+    """baddbmm's y = beta c + alpha a b: its scalars, and where c's element (batch, row, col) is (`offset`)."""
+
+    beta: float
+    alpha: float
+    c_at: str
+
+
 def matmul(
     dtype: str,
     a_row_major: bool,
@@ -216,12 +227,16 @@ def matmul(
     batched: bool,
     act: str | None = None,
     rounded: bool = False,
+    scaled: Scaled | None = None,
 ) -> tuple[str, LaunchPlan]:
     """y = [act](a b (+ bias[n])) of a[(batch,) M, K] (or its transposed view, held [K, M]) and b[(batch,) K, N] (or
     [N, K]), a 16x16 tile of y a block through shared tiles, fp32 sums: any size and layout the capture keeps. A
-    chain's activation sees the sum in fp32 (`rounded`: in the dtype, as eager stores it)."""
+    chain's activation sees the sum in fp32 (`rounded`: in the dtype, as eager stores it). `scaled` (baddbmm):
+    y = beta c + alpha a b instead, c unread where beta is 0 (as torch leaves it)."""
     layouts = f"a {'[M, K]' if a_row_major else '[K, M]'}, b {'[K, N]' if b_row_major else '[N, K]'}"
     product = f"a b{' + bias' if bias else ''}"
+    if scaled is not None:
+        product = f"{scaled.beta!r} c + {scaled.alpha!r} a b"
     what = f"y = {f'{act}({product})' if act else product} ({layouts}), a 16x16 shared tile a block"
     source = CUDA.render(
         "matmul.cu",
@@ -229,6 +244,11 @@ def matmul(
         a_row_major=int(a_row_major),
         b_row_major=int(b_row_major),
         bias=bias,
+        scaled=scaled is not None,
+        plain=not bias and scaled is None,
+        beta=eps_literal(scaled.beta) if scaled else "",
+        alpha=eps_literal(scaled.alpha) if scaled else "",
+        c_at=scaled.c_at if scaled else "",
         rounded=rounded,
         expression=_activation(act) if act else "a0",
     )
@@ -236,6 +256,102 @@ def matmul(
         entry="kf_capture_matmul",
         grid=["cdiv(N, 16)", "cdiv(M, 16)", "batch" if batched else 1],
         block=[16, 16],
-        args=["a", "b", *(["bias"] if bias else []), "y", "M", "N", "K"],
+        args=["a", "b", *(["bias"] if bias else []), *(["c"] if scaled else []), "y", "M", "N", "K"],
+    )
+    return source, plan
+
+
+def offset(order: tuple[int, ...], params: tuple[str, ...], extents: tuple[str, ...]) -> str:
+    """The C offset of element `params` of a dense tensor whose dims `extents` lie in memory in `order` (outermost
+    first; empty: row-major), in 64 bits: how a baseline reads a tensor in the layout the model gave it."""
+    dims = order or tuple(range(len(params)))
+    text = f"(long long)({params[dims[0]]})"
+    for d in dims[1:]:
+        text = f"({text} * ({extents[d]}) + ({params[d]}))"
+    return text
+
+
+@dataclass(frozen=True)
+class Convolution:
+    """A captured convolution's scalars and its tensors' memory orders (`families._convolution`)."""
+
+    spatial: int
+    """1 or 2."""
+    stride: tuple[int, int]
+    padding: tuple[int, int]
+    dilation: tuple[int, int]
+    """(h, w); a 1-d convolution's h is (1, 0, 1)."""
+    groups: int
+    bias: bool
+    orders: dict[str, tuple[int, ...]]
+    """x, weight, y: the dims in memory order (empty: row-major)."""
+
+
+def convolution(dtype: str, conv: Convolution) -> tuple[str, LaunchPlan]:
+    """y = conv(x, weight) (+ bias) of a 1-d or 2-d convolution, a thread per output element, fp32 sums, every tensor
+    in its captured layout."""
+    logical = {"x": ("n", "c", "h", "w"), "weight": ("o", "c", "h", "w"), "y": ("n", "o", "h", "w")}
+    extents = {"x": ("N", "C", "H", "W"), "weight": ("O", "CG", "KH", "KW"), "y": ("N", "O", "OH", "OW")}
+    keep = (0, 1, 2, 3) if conv.spatial == 2 else (0, 1, 3)  # a 1-d tensor has no h
+
+    def at(name: str) -> str:
+        params, sizes = (tuple(v[d] for d in keep) for v in (logical[name], extents[name]))
+        return offset(conv.orders[name], params, sizes)
+
+    layouts = ", ".join(f"{name} {list(order) if order else 'row-major'}" for name, order in conv.orders.items())
+    what = (
+        f"{conv.spatial}-d convolution{' + bias' if conv.bias else ''}, stride {conv.stride}, padding {conv.padding}, "
+        f"dilation {conv.dilation}, groups {conv.groups} (memory orders: {layouts}), a thread per output element"
+    )
+    (sh, sw), (ph, pw), (dh, dw) = conv.stride, conv.padding, conv.dilation
+    source = CUDA.render(
+        "convolution.cu",
+        **prelude_values(dtype, what),
+        **{"sh": sh, "sw": sw, "ph": ph, "pw": pw, "dh": dh, "dw": dw, "groups": conv.groups},
+        x_at=at("x"),
+        w_at=at("weight"),
+        y_at=at("y"),
+        bias=conv.bias,
+    )
+    h, kh, oh = ("h", "kh", "oh") if conv.spatial == 2 else ("1", "1", "1")
+    plan = LaunchPlan(
+        entry="kf_capture_convolution",
+        grid=[f"cdiv(n * o * {oh} * ow, {BLOCK})"],
+        block=[BLOCK],
+        args=[
+            *["x", "weight", *(["bias"] if conv.bias else []), "y", f"n * o * {oh} * ow:i64"],
+            *["c", h, "w", "o", oh, "ow", kh, "kw"],
+        ],
+    )
+    return source, plan
+
+
+ATTENTION_HEAD_DIM = 256
+"""The largest head dim the attention baseline keeps in a warp's registers (8 a lane)."""
+
+
+def attention(dtype: str, scale: float, causal: bool, orders: dict[str, tuple[int, ...]]) -> tuple[str, LaunchPlan]:
+    """y = softmax(scale q k^T [causal]) v of q[batch, heads, sq, d], k[.., sk, d], v[.., sk, dv], a warp per query
+    row, an online softmax in fp32, every tensor in its captured layout (`orders`: q, k, v, y, dims in memory
+    order)."""
+    extents = {"q": "SQ", "k": "SK", "v": "SK", "y": "SQ"}
+    width = {"q": "D", "k": "D", "v": "DV", "y": "DV"}
+    at = {
+        f"{name}_at": offset(orders[name], ("b", "h", "i", "d"), ("B", "H", extents[name], width[name]))
+        for name in ("q", "k", "v", "y")
+    }
+    layouts = ", ".join(f"{name} {list(order) if order else 'row-major'}" for name, order in orders.items())
+    what = (
+        f"scaled dot-product attention{', causal' if causal else ''}, scale {scale!r} (memory orders: {layouts}), a "
+        "warp per query row, online softmax"
+    )
+    source = CUDA.render(
+        "attention.cu", **prelude_values(dtype, what), scale=eps_literal(scale), causal=int(causal), **at
+    )
+    plan = LaunchPlan(
+        entry="kf_capture_attention",
+        grid=["cdiv(batch * heads * sq, 4)"],
+        block=[128],
+        args=["q", "k", "v", "y", "batch * heads * sq:i64", "heads", "sq", "sk", "d", "dv"],
     )
     return source, plan

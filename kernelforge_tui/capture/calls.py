@@ -32,6 +32,10 @@ class Call:
     model_outputs: set[int] = field(default_factory=set)
     """Outputs that are (part of) what the model returned."""
 
+    def used(self) -> set[int]:
+        """The outputs the model uses: read by a later call, or returned."""
+        return {k for k, count in enumerate(self.consumers) if count} | self.model_outputs
+
     def tensor_args(self) -> list[ArgSpec]:
         return [a for a in self.args if a.kind == "tensor"]
 
@@ -75,6 +79,9 @@ class Group:
     """Call indices of each instance (one for an op), in the order they ran."""
     steps: list[Step]
     """The steps of the first instance, pattern-internal sources made relative to the instance (step, output)."""
+    read: list[set[int]] = field(default_factory=list)
+    """Per step, the outputs the model uses in some instance (a later call reads them, or the model returns them): a
+    card need not compute the others (attention's logsumexp in inference)."""
 
     def sampled(self, count: int) -> list[int]:
         """Which instances to store as card sets: the first, then a seeded random choice among the others (a few
@@ -122,6 +129,8 @@ def group_calls(calls: list[Call], matches: list[tuple[str, list[int]]]) -> tupl
         group = groups[position]
         if group.instances:
             group.steps = _least_alignment(group.steps, steps)
+        read = [calls[i].used() for i in indices]
+        group.read = [mine | theirs for mine, theirs in zip(group.read, read, strict=True)] if group.read else read
         group.instances.append(indices)
         return position
 

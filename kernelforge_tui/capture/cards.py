@@ -229,9 +229,10 @@ def write_card(
     root.mkdir(parents=True)
     (root / "baseline.cu").write_text(plan.source)
     bindings = plan.bindings()
+    replayed = plan.replay or steps
     problems: list[str] = []
     for precision in plan.precisions or (ELEMENTWISE_PRECISIONS if plan.family == "elementwise" else PRECISIONS):
-        (root / "reference.py").write_text(reference.source(name, steps, bindings, precision, plan.input_places()))
+        (root / "reference.py").write_text(reference.source(name, replayed, bindings, precision, plan.input_places()))
         if plan.chain is not None:  # a kernel must round between the calls where the reference does
             rounded = precision in ROUNDED
             spec = spec.model_copy(update={"chain": plan.chain.model_copy(update={"rounded": rounded})})

@@ -11,6 +11,8 @@ gate/up), so its proposer can serve the card. Everything else is listed with the
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -112,6 +114,9 @@ class CardPlan:
     baseline when its reference does (`Chain.rounded`)."""
     precisions: tuple[str, ...] = ()
     """The reference's precisions to try, in order (`capture.cards`); empty: the family's."""
+    replay: list[Step] = field(default_factory=list)
+    """The calls the reference re-runs instead of the captured ones, where those have no CPU kernel (CUDA's attention
+    overloads, re-run as the CPU's flash attention with the same tensors and scalars); empty: the captured calls."""
 
     def bindings(self) -> list[Binding]:
         return [
@@ -603,6 +608,8 @@ reordered fp32 sum, or cuBLAS's split-K partials rounded to bf16 (torch allows t
 default), about 2^-8 of a partial sum at unit-scale activations and 1/sqrt(K)-scale weights."""
 GEMM_ALIGNMENT = 16
 """Bytes of one cp.async copy of the GEMM template: a data pointer aligned to less is refused by it."""
+NO_TEMPLATE = "{what} card: no template yet (LLM proposers only)"
+"""Why the template search does not serve a card of a family the template library has no template for."""
 
 
 def _operand_layout(meta: TensorMeta, what: str, batched: bool) -> bool:
@@ -687,6 +694,38 @@ def _addmm(step: Step) -> CardPlan:
     return _product_plan(step, "addmm", "args[1]", "args[2]", "args[0]")
 
 
+def _baddbmm(step: Step) -> CardPlan:
+    """y = beta c + alpha a b of aten.baddbmm: the bmm's card with c (its `self`: [batch, M, N] or a broadcast of
+    fewer dims, as captured) and the call's beta and alpha, baked into the baseline and re-run by the reference."""
+    beta, alpha = _value(step, "args[3]", "beta"), _value(step, "args[4]", "alpha")
+    beta, alpha = 1 if beta is None else beta, 1 if alpha is None else alpha
+    if not isinstance(beta, (int, float)) or not isinstance(alpha, (int, float)):
+        raise Refuse(f"beta {beta!r}, alpha {alpha!r}: a baddbmm card takes finite numbers")
+    made = _product_plan(step, "baddbmm", "args[1]", "args[2]", None)
+    c = _tensor(step, "args[0]", "added tensor (self)")
+    full = {"batch": made.sizes["batch"], "M": made.sizes["M"], "N": made.sizes["N"]}
+    names = list(full)[3 - len(c.shape) :] if len(c.shape) <= 3 else []
+    if not names or any(n not in (1, full[name]) for name, n in zip(names, c.shape, strict=True)):
+        raise Refuse(f"c (self) of shape {c.shape}: baddbmm adds a tensor that broadcasts to {list(full.values())}")
+    dims: list[str | int] = [name if n == full[name] else 1 for name, n in zip(names, c.shape, strict=True)]
+    params = tuple("0" if d == 1 else {"batch": "batch", "M": "row", "N": "col"}[str(d)] for d in dims)
+    c_at = baselines.offset((), params, tuple(str(d) for d in dims))
+    tensors = [*made.tensors[:2], PlannedTensor("c", "input", 0, "args[0]", c, dims), made.tensors[2]]
+    dtype = _checked(tensors)
+    scaled = baselines.Scaled(beta=float(beta), alpha=float(alpha), c_at=c_at)
+    a_row, b_row = (not t.order for t in made.tensors[:2])
+    source, launch = baselines.matmul(dtype, a_row, b_row, False, True, scaled=scaled)
+    return dataclasses.replace(
+        made,
+        tensors=tensors,
+        flops=f"{made.flops} + 2 * batch * M * N",
+        source=source,
+        plan=launch,
+        what=f"y = {beta!r} c + {alpha!r} {made.what.removeprefix('y = ')}, c {c.shape}",
+        template_problem=NO_TEMPLATE.format(what="baddbmm"),
+    )
+
+
 def _product_act(steps: list[Step]) -> CardPlan:
     """mm, addmm or bmm, then an activation of its result: the product's card, y the activation's (the name says
     which: the GEMM template's epilogue reads it)."""
@@ -714,6 +753,219 @@ def _product_act(steps: list[Step]) -> CardPlan:
     )
 
 
+# ---- convolutions --------------------------------------------------------------------------------------------------
+
+CONVOLUTION_TF32 = Tolerance(rtol=2e-3, atol=2e-3)
+"""An fp32 convolution on CUDA: cuDNN runs it in TF32 (torch.backends.cudnn.allow_tf32 is on by default), each
+product rounded to 10 bits of mantissa (2^-11 relative), which a sum over c * kh * kw products carries."""
+
+
+def memory_order(meta: TensorMeta, what: str) -> tuple[int, ...]:
+    """The dims of a dense tensor in the order they lie in memory, outermost first; empty when that is row-major
+    (preferred where dims of size 1 leave the order open). Refuse for a tensor with gaps or overlaps (a slice, an
+    expanded view): a card holds a tensor as it lies in memory, and such a one lies in no order."""
+    rank = len(meta.shape)
+    for order in itertools.permutations(range(rank)):
+        expected = 1
+        for d in reversed(order):
+            if meta.shape[d] != 1 and meta.stride[d] != expected:
+                break
+            expected *= meta.shape[d]
+        else:
+            return () if order == tuple(range(rank)) else order
+    raise Refuse(
+        f"{what} has strides {meta.stride} for shape {meta.shape}: not dense in any order of its dims (a slice or a "
+        "broadcast view); a card holds each tensor as it lies in memory"
+    )
+
+
+def _in_order(names: list[str], order: tuple[int, ...]) -> list[str | int]:
+    """A tensor's card dims: its dims' names in memory order."""
+    return [names[d] for d in order] if order else list(names)
+
+
+def _convolution(step: Step) -> CardPlan:
+    """y = conv(x, w) (+ bias) of aten.convolution, 1-d or 2-d, each tensor in the layout the call had (NCHW,
+    channels-last), stride, padding, dilation and groups as captured; the reference is the call itself."""
+    x, w, y = _tensor(step, "args[0]", "input"), _tensor(step, "args[1]", "weight"), _output(step, 0)
+    if _value(step, "args[6]"):
+        raise Refuse("a transposed convolution (ConvTranspose): the convolution card computes a forward convolution")
+    spatial = len(x.shape) - 2
+    if spatial not in (1, 2):
+        raise Refuse(f"a {spatial}-d convolution (input {x.shape}): convolution cards are 1-d or 2-d")
+    scalars: dict[str, tuple[int, int]] = {}
+    for name, path, height in (("stride", "args[3]", 1), ("padding", "args[4]", 0), ("dilation", "args[5]", 1)):
+        value = _value(step, path)
+        if not (isinstance(value, list) and len(value) == spatial and all(isinstance(v, int) for v in value)):
+            raise Refuse(f"{name} {value!r}: a convolution card takes {spatial} integers")
+        numbers = [v for v in value if isinstance(v, int)]
+        scalars[name] = (numbers[0] if spatial == 2 else height, numbers[-1])  # a 1-d convolution has h = 1
+    groups = _value(step, "args[8]")
+    assert isinstance(groups, int)
+    names = {"x": ["n", "c", "h", "w"], "w": ["o", "cg", "kh", "kw"], "y": ["n", "o", "oh", "ow"]}
+    if spatial == 1:
+        names = {key: [v for k, v in enumerate(dims) if k != 2] for key, dims in names.items()}
+    orders = {key: memory_order(meta, key) for key, meta in (("x", x), ("weight", w), ("y", y))}
+    sizes = {
+        **dict(zip(names["x"], x.shape, strict=True)),
+        **dict(zip(names["w"], w.shape, strict=True)),
+        **dict(zip(names["y"], y.shape, strict=True)),
+        "groups": groups,
+    }
+    bias_arg = _arg(step, "args[2]")
+    tensors = [
+        PlannedTensor("x", "input", 0, "args[0]", x, _in_order(names["x"], orders["x"]), order=orders["x"]),
+        PlannedTensor(
+            "weight", "input", 0, "args[1]", w, _in_order(names["w"], orders["weight"]), order=orders["weight"]
+        ),
+    ]
+    if bias_arg is not None and bias_arg.kind != "none":
+        tensors.append(PlannedTensor("bias", "input", 0, "args[2]", _tensor(step, "args[2]", "bias"), ["o"]))
+    tensors.append(PlannedTensor("y", "output", 0, "out[0]", y, _in_order(names["y"], orders["y"]), order=orders["y"]))
+    dtype = _checked(tensors)
+    conv = baselines.Convolution(
+        spatial=spatial,
+        stride=scalars["stride"],
+        padding=scalars["padding"],
+        dilation=scalars["dilation"],
+        groups=groups,
+        bias=len(tensors) == 4,
+        orders=orders,
+    )
+    source, launch = baselines.convolution(dtype, conv)
+    tf32 = dtype == "float32" and x.device.startswith("cuda")
+    words = {(): "row-major", (0, 2, 3, 1): "channels-last", (0, 2, 1): "channels-last"}
+    layouts = ", ".join(f"{k} {words.get(order, f'dims in memory {list(order)}')}" for k, order in orders.items())
+    kernel = "x".join(str(k) for k in w.shape[2:])
+    return CardPlan(
+        family="convolution",
+        op=f"conv{spatial}d",
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops=f"2 * {_product(names['y'])} * cg * {_product(names['w'][2:])}",
+        source=source,
+        plan=launch,
+        what=(
+            f"y = conv{spatial}d(x, w){' + bias' if conv.bias else ''} ({kernel} kernel, stride "
+            f"{_value(step, 'args[3]')}, padding {_value(step, 'args[4]')}, dilation {_value(step, 'args[5]')}, "
+            f"groups {groups}) of x {x.shape} into y {y.shape}; {layouts}"
+        ),
+        tolerance=CONVOLUTION_TF32 if tf32 else MATMUL_TOLERANCE[dtype],
+        template_problem=NO_TEMPLATE.format(what="convolution"),
+        notes=[
+            "the baseline is a plain direct convolution; the vendor's (cuDNN, eager) time is the variant's measured "
+            "one",
+            *(["fp32 on CUDA: cuDNN computes in TF32 (torch.backends.cudnn.allow_tf32): rtol and atol 2e-3"] * tf32),
+        ],
+    )
+
+
+# ---- attention -----------------------------------------------------------------------------------------------------
+
+ATTENTION = {
+    "aten._scaled_dot_product_flash_attention_for_cpu.default": ("args[3]", "args[4]", "kwargs.attn_mask"),
+    "aten._scaled_dot_product_flash_attention.default": ("args[3]", "args[4]", ""),
+    "aten._scaled_dot_product_efficient_attention.default": ("args[5]", "args[6]", "args[3]"),
+    "aten._scaled_dot_product_cudnn_attention.default": ("args[5]", "args[6]", "args[3]"),
+}
+"""The overloads F.scaled_dot_product_attention runs as (CPU; CUDA's flash, memory-efficient and cuDNN kernels), with
+the paths of their dropout_p, is_causal and mask (attn_mask / attn_bias; "": none) arguments."""
+ATTENTION_REPLAY = "aten._scaled_dot_product_flash_attention_for_cpu.default"
+"""What an attention card's reference re-runs on the CPU: the same tensors, dropout 0, is_causal and scale."""
+
+
+def _attention(step: Step, read: set[int]) -> CardPlan:
+    """y = softmax(scale q k^T [causal]) v of one scaled_dot_product_attention kernel, q, k, v and y in the layouts
+    the call had (a [batch, seq, heads, dim] projection seen as [batch, heads, seq, dim]: a permuted card tensor),
+    the output only (its logsumexp is for backward: refused when the model reads it)."""
+    dropout_path, causal_path, mask_path = ATTENTION[step.op]
+    dropout = _value(step, dropout_path, "dropout_p") or 0.0
+    if dropout != 0.0:
+        raise Refuse(
+            f"dropout_p {dropout!r}: an attention card is deterministic (dropout 0, as inference runs it): capture the "
+            "model in eval mode, or with dropout_p=0"
+        )
+    mask = _arg(step, mask_path) if mask_path else None
+    if mask is not None and mask.kind == "tensor":
+        raise Refuse("an attention mask or bias tensor: attention cards take none yet (is_causal is carded)")
+    extra = sorted(read - {0})
+    if extra:
+        raise Refuse(
+            f"the model reads out{extra} of {step.op} (the logsumexp, for backward): an attention card computes the "
+            "output only; capture under torch.no_grad() or in eval mode"
+        )
+    q, k, v = (_tensor(step, f"args[{n}]", what) for n, what in enumerate(("query", "key", "value")))
+    y = _output(step, 0)
+    if not len(q.shape) == len(k.shape) == len(v.shape) == 4:
+        raise Refuse(
+            f"q, k, v of shapes {q.shape}, {k.shape}, {v.shape}: attention cards take [batch, heads, seq, dim]"
+        )
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[3] != k.shape[3]:
+        raise Refuse(
+            f"q {q.shape}, k {k.shape}, v {v.shape}: an attention card takes one batch and one number of heads for all "
+            "three (no grouped-query broadcast) and the keys' dim of the queries"
+        )
+    if max(q.shape[3], v.shape[3]) > baselines.ATTENTION_HEAD_DIM:
+        raise Refuse(f"head dim {max(q.shape[3], v.shape[3])}: the attention baseline holds up to 256 in registers")
+    causal = bool(_value(step, causal_path, "is_causal"))
+    given = _value(step, "kwargs.scale")
+    scale = float(given) if isinstance(given, (int, float)) else q.shape[3] ** -0.5
+    names = {
+        "q": ["batch", "heads", "sq", "d"],
+        "k": ["batch", "heads", "sk", "d"],
+        "v": ["batch", "heads", "sk", "dv"],
+        "y": ["batch", "heads", "sq", "dv"],
+    }
+    metas = {"q": q, "k": k, "v": v, "y": y}
+    orders = {name: memory_order(meta, name) for name, meta in metas.items()}
+    sizes = {"batch": q.shape[0], "heads": q.shape[1], "sq": q.shape[2], "sk": k.shape[2], "d": q.shape[3]}
+    sizes["dv"] = v.shape[3]
+    tensors = [
+        PlannedTensor(
+            name,
+            "output" if name == "y" else "input",
+            0,
+            "out[0]" if name == "y" else f"args[{n}]",
+            meta,
+            _in_order(names[name], orders[name]),
+            order=orders[name],
+        )
+        for n, (name, meta) in enumerate(metas.items())
+    ]
+    dtype = _checked(tensors)
+    source, launch = baselines.attention(dtype, scale, causal, orders)
+    arguments = [a for a in step.args if a.path in ("args[0]", "args[1]", "args[2]")]
+    arguments += [
+        ArgSpec(path="args[3]", kind="scalar", value=0.0),
+        ArgSpec(path="args[4]", kind="scalar", value=causal),
+        ArgSpec(path="kwargs.scale", kind="scalar", value=scale),
+    ]
+    layouts = ", ".join(f"{name} {list(order) if order else 'row-major'}" for name, order in orders.items())
+    return CardPlan(
+        family="attention",
+        op="attention",
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops="2 * batch * heads * sq * sk * (d + dv)",
+        source=source,
+        plan=launch,
+        what=(
+            f"y = softmax({scale:.6g} q k^T{' (causal: key j <= query i)' if causal else ''}) v of q {q.shape}, k "
+            f"{k.shape}, v {v.shape} ({step.op}); memory orders: {layouts}"
+        ),
+        tolerance=MATMUL_TOLERANCE[dtype],
+        template_problem=NO_TEMPLATE.format(what="attention"),
+        notes=[
+            "the output only: the call's logsumexp (for backward) is read by nothing in the model",
+            f"the reference re-runs it as {ATTENTION_REPLAY} (dropout 0, the call's is_causal and scale); the "
+            "vendor's (eager) time is the variant's measured one",
+        ],
+        replay=[Step(op=ATTENTION_REPLAY, args=arguments, outputs=[y, None])],
+    )
+
+
 OPS: dict[str, Callable[[Step], CardPlan]] = {
     **dict.fromkeys(UNARY, _unary),
     **dict.fromkeys(BINARY, _binary),
@@ -728,6 +980,8 @@ OPS: dict[str, Callable[[Step], CardPlan]] = {
     "aten.mm.default": _mm,
     "aten.bmm.default": _bmm,
     "aten.addmm.default": _addmm,
+    "aten.convolution.default": _convolution,
+    "aten.baddbmm.default": _baddbmm,
 }
 
 
@@ -966,6 +1220,8 @@ def plan(group: Group) -> CardPlan | NoCard:
                 f"in-place ({step.op} writes its input): a card's kernel writes a separate output; an out-of-place "
                 "call in the model (relu(x) rather than relu_(x), inplace=False) can become a card",
             )
+        if step.op in ATTENTION:
+            return _attention(step, group.read[0] if group.read else {0})
         handler = OPS.get(step.op)
         if handler is None:
             return NoCard("unsupported", _why_not(step.op))
@@ -976,9 +1232,9 @@ def plan(group: Group) -> CardPlan | NoCard:
 
 def _why_not(op: str) -> str:
     if op.startswith(MATMUL_OPS):
-        return "a matrix product (cuBLAS) other than mm, bmm and addmm: no card is made for it yet"
+        return "a matrix product (cuBLAS) other than mm, bmm, addmm and baddbmm: no card is made for it yet"
     if op.startswith(CONV_OPS):
-        return "a convolution (cuDNN): there is no convolution card family yet"
+        return "a convolution other than aten.convolution (forward, 1-d or 2-d): no card is made for it"
     if op.startswith(("aten._to_copy.", "aten.clone.", "aten.copy_.", "aten.cat.", "aten.contiguous")):
         return "a copy, cast or concatenation: no card family (it moves data the next kernel could read in place)"
     return f"no card family for {op}"

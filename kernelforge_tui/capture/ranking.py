@@ -47,6 +47,11 @@ MATRIX_TFLOPS = {"bfloat16": 700.0, "float16": 700.0, "float32": 50.0}
 H200's 67 TFLOP/s of FMA, less what cuBLAS leaves)."""
 
 
+VENDORS = {"matmul": "cuBLAS", "convolution": "cuDNN", "attention": "flash attention"}
+"""The families held against the matrix ceiling (tensor-core work), and the vendor library whose time eager measures
+for each (attention: the flash, memory-efficient or cuDNN kernel torch's scaled_dot_product_attention chose)."""
+
+
 @dataclass(frozen=True)
 class Estimate:
     speedup: float
@@ -66,10 +71,11 @@ def estimate(
     dtype: str = "",
 ) -> Estimate:
     """k for one carded variant. `eager_bytes`: what its eager call(s) move per instance (for a pattern, every call's
-    tensors; for an op, its card's bytes). A matrix product is held against the matrix ceiling instead (its FLOPs,
-    `card_flops`, at MATRIX_TFLOPS of its `dtype`)."""
-    if family == "matmul":
-        return _matrix_estimate(per_call_us, card_flops, MATRIX_TFLOPS.get(dtype), measured=copy_gbps is not None)
+    tensors; for an op, its card's bytes). A matrix product, a convolution and attention are held against the matrix
+    ceiling instead (their FLOPs, `card_flops`, at MATRIX_TFLOPS of the `dtype`)."""
+    if family in VENDORS:
+        tflops = MATRIX_TFLOPS.get(dtype)
+        return _matrix_estimate(VENDORS[family], per_call_us, card_flops, tflops, measured=copy_gbps is not None)
     if copy_gbps is not None and copy_gbps > 0 and card_bytes > 0 and per_call_us > 0:
         ideal_us = card_bytes / (REACHABLE * copy_gbps * 1e3) + LAUNCH_FLOOR_US
         k = min(MAX_SPEEDUP, max(1.0, per_call_us / ideal_us))
@@ -95,15 +101,16 @@ def estimate(
     return Estimate(min(MAX_SPEEDUP, max(1.0, k)), how)
 
 
-def _matrix_estimate(per_call_us: float, flops: int, tflops: float | None, measured: bool) -> Estimate:
-    """k of a matrix product: its vendor's measured time over its FLOPs at the matrix ceiling (plus the launch floor);
-    1 without a CUDA measurement (cuBLAS runs large products near that ceiling: no saving is assumed)."""
+def _matrix_estimate(vendor: str, per_call_us: float, flops: int, tflops: float | None, measured: bool) -> Estimate:
+    """k of a matrix product (convolution, attention): its vendor's measured time over its FLOPs at the matrix ceiling
+    (plus the launch floor); 1 without a CUDA measurement (the vendor runs large ones near that ceiling: no saving is
+    assumed)."""
     if not measured or tflops is None or flops <= 0 or per_call_us <= 0:
-        return Estimate(1.0, "prior: the vendor's call (cuBLAS) runs matrix products near the matrix ceiling")
+        return Estimate(1.0, f"prior: the vendor's call ({vendor}) runs near the matrix ceiling")
     ideal_us = flops / (tflops * 1e6) + LAUNCH_FLOOR_US
     return Estimate(
         min(MAX_SPEEDUP, max(1.0, per_call_us / ideal_us)),
-        f"measured: the vendor's (cuBLAS) {per_call_us:.3g} us per call against {ideal_us:.3g} us for {flops:.3g} "
+        f"measured: the vendor's ({vendor}) {per_call_us:.3g} us per call against {ideal_us:.3g} us for {flops:.3g} "
         f"FLOP at {tflops:g} TFLOP/s (the matrix ceiling) plus a {LAUNCH_FLOOR_US:g} us launch floor",
     )
 

@@ -45,7 +45,7 @@ class SplitFusion:
     memory traffic their intermediates add."""
 
     neighbours: tuple[str, ...]
-    """Their overloads, in graph order (`aten::add.Tensor`)."""
+    """Their overloads (`aten::add.Tensor`), the producers first."""
     extra_bytes: int
 
     @property

@@ -2,6 +2,7 @@
 //@ a is [M, K], else a transposed view held as [K, M]; B_ROW_MAJOR: b is [K, N], else [N, K]); a batch a grid z.
 //@ A 16x16 tile of y a block through 16x16 shared tiles of a and b, fp32 sums; edges read zeros, so any size works.
 //@ A chain's activation is $expression over a0, the sum (with `rounded`: as eager stores it, in T); else a0 itself.
+//@ baddbmm's (`scaled`): y = BETA c + ALPHA a b, c read at C_AT(batch, row, col) (its broadcast dims read at 0).
 #include "prelude.cuh"
 //@if rounded
 #include "rounded.cuh"
@@ -9,11 +10,21 @@
 #define TILE 16
 #define A_ROW_MAJOR $a_row_major
 #define B_ROW_MAJOR $b_row_major
+//@if scaled
+#define BETA $beta
+#define ALPHA $alpha
+#define C_AT(batch, row, col) $c_at
+//@end
 
 //@if bias
 extern "C" __global__ void kf_capture_matmul(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ bias,
                                              T* __restrict__ y, int M, int N, int K) {
-//@else
+//@end
+//@if scaled
+extern "C" __global__ void kf_capture_matmul(const T* __restrict__ a, const T* __restrict__ b, const T* __restrict__ c,
+                                             T* __restrict__ y, int M, int N, int K) {
+//@end
+//@if plain
 extern "C" __global__ void kf_capture_matmul(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ y, int M,
                                              int N, int K) {
 //@end
@@ -43,7 +54,11 @@ extern "C" __global__ void kf_capture_matmul(const T* __restrict__ a, const T* _
     if (row < M && col < N) {
 //@if bias
         const float sum = acc + ld(bias, col);
-//@else
+//@end
+//@if scaled
+        const float sum = (BETA == 0.0f ? 0.0f : BETA * ld(c, C_AT(batch, row, col))) + ALPHA * acc;  // beta 0: c unread
+//@end
+//@if plain
         const float sum = acc;
 //@end
 //@if rounded
