@@ -291,6 +291,10 @@ class CudaBindings:
             self.cu.cuCtxPopCurrent()
         return _Function(handle, module, context, _Params(args))
 
+    def function_handle(self, function: Any) -> int:
+        """A loaded kernel's CUfunction as an integer: what the compiled launcher (`cast.launcher`) launches."""
+        return int(function.handle)
+
     def launcher(
         self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared_bytes: int
     ) -> Launcher:

@@ -48,6 +48,7 @@ from pydantic import BaseModel, Field
 
 import kernelforge_tui
 from kernelforge_tui.cast import driver as drivers
+from kernelforge_tui.cast import launcher as launchers
 from kernelforge_tui.cast.manifest import (
     DEFAULT_LIMITS,
     VERIFY_HELP,
@@ -164,6 +165,9 @@ class CastStats(BaseModel):
     active: bool
     note: str = ""
     """Why the package is not active (turned off, no CUDA device), or the machine it was verified on."""
+    launcher: str = ""
+    """How eager hits launch: "compiled" (the C++ launcher replays the guard's decisions), else "Python path: " and
+    why (turned off, shadow mode, no compiler, a binding without function handles, not active)."""
     kernels: list[KernelStats] = Field(default_factory=list)
     overloads: list[OverloadStats] = Field(default_factory=list)
 
@@ -227,11 +231,11 @@ def tensors_signature(tensors: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors])
 
 
-def _count(counter: Counter[str], reason: str) -> None:
+def _count(counter: Counter[str], reason: str, calls: int = 1) -> None:
     if reason in counter or len(counter) < MAX_REASONS:
-        counter[reason] += 1
+        counter[reason] += calls
     else:
-        counter["other reasons"] += 1
+        counter["other reasons"] += calls
 
 
 # -- comparison ------------------------------------------------------------------------------------------------
@@ -400,6 +404,8 @@ class KernelRunner:
         self.fallbacks: Counter[str] = Counter()
         self.shadow_checks = 0
         self.disabled = ""
+        self.replays: list[launchers.Replay] = []
+        """The compiled launcher's kernels that replay its calls (while its package is active)."""
         self._load_lock = threading.Lock()
         self.compiled_calls = 0
         """Calls of its kernelforge op that ran the kernel (a compiled graph's, or a direct call)."""
@@ -496,8 +502,11 @@ class KernelRunner:
         return tensors
 
     def disable(self, why: str) -> None:
-        """Every later call goes to the original operator, with this reason."""
+        """Every later call goes to the original operator, with this reason (the compiled launcher's replays of
+        its calls are dropped, so they reach the Python guard, which refuses them)."""
         self.disabled = why
+        for replay in self.replays:
+            replay.forget(self)
 
     # -- the launch --------------------------------------------------------------------------------------------
     def driver(self) -> drivers.Driver:
@@ -533,6 +542,11 @@ class KernelRunner:
 
             self.launchers[device] = launcher
         return launcher
+
+    def function_handle(self, device: int) -> int:
+        """The kernel's CUfunction on `device` as an integer, loaded first (as its first launch would load it): what
+        the compiled launcher launches."""
+        return launchers.function_handle(self.driver(), self._function(device))
 
     def run(
         self, device: int, tensors: list[torch.Tensor], pointers: list[int] | None = None
@@ -723,6 +737,8 @@ class _Override:
         self.signature = signature_of(op._schema)
         self.decisions: dict[tuple[Any, ...], Decision] = {}
         """The guard's decision per call signature (`signature_of`): what the hot path looks up."""
+        self.replay: launchers.Replay | None = None
+        """The compiled launcher's kernel in front of this one, while attached: `slow` tells it each decision."""
 
     def kernel(self) -> Callable[..., Any]:
         """The function torch.library calls for every call of the overload: the hot path inline (a plain function,
@@ -769,6 +785,38 @@ class _Override:
 
         return kernel
 
+    def attach(self, replay: launchers.Replay) -> None:
+        """Put the compiled launcher's kernel (made before this one was registered) in front of it. The decisions
+        kept so far are dropped, so that each signature's next call reaches `slow` and is told to it."""
+        replay.attach()
+        self.decisions.clear()
+        self.replay = replay
+        for runners in self.by_key.values():
+            for runner in runners:
+                runner.replays.append(replay)
+
+    def detach(self) -> None:
+        """Take the compiled launcher's kernel out (its counts settled first)."""
+        replay = self.replay
+        if replay is None:
+            return
+        self.settle()
+        replay.detach()
+        self.replay = None
+        for runners in self.by_key.values():
+            for runner in runners:
+                runner.replays.remove(replay)
+
+    def settle(self) -> None:
+        """The calls the compiled launcher replayed since the last settle, added to the Python counters."""
+        if self.replay is None:
+            return
+        for runner, counter, reason, calls in self.replay.drain():
+            if runner is not None:
+                runner.hits += calls
+            else:
+                _count(counter, reason, calls)
+
     def choose(
         self, args: Sequence[Any], kwargs: dict[str, Any], where: Where = "call"
     ) -> tuple[KernelRunner | None, list[torch.Tensor] | str]:
@@ -798,9 +846,15 @@ class _Override:
             with contextlib.suppress(AttributeError, IndexError, TypeError):  # not kept (`signature_of`)
                 key = self.signature(tuple(args))
                 if isinstance(decided, str):
-                    self.decisions[key] = (None, 0, self.uncovered if runner is None else runner.fallbacks, decided)
+                    counter = self.uncovered if runner is None else runner.fallbacks
+                    self.decisions[key] = (None, 0, counter, decided)
+                    if self.replay is not None:
+                        self.replay.refuse(counter, decided)
                 elif runner is not None and runner.placed is not None:
-                    self.decisions[key] = (runner, max(decided[0].get_device(), 0), runner.fallbacks, "")
+                    device = max(decided[0].get_device(), 0)
+                    self.decisions[key] = (runner, device, runner.fallbacks, "")
+                    if self.replay is not None:
+                        self.replay.admit(runner, runner.function_handle(device), device, runner.placed)
         if runner is not None and not isinstance(decided, str):
             decided = runner.check(args, kwargs)
         if isinstance(decided, str):
@@ -910,6 +964,9 @@ class Cast:
             ]
         self._library: Any = None
         self._overrides: list[_Override] | None = None
+        self.launcher = "not activated yet"
+        """'' where the compiled launcher replays the hits (`cast.launcher`) in the last (or current) activation,
+        else why the Python path serves them."""
 
     @property
     def active(self) -> bool:
@@ -950,12 +1007,20 @@ class Cast:
                     f"{self.path}: another loaded package already overrides {', '.join(taken)}: leave its `with` "
                     "block first (two packages over one operator cannot be chained safely)"
                 )
+            self.launcher = self._launcher()
+            replays: list[launchers.Replay] = []
+            try:  # before the Python kernels are registered: each replay keeps its overload's original kernel
+                replays = [launchers.Replay(o.overload, self.dispatch_key) for o in overrides if not self.launcher]
+            except RuntimeError as exc:
+                self.launcher = f"the compiled launcher refused the overloads: {str(exc).splitlines()[0]}"
             make_library: Callable[..., Any] = torch.library.Library
             library = make_library("aten", "IMPL")
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
                 for override in overrides:
                     library.impl(override.impl_name, override.kernel(), self.dispatch_key, with_keyset=True)
+            for override, replay in zip(overrides, replays, strict=False):
+                override.attach(replay)
             _ACTIVE.update(o.overload for o in overrides)
             self._library = library
             ACTIVE_CASTS.append(self)
@@ -966,13 +1031,32 @@ class Cast:
         if self._library is None:
             return
         with _ACTIVE_LOCK:
+            for override in self.overrides():
+                override.detach()
             self._library._destroy()
             self._library = None
             for override in self.overrides():
                 _ACTIVE.discard(override.overload)
             ACTIVE_CASTS.remove(self)
 
+    def _launcher(self) -> str:
+        """'' where the compiled launcher can replay this package's hits, else why the Python path serves them."""
+        switch = os.environ.get(launchers.ENV_LAUNCHER, "").strip().lower()
+        if switch in OFF_VALUES:
+            return f"turned off by {launchers.ENV_LAUNCHER}={os.environ[launchers.ENV_LAUNCHER]}"
+        if self.shadow_every:
+            return "shadow mode compares hits with eager in Python"
+        try:
+            plain = sorted({r.driver().name for r in self.runners if not launchers.gives_handles(r.driver())})
+        except CastError as exc:
+            return str(exc)
+        if plain:
+            return f"the {', '.join(plain)} binding gives no CUfunction handle (cuda-bindings does)"
+        return launchers.load_library()
+
     def stats(self) -> CastStats:
+        for override in self._overrides or ():
+            override.settle()
         overloads = [
             OverloadStats(overload=o.overload, uncovered=dict(o.uncovered), graph_refused=dict(o.graph_refused))
             for o in self._overrides or ()
@@ -981,6 +1065,7 @@ class Cast:
             package=str(self.path),
             active=self.package is not None and bool(self.runners),
             note=self.note,
+            launcher="compiled" if not self.launcher else f"Python path: {self.launcher}",
             kernels=[r.stats() for r in self.runners],
             overloads=overloads,
         )
@@ -992,6 +1077,7 @@ class Cast:
         Inductor."""
         stats = self.stats()
         lines = [f"kernelforge cast: {self.path}" + (f" ({stats.note})" if stats.note else "")]
+        lines.append(f"  launcher: {stats.launcher}")
         for runner, k in zip(self.runners, stats.kernels, strict=True):
             counters = f"{k.hits} hits, {sum(k.fallbacks.values())} fallbacks"
             if k.shadow_checks:
