@@ -25,8 +25,15 @@ from tests.support.fixtures.cast.cast_support import MACHINE, HostSoftmax, softm
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
 ROWS, COLS = 32768, 1024
 KERNEL_US, EAGER_US = 36.7, 58.4
-SPLIT = "would split Inductor's fusion with {with_}: {mb} MB more memory traffic, ~{us} us at an assumed 2000 GB/s"
-SAVES = ", more than the {saved} us the kernel saves per call"
+
+
+def _split(neighbours: str, mb: str = "134.2", us: str = "67.1") -> str:
+    traffic = f"{mb} MB more memory traffic, ~{us} us at an assumed 2000 GB/s"
+    return f"would split Inductor's fusion with {neighbours}: {traffic}"
+
+
+def _refused(neighbours: str, mb: str = "134.2", us: str = "67.1", saved: str = "21.7") -> str:
+    return _split(neighbours, mb, us) + f", more than the {saved} us the kernel saves per call"
 
 
 def _softmax(kernel_id: str = "k0-softmax", eager_us: float | None = EAGER_US) -> tuple[KernelEntry, dict[str, bytes]]:
@@ -112,14 +119,8 @@ def test_a_kernel_that_would_split_a_fusion_it_does_not_pay_for_stays_inductors(
     v, u, h = ((COLS, 64), torch.bfloat16), ((32, COLS, COLS), torch.bfloat16), ((ROWS, COLS), torch.float32)
     inputs = _fakes(BF16, BF16, v, BF16, BF16, BF16, u, BF16, BF16, h)
     graph, decided = _decided(block, inputs, cast)
-    round_trip = SPLIT.format(with_="{with_}", mb="134.2", us="67.1") + SAVES.format(saved="21.7")
-    read_back = SPLIT.format(with_="aten::add.Tensor", mb="67.1", us="33.6") + SAVES.format(saved="21.7")
-    refused = [
-        round_trip.format(with_="aten::add.Tensor"),
-        round_trip.format(with_="aten::mul.Tensor"),
-        round_trip.format(with_="aten::mul.Tensor"),
-        round_trip.format(with_="aten::_to_copy.default"),
-    ]
+    read_back = _refused("aten::add.Tensor", mb="67.1", us="33.6")
+    refused = [_refused(f"aten::{op}") for op in ("add.Tensor", "mul.Tensor", "mul.Tensor", "_to_copy.default")]
     assert decided == [
         (None, read_back),
         ("k0-softmax", ""),
@@ -148,11 +149,10 @@ def test_a_saving_larger_than_the_split_pays_for_it(tmp_path: Path) -> None:
         cast = _cast(tmp_path / f"{saved}.cast", [_softmax(eager_us=eager_us)])
         graph, decided[saved] = _decided(attention, _fakes(BF16, BF16), cast)
         assert (graph is None) is (saved != split_us + 0.1)
-    split = SPLIT.format(with_="aten::add.Tensor", mb="134.2", us="67.1")
     assert decided == {
-        split_us - 0.1: [(None, split + SAVES.format(saved="67.0"))],
+        split_us - 0.1: [(None, _refused("aten::add.Tensor", saved="67.0"))],
         split_us + 0.1: [("k0-softmax", "")],
-        None: [(None, split + ", and the package measured no saving to pay for it")],
+        None: [(None, _split("aten::add.Tensor") + ", and the package measured no saving to pay for it")],
     }
 
 
@@ -167,7 +167,7 @@ def test_a_chain_that_covers_the_whole_fusion_replaces_it_and_one_that_leaves_a_
         return torch.softmax(x / 8.0 + mask, -1), torch.softmax((a + b) / 8.0 + mask, -1)
 
     graph, decided = _decided(attention, _fakes(BF16, BF16, BF16, BF16), cast)
-    round_trip = SPLIT.format(with_="aten::add.Tensor", mb="134.2", us="67.1") + SAVES.format(saved="21.7")
+    round_trip = _refused("aten::add.Tensor")
     assert decided == [("k1-chain", ""), (None, round_trip), (None, round_trip)]
     (op,) = [n for n in graph.graph.nodes if NAMESPACE in str(n.target)]
     assert "scale_mask_softmax" in str(op.target) and [a.name for a in op.args] == ["arg0_1", "arg1_1"]
