@@ -503,13 +503,11 @@ class Package:
         return dict(self._members)
 
 
-_ADDED_IN_3 = {"kernels": {"__all__": {"per_forward"}}}
-
-
 def manifest_json(manifest: CastManifest, indent: int | None = None) -> str:
-    """The manifest as its format version writes it: a version-2 manifest without the fields version 3 added, so a
-    version-2 package keeps the text its stamp's digest was taken over (and an older reader can still read it)."""
-    return manifest.model_dump_json(indent=indent, exclude=_ADDED_IN_3 if manifest.format_version == 2 else None)
+    """The manifest as its format version writes it. A version-2 manifest keeps exactly the keys it was read with
+    (pydantic's unset fields left out): a field added since, at its default, stays out, so a version-2 package keeps
+    the text its stamp's digest was taken over (and a version-2 reader can still read it)."""
+    return manifest.model_dump_json(indent=indent, exclude_unset=manifest.format_version == 2)
 
 
 def content_digest(manifest: CastManifest, hashes: Mapping[str, str]) -> str:

@@ -1070,11 +1070,12 @@ class Cast:
             overloads=overloads,
         )
 
-    def report(self) -> str:
+    def report(self, forwards: int | None = None) -> str:
         """The counters, for people: per kernel its hits and fallbacks by reason, where it was used (eager, compile,
         both) and what the package measured it to save per call and per forward pass (`kernel_line`, as `kernelforge
         export` says it); per overload the calls no kernel covers and the graph nodes the compile path left to
-        Inductor."""
+        Inductor. `forwards`: how many forward passes the counters span, where the caller knows (the runtime sees
+        calls, not forwards): each kernel's calls per forward observed, beside the capture's count."""
         stats = self.stats()
         lines = [f"kernelforge cast: {self.path}" + (f" ({stats.note})" if stats.note else "")]
         lines.append(f"  launcher: {stats.launcher}")
@@ -1084,6 +1085,11 @@ class Cast:
                 counters += f", {k.shadow_checks} shadow checks"
             if k.graph_nodes or k.compiled_calls:
                 counters += f"; compiled: {k.graph_nodes} graph nodes, {k.compiled_calls} op calls"
+            if forwards:
+                counters += (
+                    f"; observed {(k.hits + k.compiled_calls) / forwards:.2f} calls per forward over {forwards} "
+                    "forwards (a CUDA graph's replays call nothing: not counted)"
+                )
             lines.append(kernel_line(runner.package.manifest, runner.entry, counters, k.used_in))
             lines += [f"      {n} x {reason}" for reason, n in sorted(k.fallbacks.items(), key=lambda kv: -kv[1])]
             if k.disabled:
@@ -1103,8 +1109,8 @@ class Cast:
         )
         return "\n".join(lines)
 
-    def print_report(self, stream: Any = None) -> None:
-        print(self.report(), file=stream or sys.stderr)
+    def print_report(self, stream: Any = None, forwards: int | None = None) -> None:
+        print(self.report(forwards), file=stream or sys.stderr)
 
 
 def load(

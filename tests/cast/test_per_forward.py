@@ -148,6 +148,19 @@ def test_the_report_says_compile_or_both_from_the_counters(tmp_path: Path) -> No
     assert "1 call per forward (v02): 1.0 us saved per forward" in cast.report()
 
 
+def test_the_report_divides_the_calls_by_the_forwards_the_caller_counted(tmp_path: Path) -> None:
+    with _cast(tmp_path, PerForward(calls=3, variants=["v02", "v04"])) as cast:
+        for _ in range(4):
+            torch.softmax(torch.randn(4, 8), -1)
+    cast.runners[0].compiled_calls = 2  # and two calls of its op in compiled graphs
+    assert "observed" not in cast.report()  # the runtime alone does not know the forwards
+    assert (
+        "4 hits, 0 fallbacks; compiled: 0 graph nodes, 2 op calls; observed 3.00 calls per forward over 2 forwards "
+        "(a CUDA graph's replays call nothing: not counted); used in: both;"
+    ) in cast.report(forwards=2)
+    assert "3 calls per forward (v02, v04): 3.0 us saved per forward" in cast.report(forwards=2)
+
+
 def test_a_chains_kernel_is_compile_only_its_eager_time_all_its_calls(tmp_path: Path) -> None:
     chain = Chain(
         pattern="scale_softmax",
