@@ -843,7 +843,7 @@ def _convolution(step: Step) -> CardPlan:
         dtype=dtype,
         sizes=sizes,
         tensors=tensors,
-        flops=f"2 * {_product(names['y'])} * cg * {_product(names['w'][2:])}",
+        flops=f"2 * {' * '.join(names['y'])} * cg * {' * '.join(names['w'][2:])}",
         source=source,
         plan=launch,
         what=(
