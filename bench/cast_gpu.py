@@ -417,11 +417,31 @@ def python_kernel(op: Any, kernel: Callable[..., Any], key: str) -> Iterator[Non
         library._destroy()
 
 
+@contextlib.contextmanager
+def python_path(cast: Cast) -> Iterator[None]:
+    """The package in force with the compiled launcher turned off (every hit through the Python path)."""
+    import os
+
+    from kernelforge_tui.cast.launcher import ENV_LAUNCHER
+
+    saved = os.environ.get(ENV_LAUNCHER)
+    os.environ[ENV_LAUNCHER] = "off"
+    try:
+        with cast:
+            yield
+    finally:
+        if saved is None:
+            del os.environ[ENV_LAUNCHER]
+        else:
+            os.environ[ENV_LAUNCHER] = saved
+
+
 def host_parts(
     cast: Cast, runner: Any, op: Any, args: list[Any], kwargs: dict[str, Any], refused: list[Any], key: str
 ) -> dict[str, Part]:
     """What `host_times` times, for one kernel's call (`args`, which its guard admits) and a call it refuses:
-    - eager: the original operator; cast: the same call with the package loaded (dispatch + guard + launch);
+    - eager: the original operator; cast: the same call with the package loaded (dispatch + guard + launch: the
+      compiled launcher's where it is on, `cast.launcher`); python_path: the same with the launcher turned off;
     - round_trip, direct: the floor of any torch.library override (a Python kernel that returns a ready result at
       once, called through the dispatcher, and called directly);
     - the hot path's parts: guard (the call's signature looked up among decided ones, and its pointers against
@@ -458,6 +478,7 @@ def host_parts(
     return {
         "eager": (lambda: op(*args, **kwargs), None),
         "cast": (lambda: op(*args, **kwargs), lambda: cast),
+        "python_path": (lambda: op(*args, **kwargs), lambda: python_path(cast)),
         "round_trip": (lambda: op(*args, **kwargs), lambda: python_kernel(op, kernel, key)),
         "direct": (lambda: kernel(None, *args, **kwargs), None),
         "guard": (guard, None),
@@ -482,6 +503,7 @@ def host_times(parts: dict[str, Part], calls: int, windows: int, sync: bool) -> 
     return {
         "eager_us": t["eager"],
         "cast_us": t["cast"],
+        "python_path_us": t["python_path"],
         "round_trip_us": t["round_trip"] - t["direct"],
         "guard_us": t["guard"],
         "guard_full_check_us": t["full_check"],
@@ -490,7 +512,7 @@ def host_times(parts: dict[str, Part], calls: int, windows: int, sync: bool) -> 
         "driver_call_us": t["driver_call"],
         "run_us": t["run"],
         "launch_only_us": t["launch"],
-        "dispatch_us": t["cast"] - t["guard"] - t["run"],
+        "dispatch_us": t["python_path"] - t["guard"] - t["run"],
         "refused_call_us": t["refused"],
         "eager_refused_call_us": t["eager_refused"],
         "goal_us": 8.0,
@@ -515,6 +537,8 @@ def host_overhead(package_path: Path, binding: str | None, entry: KernelEntry) -
     }
     _, refused, _ = aten_call(entry, other)
     result = host_times(host_parts(cast, runner, op, args, kwargs, refused, "CUDA"), 200, 15, sync=True)
+    with cast:  # the launcher the `cast` part had (the last block was the Python path's)
+        result["launcher"] = cast.stats().launcher
     result["counters"] = cast.report()
     driver = runner.driver()
     result["binding"] = driver.name
@@ -598,6 +622,9 @@ class FakeCudaDriver:
 
     def launch(self, function: Any, grid: Any, block: Any, shared_bytes: int, stream: int, pointers: Any) -> None:
         self.launcher(function, grid, block, shared_bytes)(stream, pointers)
+
+    def function_handle(self, function: Any) -> int:
+        return int(function.handle)
 
     def driver_version(self) -> int:
         return 12080
@@ -683,11 +710,16 @@ def micro(out: Path, windows: int = 100) -> dict[str, Any]:
     call), the caching allocator (CPU: torch's CPU allocator), and the driver's own work inside cuLaunchKernelEx
     (the GPU run's `driver call` has it). Each number is the best of `windows` windows of 1000 calls, the parts
     taking turns (`interleaved`)."""
+    import ctypes
     import tempfile
+
+    from kernelforge_tui.cast import launcher as launchers
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as scratch:
         raws, what = fake_cuda(Path(scratch))
+        if launchers.load_library() == "":  # the compiled launcher's launches into the C stand-in too
+            launchers.hook(int(ctypes.cast(raws["plain"].function, ctypes.c_void_p).value or 0))
         package = micro_package()
         (entry,) = package.manifest.kernels
         x = torch.randn(entry.guard.inputs[0].shape).to(torch.bfloat16)
@@ -708,6 +740,8 @@ def micro(out: Path, windows: int = 100) -> dict[str, Any]:
         parts["driver_call_plain"] = (lambda: launch_plain(0, pointers), None)
         result: dict[str, Any] = {"launch_stand_in": what, "torch": torch.__version__}
         result.update(host_times(parts, 1000, windows, sync=False))
+        with cast:
+            result["launcher"] = cast.stats().launcher
         result["counters"] = cast.report()
     out.mkdir(parents=True, exist_ok=True)
     (out / "cast_micro.json").write_text(json.dumps(result, indent=1))
@@ -722,6 +756,7 @@ def micro_markdown(r: dict[str, Any]) -> str:
             r["round_trip_us"],
         ),
         ("through the package (dispatch + guard + run)", r["cast_us"]),
+        ("the same with the compiled launcher off (the Python path)", r["python_path_us"]),
         ("guard (the signature's decision looked up, one modulo per pointer)", r["guard_us"]),
         ("full guard (`check`, which explains refusals)", r["guard_full_check_us"]),
         ("output allocation", r["alloc_us"]),
@@ -729,11 +764,12 @@ def micro_markdown(r: dict[str, Any]) -> str:
         ("driver call (pointers into the argument block + one ctypes cuLaunchKernelEx)", r["driver_call_us"]),
         ("the same through cuLaunchKernel (11 arguments; drivers before CUDA 12)", r["driver_call_plain_us"]),
         ("run (allocation + stream + pointers + driver call)", r["run_us"]),
-        ("dispatch (through the package less guard and run)", r["dispatch_us"]),
+        ("dispatch (the Python path less guard and run)", r["dispatch_us"]),
         ("a refused call through the package (float32)", r["refused_call_us"]),
         ("eager of it", r["eager_refused_call_us"]),
     ]
     lines = [f"# The .cast hot path on the CPU (torch {r['torch']}; launch: {r['launch_stand_in']})", ""]
+    lines += [f"Launcher: {r.get('launcher', '?')}.", ""]
     lines += ["| part | us per call |", "| --- | --- |"]
     lines += [f"| {name} | {value:.2f} |" for name, value in rows]
     lines += ["", "```", r["counters"], "```", ""]
@@ -832,14 +868,15 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("host_overhead"):
         lines += ["", "## Host time per call (us; goal: guard + launch <= ~8 us, eager's own for a small op)", ""]
         lines += [
-            "| kernel | eager | cast (dispatch + guard + launch) | torch.library round trip | guard | launch "
-            "(alloc + stream + driver) | alloc | stream | driver call | dispatch | full guard | refused call "
-            "| eager of it |"
+            "| kernel | eager | cast (dispatch + guard + launch) | the Python path (launcher off) "
+            "| torch.library round trip | guard | launch (alloc + stream + driver) | alloc | stream | driver call "
+            "| dispatch (Python path) | full guard | refused call | eager of it |"
         ]
-        lines += ["| --- " * 13 + "|"]
+        lines += ["| --- " * 14 + "|"]
         for kid, h in report["host_overhead"].items():
             lines.append(
-                f"| {kid} | {h['eager_us']:.2f} | {h['cast_us']:.2f} | {h['round_trip_us']:.2f} "
+                f"| {kid} | {h['eager_us']:.2f} | {h['cast_us']:.2f} | {h.get('python_path_us', math.nan):.2f} "
+                f"| {h['round_trip_us']:.2f} "
                 f"| {h['guard_us']:.2f} | {h['run_us']:.2f} | {h['alloc_us']:.2f} | {h['stream_us']:.2f} "
                 f"| {h['driver_call_us']:.2f} | {h['dispatch_us']:.2f} | {h['guard_full_check_us']:.2f} "
                 f"| {h['refused_call_us']:.2f} | {h['eager_refused_call_us']:.2f} |"
@@ -852,7 +889,8 @@ def markdown(report: dict[str, Any]) -> str:
         for h in report["host_overhead"].values():
             lines += [
                 "",
-                f"Binding: {h.get('binding')}; launches retried inside torch's context (a context not current on "
+                f"Launcher: {h.get('launcher', '?')}. Binding: {h.get('binding')}; launches retried inside "
+                "torch's context (a context not current on "
                 f"the thread; each costs several driver calls): {h.get('launch_retries')}",
                 "",
                 "```",

@@ -324,7 +324,8 @@ def markdown(reports: list[dict[str, Any]], rows: list[dict[str, Any]], machine:
         for kid, h in r["host_overhead"].items():
             op = r["op_host"].get(kid, {})
             lines.append(
-                f"- {kid}: eager {h['eager_us']:.2f}; through the package {h['cast_us']:.2f} (guard "
+                f"- {kid}: eager {h['eager_us']:.2f}; through the package {h['cast_us']:.2f} (launcher: "
+                f"{h.get('launcher', '?')}; the Python path {h.get('python_path_us', nan):.2f}: guard "
                 f"{h['guard_us']:.2f}, alloc {h['alloc_us']:.2f}, driver call {h['driver_call_us']:.2f}, dispatch "
                 f"{h['dispatch_us']:.2f}); a refused call {h['refused_call_us']:.2f} vs eager "
                 f"{h['eager_refused_call_us']:.2f}; the kernelforge op {op.get('op_us', nan):.2f} vs eager "

@@ -23,6 +23,7 @@ import os
 import shutil
 import subprocess
 import threading
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -120,9 +121,10 @@ def scalar_bits(scalar_type: str, value: float | int) -> int:
 
 
 class Replay:
-    """One overload's compiled kernel. Made before the runtime's Python kernel is registered (it keeps the
-    overload's original kernel), attached after it (it goes in front, and calls the Python kernel for what it does
-    not hold), detached before the Python kernel is removed."""
+    """One overload's compiled kernel and its table of decisions. Made once, before the runtime's Python kernel is
+    first registered (it keeps the overload's original kernel); in each `with` block attached after the Python
+    kernel (it goes in front, and calls the Python kernel for what it does not hold) and detached before the Python
+    kernel is removed. The table lasts across blocks, as the Python decisions do."""
 
     def __init__(self, overload: str, dispatch_key: str) -> None:
         """`overload`: `aten::NAME.OVERLOAD` (`aten::_softmax.default`)."""
@@ -131,6 +133,9 @@ class Replay:
         name, _, which = overload.rpartition(".")
         self.ops: Any = torch.ops.kernelforge_launcher
         self.id = int(self.ops.create(name, "" if which == "default" else which, dispatch_key))
+        self.attached = False
+        release = weakref.finalize(self, self.ops.release, self.id)
+        release.atexit = False  # at exit the process takes everything with it
         self.slots: list[tuple[Any, Any, str]] = []
         """Per slot: (the runner whose hits it counts, None) and (the counter, the reason) a refusal is counted in."""
         self._slot: dict[tuple[int, str], int] = {}
@@ -141,9 +146,11 @@ class Replay:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
             self.ops.attach(self.id)
+        self.attached = True
 
     def detach(self) -> None:
         self.ops.detach(self.id)
+        self.attached = False
 
     def slot(self, runner: Any, counter: Any, reason: str) -> int:
         key = (id(runner if runner is not None else counter), reason)
@@ -163,6 +170,8 @@ class Replay:
         import torch
 
         launch = runner.entry.launch
+        if any(arg.tensor_map is not None for arg in launch.args):
+            return False  # the C++ replay passes raw pointers; a map is encoded per launch on the Python path
         inputs = len(placed)
         params: list[int] = []
         tensors = iter(runner.plan)

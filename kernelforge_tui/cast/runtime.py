@@ -738,7 +738,8 @@ class _Override:
         self.decisions: dict[tuple[Any, ...], Decision] = {}
         """The guard's decision per call signature (`signature_of`): what the hot path looks up."""
         self.replay: launchers.Replay | None = None
-        """The compiled launcher's kernel in front of this one, while attached: `slow` tells it each decision."""
+        """The compiled launcher's kernel, made at the first activation that uses it; while it is attached (in
+        front of this one), `slow` tells it each decision."""
 
     def kernel(self) -> Callable[..., Any]:
         """The function torch.library calls for every call of the overload: the hot path inline (a plain function,
@@ -785,27 +786,27 @@ class _Override:
 
         return kernel
 
-    def attach(self, replay: launchers.Replay) -> None:
-        """Put the compiled launcher's kernel (made before this one was registered) in front of it. The decisions
-        kept so far are dropped, so that each signature's next call reaches `slow` and is told to it."""
-        replay.attach()
+    def make_replay(self, dispatch_key: str) -> None:
+        """The compiled launcher's kernel, made once (before this override's kernel is registered the first time:
+        it keeps the overload's original kernel)."""
+        if self.replay is None:
+            self.replay = launchers.Replay(self.overload, dispatch_key)
+            for runners in self.by_key.values():
+                for runner in runners:
+                    runner.replays.append(self.replay)
+
+    def attach(self) -> None:
+        """Put the compiled launcher's kernel in front of this one (registered just before). The Python decisions
+        kept so far are dropped, so that a signature the C++ table does not hold reaches `slow` and is told to it
+        (a block without the launcher may have decided it)."""
+        assert self.replay is not None
+        self.replay.attach()
         self.decisions.clear()
-        self.replay = replay
-        for runners in self.by_key.values():
-            for runner in runners:
-                runner.replays.append(replay)
 
     def detach(self) -> None:
-        """Take the compiled launcher's kernel out (its counts settled first)."""
-        replay = self.replay
-        if replay is None:
-            return
-        self.settle()
-        replay.detach()
-        self.replay = None
-        for runners in self.by_key.values():
-            for runner in runners:
-                runner.replays.remove(replay)
+        """Take the compiled launcher's kernel out of the dispatcher (its table stays for the next block)."""
+        if self.replay is not None and self.replay.attached:
+            self.replay.detach()
 
     def settle(self) -> None:
         """The calls the compiled launcher replayed since the last settle, added to the Python counters."""
@@ -848,12 +849,12 @@ class _Override:
                 if isinstance(decided, str):
                     counter = self.uncovered if runner is None else runner.fallbacks
                     self.decisions[key] = (None, 0, counter, decided)
-                    if self.replay is not None:
+                    if self.replay is not None and self.replay.attached:
                         self.replay.refuse(counter, decided)
                 elif runner is not None and runner.placed is not None:
                     device = max(decided[0].get_device(), 0)
                     self.decisions[key] = (runner, device, runner.fallbacks, "")
-                    if self.replay is not None:
+                    if self.replay is not None and self.replay.attached:
                         self.replay.admit(runner, runner.function_handle(device), device, runner.placed)
         if runner is not None and not isinstance(decided, str):
             decided = runner.check(args, kwargs)
@@ -1008,9 +1009,9 @@ class Cast:
                     "block first (two packages over one operator cannot be chained safely)"
                 )
             self.launcher = self._launcher()
-            replays: list[launchers.Replay] = []
             try:  # before the Python kernels are registered: each replay keeps its overload's original kernel
-                replays = [launchers.Replay(o.overload, self.dispatch_key) for o in overrides if not self.launcher]
+                for override in overrides if not self.launcher else ():
+                    override.make_replay(self.dispatch_key)
             except RuntimeError as exc:
                 self.launcher = f"the compiled launcher refused the overloads: {str(exc).splitlines()[0]}"
             make_library: Callable[..., Any] = torch.library.Library
@@ -1019,8 +1020,8 @@ class Cast:
                 warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
                 for override in overrides:
                     library.impl(override.impl_name, override.kernel(), self.dispatch_key, with_keyset=True)
-            for override, replay in zip(overrides, replays, strict=False):
-                override.attach(replay)
+            for override in overrides if not self.launcher else ():
+                override.attach()
             _ACTIVE.update(o.overload for o in overrides)
             self._library = library
             ACTIVE_CASTS.append(self)

@@ -236,7 +236,9 @@ thread_local Pending* pending = nullptr;
 
 constexpr size_t kMaxEntries = 256;  // as MAX_DECISIONS in runtime.py
 
-class Replay final : public c10::OperatorKernel {
+// One overload's table of decisions and its hot path; it lives across `with` blocks (a decision stays valid), and
+// is put in front of the dispatcher by a `Front` per block.
+class Replay {
  public:
   Replay(c10::OperatorHandle op, c10::DispatchKey key, c10::SafeKernelFunction original)
       : op_(std::move(op)), key_(key), original_(std::move(original)), count_(op_.schema().arguments().size()) {}
@@ -401,10 +403,21 @@ class Replay final : public c10::OperatorKernel {
   std::map<int64_t, int64_t> retired_;
 };
 
-// A Replay and the registration that puts it in front of the dispatcher.
+// The kernel the dispatcher holds while a block is active: it calls the replay, which outlives it.
+class Front final : public c10::OperatorKernel {
+ public:
+  explicit Front(std::shared_ptr<Replay> replay) : replay_(std::move(replay)) {}
+  void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keyset, torch::jit::Stack* stack) {
+    (*replay_)(op, keyset, stack);
+  }
+
+ private:
+  std::shared_ptr<Replay> replay_;
+};
+
+// A Replay and the registration that puts it in front of the dispatcher (while attached).
 struct Registered {
-  Replay* replay = nullptr;  // owned by the dispatcher's kernel once attached
-  std::unique_ptr<Replay> unattached;
+  std::shared_ptr<Replay> replay;
   std::unique_ptr<torch::Library> library;
   std::string impl_name;
 };
@@ -424,8 +437,7 @@ int64_t create(const std::string& name, const std::string& overload, const std::
   c10::OperatorHandle op = c10::Dispatcher::singleton().findSchemaOrThrow(name.c_str(), overload.c_str());
   c10::DispatchKey dispatch_key = c10::parseDispatchKey(key);
   auto made = std::make_unique<Registered>();
-  made->unattached = std::make_unique<Replay>(op, dispatch_key, op.getComputedKernelForDispatchKey(dispatch_key));
-  made->replay = made->unattached.get();
+  made->replay = std::make_shared<Replay>(op, dispatch_key, op.getComputedKernelForDispatchKey(dispatch_key));
   std::string bare = name.substr(name.find("::") + 2);
   made->impl_name = overload.empty() ? bare : bare + "." + overload;
   std::lock_guard<std::mutex> guard(registry_lock);
@@ -434,44 +446,54 @@ int64_t create(const std::string& name, const std::string& overload, const std::
   return id;
 }
 
-// After the Python kernel is registered: it becomes the decider, and the replay goes in front of it.
+// After the Python kernel is registered (each `with` block): it becomes the decider, and the replay goes in front.
 void attach(int64_t id) {
   std::lock_guard<std::mutex> guard(registry_lock);
   Registered& r = registered(id);
-  TORCH_CHECK(r.unattached != nullptr, "kernelforge launcher: replay ", id, " is attached already");
-  Replay* replay = r.unattached.get();
-  replay->set_decider(replay->op().getComputedKernelForDispatchKey(replay->key()));
-  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", replay->key(), __FILE__, __LINE__);
-  library->impl(r.impl_name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::move(r.unattached)));
+  TORCH_CHECK(r.library == nullptr, "kernelforge launcher: replay ", id, " is attached already");
+  const c10::OperatorHandle& op = r.replay->op();
+  r.replay->set_decider(op.getComputedKernelForDispatchKey(r.replay->key()));
+  auto library = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", r.replay->key(), __FILE__, __LINE__);
+  library->impl(r.impl_name.c_str(), torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Front>(r.replay)));
   r.library = std::move(library);
 }
 
-// Unregister (the Python kernel is in front again) and free the replay with its table.
+// Unregister (the Python kernel is in front again, until it is removed too); the table is kept.
 void detach(int64_t id) {
+  std::unique_ptr<torch::Library> gone;
+  {
+    std::lock_guard<std::mutex> guard(registry_lock);
+    gone = std::move(registered(id).library);
+  }
+}
+
+// Detach and free the replay with its table (its Python owner is gone).
+void release(int64_t id) {
   std::unique_ptr<Registered> gone;
   {
     std::lock_guard<std::mutex> guard(registry_lock);
     auto it = registry.find(id);
-    TORCH_CHECK(it != registry.end(), "kernelforge launcher: no replay ", id);
+    if (it == registry.end()) {
+      return;
+    }
     gone = std::move(it->second);
     registry.erase(it);
   }
-  gone->library.reset();
 }
 
-Replay& replay_of(int64_t id) {
+std::shared_ptr<Replay> replay_of(int64_t id) {
   std::lock_guard<std::mutex> guard(registry_lock);
-  return *registered(id).replay;
+  return registered(id).replay;
 }
 
 // The guard admitted the signature of the call this thread is deciding: replay it with this plan.
 bool admit(int64_t id, int64_t slot, int64_t function, c10::IntArrayRef launch, c10::IntArrayRef params,
            c10::IntArrayRef aligned, at::TensorList outputs, int64_t device_position) {
-  Replay& replay = replay_of(id);
+  std::shared_ptr<Replay> replay = replay_of(id);
   TORCH_CHECK(launch.size() == 7, "launch: grid x, y, z, block x, y, z, shared bytes");
   TORCH_CHECK(params.size() % 2 == 0 && params.size() / 2 <= kMaxParams, "params: (kind, value) pairs, at most 64");
   TORCH_CHECK(aligned.size() % 2 == 0, "aligned: (position, alignment) pairs");
-  if (outputs.size() != replay.op().schema().returns().size()) {
+  if (outputs.size() != replay->op().schema().returns().size()) {
     return false;
   }
   auto entry = std::make_unique<Entry>();
@@ -492,19 +514,19 @@ bool admit(int64_t id, int64_t slot, int64_t function, c10::IntArrayRef launch, 
     entry->outputs.push_back({o.sizes().vec(), o.strides().vec(), o.scalar_type()});
   }
   entry->device_position = device_position;
-  return replay.record(std::move(entry));
+  return replay->record(std::move(entry));
 }
 
 // The guard refused the signature of the call this thread is deciding: its calls go to the original kernel.
 bool refuse(int64_t id, int64_t slot) {
   auto entry = std::make_unique<Entry>();
   entry->slot = slot;
-  return replay_of(id).record(std::move(entry));
+  return replay_of(id)->record(std::move(entry));
 }
 
-std::vector<int64_t> drain(int64_t id) { return replay_of(id).drain(); }
+std::vector<int64_t> drain(int64_t id) { return replay_of(id)->drain(); }
 
-void forget(int64_t id, int64_t slot) { replay_of(id).forget(slot); }
+void forget(int64_t id, int64_t slot) { replay_of(id)->forget(slot); }
 
 // The launch function (cuLaunchKernel's signature) at `address`; 0: libcuda's own, looked up at the next launch.
 void hook(int64_t address) {
@@ -517,6 +539,7 @@ TORCH_LIBRARY(kernelforge_launcher, m) {
   m.def("create(str name, str overload, str key) -> int", &create);
   m.def("attach(int id) -> ()", &attach);
   m.def("detach(int id) -> ()", &detach);
+  m.def("release(int id) -> ()", &release);
   m.def(
       "admit(int id, int slot, int function, int[] launch, int[] params, int[] aligned, Tensor[] outputs, "
       "int device_position) -> bool",
