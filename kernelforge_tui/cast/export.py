@@ -4,8 +4,8 @@ What goes in: per variant, the run's kernel (a node the user marked for export, 
 where the search proved it correct and faster than the card's baseline beyond the timing noise; built again with
 nvcc (the sandboxed builder) as a cubin for the target architecture and as PTX; its launch resolved from the card's
 sizes; its guard from the captured call (or, for a hand-written card, the built-in binding); its card and small
-stored input sets, so that `kernelforge verify` can re-check it anywhere. Every variant gets an audit line: kernel,
-or fallback and why.
+stored input sets, so that `kernelforge verify` can re-check it anywhere; from a capture, the calls of one forward
+pass its guard admits (`cast.capture.per_forward`). Every variant gets an audit line: kernel, or fallback and why.
 
 What is checked after: `cast.verify` runs every kernel on the GPU against eager PyTorch (agreement on stored,
 fresh and stress inputs; timing, which must beat eager beyond the noise) and under compute-sanitizer (memcheck,
