@@ -142,26 +142,31 @@ def softmax(
     return source, LaunchPlan(entry="kf_capture_softmax", grid=["rows"], block=[BLOCK], args=args)
 
 
-def rms_norm(dtype: str, eps: float, residual: bool = False, rounded: bool = False) -> tuple[str, LaunchPlan]:
+def rms_norm(
+    dtype: str, eps: float, residual: bool = False, rounded: bool = False, kept: bool = False
+) -> tuple[str, LaunchPlan]:
     """y = x * rsqrt(mean(x^2) + eps) * w over the rows of x[rows, cols], w[cols]; `residual` (a fused chain's): of
-    x + r, the sum kept in fp32 (`rounded`: in the dtype, as eager stores it)."""
+    x + r, the sum kept in fp32 (`rounded`: in the dtype, as eager stores it), written out as s too with `kept`."""
     what = f"rms_norm{' of x + r' if residual else ''} over the last axis, eps {eps!r}, a block per row"
     values = prelude_values(dtype, what)
-    source = CUDA.render("rms_norm.cu", **values, eps=eps_literal(eps), residual=residual, rounded=rounded)
-    args = ["x", *(["r"] if residual else []), "w", "y", "rows", "cols"]
+    source = CUDA.render("rms_norm.cu", **values, eps=eps_literal(eps), residual=residual, rounded=rounded, kept=kept)
+    args = ["x", *(["r"] if residual else []), "w", *(["s"] if kept else []), "y", "rows", "cols"]
     return source, LaunchPlan(entry="kf_capture_rms_norm", grid=["rows"], block=[BLOCK], args=args)
 
 
-def layer_norm(dtype: str, eps: float, residual: bool = False, rounded: bool = False) -> tuple[str, LaunchPlan]:
+def layer_norm(
+    dtype: str, eps: float, residual: bool = False, rounded: bool = False, kept: bool = False
+) -> tuple[str, LaunchPlan]:
     """y = (x - mean) * rsqrt(var + eps) * w + b over the rows of x[rows, cols] (two passes: no cancellation);
-    `residual` (a fused chain's): of x + r, the sum kept in fp32 (`rounded`: in the dtype, as eager stores it)."""
+    `residual` (a fused chain's): of x + r, the sum kept in fp32 (`rounded`: in the dtype, as eager stores it),
+    written out as s too with `kept`."""
     what = (
         f"layer_norm{' of x + r' if residual else ''} over the last axis, eps {eps!r}, a block per row, two-pass "
         "variance"
     )
     values = prelude_values(dtype, what)
-    source = CUDA.render("layer_norm.cu", **values, eps=eps_literal(eps), residual=residual, rounded=rounded)
-    args = ["x", *(["r"] if residual else []), "w", "b", "y", "rows", "cols"]
+    source = CUDA.render("layer_norm.cu", **values, eps=eps_literal(eps), residual=residual, rounded=rounded, kept=kept)
+    args = ["x", *(["r"] if residual else []), "w", "b", *(["s"] if kept else []), "y", "rows", "cols"]
     return source, LaunchPlan(entry="kf_capture_layer_norm", grid=["rows"], block=[BLOCK], args=args)
 
 

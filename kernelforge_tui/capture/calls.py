@@ -121,7 +121,8 @@ def group_calls(calls: list[Call], matches: list[tuple[str, list[int]]]) -> tupl
 
     def add(kind: str, op: str, indices: list[int]) -> int:
         steps = steps_of(calls, indices)
-        key = kind + ":" + "|".join(signature(s.op, s.args) + repr(_links(s)) for s in steps)
+        named = f"{op}:" if kind == "pattern" else ""  # one chain's calls, whether its kernel writes the sum or not
+        key = f"{kind}:{named}" + "|".join(signature(s.op, s.args) + repr(_links(s)) for s in steps)
         position = by_key.get(key)
         if position is None:
             position = by_key[key] = len(groups)

@@ -1015,19 +1015,23 @@ def _norm_of(steps: list[Step]) -> CardPlan:
     return _fused_rms_norm(steps[0])
 
 
-def _residual_norm(steps: list[Step]) -> CardPlan:
-    """x + r, then layer_norm or rms_norm of the sum: the norm's card with r beside x."""
+def _residual_norm(steps: list[Step], kept: bool = False) -> CardPlan:
+    """x + r, then layer_norm or rms_norm of the sum: the norm's card with r beside x; `kept`: the sum s is an output
+    too (the model reads it again)."""
     norm = _norm_of(steps[1:])
     assert norm.eps is not None
     tensors = [
         PlannedTensor("x", "input", 0, "args[0]", _tensor(steps[0], "args[0]", "input"), ["rows", "cols"]),
         PlannedTensor("r", "input", 0, "args[1]", _tensor(steps[0], "args[1]", "residual"), ["rows", "cols"]),
-        *_shifted([t for t in norm.tensors if t.name != "x"], 1),
+        *(t for t in _shifted(norm.tensors, 1) if t.role == "input" and t.name != "x"),
+        *([PlannedTensor("s", "output", 0, "out[0]", _output(steps[0], 0), ["rows", "cols"])] if kept else []),
+        *(t for t in _shifted(norm.tensors, 1) if t.role == "output"),
     ]
     dtype = _checked(tensors)
     maker = baselines.rms_norm if norm.family == "rms_norm" else baselines.layer_norm
-    source, launch = maker(dtype, norm.eps, residual=True)
+    source, launch = maker(dtype, norm.eps, residual=True, kept=kept)
     skip = {"equal-rows": RESIDUAL_EQUAL_ROWS} if norm.family == "layer_norm" else {}
+    what = f"the residual sum s = x + r, then {norm.what.replace('x *', 's *').replace('(x -', '(s -')}"
     return dataclasses.replace(
         norm,
         tensors=tensors,
@@ -1035,9 +1039,10 @@ def _residual_norm(steps: list[Step]) -> CardPlan:
         precisions=CHAIN_PRECISIONS,
         flops=f"{norm.flops} + rows * cols",
         source=source,
-        rounded_source=maker(dtype, norm.eps, residual=True, rounded=True)[0],
+        rounded_source=maker(dtype, norm.eps, residual=True, rounded=True, kept=kept)[0],
         plan=launch,
-        what=f"the residual sum s = x + r, then {norm.what.replace('x *', 's *').replace('(x -', '(s -')}",
+        what=what + ("; s is written too (the model reads it again)" if kept else ""),
+        template_problem=None,  # the chain template reads the eps from the chain, any eps
         notes=["the norm's other results (mean, rstd: for backward) are read by nothing in the model"],
     )
 
@@ -1191,6 +1196,8 @@ PATTERNS: dict[str, Callable[[list[Step]], CardPlan]] = {
     "silu_mul": _silu_mul,
     "residual_layer_norm": _residual_norm,
     "residual_rms_norm": _residual_norm,
+    "residual_sum_layer_norm": functools.partial(_residual_norm, kept=True),
+    "residual_sum_rms_norm": functools.partial(_residual_norm, kept=True),
     **{f"bias_{act}": _bias_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
     **{f"group_norm_{act}": _group_norm_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
     **{f"{op}_{act}": _product_act for op in ("mm", "addmm", "bmm") for act in ("gelu", "gelu_tanh", "silu", "relu")},

@@ -7,8 +7,9 @@ before a norm, a bias add before an activation, a scale and a mask before a soft
 norm. One kernel for the chain reads the inputs once and writes the output once, which is where the time is (and
 what torch.compile's fusion wins). A chain is fused only when every intermediate is read by the chain's own later
 calls alone (nothing else in the model, nor its outputs, sees it), so a runtime that replaces the chain computes
-everything the model uses. Every call of a chain is also a variant of its own (`calls.group_calls`): eager PyTorch
-replaces single calls, only a graph pass replaces a chain.
+everything the model uses; the one exception is a residual sum, which the chain's kernel then writes beside the
+norm (the residual stream reads it again: `kept_sum`). Every call of a chain is also a variant of its own
+(`calls.group_calls`): eager PyTorch replaces single calls, only a graph pass replaces a chain.
 """
 
 from __future__ import annotations
@@ -151,12 +152,6 @@ def _results_unread(call: Call) -> bool:
     return all(call.consumers[k] == 0 and k not in call.model_outputs for k in range(1, len(call.outputs)))
 
 
-def _read_only_by(calls: list[Call], producer: Call, chain: list[int]) -> bool:
-    """`producer`'s first result is read, by calls of `chain` only, and the model does not return it."""
-    readers = _readers(calls, producer)
-    return bool(readers) and 0 not in producer.model_outputs and all(c.index in chain for c in readers)
-
-
 class Add(NamedTuple):
     """A tensor add's operands (args[0], args[1]) and their result, all of one floating dtype."""
 
@@ -183,7 +178,9 @@ def tensor_add(call: Call) -> Add | None:
 
 def residual_norm(calls: list[Call], start: Call) -> list[int] | None:
     """add(x, r) of one shape -> layer_norm or rms_norm of the sum over the last axis (one call, or the decomposed
-    rms_norm pattern), the norm's other results unread: the call indices, or None."""
+    rms_norm pattern), the norm's other results unread: the call indices, or None. Other calls may read the sum too
+    (a transformer's residual stream: x = x + attn, then norm(x) and, later, x + mlp): then the chain's kernel writes
+    the sum as well (`kept_sum`), but the model may not return it."""
     add = tensor_add(start)
     if add is None or not add.a.shape == add.b.shape == add.out.shape:
         return None
@@ -196,7 +193,13 @@ def residual_norm(calls: list[Call], start: Call) -> list[int] | None:
     else:
         rest = rms_norm(calls, norm) or []
         chain = [start.index, *rest] if rest and calls[rest[0]].args[0].source == (start.index, 0) else []
-    return chain if chain and _read_only_by(calls, start, chain) else None
+    return chain if chain and 0 not in start.model_outputs else None
+
+
+def kept_sum(chain: list[Call]) -> bool:
+    """Whether calls outside a residual norm chain read its sum (the chain's first result), so it writes it too."""
+    inside = sum(1 for c in chain[1:] for a in c.tensor_args() if a.source == (chain[0].index, 0))
+    return chain[0].consumers[0] > inside
 
 
 def bias_act(calls: list[Call], start: Call) -> list[int] | None:
@@ -318,13 +321,15 @@ ACTIVATION_NAMES = {"aten.gelu.default": "gelu", "aten.silu.default": "silu", "a
 
 
 def chain_name(pattern: str, chain: list[Call]) -> str:
-    """The name of one instance of a pattern, as its card is named: residual_layer_norm or residual_rms_norm,
-    bias_gelu (bias_gelu_tanh, bias_silu, bias_relu), addmm_gelu (mm_ and bmm_, each with every activation),
-    scale_softmax, mask_softmax or scale_mask_softmax, group_norm_silu (_gelu, _relu); rms_norm and silu_mul as
-    they are."""
+    """The name of one instance of a pattern, as its card is named: residual_layer_norm or residual_rms_norm
+    (residual_sum_layer_norm, residual_sum_rms_norm where others read the sum too: `kept_sum`),
+        bias_gelu (bias_gelu_tanh, bias_silu, bias_relu), addmm_gelu (mm_ and bmm_, each with every activation),
+        scale_softmax, mask_softmax or scale_mask_softmax, group_norm_silu (_gelu, _relu); rms_norm and silu_mul as
+        they are."""
     last = chain[-1]
     if pattern == "residual_norm":
-        return "residual_layer_norm" if chain[1].op == NORMS[0] else "residual_rms_norm"
+        norm = "layer_norm" if chain[1].op == NORMS[0] else "rms_norm"
+        return f"residual_sum_{norm}" if kept_sum(chain) else f"residual_{norm}"
     if pattern in ("bias_act", "group_norm_act", "product_act"):
         approximate = last.arg("kwargs.approximate") or last.arg("args[1]")
         act = ACTIVATION_NAMES[last.op] + ("_tanh" if approximate is not None and approximate.value == "tanh" else "")

@@ -10,8 +10,10 @@ would lose it; the kernel's guard decides once, from the inputs' FakeTensors, as
 must pay for any Inductor fusion the replacement splits (`cast.fusion_cost`), as a single call's must. The matched
 nodes make way for one call of the kernel's op (`cast.ops`), whose result takes the chain output's uses.
 
-A chain's outputs are its last call's results (the patterns capture records): the op is inserted before that call,
-where every input is defined.
+The op is inserted before the chain's last call, where every input is defined. A chain's outputs are its last
+call's results, and may be an earlier call's too (a residual sum the model reads again, which the kernel writes
+beside the norm): then every reader of that result outside the chain must come after the last call, or the chain is
+left alone.
 """
 
 from __future__ import annotations
@@ -100,6 +102,22 @@ class _Matcher:
                     return f"{user.name} (result {user.args[1]} of {step.overload}) is read outside the chain"
         return ""
 
+    def read_early(self) -> str:
+        """'' when no call outside the chain reads an output of an earlier call of it before its last call (where the
+        kernel's op goes), else which call does."""
+        final = len(self.chain.steps) - 1
+        early = {
+            _output_value(self.calls[k], self.chain.steps[k].results, i) for k, i in self.chain.outputs if k != final
+        } - {None}
+        matched = set(self.calls.values())
+        node = self.calls[final].prev
+        while early and node.op != "root":
+            if node not in matched and any(node in value.users for value in early):
+                return f"{node.name} reads a result of the chain before its last call, where the kernel would run"
+            early.discard(node)
+            node = node.prev
+        return ""
+
 
 def _output_value(node: Any, results: int, index: int) -> Any:
     """The node that holds result `index` of `node` (itself for a call of one result), or None when nothing
@@ -119,8 +137,6 @@ def replace_chains(
         chain = runner.entry.chain
         assert chain is not None
         last = len(chain.steps) - 1
-        if any(step != last for step, _ in chain.outputs):
-            continue  # not a chain capture records: its outputs are its last call's
         names = [spec.name for _, spec, _ in runner.tensor_args]
         for node in list(graph.nodes):
             if getattr(node, "_erased", False) or overload_of(node.target) != chain.steps[last].overload:
@@ -129,7 +145,7 @@ def replace_chains(
             if not matcher.call(last, node) or set(matcher.inputs) != set(names):
                 continue
             inputs = [matcher.inputs[name].meta.get("val") for name in names]
-            reason = matcher.escape() or unproven(inputs)
+            reason = matcher.escape() or matcher.read_early() or unproven(inputs)
             if not reason:
                 admitted = runner.check(inputs, {}, "graph")
                 reason = admitted if isinstance(admitted, str) else refusal(runner, matcher.calls.values())
@@ -154,6 +170,7 @@ def _replace(graph: Any, chain: Chain, matcher: _Matcher, op: Any, inputs: list[
             replacement.meta.update(values[0].meta)
             values[0].replace_all_uses_with(replacement)
     else:
+        replacement.meta["val"] = tuple(None if value is None else value.meta.get("val") for value in values)
         for index, value in enumerate(values):
             if value is None:
                 continue

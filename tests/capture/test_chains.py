@@ -213,6 +213,39 @@ def test_a_chain_card_round_trips_through_its_files(chained: tuple[CaptureManife
         load_card(broken)
 
 
+STREAM = Path(__file__).parents[1] / "support" / "fixtures" / "stream_model.py"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_residual_sum_the_model_reads_again_is_written_by_its_chain(tmp_path: Path, dtype: str) -> None:
+    """Llama's and ViT's residual streams (stream_model.py, their libraries' forms): each block's sum is read by the
+    next norm and by the next residual add, so its chain writes the sum too (s beside y, the sum's readers after the
+    norm); the last sum, read by the final norm alone, is the plain chain. LlamaRMSNorm's decomposed form (with its
+    casts in bf16) is the rms_norm pattern; ViT's eps 1e-6 does not keep a chain card from the chain template."""
+    out = tmp_path / "stream.capture"
+    capture_model(
+        CaptureRequest(STREAM, out, device="cpu", repeats=1, samples=1, kwargs={"dtype": dtype}), template_problem
+    )
+    found = _chains(load_capture(out))
+    assert set(found) == {
+        "rms_norm",
+        "residual_sum_rms_norm",
+        "silu_mul",
+        "residual_rms_norm",
+        "residual_sum_layer_norm",
+        "residual_layer_norm",
+    }
+    assert all(v.status == "card" and v.calls == 1 and v.template for v in found.values())
+    for norm in ("rms_norm", "layer_norm"):
+        kept, plain = _record(out, found[f"residual_sum_{norm}"]), _record(out, found[f"residual_{norm}"])
+        last = len(kept.steps) - 1
+        assert kept.outputs == {"s": (0, 0), "y": (last, 0)} and plain.outputs == {"y": (len(plain.steps) - 1, 0)}
+        card = load_card(out / str(found[f"residual_sum_{norm}"].card)).spec
+        assert [t.name for t in card.outputs] == ["s", "y"] and card.family == norm
+    casts = [s.op for s in _record(out, found["rms_norm"]).steps].count("aten._to_copy.default")
+    assert casts == (2 if dtype == "bfloat16" else 0)  # to float32 and back, as LlamaRMSNorm writes it
+
+
 def test_a_mask_broadcasts_over_the_rows_only_as_batch_1_seq() -> None:
     b, h, s = 2, 3, 5
     assert patterns.mask_layout([b, h, s, 7], [1, 1, s, 7]) == (1, b * h, s)

@@ -9,6 +9,7 @@ chain softmax(x * 2): where the kernel ran, the result is softmax(x), where the 
 
 from __future__ import annotations
 
+import ctypes
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +26,7 @@ from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.cast.bindings import from_variant  # noqa: E402
 from kernelforge_tui.cast.compiled import Backend  # noqa: E402
 from kernelforge_tui.cast.export import export  # noqa: E402
-from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry  # noqa: E402
+from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry, LaunchArg  # noqa: E402
 from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
 from kernelforge_tui.cast.runtime import Cast, aten_call, load  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
@@ -124,6 +125,77 @@ def test_the_pass_replaces_a_proven_chain_and_says_why_it_leaves_the_others(tmp_
     chain, single = cast.stats().kernels
     assert (chain.graph_nodes, chain.compiled_calls, chain.used_in, chain.serves) == (1, 1, "compile", ["compile"])
     assert single.graph_nodes == 2 and "a fused chain: compile only" in cast.report()
+
+
+class HostKept(HostSoftmax):
+    """The stand-in for a chain kernel that writes an earlier call's result too: softmax(x) into y (pointer 1), as
+    HostSoftmax, and x itself into s (pointer 2), both without the chain's scale (what the calls give is 2 x)."""
+
+    def launch(self, function: Any, grid: Any, block: Any, shared_bytes: int, stream: int, pointers: Any) -> None:
+        super().launch(function, grid, block, shared_bytes, stream, pointers)
+        count = int(function["rows"]) * int(function["cols"])
+        ctypes.memmove(pointers[2], pointers[0], 4 * count)
+
+
+def _kept_entry() -> tuple[KernelEntry, dict[str, bytes]]:
+    """The chain softmax(x * 2.0) that also writes s = x * 2.0 (its first call's result), as a residual norm that
+    writes its sum: outputs y, then s."""
+    entry, files = _chain_entry()
+    assert entry.chain is not None
+    s = entry.guard.outputs[0].model_copy(update={"name": "s"})
+    guard = entry.guard.model_copy(
+        update={"overload": "kernelforge::scale_softmax_kept", "outputs": [*entry.guard.outputs, s]}
+    )
+    rows, cols = entry.launch.args[2:]
+    launch = entry.launch.model_copy(
+        update={"args": [*entry.launch.args[:2], LaunchArg(kind="tensor", name="s"), rows, cols]}
+    )
+    chain = entry.chain.model_copy(update={"pattern": "scale_softmax_kept", "outputs": [(1, 0), (0, 0)]})
+    update = {
+        "id": "k2-kept",
+        "guard": guard,
+        "launch": launch,
+        "chain": chain,
+        "tolerances": {**entry.tolerances, "s": entry.tolerances["y"]},
+    }
+    return entry.model_copy(update=update), files
+
+
+class Kept(torch.nn.Module):  # type: ignore[misc]
+    def forward(self, x: Any, other: Any) -> Any:
+        scaled = x * 2.0
+        probabilities = torch.softmax(scaled, -1)
+        read_late = scaled + 1.0  # after the chain's last call: the kernel's s
+        early = other * 2.0
+        read_early = early + 1.0  # before the softmax: where the kernel would run, s is not made yet
+        return probabilities, read_late, torch.softmax(early, -1), read_early
+
+
+def test_a_chain_that_writes_an_earlier_result_gives_it_to_the_readers_after_it(
+    tmp_path: Path, inductor: Inductor
+) -> None:
+    """A residual sum the model reads again is an output of its chain: the kernel's s takes the sum's later readers;
+    a reader before the chain's last call (where the op goes) leaves the chain to its calls."""
+    cast = load(
+        write_cast(tmp_path / "m.cast", [_kept_entry()], machine=HERE),
+        machine=HERE,
+        device_type="cpu",
+        driver=HostKept(),
+    )
+    backend = Backend(cast)
+    x, other = torch.randn(4, 8), torch.randn(4, 8)
+    with torch.no_grad():
+        probabilities, read_late, other_probabilities, read_early = torch.compile(
+            Kept(), backend=backend, dynamic=False
+        )(x, other)
+    assert torch.allclose(probabilities, torch.softmax(x, -1)) and torch.equal(read_late, x + 1.0)  # the kernel's
+    assert torch.allclose(other_probabilities, torch.softmax(other * 2, -1)) and torch.equal(read_early, other * 2 + 1)
+    decided = [(d.kernel, d.reason) for d in backend.decisions]
+    assert decided[0] == ("k2-kept", "") and decided[1][0] is None
+    assert decided[1][1].endswith("reads a result of the chain before its last call, where the kernel would run")
+    (graph,) = inductor.graphs
+    graph.graph.lint()
+    assert sum("scale_softmax_kept" in op for op in _ops_in(graph)) == 1
 
 
 def test_eager_keeps_single_calls_and_the_chain_op_falls_back_to_its_calls(tmp_path: Path) -> None:

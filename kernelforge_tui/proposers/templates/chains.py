@@ -2,7 +2,8 @@
 [chain] says which calls): one kernel reads the chain's inputs once and writes its output once.
 
 - `ChainRowTemplate` (cuda/chain_rows.cu): a residual add then a norm of the sum (residual_layer_norm: x, r, w, b ->
-  y; residual_rms_norm: x, r, w -> y), and a scale and a mask then a softmax (scale_softmax: x -> y; mask_softmax and
+  y; residual_rms_norm: x, r, w -> y; residual_sum_layer_norm and residual_sum_rms_norm also write the sum s, which
+  the model reads again: -> s, y), and a scale and a mask then a softmax (scale_softmax: x -> y; mask_softmax and
   scale_mask_softmax: x, mask -> y, the mask [mask_rows, cols] broadcast over the rows as the card's heads and seq
   say). The rows template's parameters and rules (its strategies, rows per block, vectors, registers or streaming,
   Welford, the online softmax, fast exp), without shared-memory storage.
@@ -53,14 +54,16 @@ from kernelforge_tui.proposers.templates.elementwise import (
 from kernelforge_tui.proposers.templates.row_reductions import RowParams, RowTemplate
 from kernelforge_tui.proposers.templates.source import render
 
-ROW_CHAINS: dict[str, tuple[str, list[str]]] = {
-    "residual_layer_norm": ("layer_norm", ["x", "r", "w", "b"]),
-    "residual_rms_norm": ("rms_norm", ["x", "r", "w"]),
-    "scale_softmax": ("softmax", ["x"]),
-    "mask_softmax": ("softmax", ["x", "mask"]),
-    "scale_mask_softmax": ("softmax", ["x", "mask"]),
+ROW_CHAINS: dict[str, tuple[str, list[str], list[str]]] = {
+    "residual_layer_norm": ("layer_norm", ["x", "r", "w", "b"], ["y"]),
+    "residual_rms_norm": ("rms_norm", ["x", "r", "w"], ["y"]),
+    "residual_sum_layer_norm": ("layer_norm", ["x", "r", "w", "b"], ["s", "y"]),
+    "residual_sum_rms_norm": ("rms_norm", ["x", "r", "w"], ["s", "y"]),
+    "scale_softmax": ("softmax", ["x"], ["y"]),
+    "mask_softmax": ("softmax", ["x", "mask"], ["y"]),
+    "scale_mask_softmax": ("softmax", ["x", "mask"], ["y"]),
 }
-"""Pattern -> (the card's family, its inputs); every output is y."""
+"""Pattern -> (the card's family, its inputs, its outputs: y, and the residual sum s where the model reads it too)."""
 SHARED_PER_SM = 228 * 1024
 
 
@@ -123,11 +126,11 @@ class ChainRowTemplate(RowTemplate):
         if isinstance(found, str):
             return found
         chain, pattern = found
-        family, inputs = ROW_CHAINS[pattern]
+        family, inputs, outputs = ROW_CHAINS[pattern]
         if card.family != family:
             return f"a {pattern} chain is a {family} card, not {card.family}"
         sizes = ["rows", "cols", *(["heads", "seq"] if "mask" in inputs else [])]
-        problem = naming_problem(card, inputs, ["y"], sizes)
+        problem = naming_problem(card, inputs, outputs, sizes)
         if problem is None and family != "softmax" and norm_eps(chain, dtype_of(card)) is None:
             problem = "the chain's norm passes no eps this template can read"
         return problem
@@ -141,7 +144,7 @@ class ChainRowTemplate(RowTemplate):
     def render(self, card: OperatorCard, params: RowParams) -> tuple[str, LaunchPlan]:
         chain = card.chain
         assert chain is not None
-        family, inputs = ROW_CHAINS[chain.pattern]
+        family, inputs, outputs = ROW_CHAINS[chain.pattern]
         dtype = dtype_of(card)
         tpr = params.block // params.rpb
         items = -(-(card.sizes["cols"] // params.vec) // tpr)
@@ -151,6 +154,8 @@ class ChainRowTemplate(RowTemplate):
         what = {
             "residual_layer_norm": "layer_norm of x + r",
             "residual_rms_norm": "rms_norm of x + r",
+            "residual_sum_layer_norm": "x + r written as s, and its layer_norm",
+            "residual_sum_rms_norm": "x + r written as s, and its rms_norm",
             "scale_softmax": "softmax of x {op} s",
             "mask_softmax": "softmax of x + mask",
             "scale_mask_softmax": "softmax of x {op} s + mask",
@@ -161,9 +166,8 @@ class ChainRowTemplate(RowTemplate):
             what += f", s {scale[1]!r}"
         if chain.rounded:
             what += ", the prologue rounded to the dtype as eager stores it"
-        signature = ", ".join(
-            [*(f"const T* __restrict__ {name}" for name in inputs), "T* __restrict__ y", "int rows", "int cols"]
-        )
+        pointers = [*(f"const T* __restrict__ {name}" for name in inputs), *(f"T* __restrict__ {n}" for n in outputs)]
+        signature = ", ".join([*pointers, "int rows", "int cols"])
         source = render(
             "chain_rows.cu",
             **prelude_values(dtype, params.vec),
@@ -183,6 +187,7 @@ class ChainRowTemplate(RowTemplate):
             heads_seq=card.sizes.get("heads", 1) * card.sizes.get("seq", 1),
             seq=card.sizes.get("seq", 1),
             residual=family != "softmax",
+            writes_sum="s" in outputs,
             unpaired=family == "softmax" and not masked,
             layer=family == "layer_norm",
             welford=bool(params.welford),
@@ -199,7 +204,7 @@ class ChainRowTemplate(RowTemplate):
             entry=f"kf_{chain.pattern}",
             grid=[f"cdiv(rows, {params.rpb})"],
             block=[params.block],
-            args=[*inputs, "y", "rows", "cols"],
+            args=[*inputs, *outputs, "rows", "cols"],
         )
         return source, plan
 

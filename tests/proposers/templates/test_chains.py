@@ -1,5 +1,6 @@
 """The chain templates (proposers/templates/chains.py) on the CPU emulator (tests/support/cuda_emulator.py): every seed
-of every chain card of tests/support/fixtures/chains_model.py, captured in fp32 and bf16 at sizes that reach the
+of every chain card of tests/support/fixtures/chains_model.py and stream_model.py (the residual streams of Llama and
+ViT: chains that write the residual sum too), captured in fp32 and bf16 at sizes that reach the
 block-wide reductions, against the card's own reference (the captured calls replayed) on its stored, seeded and every
 stress set; which template serves which card; and a seed of each template built with nvcc (ptxas: no spills). On the
 H200 (`pytest -m gpu`), every seed of every card through the GPU worker's checks."""
@@ -7,6 +8,7 @@ H200 (`pytest -m gpu`), every seed of every card through the GPU worker's checks
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,13 +30,18 @@ if not os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
 
 from kernelforge_tui.capture.run import CaptureRequest, capture_model
 
-MODEL = Path(__file__).parents[2] / "support" / "fixtures" / "chains_model.py"
-SIZES = {"dim": 256, "seq": 64, "side": 16}
+FIXTURES = Path(__file__).parents[2] / "support" / "fixtures"
+MODELS = {
+    FIXTURES / "chains_model.py": {"dim": 256, "seq": 64, "side": 16},
+    FIXTURES / "stream_model.py": {"dim": 256},
+}
 """Rows of 256 (x + r, norms: up to 64 threads a row at vec 4), softmax rows of 64 over [2, 2, 64, 64] with a [64,
-64] mask, groups of 2 x 16 x 16 elements."""
+64] mask, groups of 2 x 16 x 16 elements; the residual streams (Llama's, ViT's) with rows of 256."""
 SERVED = {
     "residual_layer_norm": ChainRowTemplate,
     "residual_rms_norm": ChainRowTemplate,
+    "residual_sum_layer_norm": ChainRowTemplate,
+    "residual_sum_rms_norm": ChainRowTemplate,
     "scale_mask_softmax": ChainRowTemplate,
     "bias_gelu": BiasActTemplate,
     "group_norm_silu": GroupNormActTemplate,
@@ -46,16 +53,16 @@ Emulated = tuple[Path, dict[tuple[str, str], tuple[Card, list[Params]]]]
 
 @pytest.fixture(scope="module")
 def chain_cards(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Card]:
-    """The chain cards of the chains model captured (on the CPU) in each dtype, by (pattern, dtype)."""
+    """The chain cards of the fixture models captured (on the CPU) in each dtype, by (pattern, dtype)."""
     work = tmp_path_factory.mktemp("chain-cards")
     cards: dict[tuple[str, str], Card] = {}
-    for dtype in DTYPES:
-        out = work / f"chains-{dtype}.capture"
-        request = CaptureRequest(MODEL, out, device="cpu", repeats=1, samples=1, kwargs={"dtype": dtype, **SIZES})
+    for (model, sizes), dtype in itertools.product(MODELS.items(), DTYPES):
+        out = work / f"{model.stem}-{dtype}.capture"
+        request = CaptureRequest(model, out, device="cpu", repeats=1, samples=1, kwargs={"dtype": dtype, **sizes})
         capture_model(request)
         for variant in load_capture(out).variants:
             if variant.kind == "pattern" and variant.op in SERVED and variant.card is not None:
-                cards[variant.op, dtype] = load_card(out / variant.card)
+                cards.setdefault((variant.op, dtype), load_card(out / variant.card))
     return cards
 
 
@@ -110,10 +117,11 @@ def test_a_chain_card_is_never_served_by_a_single_ops_template(emulated: Emulate
 
 
 def test_a_seed_of_each_chain_template_builds_with_nvcc(emulated: Emulated, sm90_builder: Builder) -> None:
-    """One bf16 seed per template (three builds): the sources nvcc takes, without spills."""
+    """One bf16 seed per template, and the two-output rows chain (four builds): the sources nvcc takes, without
+    spills."""
     _, chosen = emulated
     jobs = []
-    for pattern in ("residual_layer_norm", "bias_gelu", "group_norm_silu"):
+    for pattern in ("residual_layer_norm", "residual_sum_rms_norm", "bias_gelu", "group_norm_silu"):
         card = chosen[pattern, "bfloat16"][0].spec
         jobs.append((card, TemplateProposer().seeds(card)[0]))
 
