@@ -26,6 +26,7 @@ and the runtime's own ctypes launch into a C stand-in of the driver's launch fun
     python bench/cast_gpu.py --capture CAPTURE_DIR [--runs DIR] --out bench/results/cast_decoder
     python bench/cast_gpu.py --package model.cast --capture CAPTURE_DIR --out ...   (skip the export)
     python bench/cast_gpu.py --micro --out bench/results/cast_micro
+    python bench/cast_gpu.py --run examples/runs/softmax_bf16 --host-only --out ...   (host time per call only)
 """
 
 from __future__ import annotations
@@ -915,6 +916,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--per-round", type=int, default=10)
     parser.add_argument("--binding", choices=["cuda-bindings", "pycuda"], help="the CUDA driver binding")
+    parser.add_argument("--host-only", action="store_true", help="only the host time per call (`host_overhead`)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.micro:
@@ -948,7 +950,7 @@ def main(argv: list[str] | None = None) -> int:
     cast = load(package, binding=args.binding)
     if args.capture is not None:
         report["workload"] = describe_capture(args.capture)
-    if manifest.kernels:
+    if manifest.kernels and not args.host_only:
         work: Workload
         if args.capture is not None:
             work = ModelWorkload(args.capture)
@@ -968,7 +970,7 @@ def main(argv: list[str] | None = None) -> int:
         report["bystanders"] = bystanders(cast)
     report["counters"] = cast.report()
     report["stats"] = json.loads(cast.stats().model_dump_json())
-    if manifest.kernels:
+    if manifest.kernels and not args.host_only:
         say("GPU kernels per forward (torch.profiler)")
         try:
             report["kernels_in_model"] = kernel_profile(work, cast)
@@ -979,6 +981,7 @@ def main(argv: list[str] | None = None) -> int:
             report["host_by_op"] = host_profile(work, cast)
         except Exception as exc:  # as for the kernel profile
             report["host_by_op"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if manifest.kernels:
         say("host time per call")
         report["host_overhead"] = {k.id: host_overhead(package, args.binding, k) for k in manifest.kernels}
     (args.out / "cast_report.json").write_text(json.dumps(report, indent=1))

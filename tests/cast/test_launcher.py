@@ -122,8 +122,13 @@ def test_an_unseen_signature_falls_back_and_a_refusal_is_replayed(tmp_path: Path
     x, other = torch.randn(4, 8), torch.randn(3, 8)
     with _cast(tmp_path, driver) as cast:
         torch.softmax(x, -1)
-        refused = [torch.softmax(other, -1) for _ in range(3)]  # decided once in Python, then the original in C++
-        doubles = [torch.softmax(x.double(), -1) for _ in range(2)]
+        refused = [torch.softmax(other, -1)]  # decided in Python, then the original kernel from C++
+        doubles = [torch.softmax(x.double(), -1)]
+        (override,) = cast.overrides()
+        override.decisions.clear()  # the Python path would decide them again: it never sees them
+        refused += [torch.softmax(other, -1) for _ in range(2)]
+        doubles += [torch.softmax(x.double(), -1)]
+        assert not override.decisions
     assert all(torch.equal(y, torch.softmax(other, -1)) for y in refused)
     assert all(torch.equal(y, torch.softmax(x.double(), -1)) for y in doubles)
     assert driver.python_launches == 1 and not driver.compiled

@@ -134,12 +134,18 @@ def test_the_softmax_kernel_runs_on_torch_tensors_on_the_current_stream(tmp_path
 
 
 @pytest.mark.parametrize("extended", [True, False], ids=["cuLaunchKernelEx", "cuLaunchKernel"])
-def test_both_driver_launch_functions_run_the_kernel(tmp_path: Path, extended: bool) -> None:
-    # The hot path calls libcuda's launch through ctypes with prepared arguments: cuLaunchKernelEx and its launch
-    # config where the driver has it (CUDA 12+), else cuLaunchKernel; both on the default stream and a side one.
+def test_both_driver_launch_functions_run_the_kernel(
+    tmp_path: Path, extended: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Python hot path calls libcuda's launch through ctypes with prepared arguments: cuLaunchKernelEx and its
+    # launch config where the driver has it (CUDA 12+), else cuLaunchKernel; both on the default stream and a side
+    # one. (The compiled launcher, which would take these hits, is off: tests/gpu/test_cast_launcher.py tests it.)
     import ctypes
 
     from kernelforge_tui.cast import driver as drivers
+    from kernelforge_tui.cast.launcher import ENV_LAUNCHER
+
+    monkeypatch.setenv(ENV_LAUNCHER, "off")
 
     real = drivers.driver()
     if not isinstance(real, drivers.CudaBindings):
@@ -168,9 +174,17 @@ def test_both_driver_launch_functions_run_the_kernel(tmp_path: Path, extended: b
     assert cast.stats().kernels[0].hits == 3 and binding.retries == 0
 
 
-def test_threads_launch_at_once_each_with_its_own_argument_block(tmp_path: Path) -> None:
-    # The driver call lets the GIL go: two threads launching the same kernel must not see each other's pointers.
+@pytest.mark.parametrize("launcher", ["on", "off"])
+def test_threads_launch_at_once_each_with_its_own_argument_block(
+    tmp_path: Path, launcher: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The driver call lets the GIL go: two threads launching the same kernel must not see each other's pointers
+    # (the Python path's argument blocks; the compiled launcher's table, read by four threads at once).
     import threading
+
+    from kernelforge_tui.cast.launcher import ENV_LAUNCHER
+
+    monkeypatch.setenv(ENV_LAUNCHER, launcher)
 
     path = stamped_here(unverified(tmp_path, BLOCK_ROW, "block_row"))
     inputs = [torch.randn(21, 1003, device="cuda", dtype=torch.bfloat16) * (i + 1) for i in range(4)]

@@ -27,7 +27,9 @@
 #include <mutex>
 #include <shared_mutex>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace {
@@ -236,11 +238,15 @@ thread_local Pending* pending = nullptr;
 
 constexpr size_t kMaxEntries = 256;  // as MAX_DECISIONS in runtime.py
 
+// A kernel the dispatcher computed for a key, as this torch gives it (SafeKernelFunction in 2.9 and later).
+using Kernel =
+    std::decay_t<decltype(std::declval<c10::OperatorHandle>().getComputedKernelForDispatchKey(c10::DispatchKey::CPU))>;
+
 // One overload's table of decisions and its hot path; it lives across `with` blocks (a decision stays valid), and
 // is put in front of the dispatcher by a `Front` per block.
 class Replay {
  public:
-  Replay(c10::OperatorHandle op, c10::DispatchKey key, c10::SafeKernelFunction original)
+  Replay(c10::OperatorHandle op, c10::DispatchKey key, Kernel original)
       : op_(std::move(op)), key_(key), original_(std::move(original)), count_(op_.schema().arguments().size()) {}
 
   void operator()(const c10::OperatorHandle& op, c10::DispatchKeySet keyset, torch::jit::Stack* stack) {
@@ -274,7 +280,7 @@ class Replay {
   }
 
   // Where the dispatcher calls the Python kernel (registered before this one) for what the table does not hold.
-  void set_decider(c10::SafeKernelFunction decider) { decider_ = std::make_unique<c10::SafeKernelFunction>(decider); }
+  void set_decider(Kernel decider) { decider_ = std::make_unique<Kernel>(decider); }
 
   bool record(std::unique_ptr<Entry> entry) {
     Pending* call = pending;
@@ -393,8 +399,8 @@ class Replay {
 
   c10::OperatorHandle op_;
   c10::DispatchKey key_;
-  c10::SafeKernelFunction original_;
-  std::unique_ptr<c10::SafeKernelFunction> decider_;
+  Kernel original_;
+  std::unique_ptr<Kernel> decider_;
   size_t count_;
   mutable std::shared_mutex lock_;
   std::unordered_multimap<uint64_t, std::shared_ptr<const Entry>> table_;
