@@ -7,8 +7,9 @@ dtype)` is the capture entry.
 
 The group norms become group_norm cards (32 groups, eps 1e-5 as the template library's kernels use; diffusers uses
 1e-6 by default, which would make cards that only an LLM proposer can serve), the SiLUs elementwise cards, the
-residual add an elementwise add card. The convolutions are cuDNN's (listed as unsupported), and the
-time-embedding add broadcasts over the image (unsupported: elementwise cards take operands of one shape).
+residual add an elementwise add card, the two 3x3 convolutions one convolution card (no template yet: LLM
+proposers only), and the time-embedding add broadcasts over the image (unsupported: elementwise cards take operands
+of one shape).
 """
 
 from __future__ import annotations

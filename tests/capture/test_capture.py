@@ -141,7 +141,7 @@ def test_decoder_block_variants_and_cards(decoder: tuple[CaptureManifest, Path])
     assert cards["add_bf16_2x16x64"].calls == 2  # the two residual adds: one shape, one variant
     assert load_card(root / "softmax_bf16_2x4x16x16").spec.sizes == {"rows": 128, "cols": 16}
     for variant in cards.values():
-        if variant.family != "matmul":  # its transposed operands are rebuilt in tests/capture/test_matmul.py
+        if variant.family not in ("matmul", "convolution"):  # rebuilt in test_matmul.py and test_vendor_cards.py
             check_card(root, variant)
 
 
@@ -149,13 +149,20 @@ def test_diffusion_block_variants_and_cards(diffusion: tuple[CaptureManifest, Pa
     manifest, root = diffusion
     cards = carded(manifest)
     assert chains(cards) == {"group_norm_silu_bf16_2x64x8x8"}  # both norms, each before its SiLU
-    assert single(cards) == {"group_norm_bf16_2x64x8x8", "silu_bf16_2x64x8x8", "silu_bf16_2x32", "add_bf16_2x64x8x8"}
+    assert single(cards) == {
+        "group_norm_bf16_2x64x8x8",
+        "silu_bf16_2x64x8x8",
+        "silu_bf16_2x32",
+        "add_bf16_2x64x8x8",
+        "conv2d_bf16_2x64x8x8",  # both 3x3 convolutions
+    }
+    assert cards["conv2d_bf16_2x64x8x8"].calls == 2 and cards["conv2d_bf16_2x64x8x8"].family == "convolution"
     group_norm = cards["group_norm_bf16_2x64x8x8"]
     assert group_norm.calls == 2 and group_norm.family == "group_norm" and group_norm.template
     card = check_card(root, group_norm)
     assert card.spec.sizes == {"n": 2, "c": 64, "h": 8, "w": 8, "groups": 32}
     for variant in cards.values():
-        if variant.family != "matmul":  # its transposed operands are rebuilt in tests/capture/test_matmul.py
+        if variant.family not in ("matmul", "convolution"):  # rebuilt in test_matmul.py and test_vendor_cards.py
             check_card(root, variant)
 
 
@@ -271,6 +278,7 @@ def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -
         "relu_bf16_2x32x7x7",
         "add_bf16_2x32x7x7",
         "avg_pool_bf16_2x32x7x7",
+        "conv2d_bf16_2x32x7x7",  # both 3x3 convolutions
     }
     batch_norm = cards["batch_norm_bf16_2x32x7x7"]
     assert (
@@ -279,7 +287,7 @@ def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -
     assert cards["avg_pool_bf16_2x32x7x7"].family == "pooling" and cards["avg_pool_bf16_2x32x7x7"].template
     assert cards["relu_bf16_2x32x7x7"].calls == 2
     for variant in cards.values():
-        if variant.family != "matmul":  # its transposed operands are rebuilt in tests/capture/test_matmul.py
+        if variant.family not in ("matmul", "convolution"):  # rebuilt in test_matmul.py and test_vendor_cards.py
             check_card(root, variant)
 
 
@@ -325,7 +333,7 @@ def test_unsupported_variants_say_why(
     views = {v.steps[0].op for v in decoder[0].variants if v.status == "no-kernel"}
     assert {"aten.view.default", "aten.transpose.int", "aten._unsafe_view.default"} <= views
     conv = [v for v in diffusion[0].variants if v.steps[0].op == "aten.convolution.default"]
-    assert conv and conv[0].reason.startswith("a convolution")
+    assert conv and all(v.status == "card" and v.family == "convolution" for v in conv)  # its 3x3 convolutions
 
 
 def test_the_manifest_describes_every_call(decoder: tuple[CaptureManifest, Path]) -> None:

@@ -153,7 +153,8 @@ def test_show_prints_the_ranked_table(
     lines = shown.splitlines()
     row = {name: next(k for k, line in enumerate(lines) if name in line) for name in ("group_norm_bf16", "convolution")}
     assert row["group_norm_bf16"] < row["convolution"]  # carded variants first, by expected saving
-    assert "a convolution (cuDNN)" in shown and "views and allocations" in shown and "expected saving" in shown
+    assert "broadcast operands" in shown and "views and allocations" in shown and "expected saving" in shown
+    assert "convolution card: no template yet (LLM proposers only)" in shown
     assert "CPU capture" in shown
     code, shown = run(["capture", "--show", str(tmp_path)], capsys)
     assert code == 2 and "no capture manifest here" in shown

@@ -164,7 +164,7 @@ def test_nothing_worth_searching_is_a_report_not_a_failure(
     report = json.loads(out)
     assert report["results"] == [] and report["projected_saving"] == 0 and not report["comparable"]
     assert report["note"].startswith("nothing worth searching: every carded variant (")
-    assert "; the time is in variants without a card: " in report["note"] and "(a convolution" in report["note"]
+    assert "variants without a card" not in report["note"]  # its convolutions are carded: every kernel is
     carded = {v.id for v in manifest.variants if v.status == "card"}
     skipped = {s["variant"]: s["reason"] for s in report["skipped"]}
     assert set(skipped) == carded  # batch norm too: no proposer can win time that is not there
