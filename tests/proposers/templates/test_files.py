@@ -84,6 +84,7 @@ def test_the_wheel_carries_every_cuda_file_and_renders_as_the_checkout(tmp_path:
     shipped = {f"{p.package.replace('.', '/')}/cuda/{name}" for p in PACKAGES for name in p.names()}
     assert all(any(name.endswith(".cu") for name in p.names()) for p in PACKAGES)
     assert shipped <= names
+    assert "kernelforge_tui/cast/cpp/launcher.cpp" in names  # the compiled launcher is built from the installed file
     code = (
         "import sys; from kernelforge_tui.cuda_files import CudaFiles; import kernelforge_tui as k; print(k.__file__); "
         "print(''.join(CudaFiles(p).read(n) for p, n in zip(sys.argv[1::2], sys.argv[2::2])), end='')"
