@@ -170,7 +170,7 @@ class Replay:
         import torch
 
         launch = runner.entry.launch
-        if any(arg.tensor_map is not None for arg in launch.args):
+        if any(getattr(arg, "tensor_map", None) is not None for arg in launch.args):
             return False  # the C++ replay passes raw pointers; a map is encoded per launch on the Python path
         inputs = len(placed)
         params: list[int] = []
