@@ -245,3 +245,11 @@ def test_convolution_and_attention_are_held_against_the_matrix_ceiling() -> None
     assert slow.speedup == pytest.approx(900.0 / (flops / 700e6 + 2.0)) and "cuDNN" in slow.how
     prior = estimate(family="attention", **common, per_call_us=900.0, copy_gbps=None, dtype="bfloat16")
     assert prior.speedup == 1.0 and "flash attention" in prior.how
+
+
+def test_a_manifest_that_says_transposed_still_loads() -> None:
+    """Captures written before `Binding.order` said `transposed: true` for a matrix operand's swapped view."""
+    old = {"tensor": "b", "role": "input", "step": 0, "path": "args[1]", "op_shape": [4, 8, 3], "card_shape": [4, 3, 8]}
+    binding = Binding.model_validate({**old, "transposed": True})
+    assert binding.order == [0, 2, 1] and binding.transposed
+    assert Binding.model_validate({**old, "transposed": False}).order == []
