@@ -18,6 +18,9 @@ the alignment (one modulo each); the output is `torch.empty_like` of an input of
 prepared argument block and makes one driver call with prepared arguments (`driver.ctypes_launcher`). A refused
 signature costs the same lookup before the original kernel. A call the hot path does not take (keywords, a new
 signature, a misaligned pointer) goes through the full guard (`KernelRunner.check`), which says why it refuses.
+Where the compiled launcher is built (`cast.launcher`), a C++ kernel in front of this one replays these decisions
+without entering Python (a hit's launch, a refusal's original kernel) and hands it only what it has not seen; its
+counts are settled into these counters when they are read (`KERNELFORGE_CAST_LAUNCHER=off`: the Python path only).
 
 Trust: a package is used only with a stamp that matches its contents and every member's sha256 checked, all at
 `load()`, and only on a machine like the one it was verified on (architecture, driver major, CUDA, torch); anything
