@@ -785,7 +785,7 @@ def _in_order(names: list[str], order: tuple[int, ...]) -> list[str | int]:
 
 
 def _convolution(step: Step) -> CardPlan:
-    """y = conv(x, w) (+ bias) of aten.convolution, 1-d or 2-d, each tensor in the layout the call had (NCHW,
+    """y = conv(x, weight) (+ bias) of aten.convolution, 1-d or 2-d, each tensor in the layout the call had (NCHW,
     channels-last), stride, padding, dilation and groups as captured; the reference is the call itself."""
     x, w, y = _tensor(step, "args[0]", "input"), _tensor(step, "args[1]", "weight"), _output(step, 0)
     if _value(step, "args[6]"):
@@ -801,7 +801,8 @@ def _convolution(step: Step) -> CardPlan:
         numbers = [v for v in value if isinstance(v, int)]
         scalars[name] = (numbers[0] if spatial == 2 else height, numbers[-1])  # a 1-d convolution has h = 1
     groups = _value(step, "args[8]")
-    assert isinstance(groups, int)
+    if not isinstance(groups, int):
+        raise Refuse(f"groups {groups!r}: a convolution card takes an integer")
     names = {"x": ["n", "c", "h", "w"], "w": ["o", "cg", "kh", "kw"], "y": ["n", "o", "oh", "ow"]}
     if spatial == 1:
         names = {key: [v for k, v in enumerate(dims) if k != 2] for key, dims in names.items()}
@@ -847,7 +848,7 @@ def _convolution(step: Step) -> CardPlan:
         source=source,
         plan=launch,
         what=(
-            f"y = conv{spatial}d(x, w){' + bias' if conv.bias else ''} ({kernel} kernel, stride "
+            f"y = conv{spatial}d(x, weight){' + bias' if conv.bias else ''} ({kernel} kernel, stride "
             f"{_value(step, 'args[3]')}, padding {_value(step, 'args[4]')}, dilation {_value(step, 'args[5]')}, "
             f"groups {groups}) of x {x.shape} into y {y.shape}; {layouts}"
         ),
