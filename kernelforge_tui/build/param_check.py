@@ -1,4 +1,4 @@
-"""The entry's parameter list against the launch plan's arguments: count, pointer versus scalar, scalar type.
+"""The entry's parameter list against the launch plan's arguments: count, pointer, tensor map or scalar, scalar type.
 
 Why: the harness packs each argument as the plan types it, so a plan that passes a 64-bit size where the
 kernel reads a 32-bit int, or a size where it reads a pointer, would run and read the wrong bits; here it is
@@ -32,6 +32,9 @@ _NAMED_SCALARS = {
     "char": "int8",
 }
 """Parameter types a plan can be compared with, as the plan's scalar type names (Linux LP64 widths)."""
+MAP_TYPES = frozenset({"CUtensorMap", "CUtensorMap_st", "TmaDescriptor", "cute::TmaDescriptor"})
+"""How a kernel spells the 128-byte TMA map a plan's `tensor_maps` entry passes by value."""
+MAP_DECLARATION = "const __grid_constant__ CUtensorMap"
 
 
 class _Parameter(BaseModel):
@@ -39,7 +42,7 @@ class _Parameter(BaseModel):
 
     name: str
     declared: str
-    kind: Literal["pointer", "scalar", "other"]
+    kind: Literal["pointer", "scalar", "map", "other"]
     scalar_type: str = ""
     why: str = ""
 
@@ -59,6 +62,12 @@ def _parameter(node: Node) -> _Parameter:
         return _Parameter(name=name, declared=declared, kind="other", why="a tensor is a single device pointer")
     if levels == 1:
         return _Parameter(name=name, declared=declared, kind="pointer")
+    words = declared.split()
+    if any(w.removeprefix("::") in MAP_TYPES for w in words):
+        if "__grid_constant__" not in words or "const" not in words:
+            why = f"a TMA reads its map in the kernel's parameter space: declare it `{MAP_DECLARATION} {name}`"
+            return _Parameter(name=name, declared=declared, kind="other", why=why)
+        return _Parameter(name=name, declared=declared, kind="map")
     scalar = _scalar_type(node_text(type_node) if type_node is not None else "")
     if scalar is None:
         why = "a plan passes int, unsigned, long long, unsigned long long (or the <stdint.h> names) and float"
@@ -101,13 +110,18 @@ def check_arguments(entry: str, parameters: Node, args: Sequence[ResolvedArg], w
     problems: list[SourceProblem] = []
     nodes = [p for p in parameters.named_children if p.type == "parameter_declaration"]
     for index, (node, parameter, arg) in enumerate(zip(nodes, declared, args, strict=True), start=1):
-        passed = (
-            f"tensor '{arg.name}' (a device pointer)" if arg.kind == "tensor" else f"'{arg.name}' as {arg.scalar_type}"
-        )
+        passed = {
+            "tensor": f"tensor '{arg.name}' (a device pointer)",
+            "tensor_map": f"a tensor map of '{arg.name}' (a CUtensorMap, by value)",
+        }.get(arg.kind, f"'{arg.name}' as {arg.scalar_type}")
         head = f"parameter {index} '{parameter.name}' ({parameter.declared}) receives {passed}"
         message = ""
         if parameter.kind == "other":
             message = f"{head}: {parameter.why}"
+        elif arg.kind == "tensor_map" and parameter.kind != "map":
+            message = f"{head}: declare it `{MAP_DECLARATION} {parameter.name}`"
+        elif parameter.kind == "map" and arg.kind != "tensor_map":
+            message = f"{head}: a map parameter receives one of the plan's tensor_maps"
         elif arg.kind == "tensor" and parameter.kind != "pointer":
             message = f"{head}: declare it as a pointer, or pass a size in the plan"
         elif arg.kind == "scalar" and parameter.kind == "pointer":

@@ -11,7 +11,16 @@ import re
 from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from kernelforge_tui.cards import expr
 from kernelforge_tui.cards.chain import Chain
@@ -230,11 +239,30 @@ class Reference(Strict):
 SCALAR_TYPES = {"i32": "int32", "i64": "int64", "u32": "uint32", "u64": "uint64", "f32": "float32"}
 
 
+class TensorMapSpec(Strict):
+    """A TMA tensor map the harness encodes over one of the card's tensors (cuTensorMapEncodeTiled) and passes by
+    value: a 128-byte CUtensorMap, which the kernel takes as `const __grid_constant__ CUtensorMap`.
+
+    The candidate says only how it copies: the box, the shared-memory swizzle and the L2 promotion. The element type,
+    the base address, the extent and the strides are the tensor's own (cards.plan.resolve), so a copy through the map
+    cannot reach outside it. Dims count innermost first, the tensor's contiguous dim being the first; a box longer than
+    the tensor's rank adds outer dims of extent 1 (CUTLASS maps a matrix as a batch of one)."""
+
+    tensor: str
+    box: list[int] = Field(min_length=1, max_length=5)
+    """Elements of one copy along each dim, innermost first (1..256 each)."""
+    swizzle: Literal[0, 32, 64, 128] = 0
+    """Bytes of the shared-memory swizzle span (0: none); the box's inner row must fit in it."""
+    l2_promotion: Literal[0, 64, 128, 256] = 128
+    """Bytes the L2 fetches per miss (0: no promotion)."""
+
+
 class LaunchPlan(Strict):
     """How to launch a candidate: data, never host code.
 
-    `args` binds kernel parameters in order: a tensor name passes its device pointer; anything else is
-    an integer formula over the sizes, optionally typed with a suffix (`cols:i64`; default `i32`).
+    `args` binds kernel parameters in order: a tensor name passes its device pointer; a name of `tensor_maps` passes
+    that map by value, encoded by the harness over the launch's own tensor; anything else is an integer formula over
+    the sizes, optionally typed with a suffix (`cols:i64`; default `i32`).
     """
 
     entry: str
@@ -242,6 +270,16 @@ class LaunchPlan(Strict):
     block: list[Expr] = Field(min_length=1, max_length=3)
     shared_bytes: Expr = 0
     args: list[str]
+    tensor_maps: dict[str, TensorMapSpec] = Field(default_factory=dict)
+    """Argument name -> the TMA map it passes."""
+
+    @model_serializer(mode="wrap")
+    def _without_empty_maps(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """A plan without maps serialises as before they existed, so its candidates' identities stay themselves."""
+        data: dict[str, object] = handler(self)
+        if not self.tensor_maps:
+            data.pop("tensor_maps", None)
+        return data
 
     @field_validator("entry")
     @classmethod

@@ -8,9 +8,19 @@ from typing import Literal
 from pydantic import BaseModel, ValidationError
 
 from kernelforge_tui.cards import expr
+from kernelforge_tui.cards.dtypes import NUMPY
 from kernelforge_tui.cards.errors import CardError, from_validation_error, read_toml
-from kernelforge_tui.cards.model import SCALAR_TYPES, LaunchPlan, OperatorCard
+from kernelforge_tui.cards.model import SCALAR_TYPES, LaunchPlan, OperatorCard, TensorMapSpec
 from kernelforge_tui.errors import FieldError
+from kernelforge_tui.tensor_maps import (
+    MAX_BOX,
+    MAX_TMA_DIM,
+    TMA_ALIGNMENT,
+    TMA_DATA_TYPES,
+    TMA_L2_PROMOTION,
+    TMA_SWIZZLE,
+    TensorMap,
+)
 
 MAX_THREADS_PER_BLOCK = 1024
 MAX_BLOCK_DIM = (1024, 1024, 64)
@@ -22,10 +32,12 @@ MAX_SHARED_BYTES = 227 * 1024
 class ResolvedArg(BaseModel):
     """One kernel parameter with its concrete value."""
 
-    kind: Literal["tensor", "scalar"]
+    kind: Literal["tensor", "scalar", "tensor_map"]
     name: str
+    """The tensor (of a tensor or a tensor map), or the scalar's formula."""
     scalar_type: str = ""
     value: int = 0
+    tensor_map: TensorMap | None = None
 
 
 class ResolvedLaunch(BaseModel):
@@ -68,12 +80,92 @@ def _dims(plan: LaunchPlan, field: str, values: list[str | int], sizes: dict[str
     return numbers[0], numbers[1], numbers[2]
 
 
+def tensor_map(plan: LaunchPlan, name: str, spec: TensorMapSpec, card: OperatorCard) -> TensorMap:
+    """The map `name` of the plan over its tensor: extent and strides from the card, never from the plan; PlanError
+    for a box, swizzle or tensor the TMA cannot take."""
+    field = f"tensor_maps.{name}"
+    tensors = {t.name: t for t in [*card.inputs, *card.outputs]}
+    tensor = tensors.get(spec.tensor)
+    if tensor is None:
+        raise PlanError(
+            plan.entry,
+            f"{field}.tensor",
+            f"{spec.tensor!r} is not a tensor of the card",
+            f"map one of {sorted(tensors)}",
+        )
+    if tensor.dtype not in TMA_DATA_TYPES:
+        raise PlanError(
+            plan.entry,
+            f"{field}.tensor",
+            f"a TMA copies no {tensor.dtype}",
+            f"map a tensor of {sorted(TMA_DATA_TYPES)}",
+        )
+    shape = tensor.dims(card.sizes)[::-1] or (1,)
+    if len(spec.box) < len(shape):
+        raise PlanError(
+            plan.entry,
+            f"{field}.box",
+            f"{len(spec.box)} dims for a tensor of rank {len(shape)}",
+            f"give one box size per dim of {spec.tensor}, innermost first (its extent that way is {list(shape)})",
+        )
+    if any(not 1 <= b <= MAX_BOX for b in spec.box):
+        raise PlanError(
+            plan.entry,
+            f"{field}.box",
+            f"{spec.box} has a size outside 1..{MAX_BOX}",
+            "split the copy into boxes of at most 256",
+        )
+    element = NUMPY[tensor.dtype].itemsize
+    inner = spec.box[0] * element
+    if inner % TMA_ALIGNMENT:
+        raise PlanError(
+            plan.entry, f"{field}.box.0", f"the inner row of a box is {inner} bytes", "make it a multiple of 16 bytes"
+        )
+    if spec.swizzle and inner > spec.swizzle:
+        raise PlanError(
+            plan.entry,
+            f"{field}.box.0",
+            f"the inner row of a box is {inner} bytes, wider than the {spec.swizzle}-byte swizzle",
+            f"copy at most {spec.swizzle // element} elements per row, or swizzle wider",
+        )
+    if max(shape) > MAX_TMA_DIM:
+        raise PlanError(plan.entry, field, f"{spec.tensor} has a dim over 2**32 elements", "copy it without TMA")
+    dims = [*shape, *[1] * (len(spec.box) - len(shape))]
+    strides: list[int] = []
+    step = element
+    for dim in dims[:-1]:
+        step *= dim
+        strides.append(step)
+    for k, stride in enumerate(strides[: len(shape) - 1]):
+        if stride % TMA_ALIGNMENT:
+            raise PlanError(
+                plan.entry,
+                field,
+                f"{spec.tensor}'s dim {k + 1} (innermost first) has a stride of {stride} bytes",
+                "a TMA map needs strides that are multiples of 16 bytes: refuse the card or copy without TMA",
+            )
+    strides = [-(-s // TMA_ALIGNMENT) * TMA_ALIGNMENT for s in strides]  # an outer dim of extent 1 moves nowhere
+    return TensorMap(
+        tensor=spec.tensor,
+        data_type=TMA_DATA_TYPES[tensor.dtype],
+        element_bytes=element,
+        dims=tuple(dims),
+        strides=tuple(strides),
+        box=tuple(spec.box),
+        swizzle=TMA_SWIZZLE[spec.swizzle],
+        l2_promotion=TMA_L2_PROMOTION[spec.l2_promotion],
+    )
+
+
 def _arg(plan: LaunchPlan, index: int, card: OperatorCard) -> ResolvedArg:
     text = plan.args[index]
     field = f"args.{index}"
     tensors = [t.name for t in [*card.inputs, *card.outputs]]
     if text in tensors:
         return ResolvedArg(kind="tensor", name=text)
+    if text in plan.tensor_maps:
+        made = tensor_map(plan, text, plan.tensor_maps[text], card)
+        return ResolvedArg(kind="tensor_map", name=made.tensor, tensor_map=made)
     formula, _, suffix = text.partition(":") if ":" in text else (text, "", "i32")
     if suffix not in SCALAR_TYPES:
         raise PlanError(
@@ -120,6 +212,12 @@ def resolve(plan: LaunchPlan, card: OperatorCard) -> ResolvedLaunch:
         raise PlanError(
             plan.entry, "shared_bytes", f"{shared} is outside 0..{MAX_SHARED_BYTES}", "use less shared memory"
         )
+    clash = sorted(set(plan.tensor_maps) & ({t.name for t in [*card.inputs, *card.outputs]} | set(card.sizes)))
+    if clash:
+        raise PlanError(plan.entry, "tensor_maps", f"{clash} name a tensor or size of the card", "name each map apart")
+    unused = sorted(set(plan.tensor_maps) - set(plan.args))
+    if unused:
+        raise PlanError(plan.entry, "tensor_maps", f"{unused} are passed by no argument", "pass each map in args")
     args = [_arg(plan, i, card) for i in range(len(plan.args))]
     return ResolvedLaunch(entry=plan.entry, grid=grid, block=block, shared_bytes=shared, args=args)
 

@@ -29,7 +29,7 @@ from pydantic import Field
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
 from kernelforge_tui.cards.plan import ResolvedLaunch
 from kernelforge_tui.cast.driver import driver
-from kernelforge_tui.cast.manifest import LaunchArg
+from kernelforge_tui.cast.manifest import launch_arg
 from kernelforge_tui.suite.vendor_timing import (
     VendorCall,
     VendorReply,
@@ -91,14 +91,14 @@ def kernel_call(prepared: VendorCall, request: BesideRequest) -> tuple[Callable[
         for t in spec.outputs
     }
     tensors = {**prepared.tensors, **outputs}
-    missing = [a.name for a in launch.args if a.kind == "tensor" and a.name not in tensors]
+    args = [launch_arg(a) for a in launch.args]
+    missing = [a.name for a in args if a.kind == "tensor" and a.name not in tensors]
     if missing:
         raise ValueError(f"the launch names tensors the card does not have: {', '.join(missing)}")
     device = torch.cuda.current_device()
     binding = driver()
-    args = [LaunchArg.model_validate(a.model_dump()) for a in launch.args]
     function = binding.load(device, request.cubin.read_bytes(), launch.entry, launch.shared_bytes, args)
-    pointers = [int(tensors[a.name].data_ptr()) for a in launch.args if a.kind == "tensor"]
+    pointers = [int(tensors[a.name].data_ptr()) for a in args if a.kind == "tensor"]
     stream = int(torch.cuda.current_stream(device).cuda_stream)
 
     def run() -> None:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from kernelforge_tui.cast.manifest import CastError, LaunchArg
+from kernelforge_tui.tensor_maps import MAP_ALIGNMENT, MAP_BYTES, TensorMap, TensorMapError, encode, struct_format
 
 CTYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
     "int32": ctypes.c_int32,
@@ -74,19 +75,38 @@ MAX_THREADS = 256
 """Argument blocks kept per kernel, one per thread (a program that makes threads without end starts over)."""
 
 
+def map_over(spec: TensorMap, pointer: int) -> bytes:
+    """The map over the tensor at `pointer` (which the guard admitted in the card's shape, so it holds what the map
+    spans); CastError where the driver cannot encode it."""
+    try:
+        return encode(spec, pointer, spec.nbytes)
+    except TensorMapError as exc:
+        raise CastError(f"cannot launch: {exc}") from None
+
+
 class _Block:
-    """One argument block for cuLaunchKernel: the tensors' pointers in one array, the scalars (fixed at export), and
-    the void* array pointing at each parameter in order."""
+    """One argument block for cuLaunchKernel: the tensors' pointers in one array, the scalars (fixed at export), a
+    64-byte aligned slot per tensor map, and the void* array pointing at each parameter in order."""
 
     def __init__(self, args: Sequence[LaunchArg]) -> None:
         count = sum(1 for a in args if a.kind == "tensor")
         self.pointers: ctypes.Array[Any] = (ctypes.c_uint64 * max(1, count))()
         """Rewritten before each launch (`pointers[:] = [...]`: one assignment, and the count must match)."""
         self.scalars: list[ctypes._SimpleCData[Any]] = []
+        self.maps: list[tuple[int, TensorMap, int]] = []
+        """(index among the pointers, map, slot address): the map is encoded into its slot from that pointer before
+        each launch (`encode_maps`)."""
+        self._slots = ctypes.create_string_buffer(MAP_BYTES * sum(1 for a in args if a.tensor_map) + MAP_ALIGNMENT)
+        slot = -(-ctypes.addressof(self._slots) // MAP_ALIGNMENT) * MAP_ALIGNMENT
         addresses: list[int] = []
         tensor = 0
         for arg in args:
-            if arg.kind == "tensor":
+            if arg.tensor_map is not None:
+                self.maps.append((tensor, arg.tensor_map, slot))
+                addresses.append(slot)
+                slot += MAP_BYTES  # a multiple of the alignment
+                tensor += 1
+            elif arg.kind == "tensor":
                 addresses.append(ctypes.addressof(self.pointers) + tensor * ctypes.sizeof(ctypes.c_uint64))
                 tensor += 1
             else:
@@ -98,6 +118,12 @@ class _Block:
         self.handle = ctypes.c_void_p(self.address)
         """The `kernelParams` argument, made once."""
 
+    def encode_maps(self, pointers: Sequence[int]) -> None:
+        """Each tensor map of the launch encoded over its tensor's pointer (the guard admitted its shape, so the
+        tensor holds what the map spans): a map holds its tensor's address."""
+        for index, spec, slot in self.maps:
+            ctypes.memmove(slot, map_over(spec, pointers[index]), MAP_BYTES)
+
 
 class _Params:
     """A kernel's argument blocks, one per thread: the driver copies the arguments when it enqueues a launch, so a
@@ -107,6 +133,8 @@ class _Params:
     def __init__(self, args: Sequence[LaunchArg]) -> None:
         self.args = tuple(args)
         self.blocks: dict[int, _Block] = {}
+        self.maps = any(a.tensor_map is not None for a in args)
+        """Whether a launch encodes tensor maps (`_Block.encode_maps`) after writing its pointers."""
 
     def block(self) -> _Block:
         """This thread's block."""
@@ -180,6 +208,7 @@ def ctypes_launcher(
     call = raw.function
     function = ctypes.c_void_p(handle)
     blocks = params.blocks
+    maps = params.maps
     ident = threading.get_ident
     per_stream: dict[int, Any] = {}
     """Stream handle -> a pointer to its launch config (cuLaunchKernelEx; the pointer object holds the config, so a
@@ -205,6 +234,8 @@ def ctypes_launcher(
             if own is None:
                 own = params.block()
             own.pointers[:] = pointers
+            if maps:
+                own.encode_maps(pointers)
             error = call(config, function, own.handle, None)
             if error:
                 on_error(error, stream, pointers)
@@ -223,6 +254,8 @@ def ctypes_launcher(
         if own is None:
             own = params.block()
         own.pointers[:] = pointers
+        if maps:
+            own.encode_maps(pointers)
         error = call(function, gx, gy, gz, bx, by, bz, shared, handle_of_stream, own.handle, None)
         if error:
             on_error(error, stream, pointers)
@@ -356,6 +389,7 @@ class CudaBindings:
         function's context."""
         params = function.params.block()
         params.pointers[:] = list(pointers)
+        params.encode_maps(pointers)
         (error,) = self.cu.cuLaunchKernel(function.handle, *grid, *block, shared_bytes, stream, params.address, 0)
         if error != self._success and int(error) in RETRY_ERRORS:
             # No context, or another one, is current on this thread: launch in torch's, then give the thread back
@@ -373,6 +407,13 @@ class CudaBindings:
 
     def driver_version(self) -> int:
         return int(self._check(self.cu.cuDriverGetVersion(), "cuDriverGetVersion"))
+
+
+def _pycuda_code(arg: LaunchArg) -> str:
+    """The argument's code in pycuda's parameter buffer (`tensor_maps.struct_format`)."""
+    if arg.tensor_map is not None:
+        return "map"
+    return "P" if arg.kind == "tensor" else PYCUDA_CODES[arg.scalar_type]
 
 
 class PyCuda:
@@ -394,13 +435,13 @@ class PyCuda:
             function = module.get_function(entry)
             if shared_bytes > MAX_STATIC_SHARED:
                 function.set_attribute(self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, shared_bytes)
-            function.prepare("".join("P" if a.kind == "tensor" else PYCUDA_CODES[a.scalar_type] for a in args))
+            function.prepare(struct_format([_pycuda_code(a) for a in args]))
         except self.drv.Error as exc:
             raise CastError(f"pycuda could not load {entry}: {exc}") from None
         finally:
             context.pop()
         template = [None if a.kind == "tensor" else CTYPES[a.scalar_type](a.value).value for a in args]
-        return (function, context, module, template)
+        return (function, context, module, template, [a.tensor_map for a in args if a.kind == "tensor"])
 
     def launch(
         self,
@@ -413,8 +454,10 @@ class PyCuda:
     ) -> None:
         if stream != 0:
             raise LaunchUnsupported("torch's current stream is not the default stream, and pycuda launches only there")
-        kernel, context, _, template = function
-        tensors = iter(pointers)
+        kernel, context, _, template, maps = function
+        tensors = iter(
+            p if spec is None else map_over(spec, p) for p, spec in zip(pointers, maps, strict=True)
+        )
         values = [next(tensors) if value is None else value for value in template]
         try:
             kernel.prepared_call(grid, block, *values, shared_size=shared_bytes)

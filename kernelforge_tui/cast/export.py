@@ -46,11 +46,11 @@ from kernelforge_tui.cast.manifest import (
     KernelFiles,
     Latency,
     Launch,
-    LaunchArg,
     PackageSource,
     PerForward,
     Provenance,
     Tolerance,
+    launch_arg,
     sha256,
     write_package,
 )
@@ -288,7 +288,7 @@ def make_entry(
         grid=resolved.grid,
         block=resolved.block,
         shared_bytes=resolved.shared_bytes,
-        args=[LaunchArg(kind=a.kind, name=a.name, scalar_type=a.scalar_type, value=a.value) for a in resolved.args],
+        args=[launch_arg(a) for a in resolved.args],
     )
     base = f"kernels/{kernel_id}"
     files: dict[str, bytes] = {

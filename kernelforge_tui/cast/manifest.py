@@ -11,8 +11,8 @@ stamp carries a digest over the manifest and every member (`content_digest`); it
 that the contents are the ones stamped (an edit after verification, or a stamp typed into the JSON, is refused),
 not who stamped them.
 
-Only the standard library, pydantic and `kernelforge_tui.atomic` (standard library only) are imported here: the
-runtime (`cast.runtime`) reads packages with it.
+Only the standard library, pydantic, `kernelforge_tui.atomic` and `kernelforge_tui.tensor_maps` (both standard
+library and pydantic only) are imported here: the runtime (`cast.runtime`) reads packages with it.
 """
 
 from __future__ import annotations
@@ -25,11 +25,12 @@ import zlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kernelforge_tui.atomic import write_atomic
+from kernelforge_tui.tensor_maps import TensorMap
 
 FORMAT: Literal["kernelforge.cast"] = "kernelforge.cast"
 FormatVersion = Literal[2, 3]
@@ -176,6 +177,30 @@ class LaunchArg(Model):
     scalar_type: str = ""
     """int32, int64, uint32, uint64 or float32 for a scalar."""
     value: int | float = 0
+    tensor_map: TensorMap | None = None
+    """For a tensor the kernel takes as a TMA map: the map, encoded by the driver over the tensor of each launch (its
+    pointer is passed like any tensor's, and the guard admits only the card's shape, which the map spans)."""
+
+
+class ResolvedArgLike(Protocol):
+    """What `launch_arg` reads of a resolved plan's argument (cards.plan.ResolvedArg, not imported here)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def scalar_type(self) -> str: ...
+    @property
+    def value(self) -> int: ...
+    @property
+    def tensor_map(self) -> TensorMap | None: ...
+
+
+def launch_arg(arg: ResolvedArgLike) -> LaunchArg:
+    """A resolved plan's argument as the package launches it: a tensor map travels as its tensor, with the map."""
+    kind: Literal["tensor", "scalar"] = "scalar" if arg.kind == "scalar" else "tensor"
+    return LaunchArg(kind=kind, name=arg.name, scalar_type=arg.scalar_type, value=arg.value, tensor_map=arg.tensor_map)
 
 
 class Launch(Model):

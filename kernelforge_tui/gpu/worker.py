@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import numpy as np
 
+from kernelforge_tui import tensor_maps
 from kernelforge_tui.cards.directory import Arrays, Card, load_card, make_side_by_side
 from kernelforge_tui.cards.dtypes import FLOATING
 from kernelforge_tui.cards.model import InputSet, OperatorCard
@@ -61,7 +62,16 @@ HostMaker = Callable[[], tuple[Arrays, Arrays | None]]
 TIMED_BATCH = 10
 """Timed launches of each kernel between two waits for the GPU; their checks are read back together."""
 SCALAR_NUMPY = {"int32": np.int32, "int64": np.int64, "uint32": np.uint32, "uint64": np.uint64, "float32": np.float32}
-PREPARED_CODE = {"int32": "i", "int64": "q", "uint32": "I", "uint64": "Q", "float32": "f"}
+PREPARED_CODE = {
+    "tensor": "P",
+    "tensor_map": "map",
+    "int32": "i",
+    "int64": "q",
+    "uint32": "I",
+    "uint64": "Q",
+    "float32": "f",
+}
+"""Each argument's code in the kernel's parameter buffer (`tensor_maps.struct_format`), by scalar type or kind."""
 
 
 @dataclass
@@ -245,8 +255,9 @@ class Worker:
                 function.set_attribute(
                     self.drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, ref.launch.shared_bytes
                 )
-            types = "".join("P" if a.kind == "tensor" else PREPARED_CODE[a.scalar_type] for a in ref.launch.args)
-            function.prepare(types)
+            function.prepare(
+                tensor_maps.struct_format([PREPARED_CODE[a.scalar_type or a.kind] for a in ref.launch.args])
+            )
             state.kernels[key] = LoadedKernel(function=function, ref=ref, module=module)
         return state.kernels[key]
 
@@ -265,11 +276,14 @@ class Worker:
         state = self._state()
         values: list[Any] = []
         for arg in kernel.ref.launch.args:
-            if arg.kind == "tensor":
-                buffer = device_set.inputs.get(arg.name) or state.outputs[arg.name]
-                values.append(np.uintp(buffer.ptr))
-            else:
+            if arg.kind == "scalar":
                 values.append(SCALAR_NUMPY[arg.scalar_type](arg.value))
+                continue
+            buffer = device_set.inputs.get(arg.name) or state.outputs[arg.name]
+            if arg.tensor_map is None:
+                values.append(np.uintp(buffer.ptr))
+            else:  # encoded over this set's own buffer: a map holds its tensor's address
+                values.append(tensor_maps.encode(arg.tensor_map, buffer.ptr, buffer.nbytes))
         launch = kernel.ref.launch
         kernel.function.prepared_async_call(
             launch.grid, launch.block, self.gpu.stream, *values, shared_size=launch.shared_bytes
@@ -339,6 +353,8 @@ class Worker:
         except self.drv.Error as exc:
             reason = f"{type(exc).__name__}: {exc}"
             result = EvalResult(ok=False, failure=FailureKind.LAUNCH, reason=reason, fatal=True)
+        except tensor_maps.TensorMapError as exc:  # before any launch of the candidate: the context is sound
+            result = EvalResult(ok=False, failure=FailureKind.LAUNCH, reason=f"its plan's tensor map: {exc}")
         result.gpu_seconds = time.perf_counter() - started
         return result
 
