@@ -7,19 +7,23 @@ column-major to CUTLASS), `b` is [K, N] or [N, K] (nn.Linear's weight, read as b
 on a batched card, `y` is [(batch,) M, N]. An activation fused after the bias is named in the card's name
 (`addmm_gelu_...`, `mm_gelu_tanh_...`, `..._silu_...`, `..._relu_...`: capture's product chains).
 
-The kernel (cuda/gemm_sm90.cu) is CUTLASS's CollectiveBuilder sm90 warp-specialised mainloop with the cp.async
-producer (`KernelCpAsyncWarpSpecializedCooperative` or `...Pingpong`), the persistent tile scheduler and the
-direct-store epilogue, wrapped in an `extern "C"` entry that builds the kernel's Params on the device from the
-plan's pointers and sizes. Why cp.async and not TMA, and why the cluster stays 1x1: a TMA copy reads a tensor map
-that only the host driver encodes, and a candidate has no host code (the file's header says more). Parameters:
-`tile_m` x `tile_n` x `tile_k` (the CTA tile; stages fill the shared memory CUTLASS's StageCountAutoCarveout
-leaves), `schedule` (cooperative: two consumer warp groups split a tile; pingpong: they alternate tiles, one's
-epilogue under the other's mainloop) and `swizzle` (the scheduler's tile rasterisation swizzle, for L2 reuse).
+The kernel (cuda/gemm_sm90.cu) is CUTLASS's CollectiveBuilder sm90 warp-specialised mainloop, the persistent tile
+scheduler and the direct-store epilogue, wrapped in an `extern "C"` entry that builds the kernel's Params on the
+device from the plan's arguments. Its producer (`mainloop`) copies with TMA (`KernelTmaWarpSpecialized...`) through
+tensor maps of a and b that the harness encodes from the plan's `tensor_maps` (`operand_maps` derives the box and
+swizzle CUTLASS's make_tma_copy would build for the collective's shared layout; a test compares them with
+CUTLASS's own host code) and passes by value; or with cp.async (`KernelCpAsyncWarpSpecialized...`, no maps).
+Parameters: `tile_m` x `tile_n` x `tile_k` (the CTA tile; stages fill the shared memory CUTLASS's
+StageCountAutoCarveout leaves), `schedule` (cooperative: two consumer warp groups split a tile; pingpong: they
+alternate tiles, one's epilogue under the other's mainloop), `swizzle` (the scheduler's tile rasterisation swizzle,
+for L2 reuse), `mainloop` and `cluster_m` x `cluster_n` (TMA only: a cluster of two CTAs along M shares each tile
+of b by multicast, along N each tile of a).
 
 What it does not handle is refused here, never run: fp32 (TF32 sums fail the fp32 tolerance; the matmul template
-serves fp32), and an operand whose contiguous dim is not a multiple of 8 elements (cp.async copies 16 bytes, and a
-batch's start must stay 16-byte aligned). M, N and K tails are handled: the mainloop predicates its copies (zero
-fill) and the epilogue its stores, so K need not be a multiple of tile_k.
+serves fp32), and an operand whose contiguous dim is not a multiple of 8 elements (cp.async copies 16 bytes, a TMA
+map's strides are multiples of 16 bytes, and a batch's start must stay 16-byte aligned). M, N and K tails are
+handled: the cp.async mainloop predicates its copies (zero fill), a TMA reads zeros outside its map, and the
+epilogue predicates its stores, so K need not be a multiple of tile_k.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 from typing import ClassVar, Literal
 
 from kernelforge_tui.build.cutlass_headers import cutlass_problem, find_cutlass
-from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard, TensorMapSpec
 from kernelforge_tui.proposers.templates.common import (
     SM_COUNT,
     Lever,
@@ -53,6 +57,12 @@ ACTIVATIONS = {"relu": "ReLu", "silu": "SiLu", "gelu": "GELU", "gelu_tanh": "GEL
 """Activation in a card's name -> CUTLASS's functor (cutlass/epilogue/thread/activation.h; GELU_taylor is the tanh
 approximation, with tanh.approx)."""
 SCHEDULES = {"cooperative": "Cooperative", "pingpong": "Pingpong"}
+MAINLOOPS = {"tma": "KernelTmaWarpSpecialized", "cp_async": "KernelCpAsyncWarpSpecialized"}
+SWIZZLES = (128, 64, 32)
+"""The shared-memory swizzle spans (bytes) of CUTLASS's Hopper smem layout atoms, widest first."""
+ELEMENT_BYTES = 2
+L2_PROMOTION = 128
+"""What CUTLASS's make_tma_copy asks of the L2 (CU_TENSOR_MAP_L2_PROMOTION_L2_128B)."""
 
 
 class GemmParams(TemplateParams):
@@ -61,6 +71,9 @@ class GemmParams(TemplateParams):
     tile_k: int
     schedule: Literal["cooperative", "pingpong"]
     swizzle: int
+    mainloop: Literal["tma", "cp_async"]
+    cluster_m: int
+    cluster_n: int
 
 
 class GemmLayout(TemplateParams):
@@ -114,8 +127,29 @@ def alignment_problem(card: OperatorCard, layout: GemmLayout) -> str | None:
     return None
 
 
+def operand_maps(layout: GemmLayout, params: GemmParams) -> dict[str, TensorMapSpec]:
+    """The TMA maps of a and b as CUTLASS's make_tma_copy_{A,B}_sm90 builds them for the collective's shared layout
+    (sm90_mma_tma_gmma_ss_warpspecialized.hpp, copy_traits_sm90_tma.hpp): dims innermost first, with the batch
+    (extent 1 on an unbatched card) outermost. The smem atom of an operand is as wide as its tile's contiguous dim
+    allows, up to 128 bytes, and swizzles that span; one box is that row wide by the tile's other dim, and a
+    multicast operand's box is split among the CTAs of the cluster that share it (each loads its slice for all)."""
+    maps: dict[str, TensorMapSpec] = {}
+    operands = (
+        ("a", layout.a_row_major, params.tile_m, params.cluster_n),
+        ("b", not layout.b_row_major, params.tile_n, params.cluster_m),
+    )
+    for name, k_major, tile_mn, sharing in operands:
+        contiguous, other = (params.tile_k, tile_mn) if k_major else (tile_mn, params.tile_k)
+        swizzle = next(span for span in SWIZZLES if contiguous * ELEMENT_BYTES % span == 0)
+        maps[f"map_{name}"] = TensorMapSpec(
+            tensor=name, box=[swizzle // ELEMENT_BYTES, other // sharing, 1], swizzle=swizzle, l2_promotion=L2_PROMOTION
+        )
+    return maps
+
+
 class GemmSm90Template(Template[GemmParams]):
     name = "gemm_sm90"
+    version = 2
     families = ("matmul",)
     entry = "kf_gemm"
     levers: ClassVar[Levers] = {
@@ -153,12 +187,20 @@ class GemmSm90Template(Template[GemmParams]):
             "tile_k": (32, 64),
             "schedule": ("cooperative", "pingpong"),
             "swizzle": (1, 2, 4, 8),
+            "mainloop": ("tma", "cp_async"),
+            "cluster_m": (1, 2),
+            "cluster_n": (1, 2),
         }
 
     def params_type(self, card: OperatorCard) -> type[GemmParams]:
         return GemmParams
 
     def problem(self, card: OperatorCard, params: GemmParams) -> str | None:
+        cluster = params.cluster_m * params.cluster_n
+        if cluster > 2:
+            return f"a {params.cluster_m}x{params.cluster_n} cluster: 1x1, 2x1 or 1x2 here"
+        if cluster > 1 and params.mainloop != "tma":
+            return "a cluster shares tiles by TMA multicast: cp.async keeps the cluster 1x1"
         consumers = 256 if params.schedule == "cooperative" else 128
         if params.schedule == "cooperative" and params.tile_m < 128:
             return f"a cooperative tile splits its {params.tile_m} rows over two warp groups of 64: tile_m >= 128"
@@ -200,27 +242,52 @@ class GemmSm90Template(Template[GemmParams]):
             shared_bytes=SHARED_BYTES,
             element=ELEMENTS[dtype],
             activation=ACTIVATIONS.get(layout.activation, "Identity"),
-            kernel_schedule=f"KernelCpAsyncWarpSpecialized{SCHEDULES[params.schedule]}",
+            kernel_schedule=MAINLOOPS[params.mainloop] + SCHEDULES[params.schedule],
+            mainloop=params.mainloop,
+            tma=params.mainloop == "tma",
+            cluster_m=params.cluster_m,
+            cluster_n=params.cluster_n,
+            clustered=params.cluster_m * params.cluster_n > 1,
         )
         batch = "batch" if layout.batched else "1"
-        tiles = f"cdiv(M, {params.tile_m}) * cdiv(N, {params.tile_n}) * {batch}"
+        cm, cn = params.cluster_m, params.cluster_n
+        clusters = f"cdiv(M, {params.tile_m * cm}) * cdiv(N, {params.tile_n * cn}) * {batch}"
+        # a cluster's CTAs are neighbours in the grid: (CTAs along M, CLUSTER_N), the scheduler rasterising along M
+        grid: list[str | int] = (
+            [f"min({clusters}, {SM_COUNT // (cm * cn)}) * {cm}", cn]
+            if cm * cn > 1
+            else [f"min({clusters}, {SM_COUNT})"]
+        )
+        maps = operand_maps(layout, params) if params.mainloop == "tma" else {}
         plan = LaunchPlan(
             entry=self.entry,
-            grid=[f"min({tiles}, {SM_COUNT})"],
+            grid=grid,
             block=[THREADS],
             shared_bytes=SHARED_BYTES,
-            args=["a", "b", *(["bias"] if layout.bias else []), "y", "M", "N", "K", batch],
+            args=[*(maps or ["a", "b"]), *(["bias"] if layout.bias else []), "y", "M", "N", "K", batch],
+            tensor_maps=maps,
         )
         return source, plan
 
     def seed_params(self, card: OperatorCard) -> list[Params]:
-        """CUTLASS's usual Hopper bf16 picks first: 128x256x64 cooperative, 128x128x64 cooperative and pingpong, then
-        smaller tiles for small or skinny products (more tiles than SMs)."""
-        base: Params = {"tile_m": 128, "tile_n": 256, "tile_k": 64, "schedule": "cooperative", "swizzle": 1}
+        """CUTLASS's usual Hopper bf16 picks first, with TMA: 128x256x64 cooperative alone and in clusters of two
+        along M and along N, 128x128x64 pingpong and cooperative in a 2x1 cluster (more tiles than SMs, for small or
+        skinny products); then the cp.async mainloop's best (the same 128x256x64), to compare."""
+        base: Params = {
+            "tile_m": 128,
+            "tile_n": 256,
+            "tile_k": 64,
+            "schedule": "cooperative",
+            "swizzle": 1,
+            "mainloop": "tma",
+            "cluster_m": 1,
+            "cluster_n": 1,
+        }
         return [
             base,
-            {**base, "tile_n": 128},
+            {**base, "cluster_m": 2},
+            {**base, "cluster_n": 2},
             {**base, "tile_n": 128, "schedule": "pingpong"},
-            {**base, "tile_m": 64, "tile_n": 128, "schedule": "pingpong"},
-            {**base, "tile_n": 128, "swizzle": 4},
+            {**base, "tile_n": 128, "cluster_m": 2},
+            {**base, "mainloop": "cp_async"},
         ]

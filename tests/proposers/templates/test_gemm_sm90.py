@@ -56,7 +56,10 @@ def gemm_card(
 
 
 LINEAR = gemm_card(["M", "K"], ["N", "K"], {"M": 2048, "N": 5632, "K": 2048}, bias=True, name="linear_gelu_bf16")
-COOPERATIVE = GemmParams(tile_m=128, tile_n=128, tile_k=64, schedule="cooperative", swizzle=1)
+COOPERATIVE = GemmParams(
+    tile_m=128, tile_n=128, tile_k=64, schedule="cooperative", swizzle=1, mainloop="cp_async", cluster_m=1, cluster_n=1
+)
+TMA = COOPERATIVE.but(mainloop="tma")
 
 
 def test_the_card_says_each_operands_layout_by_the_order_of_its_dims() -> None:
