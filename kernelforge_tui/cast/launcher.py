@@ -26,11 +26,16 @@ import threading
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
 from kernelforge_tui.cast import driver as drivers
+
+if TYPE_CHECKING:
+    from collections import Counter
+
+    from kernelforge_tui.cast.runtime import KernelRunner
 
 ENV_LAUNCHER = "KERNELFORGE_CAST_LAUNCHER"
 """`off` (or 0, false, no): every overridden call takes the Python path, the compiled launcher is not built."""
@@ -136,8 +141,9 @@ class Replay:
         self.attached = False
         release = weakref.finalize(self, self.ops.release, self.id)
         release.atexit = False  # at exit the process takes everything with it
-        self.slots: list[tuple[Any, Any, str]] = []
-        """Per slot: (the runner whose hits it counts, None) and (the counter, the reason) a refusal is counted in."""
+        self.slots: list[tuple[KernelRunner | None, Counter[str], str]] = []
+        """Per slot of the C++ counters: (the runner whose hits it counts, its fallbacks, ""), or (None, the
+        counter and the reason a refusal is counted in)."""
         self._slot: dict[tuple[int, str], int] = {}
 
     def attach(self) -> None:
@@ -152,7 +158,8 @@ class Replay:
         self.ops.detach(self.id)
         self.attached = False
 
-    def slot(self, runner: Any, counter: Any, reason: str) -> int:
+    def slot(self, runner: KernelRunner | None, counter: Counter[str], reason: str) -> int:
+        """The slot counting a runner's hits (`reason` ''), or a refusal's calls."""
         key = (id(runner if runner is not None else counter), reason)
         found = self._slot.get(key)
         if found is None:
@@ -160,11 +167,11 @@ class Replay:
             self.slots.append((runner, counter, reason))
         return found
 
-    def refuse(self, counter: Any, reason: str) -> bool:
+    def refuse(self, counter: Counter[str], reason: str) -> bool:
         """The call being decided on this thread was refused: later calls of its signature run the original."""
         return bool(self.ops.refuse(self.id, self.slot(None, counter, reason)))
 
-    def admit(self, runner: Any, handle: int, device: int, placed: Sequence[tuple[int, int]]) -> bool:
+    def admit(self, runner: KernelRunner, handle: int, placed: Sequence[tuple[int, int]]) -> bool:
         """The call being decided on this thread was admitted: later calls of its signature launch the kernel
         `handle` (a CUfunction) from C++. `placed`: each guarded tensor's (stack position, alignment)."""
         import torch
@@ -198,14 +205,14 @@ class Replay:
             )
         )
 
-    def forget(self, runner: Any) -> None:
+    def forget(self, runner: KernelRunner) -> None:
         """The runner is disabled: its signatures go to the Python path again (which refuses them). Their calls
         so far stay to be drained."""
         for slot, (owner, _, _) in enumerate(self.slots):
             if owner is runner:
                 self.ops.forget(self.id, slot)
 
-    def drain(self) -> list[tuple[Any, Any, str, int]]:
+    def drain(self) -> list[tuple[KernelRunner | None, Counter[str], str, int]]:
         """The calls replayed since the last drain, per slot: (runner, counter, reason, calls)."""
         drained = list(self.ops.drain(self.id))
         return [(*self.slots[slot], calls) for slot, calls in zip(drained[::2], drained[1::2], strict=True)]

@@ -858,7 +858,7 @@ class _Override:
                     device = max(decided[0].get_device(), 0)
                     self.decisions[key] = (runner, device, runner.fallbacks, "")
                     if self.replay is not None and self.replay.attached:
-                        self.replay.admit(runner, runner.function_handle(device), device, runner.placed)
+                        self.replay.admit(runner, runner.function_handle(device), runner.placed)
         if runner is not None and not isinstance(decided, str):
             decided = runner.check(args, kwargs)
         if isinstance(decided, str):
