@@ -287,8 +287,9 @@ class Replay {
     if (call == nullptr || call->owner != this) {
       return false;  // not a call this kernel handed over (the Python path was called directly)
     }
+    call->owner = nullptr;  // one decision per call handed over
     entry->hash = call->hash;
-    entry->args = call->args;
+    entry->args = std::move(call->args);
     std::unique_lock<std::shared_mutex> guard(lock_);
     if (size_ >= kMaxEntries) {
       return false;
