@@ -54,8 +54,10 @@ def cache_root() -> Path:
 
 def _compiler() -> tuple[str, str] | str:
     """(the C++ compiler cpp_extension uses, its version line), or why there is none."""
-    from torch.utils import cpp_extension
-
+    try:
+        from torch.utils import cpp_extension
+    except ImportError as exc:  # it needs setuptools
+        return f"torch.utils.cpp_extension cannot be imported ({exc})"
     extension: Any = cpp_extension  # untyped
     name = str(extension.get_cxx_compiler())
     path = shutil.which(name)
