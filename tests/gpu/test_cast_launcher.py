@@ -101,8 +101,9 @@ def test_refused_signatures_and_a_misaligned_pointer_run_eager(tmp_path: Path) -
 def test_a_cuda_graph_captures_the_compiled_launch(tmp_path: Path) -> None:
     path = _package(tmp_path)
     x = torch.randn(*SHAPE, device="cuda", dtype=torch.bfloat16)
+    eager = torch.softmax(x, -1)
     with load(path) as cast:
-        _close(torch.softmax(x, -1), torch.softmax(x, -1))  # decided (and warm) outside the capture
+        _close(torch.softmax(x, -1), eager)  # decided (and warm) outside the capture
         _python_launch_fails(cast)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):  # on a capture stream of its own: the launch must go there
