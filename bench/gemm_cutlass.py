@@ -6,8 +6,12 @@ Two steps, so that the GPU machine spends its time timing, not compiling:
     python bench/gemm_cutlass.py run out/gemm_cubins --out OUT  # on the H200: proves and times them
 
 `build` renders the template (proposers/templates/gemm_sm90.py) for the cards of each case below with each of its
-seed configurations and builds them with the product's Builder (the sandbox, the CUTLASS include root, sm_90a),
-writing the cubins and manifest.json. `run` loads each cubin into torch's CUDA context with pycuda and, per case:
+seed configurations (TMA mainloops, alone and in clusters of two, and the cp.async mainloop's best) and builds them
+with the product's Builder (the sandbox, the CUTLASS include root, sm_90a), writing the cubins and manifest.json
+(each variant's resolved launch: grid, block, and its arguments, tensor maps included). `run` loads each cubin
+into torch's CUDA context with pycuda, launches it as the worker does (the parameter buffer laid out by
+`tensor_maps.struct_format`, each map encoded by `tensor_maps.encode` over the torch tensor launched on) and, per
+case:
 - checks every configuration's output against an fp32 product of the same bf16 inputs (torch, on the GPU), beside
   cuBLAS's own bf16 output against the same reference: the largest error over the reference's RMS, and the share of
   elements outside rtol 1.6e-2 (bf16's assert_close default) with atol 1e-2 x that RMS;
@@ -49,10 +53,11 @@ class Variant:
     case: str
     config: str
     cubin: str
-    grid: int
+    grid: list[int]
     block: int
     shared: int
-    args: list[str]
+    args: list[dict[str, Any]]
+    """The resolved launch's arguments (cards.plan.ResolvedArg as JSON)."""
 
 
 def card_of(case: dict[str, Any]) -> Any:
@@ -111,8 +116,9 @@ def build(out: Path) -> None:
             sys.exit(f"{case['name']} {config}: build failed\n{result.log[-3000:]}")
         name = f"{result.key[:16]}.cubin"
         (out / name).write_bytes(Path(result.cubin_path).read_bytes())
-        args = [a.name if a.kind == "tensor" else str(a.value) for a in launch.args]
-        variants.append(Variant(case["name"], config, name, launch.grid[0], launch.block[0], launch.shared_bytes, args))
+        args = [a.model_dump(mode="json") for a in launch.args]
+        grid = list(launch.grid)
+        variants.append(Variant(case["name"], config, name, grid, launch.block[0], launch.shared_bytes, args))
     manifest = {"cases": CASES, "variants": [v.__dict__ for v in variants]}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"{len(variants)} variants built ({len({v.cubin for v in variants})} distinct sources)")
@@ -123,6 +129,9 @@ def run(cubins: Path, out: Path) -> None:
     import pycuda.driver as drv
     import torch
     import torch.nn.functional as F
+
+    from kernelforge_tui.cards.plan import ResolvedArg
+    from kernelforge_tui.tensor_maps import encode, struct_format
 
     manifest = json.loads((cubins / "manifest.json").read_text())
     torch.manual_seed(0)
@@ -140,6 +149,8 @@ def run(cubins: Path, out: Path) -> None:
         modules.append(module)
         function = module.get_function("kf_gemm")
         function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, v["shared"])
+        codes = {"tensor": "P", "tensor_map": "map", "scalar": "i"}
+        function.prepare(struct_format([codes[a["kind"]] for a in v["args"]]))
         functions[v["cubin"]] = function
 
     def timed(fn: Any) -> float:
@@ -187,14 +198,20 @@ def run(cubins: Path, out: Path) -> None:
         for v in manifest["variants"]:
             if v["case"] != case["name"]:
                 continue
-            pointers = [np.uintp(tensors[x].data_ptr()) if x in tensors else None for x in v["args"]]
-            args = [
-                p if p is not None else (np.uintp(y.data_ptr()) if name == "y" else np.int32(int(name)))
-                for p, name in zip(pointers, v["args"], strict=True)
-            ]
+            args: list[Any] = []
+            for arg in map(ResolvedArg.model_validate, v["args"]):
+                if arg.kind == "scalar":
+                    args.append(np.int32(arg.value))
+                    continue
+                tensor = {**tensors, "y": y}[arg.name]
+                if arg.tensor_map is None:
+                    args.append(np.uintp(tensor.data_ptr()))
+                else:
+                    args.append(encode(arg.tensor_map, tensor.data_ptr(), tensor.numel() * tensor.element_size()))
 
             def launch(v: dict[str, Any] = v, args: list[Any] = args) -> None:
-                functions[v["cubin"]](*args, block=(v["block"], 1, 1), grid=(v["grid"], 1, 1), shared=v["shared"])
+                grid = tuple(v["grid"])
+                functions[v["cubin"]].prepared_call(grid, (v["block"], 1, 1), *args, shared_size=v["shared"])
 
             y.fill_(float("nan"))
             launch()
