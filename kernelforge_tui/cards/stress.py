@@ -298,6 +298,9 @@ class Family:
     """Stress values go into every input (elementwise ops), not only the first."""
     constant_largest: float = math.inf
     """The largest constant of an equal-rows row, where the operator's own formulation bounds it below `largest`."""
+    span: Callable[[OperatorCard, TensorSpec], int] | None = None
+    """The length of the sums that bound the magnitudes (`arithmetic`), where that is not the row the values are
+    written by: a convolution's window, cg * kh * kw, runs across rows of x."""
 
 
 NOT_SOFTMAX = "-inf is a mask only for softmax; nan-inf holds +-inf for the others"
@@ -348,6 +351,19 @@ and on a constant row rstd = 1/sqrt(eps) (316 at 1e-5), so x * rstd * w cancels 
 arithmetic's last bits: at 2^56 even a float64 reference loses b entirely (ulp(2^56 * 316) = 4096), while at
 2^30 its error stays near 1e-4, under every card's atol. Larger magnitudes are covered by `large`."""
 NONE_YET = "no stress inputs are written for this family yet"
+
+
+def _window(card: OperatorCard, tensor: TensorSpec) -> int:
+    """A convolution's sums: over cg input channels of a kh x kw window (kh is 1 for a 1-d one)."""
+    sizes = card.sizes
+    return sizes.get("cg", 1) * sizes.get("kh", 1) * sizes.get("kw", 1)
+
+
+SCORES_LOSE_ULPS = (
+    "large q makes large scores, and an fp32 score of 1e5 is off by its last bits, enough to move the softmax's "
+    "weights beyond the card's tolerance: no honest fp32 kernel agrees with the float64 reference there"
+)
+NOT_SCORES = "the softmax's -inf masks are not q's values: an attention mask is not carded"
 
 FAMILIES: dict[str, Family] = {
     "softmax": Family(
@@ -419,20 +435,43 @@ FAMILIES: dict[str, Family] = {
         row=_element,
         every_input=True,
     ),
+    "convolution": Family(
+        applies={
+            "large": "fp32 sums over the window (cg * kh * kw products) stay exact enough up to 2^-4 * FLT_MAX / "
+            "window; half-precision accumulators do not",
+            "tiny": "tiny and subnormal products: flushing subnormals to zero is within atol, anything worse is not",
+            "nan-inf": "a NaN or +-inf in x reaches every output whose window covers it, and no other (padding "
+            "reads zeros, not a neighbour's value)",
+        },
+        skips=SUMS_SKIPS,
+        arithmetic="sums",
+        span=_window,
+    ),
+    "attention": Family(
+        applies={
+            "tiny": "q near zero or subnormal: the scores are near 0, the output near the mean of v over the keys "
+            "a query sees; flushing subnormals must not matter",
+            "zero-rows": "a zero query scores every key 0: its output is exactly the mean of v over the keys it sees "
+            "(all of them, or the causal prefix)",
+        },
+        skips={
+            "large-logits": SCORES_LOSE_ULPS,
+            "large": SCORES_LOSE_ULPS,
+            "large-mean": SCORES_LOSE_ULPS,
+            "outliers": SCORES_LOSE_ULPS,
+            "max-finite": SCORES_LOSE_ULPS,
+            "equal-rows": "a constant q row scores keys by c * sum(k): large constants make large scores, and "
+            "zero-rows is the constant row that is exact",
+            "masked": NOT_SCORES,
+            "fully-masked": NOT_SCORES,
+            "nan-inf": "an inf in q makes scores of both signs' infinities, which the CPU's and CUDA's flash kernels "
+            "treat as masks or NaN differently: the operator does not say what such a row is",
+        },
+        arithmetic="dtype",
+    ),
     **{
         family: Family(applies={}, skips=dict.fromkeys(KINDS, NONE_YET), arithmetic="sums")
-        for family in (
-            "matmul",
-            "reduction",
-            "copy",
-            "scan",
-            "sparse",
-            "sort",
-            "spectral",
-            "convolution",
-            "attention",
-            "other",
-        )
+        for family in ("matmul", "reduction", "copy", "scan", "sparse", "sort", "spectral", "other")
     },
 }
 
@@ -502,8 +541,9 @@ def limits(card: OperatorCard, tensor: TensorSpec) -> Limits:
     """What one data tensor holds: its dtype's range, bounded by the family's fp32 (fp64 for fp64 data) sums."""
     dtype_max, smallest_normal, smallest_subnormal = float_limits(tensor.dtype)
     accumulator = max(F32_MAX, dtype_max)
-    row = FAMILIES[card.family].row(card, tensor)
-    arithmetic = FAMILIES[card.family].arithmetic
+    family = FAMILIES[card.family]
+    row = (family.span or family.row)(card, tensor)
+    arithmetic = family.arithmetic
     bound = {
         "dtype": dtype_max,
         "sums": accumulator / row / 16,

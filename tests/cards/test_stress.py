@@ -56,6 +56,22 @@ def small_card(family: str, dtype: str) -> OperatorCard:
         "pooling": ({"n": 3, "c": 16, "h": 7, "w": 7}, [("x", nchw)], ["n", "c"], "ref.py:avg_pool"),
         "stencil": ({"ny": 33, "nx": 65}, [("u", ["ny", "nx"])], ["ny", "nx"], "ref.py:stencil"),
         "elementwise": ({"n": 4099}, [("a", ["n"]), ("b", ["n"])], ["n"], "vector_add"),
+        "convolution": (
+            {"n": 2, "c": 6, "h": 5, "w": 7, "o": 4, "cg": 3, "kh": 3, "kw": 3, "oh": 5, "ow": 7, "groups": 2},
+            [("x", nchw), ("weight", ["o", "cg", "kh", "kw"])],
+            ["n", "o", "oh", "ow"],
+            "reference.py:reference",
+        ),
+        "attention": (
+            {"batch": 2, "heads": 3, "sq": 37, "sk": 41, "d": 12, "dv": 12},
+            [
+                ("q", ["batch", "sq", "heads", "d"]),
+                ("k", ["batch", "heads", "sk", "d"]),
+                ("v", ["batch", "heads", "sk", "dv"]),
+            ],
+            ["batch", "heads", "sq", "dv"],
+            "reference.py:reference",
+        ),
     }
     sizes, inputs, out_shape, function = layouts[family]
     return OperatorCard.model_validate(
@@ -121,6 +137,12 @@ def test_generators_keep_shapes_weights_and_seeds(family: str, kind: str, dtype:
     assert draw(card, kind, base)[card.inputs[0].name].tobytes() == arrays[card.inputs[0].name].tobytes()
     reseeded = card.model_copy(update={"stress": StressSpec(seed=8)})
     assert draw(reseeded, kind, base)[card.inputs[0].name].tobytes() != arrays[card.inputs[0].name].tobytes()
+
+
+def test_a_convolutions_magnitudes_are_bound_by_its_window_not_its_rows() -> None:
+    """Its sums run over cg * kh * kw products (27 here), across the rows of x the values are written by (7 wide)."""
+    card = small_card("convolution", "float32")
+    assert limits(card, card.inputs[0]).largest == float(np.finfo(F32).max) / 27 / 16
 
 
 def finite_rows(x: np.ndarray) -> bool:
