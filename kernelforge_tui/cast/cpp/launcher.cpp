@@ -382,7 +382,11 @@ class Replay {
     }
     void* stream = nullptr;
     if (on.is_cuda()) {
-      stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(on.device()).native_handle();
+      try {  // the current stream's cudaStream_t (torch 2.11 to 2.13 give it; a torch that does not: the Python path)
+        stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(on.device()).native_handle();
+      } catch (const c10::Error&) {
+        return false;
+      }
     }
     LaunchFunction launch_kernel = driver_launch();
     const unsigned* l = entry.launch;
