@@ -1050,6 +1050,8 @@ class Cast:
             return f"turned off by {launchers.ENV_LAUNCHER}={os.environ[launchers.ENV_LAUNCHER]}"
         if self.shadow_every:
             return "shadow mode compares hits with eager in Python"
+        if not self.overrides():
+            return "no kernel stands for an eager call (fused chains serve compiled graphs only)"
         try:
             plain = sorted({r.driver().name for r in self.runners if not launchers.gives_handles(r.driver())})
         except CastError as exc:
