@@ -276,6 +276,12 @@ def offset(order: tuple[int, ...], params: tuple[str, ...], extents: tuple[str, 
     return text
 
 
+def layouts(orders: dict[str, tuple[int, ...]]) -> str:
+    """How each tensor lies in memory, in words: row-major, channels-last, or its dims in memory order."""
+    words = {(): "row-major", (0, 2, 3, 1): "channels-last", (0, 2, 1): "channels-last"}
+    return ", ".join(f"{name} {words.get(order, f'dims in memory {list(order)}')}" for name, order in orders.items())
+
+
 @dataclass(frozen=True)
 class Convolution:
     """A captured convolution's scalars and its tensors' memory orders (`families._convolution`)."""
@@ -285,7 +291,7 @@ class Convolution:
     stride: tuple[int, int]
     padding: tuple[int, int]
     dilation: tuple[int, int]
-    """(h, w); a 1-d convolution's h is (1, 0, 1)."""
+    """Each (h, w); a 1-d convolution's h parts are stride 1, padding 0, dilation 1."""
     groups: int
     bias: bool
     orders: dict[str, tuple[int, ...]]
@@ -303,10 +309,9 @@ def convolution(dtype: str, conv: Convolution) -> tuple[str, LaunchPlan]:
         params, sizes = (tuple(v[d] for d in keep) for v in (logical[name], extents[name]))
         return offset(conv.orders[name], params, sizes)
 
-    layouts = ", ".join(f"{name} {list(order) if order else 'row-major'}" for name, order in conv.orders.items())
     what = (
         f"{conv.spatial}-d convolution{' + bias' if conv.bias else ''}, stride {conv.stride}, padding {conv.padding}, "
-        f"dilation {conv.dilation}, groups {conv.groups} (memory orders: {layouts}), a thread per output element"
+        f"dilation {conv.dilation}, groups {conv.groups} ({layouts(conv.orders)}), a thread per output element"
     )
     (sh, sw), (ph, pw), (dh, dw) = conv.stride, conv.padding, conv.dilation
     source = CUDA.render(
@@ -345,10 +350,9 @@ def attention(dtype: str, scale: float, causal: bool, orders: dict[str, tuple[in
         f"{name}_at": offset(orders[name], ("b", "h", "i", "d"), ("B", "H", extents[name], width[name]))
         for name in ("q", "k", "v", "y")
     }
-    layouts = ", ".join(f"{name} {list(order) if order else 'row-major'}" for name, order in orders.items())
     what = (
-        f"scaled dot-product attention{', causal' if causal else ''}, scale {scale!r} (memory orders: {layouts}), a "
-        "warp per query row, online softmax"
+        f"scaled dot-product attention{', causal' if causal else ''}, scale {scale!r} ({layouts(orders)}), a warp per "
+        "query row, online softmax"
     )
     source = CUDA.render(
         "attention.cu", **prelude_values(dtype, what), scale=eps_literal(scale), causal=int(causal), **at

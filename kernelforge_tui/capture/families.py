@@ -835,8 +835,6 @@ def _convolution(step: Step) -> CardPlan:
     )
     source, launch = baselines.convolution(dtype, conv)
     tf32 = dtype == "float32" and x.device.startswith("cuda")
-    words = {(): "row-major", (0, 2, 3, 1): "channels-last", (0, 2, 1): "channels-last"}
-    layouts = ", ".join(f"{k} {words.get(order, f'dims in memory {list(order)}')}" for k, order in orders.items())
     kernel = "x".join(str(k) for k in w.shape[2:])
     return CardPlan(
         family="convolution",
@@ -850,7 +848,7 @@ def _convolution(step: Step) -> CardPlan:
         what=(
             f"y = conv{spatial}d(x, weight){' + bias' if conv.bias else ''} ({kernel} kernel, stride "
             f"{_value(step, 'args[3]')}, padding {_value(step, 'args[4]')}, dilation {_value(step, 'args[5]')}, "
-            f"groups {groups}) of x {x.shape} into y {y.shape}; {layouts}"
+            f"groups {groups}) of x {x.shape} into y {y.shape}; {baselines.layouts(orders)}"
         ),
         tolerance=CONVOLUTION_TF32 if tf32 else MATMUL_TOLERANCE[dtype],
         template_problem=NO_TEMPLATE.format(what="convolution"),
@@ -942,7 +940,6 @@ def _attention(step: Step, read: set[int]) -> CardPlan:
         ArgSpec(path="args[4]", kind="scalar", value=causal),
         ArgSpec(path="kwargs.scale", kind="scalar", value=scale),
     ]
-    layouts = ", ".join(f"{name} {list(order) if order else 'row-major'}" for name, order in orders.items())
     return CardPlan(
         family="attention",
         op="attention",
@@ -954,7 +951,7 @@ def _attention(step: Step, read: set[int]) -> CardPlan:
         plan=launch,
         what=(
             f"y = softmax({scale:.6g} q k^T{' (causal: key j <= query i)' if causal else ''}) v of q {q.shape}, k "
-            f"{k.shape}, v {v.shape} ({step.op}); memory orders: {layouts}"
+            f"{k.shape}, v {v.shape} ({step.op}); {baselines.layouts(orders)}"
         ),
         tolerance=MATMUL_TOLERANCE[dtype],
         template_problem=NO_TEMPLATE.format(what="attention"),
