@@ -26,6 +26,11 @@ struct HarnessMapsMainloop : Base {
         TmaDescriptor const* map_a;  // the harness's maps: addresses of the entry's __grid_constant__ parameters
         TmaDescriptor const* map_b;
     };
+    // What the base's Params keep of the TMA beside the map, the strides from a tile's coordinates to the map's, is
+    // static for these layouts: a default-constructed copy maps coordinates as CUTLASS's host code would make it.
+    static_assert(is_static_v<decltype(Params{}.tma_load_a.aux_params_.g_stride_)> &&
+                      is_static_v<decltype(Params{}.tma_load_b.aux_params_.g_stride_)>,
+                  "the TMA's coordinate strides are data: build them here as make_tma_copy would");
 
     __device__ __forceinline__ static void prefetch_tma_descriptors(Params const& params) {
         cute::prefetch_tma_descriptor(params.map_a);
