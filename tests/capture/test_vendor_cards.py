@@ -254,3 +254,14 @@ def test_a_manifest_that_says_transposed_still_loads() -> None:
     binding = Binding.model_validate({**old, "transposed": True})
     assert binding.order == [0, 2, 1] and binding.transposed
     assert Binding.model_validate({**old, "transposed": False}).order == []
+
+
+def test_a_tensor_is_held_in_its_memory_order_or_refused_with_its_strides() -> None:
+    def meta(shape: list[int], stride: list[int]) -> TensorMeta:
+        return TensorMeta(shape=shape, stride=stride, dtype="float32", device="cpu", contiguous=False)
+
+    assert families.memory_order(meta([2, 4, 9, 7], [252, 1, 28, 4]), "x") == (0, 2, 3, 1)  # channels-last
+    assert families.memory_order(meta([2, 3, 5, 12], [180, 12, 36, 1]), "q") == (0, 2, 1, 3)
+    assert families.memory_order(meta([2, 1, 9, 7], [63, 1, 7, 1]), "x") == ()  # a dim of 1 leaves it row-major
+    with pytest.raises(families.Refuse, match=r"strides \[126, 63, 14, 2\].*not dense"):
+        families.memory_order(meta([2, 2, 9, 7], [126, 63, 14, 2]), "x")  # every other column
