@@ -27,7 +27,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    model_serializer,
+)
 
 from kernelforge_tui.atomic import write_atomic
 from kernelforge_tui.tensor_maps import TensorMap
@@ -180,6 +187,15 @@ class LaunchArg(Model):
     tensor_map: TensorMap | None = None
     """For a tensor the kernel takes as a TMA map: the map, encoded by the driver over the tensor of each launch (its
     pointer is passed like any tensor's, and the guard admits only the card's shape, which the map spans)."""
+
+    @model_serializer(mode="wrap")
+    def _without_no_map(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """An argument without a map serialises as before maps existed: packages without map kernels stay readable
+        by the runtimes that came before."""
+        data: dict[str, object] = handler(self)
+        if self.tensor_map is None:
+            data.pop("tensor_map", None)
+        return data
 
 
 class ResolvedArgLike(Protocol):

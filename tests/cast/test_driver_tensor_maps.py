@@ -87,3 +87,12 @@ def test_a_misaligned_tensor_is_a_cast_error_before_the_launch(encoded: list[int
     with pytest.raises(CastError, match="not on a 16-byte boundary"):
         block.encode_maps([0x10008, 0x20000])
     assert encoded == []
+
+
+def test_a_package_argument_holds_its_map_and_one_without_serialises_as_before() -> None:
+    mapped = args()[0]
+    assert LaunchArg.model_validate_json(mapped.model_dump_json()) == mapped
+    assert (
+        LaunchArg(kind="tensor", name="y").model_dump_json()
+        == '{"kind":"tensor","name":"y","scalar_type":"","value":0}'
+    )

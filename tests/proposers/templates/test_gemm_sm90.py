@@ -100,17 +100,47 @@ def test_a_render_passes_the_source_check_with_the_cutlass_root_and_only_with_it
     assert "GELU" in source and "KernelCpAsyncWarpSpecializedCooperative" in source
 
 
+def test_a_tma_render_passes_maps_the_plan_declares_and_a_cluster_a_2d_grid() -> None:
+    source, plan = TEMPLATE.render(LINEAR, TMA.but(tile_n=256, cluster_m=2))
+    launch = resolve(plan, LINEAR)
+    assert [(a.kind, a.name) for a in launch.args][:3] == [("tensor_map", "a"), ("tensor_map", "b"), ("tensor", "bias")]
+    assert launch.grid == (2 * min(8 * 22, 66), 1, 1)  # 8 x 22 clusters of 2 along M, at most 66 at a time
+    assert TEMPLATE.render(LINEAR, TMA.but(cluster_n=2))[1].grid == ["min(cdiv(M, 128) * cdiv(N, 256) * 1, 66) * 1", 2]
+    allowed = DEFAULT_ALLOWED_INCLUDES | {"cute/*", "cutlass/*"}
+    assert [p for p in check_source(source, "kf_gemm", allowed, launch.args) if p.severity == "error"] == []
+    assert "KernelTmaWarpSpecializedCooperative" in source and "__cluster_dims__(CLUSTER_M, CLUSTER_N, 1)" in source
+    assert "__cluster_dims__" not in TEMPLATE.render(LINEAR, TMA)[0].split("#include")[-1]
+    assert "TMA multicast: cp.async keeps the cluster 1x1" in str(
+        TEMPLATE.problem(LINEAR, COOPERATIVE.but(cluster_m=2))
+    )
+    assert "1x1, 2x1 or 1x2" in str(TEMPLATE.problem(LINEAR, TMA.but(cluster_m=2, cluster_n=2)))
+
+
+BUILDS = {
+    "cp.async pingpong": (LINEAR, COOPERATIVE.but(schedule="pingpong", tile_n=128)),
+    "tma 2x1 cluster": (LINEAR, TMA.but(tile_n=256, cluster_m=2)),
+}
+
+
 @pytest.fixture(scope="module")
-def built(cubin_cache: Path) -> BuildResult:
-    """One sandboxed build of one render (~20 s on two cores), over the session's cubin cache."""
+def built(cubin_cache: Path) -> dict[str, BuildResult]:
+    """One sandboxed build of a cp.async and of a TMA render, side by side (~30 s on two cores), over the session's
+    cubin cache."""
     builder = Builder(arch="sm_90", cache_dir=cubin_cache, timeout_s=240)
-    source, plan = TEMPLATE.render(LINEAR, COOPERATIVE.but(schedule="pingpong", tile_n=128))
-    return asyncio.run(builder.build(source, "kf_gemm", resolve(plan, LINEAR).args))
+
+    async def both() -> list[BuildResult]:
+        renders = [TEMPLATE.render(card, params) for card, params in BUILDS.values()]
+        args = [resolve(plan, card).args for (card, _), (_, plan) in zip(BUILDS.values(), renders, strict=True)]
+        jobs = [builder.build(source, "kf_gemm", a) for (source, _), a in zip(renders, args, strict=True)]
+        return list(await asyncio.gather(*jobs))
+
+    return dict(zip(BUILDS, asyncio.run(both()), strict=True))
 
 
 @needs_nvcc
-def test_a_render_builds_for_sm90a_in_the_sandbox(built: BuildResult) -> None:
-    result = built
+@pytest.mark.parametrize("which", list(BUILDS))
+def test_a_render_builds_for_sm90a_in_the_sandbox(built: dict[str, BuildResult], which: str) -> None:
+    result = built[which]
     assert result.ok, result.log[-3000:]
     assert result.cubin_path is not None and Path(result.cubin_path).stat().st_size > 10_000
     stats = result.ptxas["kf_gemm"]
