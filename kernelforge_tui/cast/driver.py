@@ -455,9 +455,7 @@ class PyCuda:
         if stream != 0:
             raise LaunchUnsupported("torch's current stream is not the default stream, and pycuda launches only there")
         kernel, context, _, template, maps = function
-        tensors = iter(
-            p if spec is None else map_over(spec, p) for p, spec in zip(pointers, maps, strict=True)
-        )
+        tensors = iter(p if spec is None else map_over(spec, p) for p, spec in zip(pointers, maps, strict=True))
         values = [next(tensors) if value is None else value for value in template]
         try:
             kernel.prepared_call(grid, block, *values, shared_size=shared_bytes)
