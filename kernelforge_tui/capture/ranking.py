@@ -72,10 +72,11 @@ def estimate(
 ) -> Estimate:
     """k for one carded variant. `eager_bytes`: what its eager call(s) move per instance (for a pattern, every call's
     tensors; for an op, its card's bytes). A matrix product, a convolution and attention are held against the matrix
-    ceiling instead (their FLOPs, `card_flops`, at MATRIX_TFLOPS of the `dtype`)."""
+    ceiling instead (their FLOPs, `card_flops`, at MATRIX_TFLOPS of the `dtype`), or the copy ceiling where their
+    bytes take longer (a depthwise convolution, a matrix-vector product)."""
     if family in VENDORS:
         tflops = MATRIX_TFLOPS.get(dtype)
-        return _matrix_estimate(VENDORS[family], per_call_us, card_flops, tflops, measured=copy_gbps is not None)
+        return _matrix_estimate(VENDORS[family], per_call_us, card_flops, tflops, card_bytes, copy_gbps)
     if copy_gbps is not None and copy_gbps > 0 and card_bytes > 0 and per_call_us > 0:
         ideal_us = card_bytes / (REACHABLE * copy_gbps * 1e3) + LAUNCH_FLOOR_US
         k = min(MAX_SPEEDUP, max(1.0, per_call_us / ideal_us))
@@ -101,17 +102,27 @@ def estimate(
     return Estimate(min(MAX_SPEEDUP, max(1.0, k)), how)
 
 
-def _matrix_estimate(vendor: str, per_call_us: float, flops: int, tflops: float | None, measured: bool) -> Estimate:
-    """k of a matrix product (convolution, attention): its vendor's measured time over its FLOPs at the matrix ceiling
-    (plus the launch floor); 1 without a CUDA measurement (the vendor runs large ones near that ceiling: no saving is
-    assumed)."""
-    if not measured or tflops is None or flops <= 0 or per_call_us <= 0:
+def _matrix_estimate(
+    vendor: str, per_call_us: float, flops: int, tflops: float | None, card_bytes: int, copy_gbps: float | None
+) -> Estimate:
+    """k of a matrix product (convolution, attention): its vendor's measured time over the longer of its FLOPs at the
+    matrix ceiling and its bytes at REACHABLE of the copy ceiling (plus the launch floor); 1 without a CUDA
+    measurement (the vendor runs large ones near that ceiling: no saving is assumed)."""
+    if copy_gbps is None or tflops is None or flops <= 0 or per_call_us <= 0:
         return Estimate(1.0, f"prior: the vendor's call ({vendor}) runs near the matrix ceiling")
-    ideal_us = flops / (tflops * 1e6) + LAUNCH_FLOOR_US
+    compute_us = flops / (tflops * 1e6)
+    copy_us = card_bytes / (REACHABLE * copy_gbps * 1e3) if copy_gbps > 0 else 0.0
+    ideal_us = max(compute_us, copy_us) + LAUNCH_FLOOR_US
+    bound = (
+        f"{flops:.3g} FLOP at {tflops:g} TFLOP/s (the matrix ceiling)"
+        if compute_us >= copy_us
+        else f"{card_bytes} bytes at {REACHABLE:.0%} of the measured copy ceiling ({copy_gbps:.0f} GB/s; more than its "
+        f"{flops:.3g} FLOP take at {tflops:g} TFLOP/s)"
+    )
     return Estimate(
         min(MAX_SPEEDUP, max(1.0, per_call_us / ideal_us)),
-        f"measured: the vendor's ({vendor}) {per_call_us:.3g} us per call against {ideal_us:.3g} us for {flops:.3g} "
-        f"FLOP at {tflops:g} TFLOP/s (the matrix ceiling) plus a {LAUNCH_FLOOR_US:g} us launch floor",
+        f"measured: the vendor's ({vendor}) {per_call_us:.3g} us per call against {ideal_us:.3g} us for {bound} plus "
+        f"a {LAUNCH_FLOOR_US:g} us launch floor",
     )
 
 

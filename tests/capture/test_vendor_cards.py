@@ -246,6 +246,11 @@ def test_convolution_and_attention_are_held_against_the_matrix_ceiling() -> None
     assert slow.speedup == pytest.approx(900.0 / (flops / 700e6 + 2.0)) and "cuDNN" in slow.how
     prior = estimate(family="attention", **common, per_call_us=900.0, copy_gbps=None, dtype="bfloat16")
     assert prior.speedup == 1.0 and "flash attention" in prior.how
+    # a depthwise 3x3 convolution (groups = c) does 9 multiply-adds an element: its bytes bound it, not its FLOPs
+    depthwise = {**common, "card_flops": 2 * 4 * 512 * 64 * 64 * 9, "card_bytes": 2 * 2 * 4 * 512 * 64 * 64}
+    memory = estimate(family="convolution", **depthwise, per_call_us=30.0, copy_gbps=4000.0, dtype="bfloat16")
+    copy_us = depthwise["card_bytes"] / (0.88 * 4000.0 * 1e3)
+    assert memory.speedup == pytest.approx(30.0 / (copy_us + 2.0)) and "copy ceiling" in memory.how
 
 
 def test_a_manifest_that_says_transposed_still_loads() -> None:
