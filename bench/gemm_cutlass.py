@@ -3,6 +3,7 @@
 Two steps, so that the GPU machine spends its time timing, not compiling:
 
     python bench/gemm_cutlass.py build out/gemm_cubins          # here: renders and builds every variant (sandboxed)
+    python bench/gemm_cutlass.py build out/more --variants v.json  # or other changes to the first seed
     python bench/gemm_cutlass.py run out/gemm_cubins --out OUT  # on the H200: proves and times them
 
 `build` renders the template (proposers/templates/gemm_sm90.py) for the cards of each case below with each of its
@@ -85,8 +86,9 @@ def card_of(case: dict[str, Any]) -> Any:
     )
 
 
-def build(out: Path) -> None:
-    """Render and build every case's seed configurations; manifest.json lists what was built and how to launch it."""
+def build(out: Path, variants: list[dict[str, Any]] | None = None) -> None:
+    """Render and build every case's seed configurations, or `variants` (each a change to the first seed) in their
+    place; manifest.json lists what was built and how to launch it."""
     from kernelforge_tui.build.nvcc import Builder
     from kernelforge_tui.cards.plan import resolve
     from kernelforge_tui.proposers.templates.common import describe
@@ -100,7 +102,8 @@ def build(out: Path) -> None:
         problem = template.unsupported(card)
         if problem is not None:
             sys.exit(f"{case['name']}: {problem}")
-        for seed in template.seed_params(card):
+        seeds = template.seed_params(card)
+        for seed in [{**seeds[0], **change} for change in variants] if variants else seeds:
             params = template.valid(card, seed)
             if params is not None:
                 source, plan = template.render(card, params)
@@ -300,10 +303,11 @@ def main() -> None:
     parser.add_argument("step", choices=("build", "run"))
     parser.add_argument("cubins", type=Path)
     parser.add_argument("--out", type=Path, default=Path("out/gemm_cutlass"))
+    parser.add_argument("--variants", type=Path, help="build: a JSON list of changes to the first seed, in its place")
     args = parser.parse_args()
     if args.step == "build":
         args.cubins.mkdir(parents=True, exist_ok=True)
-        build(args.cubins)
+        build(args.cubins, json.loads(args.variants.read_text()) if args.variants else None)
     else:
         run(args.cubins, args.out)
 
