@@ -1023,8 +1023,13 @@ class Cast:
                 warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": on purpose
                 for override in overrides:
                     library.impl(override.impl_name, override.kernel(), self.dispatch_key, with_keyset=True)
-            for override in overrides if not self.launcher else ():
-                override.attach()
+            try:
+                for override in overrides if not self.launcher else ():
+                    override.attach()
+            except RuntimeError as exc:  # the Python kernels stay in force, alone
+                for override in overrides:
+                    override.detach()
+                self.launcher = f"the compiled launcher could not be registered: {str(exc).splitlines()[0]}"
             _ACTIVE.update(o.overload for o in overrides)
             self._library = library
             ACTIVE_CASTS.append(self)

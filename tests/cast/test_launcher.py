@@ -205,3 +205,18 @@ def test_a_binding_without_handles_keeps_the_python_path(tmp_path: Path) -> None
     assert cast.stats().launcher == (
         "Python path: the host stand-in binding gives no CUfunction handle (cuda-bindings does)"
     )
+
+
+def test_a_launcher_that_cannot_register_leaves_the_python_path_in_force(
+    tmp_path: Path, driver: HandleHostSoftmax, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(replay: launchers.Replay) -> None:
+        raise RuntimeError("no registration here\nmore")
+
+    monkeypatch.setattr(launchers.Replay, "attach", refuse)
+    x = torch.randn(4, 8)
+    with _cast(tmp_path, driver) as cast:
+        ys = [torch.softmax(x, -1) for _ in range(2)]
+    assert all(torch.allclose(y, torch.softmax(x, -1)) for y in ys)
+    assert driver.python_launches == 2 and not driver.compiled and cast.stats().kernels[0].hits == 2
+    assert cast.stats().launcher == "Python path: the compiled launcher could not be registered: no registration here"
