@@ -1111,7 +1111,7 @@ class Cast:
                 lines += [f"      {n} x {reason}" for reason, n in sorted(o.uncovered.items(), key=lambda kv: -kv[1])]
             if o.graph_refused:
                 left = sum(o.graph_refused.values())
-                lines.append(f"  {o.overload}: {left} graph nodes no kernel proves (left to Inductor)")
+                lines.append(f"  {o.overload}: {left} graph nodes left to Inductor")
                 lines += [f"      {n} x {why}" for why, n in sorted(o.graph_refused.items(), key=lambda kv: -kv[1])]
         compiled = sum(k.compiled_calls for k in stats.kernels)
         lines.append(
