@@ -202,15 +202,42 @@ def pooling(dtype: str) -> tuple[str, LaunchPlan]:
     return source, plan
 
 
-def batch_norm(dtype: str, eps: float) -> tuple[str, LaunchPlan]:
-    """Inference batch norm: y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c] over x[n, c, hw]."""
+@dataclass(frozen=True)
+class NormAct:
+    """A fused chain after a batch norm (`families._batch_norm_act`): a residual add, then an activation."""
+
+    act: str
+    """An activation of ELEMENTWISE."""
+    residual: bool
+    channels_last: bool
+    """The tensors lie in memory as [n, hw, c] (the channel innermost), else [n, c, hw]."""
+    rounded: bool
+    """Each result as eager stores it, in the dtype (the card's reference's `rounded`)."""
+
+
+def batch_norm(dtype: str, eps: float, chain: NormAct | None = None) -> tuple[str, LaunchPlan]:
+    """Inference batch norm: y = (x - mean[c]) * rsqrt(var[c] + eps) * w[c] + b[c] over x[n, c, hw]; with `chain`,
+    y = act(that [+ r]) over x as it lies in memory (channels-last: [n, hw, c])."""
     what = f"batch_norm in eval mode (running statistics), eps {eps!r}, a thread per element"
-    source = CUDA.render("batch_norm.cu", **prelude_values(dtype, what), eps=eps_literal(eps))
+    if chain is not None:
+        layout = "channels-last" if chain.channels_last else "NCHW"
+        what = f"{chain.act}(batch_norm(x){' + r' if chain.residual else ''}), {layout}: " + what
+    source = CUDA.render(
+        "batch_norm.cu",
+        **prelude_values(dtype, what),
+        eps=eps_literal(eps),
+        chained=chain is not None,
+        residual=chain is not None and chain.residual,
+        rounded=chain is not None and chain.rounded,
+        expression=_activation(chain.act) if chain else "",
+    )
+    tensors = ["x", "w", "b", "mean", "var", *(["r"] if chain and chain.residual else []), "y"]
+    inner = "1" if chain is not None and chain.channels_last else "hw"  # elements between two channels
     plan = LaunchPlan(
         entry="kf_capture_batch_norm",
         grid=[f"cdiv(n * c * hw, {BLOCK})"],
         block=[BLOCK],
-        args=["x", "w", "b", "mean", "var", "y", "n * c * hw:i64", "c", "hw"],
+        args=[*tensors, "n * c * hw:i64", "c", inner],
     )
     return source, plan
 

@@ -509,17 +509,8 @@ def _norm_tolerance(dtype: str) -> Tolerance:
     return Tolerance(rtol=1e-5, atol=1e-5) if dtype == "float32" else Tolerance(rtol=1.6e-2, atol=1e-3)
 
 
-BATCH_NORM = {
-    # overload -> (position of training or None, position of eps)
-    "aten.native_batch_norm.default": (5, 7),
-    "aten._native_batch_norm_legit_no_training.default": (None, 6),
-    "aten.cudnn_batch_norm.default": (5, 7),
-    "aten.miopen_batch_norm.default": (5, 7),
-}
-
-
 def _batch_norm(step: Step) -> CardPlan:
-    training_at, eps_at = BATCH_NORM[step.op]
+    training_at, eps_at = patterns.BATCH_NORM[step.op]
     if training_at is not None and _value(step, f"args[{training_at}]") is not False:
         raise Refuse("batch norm in training mode (batch statistics): call model.eval() for inference")
     x = _tensor(step, "args[0]", "input")
@@ -972,7 +963,7 @@ OPS: dict[str, Callable[[Step], CardPlan]] = {
     "aten.rms_norm.default": _fused_rms_norm,
     "aten.native_layer_norm.default": _layer_norm,
     "aten.native_group_norm.default": _group_norm,
-    **dict.fromkeys(BATCH_NORM, _batch_norm),
+    **dict.fromkeys(patterns.BATCH_NORM, _batch_norm),
     "aten.mean.dim": _mean,
     "aten._adaptive_avg_pool2d.default": _adaptive_pool,
     "aten.mm.default": _mm,
@@ -1046,8 +1037,8 @@ def _residual_norm(steps: list[Step], kept: bool = False) -> CardPlan:
 
 
 def _activation(step: Step) -> str:
-    """The ELEMENTWISE name of a chain's last call (gelu, gelu_tanh, silu, relu)."""
-    op = UNARY[step.op]
+    """The ELEMENTWISE name of a chain's last call (gelu, gelu_tanh, silu, relu; in place or not)."""
+    op = UNARY[patterns.functional(step.op)]
     return "gelu_tanh" if op == "gelu" and _value(step, "args[1]", "approximate") == "tanh" else op
 
 
@@ -1150,6 +1141,81 @@ def _group_norm_act(steps: list[Step]) -> CardPlan:
     )
 
 
+BATCH_NORM_FOLDED = (
+    "the reference (torch's batch norm on the CPU, in float64) folds the statistics into x * (w * rstd) + (b - mean * "
+    "w * rstd), which cancels where x and mean are large and close: {example}; no kernel can agree with it there"
+)
+BATCH_NORM_SKIPS = {
+    "large": BATCH_NORM_FOLDED.format(example="x = mean = 2.9e36 with w * rstd = 8e10 gives 1.2e31 for b = -9e13"),
+    "max-finite": BATCH_NORM_FOLDED.format(example="x, mean, w, b and var at FLT_MAX give 1.7e35, not FLT_MAX"),
+    "nan-inf": "an infinite w, b, mean or var: the reference's folded form gives NaN (inf - inf) where CUDA's eager "
+    "form, (x - mean) * rstd * w + b, and the kernel's give +-inf; the set puts them in every tensor alike",
+}
+BATCH_NORM_STATISTICS = (
+    ("w", "args[1]", "weight"),
+    ("b", "args[2]", "bias"),
+    ("mean", "args[3]", "running_mean"),
+    ("var", "args[4]", "running_var"),
+)
+
+
+def _batch_norm_act(steps: list[Step]) -> CardPlan:
+    """Eval batch norm, [a residual add], then an activation: y = act(bn(x) [+ r]) over x[n, c, ...], x, r and y
+    as they lie in memory (NCHW: [n, c, hw]; channels-last: [n, hw, c]), w, b, mean and var per channel."""
+    norm, last = steps[0], steps[-1]
+    x = _tensor(norm, "args[0]", "input")
+    if len(x.shape) < 3:
+        raise Refuse(f"input of shape {x.shape}: the chain's card takes a batch norm over [N, C, spatial...]")
+    order = memory_order(x, "x")
+    channels_last = (0, *range(2, len(x.shape)), 1)
+    if order not in ((), channels_last):
+        raise Refuse(f"x lies in memory in the order {list(order)} of its dims: the card takes NCHW or channels-last")
+    dims: list[str | int] = ["n", "hw", "c"] if order else ["n", "c", "hw"]
+
+    def laid_out(name: str, step: int, path: str, meta: TensorMeta) -> PlannedTensor:
+        if memory_order(meta, name) != order:
+            raise Refuse(f"{name} has strides {meta.stride}, x {x.stride}: the chain's tensors share one layout")
+        role: Literal["input", "output"] = "output" if path.startswith("out") else "input"
+        return PlannedTensor(name, role, step, path, meta, dims, order=order)
+
+    tensors = [laid_out("x", 0, "args[0]", x)]
+    tensors += [
+        PlannedTensor(n, "input", 0, path, _tensor(norm, path, what), ["c"]) for n, path, what in BATCH_NORM_STATISTICS
+    ]
+    residual = len(steps) == 3
+    if residual:
+        path = next(a.path for a in steps[1].args if a.kind == "tensor" and a.source is None)
+        tensors.append(laid_out("r", 1, path, _tensor(steps[1], path, "residual")))
+    tensors.append(laid_out("y", len(steps) - 1, "out[0]", _output(last, 0)))
+    dtype = _checked(tensors)
+    eps = _eps(_value(norm, f"args[{patterns.BATCH_NORM[norm.op][1]}]"), dtype)
+    name = _activation(last)
+    sizes = {"n": x.shape[0], "c": x.shape[1], "hw": x.numel // (x.shape[0] * x.shape[1])}
+
+    def baseline(rounded: bool) -> tuple[str, LaunchPlan]:
+        return baselines.batch_norm(dtype, eps, baselines.NormAct(name, residual, bool(order), rounded))
+
+    layout = "channels-last" if order else "NCHW"
+    return CardPlan(
+        family="elementwise",
+        op=name,
+        dtype=dtype,
+        sizes=sizes,
+        tensors=tensors,
+        flops=f"{4 + int(residual) + ELEMENTWISE_FLOPS[name]} * n * c * hw",
+        precisions=CHAIN_PRECISIONS,
+        source=baseline(rounded=False)[0],
+        rounded_source=baseline(rounded=True)[0],
+        plan=baseline(rounded=False)[1],
+        what=f"y = {name}(batch_norm(x){' + r' if residual else ''}) in eval mode (running statistics), eps {eps:g}, "
+        f"over x{x.shape} ({layout}, seen as {[str(d) for d in dims]})",
+        tolerance=_norm_tolerance(dtype),
+        eps=eps,
+        stress_skip=BATCH_NORM_SKIPS,
+        notes=["the batch norm's saved statistics (for backward) are read by nothing in the model"],
+    )
+
+
 CHAIN_ARGS = ("scalar", "float", "dtype", "device", "layout", "memory_format")
 
 
@@ -1198,6 +1264,11 @@ PATTERNS: dict[str, Callable[[list[Step]], CardPlan]] = {
     "residual_sum_rms_norm": functools.partial(_residual_norm, kept=True),
     **{f"bias_{act}": _bias_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
     **{f"group_norm_{act}": _group_norm_act for act in ("gelu", "gelu_tanh", "silu", "relu")},
+    **{
+        f"batch_norm_{add}{act}": _batch_norm_act
+        for add in ("", "add_")
+        for act in ("gelu", "gelu_tanh", "silu", "relu")
+    },
     **{f"{op}_{act}": _product_act for op in ("mm", "addmm", "bmm") for act in ("gelu", "gelu_tanh", "silu", "relu")},
     "scale_softmax": _masked_softmax,
     "mask_softmax": _masked_softmax,

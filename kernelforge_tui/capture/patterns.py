@@ -293,6 +293,67 @@ def scale_mask_softmax(calls: list[Call], start: Call) -> list[int] | None:
     return [c.index for c in chain]
 
 
+BATCH_NORM = {
+    # overload -> (position of training or None, position of eps)
+    "aten.native_batch_norm.default": (5, 7),
+    "aten._native_batch_norm_legit_no_training.default": (None, 6),
+    "aten.cudnn_batch_norm.default": (5, 7),
+    "aten.miopen_batch_norm.default": (5, 7),
+}
+IN_PLACE = {
+    "aten.add_.Tensor": "aten.add.Tensor",
+    "aten.relu_.default": "aten.relu.default",
+    "aten.silu_.default": "aten.silu.default",
+}
+
+
+def functional(op: str) -> str:
+    """The out-of-place overload of an in-place one (add_ -> add), else the overload itself."""
+    return IN_PLACE.get(op, op)
+
+
+def _eval_batch_norm(call: Call) -> bool:
+    """A batch norm with running statistics (eval mode) whose saved statistics nothing reads."""
+    if call.op not in BATCH_NORM or not call.outputs or call.outputs[0] is None:
+        return False
+    training_at, _ = BATCH_NORM[call.op]
+    training = call.arg(f"args[{training_at}]") if training_at is not None else None
+    return (training_at is None or (training is not None and training.value is False)) and _results_unread(call)
+
+
+def _step_of(call: Call, producer: Call, op: str) -> bool:
+    """`call` is `op` (or its in-place form) on `producer`'s result, writing in place only into that result (an
+    intermediate of the chain, never a tensor from outside it)."""
+    if functional(call.op) != op or not call.outputs or call.outputs[0] is None:
+        return False
+    reads = [a for a in call.tensor_args() if a.source == (producer.index, 0)]
+    return bool(reads) and (call.op == op or call.args[0].source == (producer.index, 0))
+
+
+def batch_norm_act(calls: list[Call], start: Call) -> list[int] | None:
+    """batch_norm in eval mode, its saved statistics unread -> [add of a tensor of its shape: a residual] -> relu,
+    silu or gelu, the add and the activation in place or not (torchvision's `out += identity`, ReLU(inplace=True)):
+    the call indices, or None."""
+    if not _eval_batch_norm(start):
+        return None
+    adds = ("aten.add.Tensor", "aten.add_.Tensor")
+    following = _single_next(calls, start, (*adds, *ACTIVATIONS, *IN_PLACE))
+    chain = [start]
+    if following is not None and _step_of(following, start, "aten.add.Tensor"):
+        alpha = following.arg("kwargs.alpha")
+        operands = following.tensor_args()
+        metas = {(a.tensor.dtype, tuple(a.tensor.shape)) if a.tensor else None for a in operands}
+        if len(operands) != 2 or len(metas) != 1 or (alpha is not None and alpha.value != 1):
+            return None
+        chain.append(following)
+        following = _single_next(calls, following, (*ACTIVATIONS, *IN_PLACE))
+    if following is None or not _step_of(following, chain[-1], functional(following.op)):
+        return None
+    if functional(following.op) not in ACTIVATIONS:
+        return None
+    return [*(c.index for c in chain), following.index]
+
+
 PRODUCTS = ("aten.mm.default", "aten.addmm.default", "aten.bmm.default")
 
 
@@ -322,18 +383,20 @@ ACTIVATION_NAMES = {"aten.gelu.default": "gelu", "aten.silu.default": "silu", "a
 
 def chain_name(pattern: str, chain: list[Call]) -> str:
     """The name of one instance of a pattern, as its card is named: residual_layer_norm or residual_rms_norm
-    (residual_sum_layer_norm, residual_sum_rms_norm where others read the sum too: `kept_sum`),
-        bias_gelu (bias_gelu_tanh, bias_silu, bias_relu), addmm_gelu (mm_ and bmm_, each with every activation),
-        scale_softmax, mask_softmax or scale_mask_softmax, group_norm_silu (_gelu, _relu); rms_norm and silu_mul as
-        they are."""
+    (residual_sum_layer_norm, residual_sum_rms_norm where others read the sum too: `kept_sum`), bias_gelu
+    (bias_gelu_tanh, bias_silu, bias_relu), addmm_gelu (mm_ and bmm_, each with every activation), scale_softmax,
+    mask_softmax or scale_mask_softmax, group_norm_silu (_gelu, _relu), batch_norm_relu or batch_norm_add_relu (every
+    activation); rms_norm and silu_mul as they are."""
     last = chain[-1]
     if pattern == "residual_norm":
         norm = "layer_norm" if chain[1].op == NORMS[0] else "rms_norm"
         return f"residual_sum_{norm}" if kept_sum(chain) else f"residual_{norm}"
-    if pattern in ("bias_act", "group_norm_act", "product_act"):
+    if pattern in ("bias_act", "group_norm_act", "product_act", "batch_norm_act"):
         approximate = last.arg("kwargs.approximate") or last.arg("args[1]")
-        act = ACTIVATION_NAMES[last.op] + ("_tanh" if approximate is not None and approximate.value == "tanh" else "")
+        tanh = approximate is not None and approximate.value == "tanh"
+        act = ACTIVATION_NAMES[functional(last.op)] + ("_tanh" if tanh else "")
         first = chain[0].op.split(".")[1] if pattern == "product_act" else pattern.removesuffix("_act")
+        first += "_add" if pattern == "batch_norm_act" and len(chain) == 3 else ""
         return f"{first}_{act}"
     if pattern == "scale_mask_softmax":
         scaled, masked = _scaling(chain[0]), any(c.op == "aten.add.Tensor" for c in chain)
@@ -346,6 +409,7 @@ PATTERNS = {
     "bias_act": bias_act,
     "scale_mask_softmax": scale_mask_softmax,
     "group_norm_act": group_norm_act,
+    "batch_norm_act": batch_norm_act,
     "product_act": product_act,
     "rms_norm": rms_norm,
     "silu_mul": silu_mul,

@@ -246,6 +246,63 @@ def test_a_residual_sum_the_model_reads_again_is_written_by_its_chain(tmp_path: 
     assert casts == (2 if dtype == "bfloat16" else 0)  # to float32 and back, as LlamaRMSNorm writes it
 
 
+BOTTLENECK = Path(__file__).parents[1] / "support" / "fixtures" / "bottleneck_model.py"
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_resnets_batch_norms_are_chained_with_their_in_place_add_and_relu(tmp_path: Path, channels_last: bool) -> None:
+    """torchvision's Bottleneck (bottleneck_model.py): each eval batch norm then ReLU(inplace=True) is a
+    batch_norm_relu chain, the last with `out += identity` between them a batch_norm_add_relu chain, their calls in
+    place as the model ran them; the card holds x, r and y as they lie in memory (channels-last: [n, hw, c])."""
+    out = tmp_path / "bottleneck.capture"
+    kwargs = {"channels_last": channels_last}
+    capture_model(CaptureRequest(BOTTLENECK, out, device="cpu", repeats=1, samples=1, kwargs=kwargs), template_problem)
+    found = _chains(load_capture(out))
+    assert set(found) == {"batch_norm_relu", "batch_norm_add_relu"}
+    assert found["batch_norm_relu"].calls == 2 and found["batch_norm_add_relu"].calls == 1
+    assert all(v.status == "card" and v.template for v in found.values())
+    chain = _record(out, found["batch_norm_add_relu"])
+    norm, add, relu = chain.steps
+    assert (norm.op, add.op, relu.op) == ("aten.native_batch_norm.default", "aten.add_.Tensor", "aten.relu_.default")
+    assert (add.args[0].kind, add.args[0].step, add.args[1].input) == ("step", 0, "r")  # in place into the norm's
+    card = load_card(out / str(found["batch_norm_add_relu"].card)).spec
+    layout = ["n", "hw", "c"] if channels_last else ["n", "c", "hw"]
+    assert [(t.name, t.shape) for t in card.inputs if t.name in ("x", "r")] == [("x", layout), ("r", layout)]
+    assert [t.name for t in card.inputs] == ["x", "w", "b", "mean", "var", "r"] and card.family == "elementwise"
+
+
+INTO_INPUT = """
+import torch
+from torch import nn
+
+
+class IntoInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x, y):
+        y += self.bn(x)  # in place into the model's input y, which the chain cannot write
+        return torch.relu(y), torch.relu_(self.bn(x))
+
+
+def build(device="cpu"):
+    return IntoInput().eval(), (torch.randn(2, 4, 3, 3), torch.randn(2, 4, 3, 3))
+"""
+
+
+def test_a_chain_never_writes_in_place_into_a_tensor_from_outside_it(tmp_path: Path) -> None:
+    """`y += bn(x)` adds in place into the model's input: the batch norm, add and relu there are no chain (its
+    kernel would leave y as it was); relu_ in place into the norm's own result is one."""
+    model = tmp_path / "into_input.py"
+    model.write_text(INTO_INPUT)
+    out = tmp_path / "into_input.capture"
+    capture_model(CaptureRequest(model, out, device="cpu", repeats=1, samples=1), template_problem)
+    found = _chains(load_capture(out))
+    assert set(found) == {"batch_norm_relu"} and found["batch_norm_relu"].calls == 1
+    assert [s.op for s in _record(out, found["batch_norm_relu"]).steps][-1] == "aten.relu_.default"
+
+
 def test_a_mask_broadcasts_over_the_rows_only_as_batch_1_seq() -> None:
     b, h, s = 2, 3, 5
     assert patterns.mask_layout([b, h, s, 7], [1, 1, s, 7]) == (1, b * h, s)

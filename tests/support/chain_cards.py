@@ -35,18 +35,21 @@ def chain_card(
     calls: list[dict[str, Any]],
     output: tuple[int, int],
     y: list[str],
+    kept_sum: tuple[int, int] | None = None,
 ) -> OperatorCard:
+    """`kept_sum`: the chain writes its residual sum s (that step's result) before y."""
     short = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}[dtype]
+    outputs = {**({"s": kept_sum} if kept_sum else {}), "y": output}
     return OperatorCard.model_validate(
         {
             "name": f"{pattern}_{short}_{'x'.join(str(v) for v in sizes.values())}",
             "family": family,
             "sizes": sizes,
             "inputs": [{"name": n, "dtype": dtype, "shape": s} for n, s in inputs.items()],
-            "outputs": [{"name": "y", "dtype": dtype, "shape": y}],
+            "outputs": [{"name": name, "dtype": dtype, "shape": y} for name in outputs],
             "input_sets": [{"name": "s", "seed": 1}],
             "reference": {"function": "reference.py:reference"},
-            "chain": {"pattern": pattern, "steps": calls, "outputs": {"y": output}, "rounded": True},
+            "chain": {"pattern": pattern, "steps": calls, "outputs": outputs, "rounded": True},
         }
     )
 
@@ -80,6 +83,38 @@ def residual_rms_norm(dtype: str, rows: int, cols: int) -> OperatorCard:
     ]
     inputs = {"x": row, "r": row, "w": ["cols"]}
     return chain_card("residual_rms_norm", "rms_norm", dtype, {"rows": rows, "cols": cols}, inputs, calls, (1, 0), row)
+
+
+def residual_sum_rms_norm(dtype: str, rows: int, cols: int) -> OperatorCard:
+    """A Llama block's residual stream on CUDA: x + r, which the next residual add reads too, then its rms norm."""
+    row = ["rows", "cols"]
+    calls = [
+        _call("aten.add.Tensor", _input("x"), _input("r")),
+        _call("aten._fused_rms_norm.default", _step(0), _scalar([cols]), _input("w"), _scalar(1e-6), results=2),
+    ]
+    inputs = {"x": row, "r": row, "w": ["cols"]}
+    sizes = {"rows": rows, "cols": cols}
+    return chain_card("residual_sum_rms_norm", "rms_norm", dtype, sizes, inputs, calls, (1, 0), row, (0, 0))
+
+
+def batch_norm_add_relu(dtype: str, n: int, c: int, hw: int, channels_last: bool) -> OperatorCard:
+    """A ResNet bottleneck's last batch norm, `out += identity`, ReLU(inplace=True)."""
+    laid = ["n", "hw", "c"] if channels_last else ["n", "c", "hw"]
+    calls = [
+        _call(
+            "aten.native_batch_norm.default",
+            *map(_input, ("x", "w", "b", "mean", "var")),
+            _scalar(False),
+            _scalar(0.1),
+            _scalar(1e-5),
+            results=3,
+        ),
+        _call("aten.add_.Tensor", _step(0), _input("r")),
+        _call("aten.relu_.default", _step(1)),
+    ]
+    inputs = {"x": laid, **{stat: ["c"] for stat in ("w", "b", "mean", "var")}, "r": laid}
+    sizes = {"n": n, "c": c, "hw": hw}
+    return chain_card("batch_norm_add_relu", "elementwise", dtype, sizes, inputs, calls, (2, 0), laid)
 
 
 def scale_mask_softmax(dtype: str, heads: int, seq: int) -> OperatorCard:
@@ -129,6 +164,9 @@ def chain_cards() -> Iterator[OperatorCard]:
     yield residual_layer_norm("bfloat16", 16384, 4096)
     yield residual_layer_norm("float32", 96, 40)
     yield residual_rms_norm("bfloat16", 16384, 4096)
+    yield residual_sum_rms_norm("bfloat16", 2048, 2048)
+    yield batch_norm_add_relu("bfloat16", 32, 256, 56 * 56, channels_last=True)
+    yield batch_norm_add_relu("float32", 2, 8, 36, channels_last=False)
     yield scale_mask_softmax("bfloat16", 32, 1024)
     yield scale_mask_softmax("float32", 4, 24)
     yield bias_gelu("bfloat16", 16384, 4096)

@@ -10,6 +10,10 @@
 - `BiasActTemplate` (cuda/bias_act.cu): a bias add along the last axis then an activation (bias_gelu, bias_gelu_tanh,
   bias_silu, bias_relu: x [rows, cols], b [cols] -> y), the elementwise template's parameters and its fast forms; VEC
   divides cols.
+- `BatchNormActTemplate` (cuda/batch_norm_act.cu): an eval batch norm, a residual add or not, then an activation
+  (batch_norm_relu, batch_norm_add_relu, ...: x, w, b, mean, var[, r] -> y over [n, c, hw] or, channels-last,
+  [n, hw, c]), y = act((x - mean) * scale + b [+ r]) with scale = w * rsqrt(var + eps) per channel; the elementwise
+  template's parameters, VEC divides the channel's run (hw, or c channels-last).
 - `GroupNormActTemplate` (cuda/group_norm_act.cu): a group norm then an activation (group_norm_silu, ...: x [n, c, h,
   w], gamma, beta [c] -> y), a block per (sample, group), the group kept in shared memory or read again.
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 from typing import Any, ClassVar, Literal
 
 from kernelforge_tui.capture.families import FINFO_EPS
+from kernelforge_tui.capture.patterns import BATCH_NORM
 from kernelforge_tui.cards.chain import Chain
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
@@ -88,6 +93,7 @@ def norm_eps(chain: Chain, dtype: str) -> float | None:
     for op, path in (
         ("aten.native_layer_norm.default", "args[4]"),
         ("aten.native_group_norm.default", "args[7]"),
+        *((op, f"args[{eps_at}]") for op, (_, eps_at) in BATCH_NORM.items()),
         ("aten._fused_rms_norm.default", "args[3]"),
         ("aten.rms_norm.default", "args[3]"),
         ("aten.rms_norm.default", "kwargs.eps"),
@@ -119,7 +125,7 @@ class ChainRowTemplate(RowTemplate):
     """The rows template's parameters and rules over chain_rows.cu."""
 
     name = "chain_rows"
-    version = 1  # its own renders' version, not the rows template's
+    version = 2  # its own renders' version, not the rows template's (2: the residual sum written out, `writes_sum`)
 
     def unsupported(self, card: OperatorCard) -> str | None:
         found = chain_problem(card, tuple(ROW_CHAINS))
@@ -258,6 +264,81 @@ class BiasActTemplate(ElementwiseTemplate):
         return source, plan
 
 
+BATCH_NORM_CHAINS = tuple(
+    f"batch_norm_{add}{act}" for add in ("", "add_") for act in ("gelu", "gelu_tanh", "silu", "relu")
+)
+
+
+class BatchNormActTemplate(ElementwiseTemplate):
+    """The elementwise template's parameters, rules and fast forms over batch_norm_act.cu."""
+
+    name = "batch_norm_act"
+    entry = "kf_batch_norm_act"
+
+    def unsupported(self, card: OperatorCard) -> str | None:
+        found = chain_problem(card, BATCH_NORM_CHAINS)
+        if isinstance(found, str):
+            return found
+        chain, pattern = found
+        inputs = ["x", "w", "b", "mean", "var", *(["r"] if "_add_" in pattern else [])]
+        problem = naming_problem(card, inputs, ["y"], ["n", "c", "hw"])
+        if problem is None and norm_eps(chain, dtype_of(card)) is None:
+            problem = "the chain's batch norm passes no eps this template can read"
+        return problem
+
+    def _per_channel(self, card: OperatorCard) -> int:
+        """Elements of one channel between two others in memory: 1 channels-last, hw in NCHW."""
+        return 1 if card.tensor("x").shape[-1] == "c" else card.sizes["hw"]
+
+    def problem(self, card: OperatorCard, params: ElementwiseParams) -> str | None:
+        inner = self._per_channel(card)
+        span, what = (card.sizes["c"], "c") if inner == 1 else (inner, "hw")
+        if span % params.vec:
+            return f"vec {params.vec} does not divide {what} = {span} (a chunk would span two channels)"
+        return super().problem(card, params)
+
+    def render(self, card: OperatorCard, params: ElementwiseParams) -> tuple[str, LaunchPlan]:
+        chain = card.chain
+        op = operation(card)
+        assert chain is not None and op is not None
+        dtype = dtype_of(card)
+        eps = norm_eps(chain, dtype)
+        assert eps is not None
+        form = fast_form(card) if params.fast_math else None
+        vec, block, unroll = params.vec, params.block, params.unroll
+        grid_stride = params.loop == "grid_stride"
+        inner = self._per_channel(card)
+        residual = "_add_" in chain.pattern
+        inputs = ["x", "w", "b", "mean", "var", *(["r"] if residual else [])]
+        signature = ", ".join([*(f"const T* __restrict__ {t}" for t in inputs), "T* __restrict__ y", "long long n"])
+        layout = "channels-last" if inner == 1 else "NCHW"
+        source = render(
+            "batch_norm_act.cu",
+            **prelude_values(dtype, vec),
+            what=f"{op}(batch_norm(x){' + r' if residual else ''}), {layout}, eps {eps!r} ({dtype}"
+            + (", fast math" if form else "")
+            + (", each result rounded to the dtype as eager stores it)" if chain.rounded else ")"),
+            block=block,
+            unroll=unroll,
+            loop=streaming_loop(params),
+            channels=card.sizes["c"],
+            per_channel=inner // vec if inner > 1 else 1,
+            eps=_float_literal(eps),
+            helpers=render(form.helpers) if form and form.helpers else "",
+            expression=form.expression if form else OPS[op][1],
+            channels_last=inner == 1,
+            residual=residual,
+            grid_stride=grid_stride,
+            rounded=chain.rounded,
+            minb=params.minb,
+            signature=signature,
+        )
+        chunks = f"cdiv(n * c * hw, {block * vec * unroll})"
+        grid = f"min({chunks}, {SM_COUNT * params.waves * params.minb})" if grid_stride else chunks
+        plan = LaunchPlan(entry=self.entry, grid=[grid], block=[block], args=[*inputs, "y", "n * c * hw:i64"])
+        return source, plan
+
+
 GROUP_NORM_CHAINS = ("group_norm_gelu", "group_norm_gelu_tanh", "group_norm_silu", "group_norm_relu")
 
 
@@ -377,6 +458,7 @@ class GroupNormActTemplate(Template[GroupNormActParams]):
 CHAIN_TEMPLATES: tuple[Template[Any], ...] = (
     ChainRowTemplate(),
     BiasActTemplate(),
+    BatchNormActTemplate(),
     GroupNormActTemplate(),
 )
 """The library's chain templates, to be asked before the single-op templates (module docstring)."""

@@ -73,22 +73,23 @@ def emulated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Emulated]:
     yield work, chosen
 
 
-def wrong_outputs(work: Path, card: Card, seeds: list[Params]) -> list[str]:
-    """Each seed on the card's own and every stress set in the emulator: where one of its outputs leaves the
-    tolerance."""
+def wrong_outputs(work: Path, card: Card, seeds: list[Params], program: str | None = None) -> list[str]:
+    """Each seed on the card's own and every stress set in the emulator (the program `program`, by default the
+    card's name): where one of its outputs leaves the tolerance."""
+    program = program or card.spec.name
     sets = {s.name: card.input_set(s) for s in card.spec.input_sets}
     sets.update({name: (inputs, outputs) for name, inputs, outputs in card.stress_sets()})
     assert any(name.startswith("stress:") for name in sets)
     directories = []
     for name, (inputs, _) in sets.items():
-        directory = work / f"{card.spec.name}-{name.replace(':', '-')}"
+        directory = work / f"{program}-{name.replace(':', '-')}"
         directory.mkdir(exist_ok=True)
         for tensor, array in inputs.items():
             (directory / f"{tensor}.bin").write_bytes(np.ascontiguousarray(array).tobytes())
         directories.append(directory)
     wrong = []
     for index, params in enumerate(seeds):
-        ran = subprocess.run([str(work / card.spec.name), str(index), *map(str, directories)], capture_output=True,
+        ran = subprocess.run([str(work / program), str(index), *map(str, directories)], capture_output=True,
                              text=True)  # fmt: skip
         assert ran.returncode == 0, (params, ran.stderr)
         for (name, (_, outputs)), directory in zip(sets.items(), directories, strict=True):
