@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +26,7 @@ from kernelforge_tui.proposers.templates.gemm_sm90 import GemmParams
 from tests.proposers.templates.test_gemm_sm90 import TEMPLATE, TMA, gemm_card
 from tests.support.cutlass_marks import needs_cutlass
 
-pytestmark = needs_cutlass
+pytestmark = [needs_cutlass, pytest.mark.xdist_group("gemm_sm90_maps")]  # one worker builds the programs
 HOST_PROGRAM = Path(__file__).parents[2] / "support" / "cuda" / "tma_maps_host.cu"
 CUTLASS_UINT16 = 1
 """CU_TENSOR_MAP_DATA_TYPE_UINT16: CUTLASS copies a 16-bit element as its bits; the harness names the tensor's own
@@ -60,10 +61,11 @@ def cutlass_maps(card: OperatorCard, params: GemmParams, cache: Path) -> list[di
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "candidate.cu").write_text(source)
         command = [nvcc, "-std=c++17", "-arch=sm_90a", *CUTLASS_FLAGS, f"-I{folder}", f"-I{headers.root}"]
-        command += [*defines, "-UNDEBUG", "-o", str(program) + ".tmp", str(HOST_PROGRAM)]
+        made = folder / f"maps.{os.getpid()}"  # renamed into place whole: another process may build it too
+        command += [*defines, "-UNDEBUG", "-o", str(made), str(HOST_PROGRAM)]
         built = subprocess.run(command, capture_output=True, text=True, timeout=600)
         assert built.returncode == 0, built.stderr[-3000:]
-        Path(str(program) + ".tmp").rename(program)
+        made.replace(program)
     ran = subprocess.run([str(program)], capture_output=True, text=True, timeout=60, check=True)
     return [json.loads(line) for line in ran.stdout.splitlines()]
 
