@@ -96,3 +96,14 @@ def test_a_package_argument_holds_its_map_and_one_without_serialises_as_before()
         LaunchArg(kind="tensor", name="y").model_dump_json()
         == '{"kind":"tensor","name":"y","scalar_type":"","value":0}'
     )
+
+
+def test_the_compiled_launcher_leaves_a_map_kernel_to_the_python_path() -> None:
+    """The C++ replay passes raw pointers where the kernel wants maps: it must not take the kernel's calls."""
+    from types import SimpleNamespace
+
+    from kernelforge_tui.cast.launcher import Replay
+
+    replay = Replay.__new__(Replay)  # no C++ library needed: a map kernel is refused before it is used
+    runner = SimpleNamespace(entry=SimpleNamespace(launch=SimpleNamespace(args=args())))
+    assert replay.admit(runner, 0x1000, [(0, 256)]) is False  # type: ignore[arg-type]
