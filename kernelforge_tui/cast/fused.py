@@ -127,13 +127,21 @@ def _output_value(node: Any, results: int, index: int) -> Any:
     return next((u for u in node.users if u.target is operator.getitem and u.args[1] == index), None)
 
 
+def _first_asked(runner: KernelRunner) -> tuple[int, int]:
+    chain = runner.entry.chain
+    return (0, 0) if chain is None else (-len(chain.steps), len(chain.outputs))
+
+
 def replace_chains(
     graph: Any, runners: list[KernelRunner], unproven: Callable[[list[Any]], str]
 ) -> list[ChainDecision]:
     """Every match of the runners' chains in the aten `graph` replaced by the kernel's op where its guard proves
-    the inputs and `unproven` (the pass's own reasons, on the inputs' FakeTensors) has none; a decision per match."""
+    the inputs and `unproven` (the pass's own reasons, on the inputs' FakeTensors) has none; a decision per match.
+    Longer chains first, as capture finds them: a chain inside another (the rms_norm of a residual_rms_norm) would
+    otherwise take calls the longer one fuses with its neighbours; of equal length, fewer outputs first: a residual
+    sum nothing else reads is the plain chain's (a kept sum's kernel would write it for nobody)."""
     decisions: list[ChainDecision] = []
-    for runner in runners:
+    for runner in sorted(runners, key=_first_asked):
         chain = runner.entry.chain
         assert chain is not None
         last = len(chain.steps) - 1

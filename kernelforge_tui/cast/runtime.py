@@ -287,8 +287,9 @@ _NUMBERS = (bool, int, float, complex)
 
 def _plain(value: Any) -> Any:
     """A non-plain argument as the manifest writes it: a dtype, device, layout or memory format by its name, a tuple
-    as a list; anything else as it is (and then it matches nothing)."""
-    if isinstance(value, tuple):
+    or a list subclass (an FX graph's immutable_list: `mean.dim`'s dims, `layer_norm`'s shape) as a list; anything
+    else as it is (and then it matches nothing)."""
+    if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     if type(value).__module__.startswith("torch"):
         return str(value).removeprefix("torch.")

@@ -241,6 +241,53 @@ def test_a_captured_chain_binds_as_a_chain_guard(captured: Path) -> None:
     assert binding.chain.outputs == [(1, 0)] and "native_layer_norm" in binding.call
 
 
+FIXTURES = Path(__file__).parents[1] / "support" / "fixtures"
+
+
+@pytest.mark.parametrize(
+    ("model", "kwargs"),
+    [
+        ("stream_model.py", {"dtype": "bfloat16"}),
+        ("bottleneck_model.py", {}),
+    ],
+)
+def test_the_real_models_chains_match_the_graph_the_compile_pass_traces(
+    tmp_path: Path, model: str, kwargs: dict[str, Any]
+) -> None:
+    """Llama's and ViT's residual streams (the sums the next add reads again among them) and ResNet's batch norms
+    with their in-place add and ReLU, captured, bound as chain guards and matched on the aten graph `rewrite` traces
+    (make_fx on FakeTensors, no decompositions): every captured instance is found, wired as recorded, with nothing
+    outside reading an intermediate and every reader of a kept sum after the chain (a plain residual chain also wires
+    where a kept sum's does, and is refused there: the sum is read outside it)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from kernelforge_tui.capture.loader import Entry, build
+    from kernelforge_tui.cast.fused import _Matcher, overload_of
+
+    out = tmp_path / "model.capture"
+    capture_model(CaptureRequest(FIXTURES / model, out, device="cpu", repeats=1, samples=1, kwargs=kwargs))
+    chains = [v for v in load_capture(out).variants if v.kind == "pattern" and v.card is not None]
+    built = build(FIXTURES / model, Entry.parse("build"), {"device": "cpu", **kwargs})
+    with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake:
+        graph = make_fx(lambda *x: built.model(*x))(*[fake.from_tensor(x) for x in built.args]).graph
+    taken: set[Any] = set()  # the nodes an earlier chain took, in the pass's order (`replace_chains`)
+    for variant in sorted(chains, key=lambda v: (-len(v.steps), len([b for b in v.bindings if b.role == "output"]))):
+        binding = from_variant(variant, load_card(out / str(variant.card)).spec)
+        assert not isinstance(binding, str) and binding.chain is not None, binding
+        found = 0
+        for node in graph.nodes:
+            matcher = _Matcher(binding.chain)
+            if overload_of(node.target) != binding.chain.steps[-1].overload or not matcher.call(
+                len(variant.steps) - 1, node
+            ):
+                continue
+            if (matcher.escape(), matcher.read_early()) == ("", "") and not taken & set(matcher.calls.values()):
+                taken |= set(matcher.calls.values())
+                found += 1
+        assert found == variant.calls, (variant.op, found, variant.calls)
+
+
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 def test_export_lists_a_chains_kernel_as_compile_only(captured: Path, tmp_path: Path) -> None:
     capture = tmp_path / "chains"
