@@ -14,9 +14,10 @@ back, and written too unless something else (a matrix product, the graph's outpu
 Matrix products, convolutions, custom ops (the package's own), reductions, placeholders and outputs are kernels or
 buffers of their own in Inductor as well: next to them a replacement splits nothing.
 
-The package records no copy ceiling (its GPU probe times kernels, not bandwidth), so the traffic is timed at
-ASSUMED_COPY_GBPS, half the H200's measured ceiling: there the estimate errs toward leaving Inductor's fusion whole
-(a split also costs a kernel launch, which it leaves out); on a GPU with less bandwidth it errs the other way.
+The traffic is timed at the copy ceiling the export's GPU check measured on the machine the package was verified
+on (`Machine.copy_gbps`). A package without one (unverified, or exported before it was measured) is timed at
+ASSUMED_COPY_GBPS, half the H200's measured ceiling: there the estimate errs toward leaving Inductor's fusion whole;
+on a GPU with less bandwidth it errs the other way. A split also costs a kernel launch, which the estimate leaves out.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from typing import Any
 from kernelforge_tui.cast.runtime import KernelRunner
 
 ASSUMED_COPY_GBPS = 2000.0
-"""Bytes read plus written per second (GB/s) that an extra round trip is timed at (docs/guides/cast.md, "What a
-replacement costs Inductor", says where the number comes from)."""
+"""Bytes read plus written per second (GB/s) that an extra round trip is timed at where the package measured no
+copy ceiling (docs/guides/cast.md, "What a replacement costs Inductor", says where the number comes from)."""
 
 
 def overload_of(target: Any) -> str | None:
@@ -48,9 +49,9 @@ class SplitFusion:
     """Their overloads (`aten::add.Tensor`), the producers first."""
     extra_bytes: int
 
-    @property
-    def us(self) -> float:
-        return self.extra_bytes / (ASSUMED_COPY_GBPS * 1e3)
+    def us(self, gbps: float) -> float:
+        """The extra traffic's time at `gbps` (bytes read plus written per second)."""
+        return self.extra_bytes / (gbps * 1e3)
 
 
 def _is_view(node: Any) -> bool:
@@ -131,11 +132,15 @@ def refusal(runner: KernelRunner, nodes: Collection[Any]) -> str:
     if not split.extra_bytes:
         return ""
     latency = runner.entry.latency
+    stamp = runner.package.manifest.stamp
+    measured = stamp.machine.copy_gbps if stamp is not None else None
+    gbps = measured or ASSUMED_COPY_GBPS
+    ceiling = f"the measured {gbps:.0f} GB/s" if measured else f"an assumed {gbps:.0f} GB/s"
     cost = (
         f"would split Inductor's fusion with {', '.join(split.neighbours)}: {split.extra_bytes / 1e6:.1f} MB more "
-        f"memory traffic, ~{split.us:.1f} us at an assumed {ASSUMED_COPY_GBPS:.0f} GB/s"
+        f"memory traffic, ~{split.us(gbps):.1f} us at {ceiling}"
     )
     if latency.kernel_us is None or latency.eager_us is None:
         return f"{cost}, and the package measured no saving to pay for it"
     saved = latency.eager_us - latency.kernel_us
-    return "" if saved > split.us else f"{cost}, more than the {saved:.1f} us the kernel saves per call"
+    return "" if saved > split.us(gbps) else f"{cost}, more than the {saved:.1f} us the kernel saves per call"

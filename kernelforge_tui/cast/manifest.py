@@ -383,6 +383,9 @@ class Machine(Model):
     binding: str = ""
     """The CUDA driver binding the runtime used (cuda-bindings or pycuda) and its version."""
     kernelforge_version: str = ""
+    copy_gbps: float | None = None
+    """Bytes read plus written per second (GB/s) of a device-to-device copy, measured by the export's GPU check
+    (not compared): what the compile pass times the memory traffic of a split fusion at."""
 
     @property
     def arch(self) -> str:

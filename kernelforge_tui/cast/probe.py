@@ -271,13 +271,39 @@ def time_kernel(
     result.faster = low > 1.0
 
 
+COPY_BYTES = 256 << 20
+"""Bytes a copy-ceiling measurement copies: over four times the H200's 60 MB L2, so the copy streams from DRAM."""
+
+
+def copy_gbps(copies: int = 10) -> float:
+    """The device-to-device copy ceiling of torch's current GPU (bytes read plus written per second, GB/s): the
+    fastest of `copies` copies of COPY_BYTES timed with CUDA events, after one untimed."""
+    import torch
+
+    source = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
+    target = torch.empty_like(source)
+    target.copy_(source)
+    best = float("inf")
+    for _ in range(copies):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        target.copy_(source)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end) * 1e-3)
+    return 2 * COPY_BYTES / best / 1e9
+
+
 def check(path: Path, out: Path, kernels: Sequence[str], timing: bool, fresh: Sequence[int]) -> int:
     import torch
 
     from kernelforge_tui.cast.runtime import KernelRunner, probe_machine
 
     package = read_package(path)
-    result = ProbeResult(machine=probe_machine())
+    machine = probe_machine()
+    if machine is not None:
+        machine = machine.model_copy(update={"copy_gbps": round(copy_gbps(), 1)})
+    result = ProbeResult(machine=machine)
     out.write_text(result.model_dump_json())
     for entry in package.manifest.kernels:
         if kernels and entry.id not in kernels:

@@ -78,8 +78,10 @@ def _scale_mask_softmax() -> tuple[KernelEntry, dict[str, bytes]]:
     return entry.model_copy(update={"guard": guard, "chain": chain, "variant": "scale_mask_softmax"}), files
 
 
-def _cast(path: Path, entries: list[tuple[KernelEntry, dict[str, bytes]]]) -> Cast:
-    return load(write_cast(path, entries, machine=HERE), machine=HERE, device_type="cpu", driver=HostSoftmax())
+def _cast(path: Path, entries: list[tuple[KernelEntry, dict[str, bytes]]], copy_gbps: float | None = None) -> Cast:
+    """The package stamped for this machine; `copy_gbps`: the copy ceiling its export measured (none: unmeasured)."""
+    machine = HERE.model_copy(update={"copy_gbps": copy_gbps})
+    return load(write_cast(path, entries, machine=machine), machine=machine, device_type="cpu", driver=HostSoftmax())
 
 
 def _fakes(*shapes: tuple[tuple[int, ...], Any]) -> list[Any]:
@@ -153,6 +155,29 @@ def test_a_saving_larger_than_the_split_pays_for_it(tmp_path: Path) -> None:
         split_us - 0.1: [(None, _refused("aten::add.Tensor", saved="67.0"))],
         split_us + 0.1: [("k0-softmax", "")],
         None: [(None, _split("aten::add.Tensor") + ", and the package measured no saving to pay for it")],
+    }
+
+
+def test_the_split_is_timed_at_the_copy_ceiling_the_export_measured(tmp_path: Path) -> None:
+    # At a measured 4000 GB/s the same 134.2 MB cost 33.6 us, not the assumed ceiling's 67.1 us: a kernel saving
+    # 40 us pays for it there, and one saving 30 us does not (and the reason names the measured ceiling).
+    def attention(y: Any, mask: Any) -> Any:
+        return torch.softmax(y / 8 + mask, -1)
+
+    decided = {}
+    for saved in (30.0, 40.0):
+        cast = _cast(tmp_path / f"{saved}.cast", [_softmax(eager_us=KERNEL_US + saved)], copy_gbps=4000.0)
+        decided[saved] = _decided(attention, _fakes(BF16, BF16), cast)[1]
+    traffic = "134.2 MB more memory traffic, ~33.6 us at the measured 4000 GB/s"
+    assert decided == {
+        30.0: [
+            (
+                None,
+                f"would split Inductor's fusion with aten::add.Tensor: {traffic}, more than the 30.0 us the "
+                "kernel saves per call",
+            )
+        ],
+        40.0: [("k0-softmax", "")],
     }
 
 
