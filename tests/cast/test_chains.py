@@ -26,12 +26,19 @@ from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.cast.bindings import from_variant  # noqa: E402
 from kernelforge_tui.cast.compiled import Backend  # noqa: E402
 from kernelforge_tui.cast.export import export  # noqa: E402
-from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry, LaunchArg  # noqa: E402
+from kernelforge_tui.cast.manifest import AtenArg, KernelEntry, LaunchArg  # noqa: E402
 from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
 from kernelforge_tui.cast.runtime import Cast, aten_call, load  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
 from tests.cast.test_compile import Inductor, _ops_in  # noqa: E402
-from tests.support.fixtures.cast.cast_support import MACHINE, HostSoftmax, make_run, softmax_entry, write_cast  # noqa: E402
+from tests.support.fixtures.cast.cast_support import (  # noqa: E402
+    MACHINE,
+    HostSoftmax,
+    make_run,
+    scale_softmax_chain,
+    softmax_entry,
+    write_cast,
+)
 
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
 MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "chains_model.py"
@@ -40,24 +47,7 @@ MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "chains_model.py"
 def _chain_entry() -> tuple[KernelEntry, dict[str, bytes]]:
     """softmax(x * 2.0) over [4, 8] float32 as a chain kernel: aten::mul.Tensor(x, 2.0), then aten::_softmax of it."""
     entry, files = softmax_entry("k0-chain", alignment=64)
-    chain = Chain(
-        pattern="scale_softmax",
-        steps=[
-            ChainStep(
-                overload="aten::mul.Tensor",
-                args=[AtenArg(name="arg0", position=0, tensor="x"), AtenArg(name="arg1", position=1, accepts=[2.0])],
-            ),
-            ChainStep(
-                overload="aten::_softmax.default",
-                args=[
-                    AtenArg(name="arg0", position=0, link=(0, 0)),
-                    AtenArg(name="arg1", position=1, accepts=[-1]),
-                    AtenArg(name="arg2", position=2, accepts=[False]),
-                ],
-            ),
-        ],
-        outputs=[(1, 0)],
-    )
+    chain = scale_softmax_chain()
     guard = entry.guard.model_copy(
         update={"overload": "kernelforge::scale_softmax", "args": [AtenArg(name="x", position=0, tensor="x")]}
     )

@@ -24,9 +24,7 @@ from kernelforge_tui.capture.run import CaptureRequest, capture_model  # noqa: E
 from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.cast import load  # noqa: E402
 from kernelforge_tui.cast.manifest import (  # noqa: E402
-    AtenArg,
     Chain,
-    ChainStep,
     PerForward,
     kernel_line,
     read_package,
@@ -34,7 +32,14 @@ from kernelforge_tui.cast.manifest import (  # noqa: E402
 from kernelforge_tui.cast.runtime import Cast  # noqa: E402
 from kernelforge_tui.cli.main import main  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
-from tests.support.fixtures.cast.cast_support import MACHINE, HostSoftmax, make_run, softmax_entry, write_cast  # noqa: E402
+from tests.support.fixtures.cast.cast_support import (  # noqa: E402
+    MACHINE,
+    HostSoftmax,
+    make_run,
+    scale_softmax_chain,
+    softmax_entry,
+    write_cast,
+)
 
 MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "per_forward_model.py"
 FORMAT_2 = Path(__file__).parents[1] / "support" / "fixtures" / "cast" / "format2_softmax.cast"
@@ -162,24 +167,7 @@ def test_the_report_divides_the_calls_by_the_forwards_the_caller_counted(tmp_pat
 
 
 def test_a_chains_kernel_is_compile_only_its_eager_time_all_its_calls(tmp_path: Path) -> None:
-    chain = Chain(
-        pattern="scale_softmax",
-        steps=[
-            ChainStep(
-                overload="aten::mul.Tensor",
-                args=[AtenArg(name="arg0", position=0, tensor="x"), AtenArg(name="arg1", position=1, accepts=[2.0])],
-            ),
-            ChainStep(
-                overload="aten::_softmax.default",
-                args=[
-                    AtenArg(name="arg0", position=0, link=(0, 0)),
-                    AtenArg(name="arg1", position=1, accepts=[-1]),
-                    AtenArg(name="arg2", position=2, accepts=[False]),
-                ],
-            ),
-        ],
-        outputs=[(1, 0)],
-    )
+    chain = scale_softmax_chain()
     cast = _cast(tmp_path, PerForward(calls=4, variants=["v11"]), chain)
     (runner,) = cast.runners
     runner.graph_nodes = 2
