@@ -157,10 +157,13 @@ class GemmSm90Template(Template[GemmParams]):
             Lever("tile_m", "up", "bigger tiles: each element of b read fewer times"),
             Lever("tile_n", "up", "bigger tiles: each element of a read fewer times"),
             Lever("swizzle", "up", "neighbouring tiles share a and b in L2"),
+            Lever("cluster_m", "up", "two CTAs along M load each tile of b once (TMA multicast)"),
+            Lever("cluster_n", "up", "two CTAs along N load each tile of a once (TMA multicast)"),
         ),
         "memory_latency": (
             Lever("tile_k", "down", "more stages in flight"),
             Lever("schedule", "any", "one consumer's epilogue under the other's mainloop"),
+            Lever("mainloop", "any", "TMA: one thread issues a whole tile's copy; cp.async: a warp group's loads"),
         ),
         "compute": (
             Lever("tile_n", "up", "wider wgmma per shared tile"),
