@@ -27,7 +27,10 @@ REPLY_FORMAT = (
     '{"entry": "<kernel name>", "grid": [...], "block": [...], "shared_bytes": <int or formula>, "args": [...]}. '
     "Grid, block and shared_bytes are integers or formulas over the card's sizes (cdiv(a, b) rounds up); args "
     "bind the kernel's parameters in order: a tensor's name passes its device pointer, a size name or formula "
-    "passes an int (suffix :i64 for 64-bit)."
+    "passes an int (suffix :i64 for 64-bit). A kernel that copies with TMA names a map in args and declares it in "
+    '"tensor_maps": {"<arg>": {"tensor": "<tensor name>", "box": [<elements per dim, innermost first>], '
+    '"swizzle": 0|32|64|128}}; the harness encodes the map over that tensor and passes it by value (the parameter '
+    "is const __grid_constant__ CUtensorMap)."
 )
 """What every role that writes a kernel is told about the reply's form (the prompts include it)."""
 
