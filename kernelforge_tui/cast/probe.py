@@ -283,9 +283,10 @@ def copy_gbps(copies: int = 10) -> float:
     source = torch.empty(COPY_BYTES, dtype=torch.uint8, device="cuda")
     target = torch.empty_like(source)
     target.copy_(source)
+    new_event: Callable[..., Any] = torch.cuda.Event
     best = float("inf")
     for _ in range(copies):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start, end = new_event(enable_timing=True), new_event(enable_timing=True)
         start.record()
         target.copy_(source)
         end.record()
