@@ -7,8 +7,10 @@ the capture entry.
 
 The batch norms (eval: running statistics) become cards the template library has no kernel family for (an LLM
 proposer can serve them; the offline search skips them), the ReLUs and the residual add elementwise cards, and the
-pooling a pooling card, the two 3x3 convolutions one convolution card (no template yet: LLM proposers only). The
-running statistics are set to non-trivial values, so a kernel that ignores them fails.
+pooling a pooling card, the two 3x3 convolutions one convolution card (no template yet: LLM proposers only). Each
+batch norm with its ReLU (the second with the residual add between them) is also a fused chain for compiled graphs
+(batch_norm_relu, batch_norm_add_relu), which the batch_norm_act template serves. The running statistics are set to
+non-trivial values, so a kernel that ignores them fails.
 """
 
 from __future__ import annotations

@@ -91,6 +91,11 @@ EAGER: dict[str, Callable[[dict[str, torch.Tensor], Variant], torch.Tensor]] = {
     "mul": lambda t, v: t["a"] * t["b"],
     "scale_mask_softmax": lambda t, v: torch.softmax(t["x"] / 4.0 + t["mask"], dim=-1),  # head_dim 16
     "group_norm_silu": lambda t, v: F.silu(F.group_norm(t["x"], 32, t["gamma"], t["beta"], 1e-5)),
+    "residual_sum_rms_norm": lambda t, v: t["x"] + t["r"],  # its first output, s (y: the card's own check)
+    "batch_norm_relu": lambda t, v: F.relu(F.batch_norm(t["x"], t["mean"], t["var"], t["w"], t["b"], False, 0.1, 1e-5)),
+    "batch_norm_add_relu": lambda t, v: F.relu(
+        F.batch_norm(t["x"], t["mean"], t["var"], t["w"], t["b"], False, 0.1, 1e-5) + t["r"]
+    ),
     "add": lambda t, v: t["a"] + t["b"],
     "silu": lambda t, v: F.silu(t["x"]),
     "relu": lambda t, v: F.relu(t["x"]),
@@ -128,11 +133,16 @@ def check_card(root: Path, variant: Variant) -> Card:
 def test_decoder_block_variants_and_cards(decoder: tuple[CaptureManifest, Path]) -> None:
     manifest, root = decoder
     cards = carded(manifest)
-    assert chains(cards) == {"rms_norm_bf16_2x16x64", "silu_mul_bf16_2x16x96", "scale_mask_softmax_bf16_2x4x16x16"}
+    assert chains(cards) == {
+        "rms_norm_bf16_2x16x64",
+        "residual_sum_rms_norm_bf16_2x16x64",  # x + attn, then the second norm: the last residual add reads it too
+        "silu_mul_bf16_2x16x96",
+        "scale_mask_softmax_bf16_2x4x16x16",
+    }
     # every call of a chain is a variant of its own as well: SwiGLU's silu and its product with up
     assert single(cards) == {"softmax_bf16_2x4x16x16", "add_bf16_2x16x64", "silu_bf16_2x16x96", "mul_bf16_2x16x96"}
     rms = cards["rms_norm_bf16_2x16x64"]
-    assert rms.kind == "pattern" and rms.op == "rms_norm" and rms.calls == 2  # both norms, decomposed on the CPU
+    assert rms.kind == "pattern" and rms.op == "rms_norm" and rms.calls == 1  # the first norm, decomposed on the CPU
     assert [s.op for s in rms.steps][:3] == ["aten._to_copy.default", "aten.pow.Tensor_Scalar", "aten.mean.dim"]
     assert rms.family == "rms_norm" and rms.template and not rms.replaceable
     assert cards["silu_mul_bf16_2x16x96"].kind == "pattern" and cards["silu_mul_bf16_2x16x96"].calls == 1
@@ -275,6 +285,8 @@ def test_resnet_block_variants_and_cards(resnet: tuple[CaptureManifest, Path]) -
     cards = carded(manifest)
     assert set(cards) == {
         "batch_norm_bf16_2x32x7x7",
+        "batch_norm_relu_bf16_2x32x7x7",  # bn1 then ReLU
+        "batch_norm_add_relu_bf16_2x32x7x7",  # bn2, + x, ReLU
         "relu_bf16_2x32x7x7",
         "add_bf16_2x32x7x7",
         "avg_pool_bf16_2x32x7x7",

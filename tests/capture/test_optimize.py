@@ -54,7 +54,7 @@ def test_optimize_a_capture_directory_simulated(
     ranked = [v.id for v in manifest.variants if v.status == "card" and v.template]
     assert searched == ranked  # every templated card, best expected saving first
     skipped = {s["variant"]: s["reason"] for s in report["skipped"]}
-    batch_norm = next(v for v in manifest.variants if v.card and v.card.startswith("batch_norm"))
+    batch_norm = next(v for v in manifest.variants if v.card and v.card.startswith("batch_norm_bf16"))
     assert "no batch norm family" in skipped[batch_norm.id]  # no template for it: the offline search skips it
     budgets = [r["budget"]["max_iterations"] for r in report["results"] if r["state"] != "not-run"]
     assert budgets[0] >= budgets[-1] and sum(r["candidates"] for r in report["results"]) <= 7
@@ -105,7 +105,7 @@ def test_another_proposer_may_serve_cards_the_templates_cannot(captured: tuple[C
     chosen, _ = plan_variants(manifest, root, CaptureOptimizeOptions(proposer="module:Class"))
     assert any(v.card and v.card.startswith("batch_norm") for v in chosen)
     pool = next(v.id for v in manifest.variants if v.card and v.card.startswith("avg_pool"))
-    norm = next(v.id for v in manifest.variants if v.card and v.card.startswith("batch_norm"))
+    norm = next(v.id for v in manifest.variants if v.card and v.card.startswith("batch_norm_bf16"))
     chosen, skipped = plan_variants(manifest, root, CaptureOptimizeOptions(variants=[pool, norm]))
     assert [v.id for v in chosen] == [pool] and [s.variant for s in skipped] == [norm]
     with pytest.raises(BadInput, match="no variant v99"):
@@ -218,7 +218,7 @@ def test_a_search_that_overruns_its_share_leaves_the_next_ones_their_time(
     monkeypatch.setattr(capture_search, "_search", search)
     options = CaptureOptimizeOptions(budget=Budget(max_minutes=2.0), simulate=True, root=root / "unused")
     report = asyncio.run(capture_search.optimize_capture(root, Settings(), options))
-    assert [r.state for r in report.results] == ["finished"] * len(report.results) and len(report.results) == 3
+    assert [r.state for r in report.results] == ["finished"] * len(report.results) and len(report.results) == 5
     assert all(b >= capture_search.MIN_MINUTES for b in budgets)
     assert clock[0] <= 2.0 * 60 + 1.0  # the whole optimise within its minutes
     assert [r.wall_seconds for r in report.results] == pytest.approx([b * 60 + 14.0 for b in budgets])
