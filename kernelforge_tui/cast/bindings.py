@@ -172,7 +172,7 @@ def _input_guard(spec: OperatorCard, binding: object, meta: object) -> TensorGua
     from kernelforge_tui.capture.manifest import Binding, TensorMeta
 
     assert isinstance(binding, Binding) and isinstance(meta, TensorMeta)
-    if not meta.contiguous:
+    if not meta.contiguous and not binding.order:  # an order: the card holds the tensor as it lies in memory
         return f"tensor argument {binding.path} was not contiguous when captured (stride {meta.stride})"
     dtype = spec.tensor(binding.tensor).dtype
     if dtype != meta.dtype:
@@ -197,10 +197,10 @@ def _output_guard(spec: OperatorCard, op: str, index: int, binding: object, meta
     if not isinstance(meta, TensorMeta):
         return f"{op} returns a non-tensor result (out[{index}])"
     assert isinstance(binding, Binding)
-    if not meta.contiguous:
+    if not meta.contiguous and not binding.order:
         return (
             f"{op} returned out[{index}] with strides {meta.stride}; the runtime returns its outputs row-major "
-            "contiguous"
+            "contiguous, or as the card lays them out in memory"
         )
     if spec.tensor(binding.tensor).dtype != meta.dtype:
         return f"the card's {binding.tensor} is {spec.tensor(binding.tensor).dtype}, the call returned {meta.dtype}"
@@ -211,7 +211,7 @@ def _output_guard(spec: OperatorCard, op: str, index: int, binding: object, meta
         name=binding.tensor,
         shape=tuple(meta.shape),
         dtype=meta.dtype,
-        strides=contiguous_strides(tuple(meta.shape)),
+        strides=tuple(meta.stride) if binding.order else contiguous_strides(tuple(meta.shape)),
         card_shape=view if view != tuple(meta.shape) else None,
     )
 

@@ -124,15 +124,28 @@ class KernelOp:
 
     def refused(self, tensors: tuple[torch.Tensor, ...]) -> Any:
         """The original call, counted with the guard's reason for this very call (pointers included); its outputs
-        contiguous, as the fake implementation says."""
+        laid out as the fake implementation says: the guard's strides (a channels-last card's output stays so),
+        else contiguous."""
         _, args, kwargs = aten_call(self.runner.entry, dict(zip(self.inputs, tensors, strict=True)))
         reason = self.runner.check(args, kwargs)
         assert isinstance(reason, str), "a call refused by its signature, pointers or disabling is refused here"
         _count(self.runner.fallbacks, reason)
         result = self.original(tensors)
         if isinstance(result, tuple):
-            return tuple(t.contiguous() for t in result)
-        return result.contiguous()
+            return tuple(self._laid_out(t, layout) for t, layout in zip(result, self.layouts, strict=True))
+        return self._laid_out(result, self.layouts[0])
+
+    @staticmethod
+    def _laid_out(t: torch.Tensor, layout: tuple[tuple[int, ...], tuple[int, ...], Any]) -> torch.Tensor:
+        """`t` in the guard's strides where it has the guard's shape, else contiguous."""
+        shape, strides, _ = layout
+        if tuple(t.shape) != shape:
+            return t.contiguous()
+        if tuple(t.stride()) == strides:
+            return t
+        import torch
+
+        return torch.empty_strided(shape, strides, dtype=t.dtype, device=t.device).copy_(t)
 
     def fake(self, *tensors: torch.Tensor) -> Any:
         """Outputs as the kernel writes them for the proven signature, else as the original operator's."""

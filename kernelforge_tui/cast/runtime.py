@@ -329,18 +329,36 @@ def _numel(shape: Sequence[int]) -> int:
     return count
 
 
+def _merges(parts: Sequence[int], whole: Sequence[int]) -> bool:
+    """Whether `whole` is `parts` with runs of neighbouring dims multiplied together (dims of 1 anywhere)."""
+    rest = [p for p in parts if p != 1]
+    for dim in (d for d in whole if d != 1):
+        product = 1
+        while rest and product < dim:
+            product *= rest.pop(0)
+        if product != dim:
+            return False
+    return not rest
+
+
 def view_problem(tensor: TensorGuard) -> str:
     """'' when the kernel may take the call's tensor as it is: its strides row-major (dims of size 1 aside, as torch
-    decides contiguity) and its card shape the same number of elements. Then the card's view of it (a contiguous
-    reshape) starts at the same address and lays the elements out in the same order, so the launch passes the
-    tensor's own pointer and no copy is made. Else why not."""
+    decides contiguity), or dense in another order whose memory the card's shape reads row-major (channels-last
+    [n, c, h, w] as the card's [n, h * w, c]: capture holds such a tensor as it lies in memory), and its card shape
+    the same number of elements. Then the card's view of it starts at the same address and lays the elements out in
+    the same order, so the launch passes the tensor's own pointer and no copy is made. Else why not."""
     if len(tensor.strides) != len(tensor.shape):
         return f"{tensor.name} has {len(tensor.strides)} strides for {len(tensor.shape)} dims"
+    dims = sorted((d for d in range(len(tensor.shape)) if tensor.shape[d] != 1), key=lambda d: -tensor.strides[d])
     step = 1
-    for dim, stride in zip(reversed(tensor.shape), reversed(tensor.strides), strict=True):
-        if dim != 1 and stride != step:
-            return f"{tensor.name} has strides {list(tensor.strides)} for shape {list(tensor.shape)}, not row-major"
-        step *= dim
+    for d in reversed(dims):
+        if tensor.strides[d] != step:
+            step = -1
+            break
+        step *= tensor.shape[d]
+    row_major = dims == sorted(dims)
+    if step < 0 or not (row_major or _merges([tensor.shape[d] for d in dims], tensor.kernel_shape)):
+        return f"{tensor.name} has strides {list(tensor.strides)} for shape {list(tensor.shape)}, not row-major"
     if _numel(tensor.kernel_shape) != _numel(tensor.shape):
         return f"{tensor.name}'s card shape {list(tensor.kernel_shape)} does not hold the call's {list(tensor.shape)}"
     return ""

@@ -239,6 +239,7 @@ FIXTURES = Path(__file__).parents[1] / "support" / "fixtures"
     [
         ("stream_model.py", {"dtype": "bfloat16"}),
         ("bottleneck_model.py", {}),
+        ("bottleneck_model.py", {"channels_last": True}),
     ],
 )
 def test_the_real_models_chains_match_the_graph_the_compile_pass_traces(
@@ -248,12 +249,14 @@ def test_the_real_models_chains_match_the_graph_the_compile_pass_traces(
     with their in-place add and ReLU, captured, bound as chain guards and matched on the aten graph `rewrite` traces
     (make_fx on FakeTensors, no decompositions): every captured instance is found, wired as recorded, with nothing
     outside reading an intermediate and every reader of a kept sum after the chain (a plain residual chain also wires
-    where a kept sum's does, and is refused there: the sum is read outside it)."""
+    where a kept sum's does, and is refused there: the sum is read outside it). Channels-last tensors bind with
+    their own strides, which the kernel reads as the card's [n, hw, c]."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     from kernelforge_tui.capture.loader import Entry, build
     from kernelforge_tui.cast.fused import _Matcher, overload_of
+    from kernelforge_tui.cast.runtime import view_problem
 
     out = tmp_path / "model.capture"
     capture_model(CaptureRequest(FIXTURES / model, out, device="cpu", repeats=1, samples=1, kwargs=kwargs))
@@ -265,6 +268,12 @@ def test_the_real_models_chains_match_the_graph_the_compile_pass_traces(
     for variant in sorted(chains, key=lambda v: (-len(v.steps), len([b for b in v.bindings if b.role == "output"]))):
         binding = from_variant(variant, load_card(out / str(variant.card)).spec)
         assert not isinstance(binding, str) and binding.chain is not None, binding
+        if kwargs.get("channels_last"):  # the guards hold the call's channels-last strides, read as the card's memory
+            x, y = binding.inputs[0], binding.outputs[0]
+            assert (
+                x.strides == y.strides == (x.shape[1] * x.shape[2] * x.shape[3], 1, x.shape[1] * x.shape[3], x.shape[1])
+            )
+            assert (view_problem(x), view_problem(y)) == ("", "")
         found = 0
         for node in graph.nodes:
             matcher = _Matcher(binding.chain)
@@ -276,6 +285,31 @@ def test_the_real_models_chains_match_the_graph_the_compile_pass_traces(
                 taken |= set(matcher.calls.values())
                 found += 1
         assert found == variant.calls, (variant.op, found, variant.calls)
+
+
+def test_a_channels_last_guard_is_read_as_its_memory_and_nothing_else() -> None:
+    """A channels-last [n, c, h, w] lies in memory as [n, h, w, c]: the card's [n, h * w, c] reads it in place, its
+    [n, c, h * w] would read it wrongly and is refused."""
+    from kernelforge_tui.cast.manifest import TensorGuard
+    from kernelforge_tui.cast.runtime import view_problem
+
+    x = TensorGuard(name="x", shape=(2, 8, 4, 4), dtype="bfloat16", strides=(128, 1, 32, 8), card_shape=(2, 16, 8))
+    assert view_problem(x) == ""
+    nchw = view_problem(x.model_copy(update={"card_shape": (2, 8, 16)}))
+    assert nchw == "x has strides [128, 1, 32, 8] for shape [2, 8, 4, 4], not row-major"
+
+
+def test_a_refused_call_returns_its_outputs_as_the_fake_lays_them_out() -> None:
+    """The op's fake gives the guard's strides for its proven signature: a call it refuses there (a misaligned
+    view) must return the original's outputs in those strides too, channels-last ones included."""
+    from kernelforge_tui.cast.ops import KernelOp
+
+    x = torch.randn(2, 8, 4, 4)
+    channels_last = ((2, 8, 4, 4), (128, 1, 32, 8), torch.float32)
+    kept = KernelOp._laid_out(x.contiguous(memory_format=torch.channels_last), channels_last)
+    made = KernelOp._laid_out(x, channels_last)
+    assert kept.stride() == made.stride() == (128, 1, 32, 8) and torch.equal(made, x)
+    assert KernelOp._laid_out(x[:1], channels_last).is_contiguous()  # another signature: as before, contiguous
 
 
 @pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
