@@ -4,12 +4,13 @@ Why: some operators reach the dispatcher decomposed. `F.rms_norm` on the CPU (an
 `x.float().pow(2).mean(-1, keepdim=True)`, `+ eps`, `rsqrt`, two multiplies, casts) is six to eight calls, each a
 full pass over the row; SwiGLU's `silu(gate) * up` is two. And a model's neighbouring calls fuse: a residual add
 before a norm, a bias add before an activation, a scale and a mask before a softmax, an activation after a group
-norm. One kernel for the chain reads the inputs once and writes the output once, which is where the time is (and
-what torch.compile's fusion wins). A chain is fused only when every intermediate is read by the chain's own later
-calls alone (nothing else in the model, nor its outputs, sees it), so a runtime that replaces the chain computes
-everything the model uses; the one exception is a residual sum, which the chain's kernel then writes beside the
-norm (the residual stream reads it again: `kept_sum`). Every call of a chain is also a variant of its own
-(`calls.group_calls`): eager PyTorch replaces single calls, only a graph pass replaces a chain.
+norm or after an eval batch norm (and its residual add: ResNet's). One kernel for the chain reads the inputs once
+and writes the output once, which is where the time is (and what torch.compile's fusion wins). A chain is fused
+only when every intermediate is read by the chain's own later calls alone (nothing else in the model, nor its
+outputs, sees it), so a runtime that replaces the chain computes everything the model uses; the one exception is a
+residual sum, which the chain's kernel then writes beside the norm (the residual stream reads it again:
+`kept_sum`). Every call of a chain is also a variant of its own (`calls.group_calls`): eager PyTorch replaces single
+calls, only a graph pass replaces a chain.
 """
 
 from __future__ import annotations
@@ -347,9 +348,8 @@ def batch_norm_act(calls: list[Call], start: Call) -> list[int] | None:
             return None
         chain.append(following)
         following = _single_next(calls, following, (*ACTIVATIONS, *IN_PLACE))
-    if following is None or not _step_of(following, chain[-1], functional(following.op)):
-        return None
-    if functional(following.op) not in ACTIVATIONS:
+    act = functional(following.op) if following is not None else ""
+    if following is None or act not in ACTIVATIONS or not _step_of(following, chain[-1], act):
         return None
     return [*(c.index for c in chain), following.index]
 
