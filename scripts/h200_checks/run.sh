@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The GPU checks this code still owes the H200 (written while no device was lent): run on the device tool's
+# machine from the repo root, carrying .device-wheels (../shared/device/prepare.sh), .whl (the nvidia-cutlass
+# wheel) and what a part names (tma.sh: out/gemm_tma_cubins). Each part is capped; its log lands in $OUT/<part>/.
+#   bash scripts/h200_checks/run.sh launcher:110 tma:170 chains:90 costmodel:100 cards:80 audit:110 bench:600
+# One call is at most 600 s: split the parts over calls. Parts: the files beside this one.
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .device-wheels/*.whl .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD
+mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m kernelforge_tui.cli "$@"\n' >/tmp/bin/kernelforge
+chmod +x /tmp/bin/kernelforge && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
+here=$(dirname "$0")
+start=$(date +%s)
+for part in "$@"; do
+  name=${part%%:*}; cap=${part#*:}; [ "$cap" = "$part" ] && cap=120
+  mkdir -p "$OUT/$name"
+  echo "=== $name (cap ${cap}s) at $(( $(date +%s) - start ))s"
+  timeout -k 5 "$cap" bash "$here/$name.sh" >"$OUT/$name/log.txt" 2>&1
+  echo "rc=$? after $(( $(date +%s) - start ))s"; tail -5 "$OUT/$name/log.txt"
+done
