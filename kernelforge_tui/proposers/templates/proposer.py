@@ -42,6 +42,7 @@ from kernelforge_tui.proposers.templates.common import (
     changes,
     describe,
 )
+from kernelforge_tui.proposers.templates.convolution import ConvolutionTemplate
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
@@ -64,6 +65,7 @@ TEMPLATES: tuple[Template[Any], ...] = (
     GroupNormTemplate(),
     PoolingTemplate(),
     StencilTemplate(),
+    ConvolutionTemplate(),
     ScanTemplate(),
     ReductionTemplate(),
     RowReductionTemplate(),

@@ -25,6 +25,7 @@ from kernelforge_tui.cards.dtypes import NUMPY, float_limits
 from kernelforge_tui.cards.model import StressSpec
 from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
+from kernelforge_tui.proposers.templates.convolution import ConvolutionTemplate
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
 from kernelforge_tui.proposers.templates.scan import ScanTemplate
 from kernelforge_tui.proposers.templates.stencil import StencilTemplate
@@ -354,7 +355,8 @@ def _conv_2d(rounding: Callable[[np.ndarray], np.ndarray]) -> Kernel:
 def test_conv_tolerance_takes_sequential_fp32_sums_and_refuses_tf32(tmp_path: Path) -> None:
     card = cards.write(task("conv_2d"), "float32", 2**18, tmp_path)
     assert set(_failures(card, _conv_2d(lambda a: a)).values()) == {0}
-    assert all(_failures(card, _conv_2d(_tf32)).values())
+    tf32 = _failures(card, _conv_2d(_tf32))
+    assert tf32["seed_1"] and tf32["seed_2"], "TF32 products miss the normal sets (tiny ones sit inside atol)"
 
 
 def test_integrations_take_their_baselines_fp32_order(tmp_path: Path) -> None:
@@ -423,8 +425,10 @@ def test_the_vendor_agrees_with_the_reference_on_the_cpu(name: str, tmp_path: Pa
 # Templates -----------------------------------------------------------------------------------------------------------
 
 
-def test_the_scan_stencil_and_pooling_templates_serve_their_cards_and_the_others_say_why() -> None:
+def test_the_scan_stencil_pooling_and_convolution_templates_serve_their_cards_and_the_others_say_why() -> None:
     for name, kind in (
+        ("conv_1d", ConvolutionTemplate),
+        ("conv_2d", ConvolutionTemplate),
         ("prefix_sum", ScanTemplate),
         ("stencil_2d", StencilTemplate),
         ("stencil_3d", StencilTemplate),
@@ -435,7 +439,7 @@ def test_the_scan_stencil_and_pooling_templates_serve_their_cards_and_the_others
             assert isinstance(template_for(spec), kind), spec.name
             assert len(TemplateProposer().seeds(spec)) >= 3, spec.name
     why = {t.name: TemplateProposer().cannot_serve(cards.spec(t, "float32", t.scales[0])) for t in TASKS}
-    for name in ("conv_1d", "conv_2d", "sorting", "fft"):
+    for name in ("sorting", "fft"):
         assert "has no template for family" in str(why[name]), name
 
 
