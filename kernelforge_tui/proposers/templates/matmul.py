@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, Literal
 
+from kernelforge_tui.cards.expr import evaluate
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.common import (
     ELEMENT_BYTES,
@@ -46,7 +47,7 @@ from kernelforge_tui.proposers.templates.common import (
     prelude_values,
     vec_widths,
 )
-from kernelforge_tui.proposers.templates.source import render
+from kernelforge_tui.proposers.templates.source import Value, render
 
 MAX_ACCUMULATORS = 64
 """A micro-tile of 8 x 8 floats per thread: more spills at the register counts a full block allows."""
@@ -157,18 +158,31 @@ class TensorCoreTiling:
         return min(MAX_REGISTERS, REGISTERS_PER_SM // (minb * self.threads) // 8 * 8)
 
 
-def _dims(card: OperatorCard) -> tuple[int, int, int]:
-    """(M, N, K) of the card."""
-    m, k = card.inputs[0].dims(card.sizes)
-    n = card.inputs[1].dims(card.sizes)[1]
-    return m, n, k
+def _contraction(card: OperatorCard) -> bool:
+    """Whether the card is the contraction C[a, b, c] = sum over d, e of A[a, d, e] B[d, b, e, c] (the suite's
+    high_order_contraction): a product of A [a, (d e)] and B [(d e), (b c)] whose B rows interleave with its
+    columns, so B is read through its own index; C [a, (b c)] and A are plain row-major matrices."""
+    if [len(t.shape) for t in [*card.inputs, *card.outputs]] != [3, 4, 3]:
+        return False
+    (a, d, e), (d2, b, e2, c), out = ([str(x) for x in t.shape] for t in [*card.inputs, *card.outputs])
+    return (d, e, out) == (d2, e2, [a, b, c])
 
 
 def _formulas(card: OperatorCard) -> tuple[str, str, str]:
     """(M, N, K) as the card's shape formulas, for the plan."""
+    if _contraction(card):
+        a, d, e = card.inputs[0].shape
+        b, c = card.inputs[1].shape[1], card.inputs[1].shape[3]
+        return str(a), f"({b}) * ({c})", f"({d}) * ({e})"
     m, k = card.inputs[0].shape
     n = card.inputs[1].shape[1]
     return str(m), str(n), str(k)
+
+
+def _dims(card: OperatorCard) -> tuple[int, int, int]:
+    """(M, N, K) of the card."""
+    m, n, k = (evaluate(formula, card.sizes) for formula in _formulas(card))
+    return m, n, k
 
 
 class MatmulTemplate(Template[MatmulParams]):
@@ -207,9 +221,14 @@ class MatmulTemplate(Template[MatmulParams]):
         problem = naming_problem(card, ["A", "B"], ["C"], [])
         if problem is not None:
             return problem
+        if _contraction(card):
+            return None
         shapes = [len(t.shape) for t in [*card.inputs, *card.outputs]]
         if shapes != [2, 2, 2]:
-            return f"expects matrices A [M, K], B [K, N] -> C [M, N], card has ranks {shapes}"
+            return (
+                f"expects matrices A [M, K], B [K, N] -> C [M, N] (or the contraction A [a, d, e], B [d, b, e, c] -> "
+                f"C [a, b, c]), card has ranks {shapes}"
+            )
         (m, k), (k2, n), c = (t.dims(card.sizes) for t in [*card.inputs, *card.outputs])
         if k != k2 or c != (m, n):
             return f"shapes {(m, k)} x {(k2, n)} -> {c} are not a matrix product"
@@ -219,8 +238,9 @@ class MatmulTemplate(Template[MatmulParams]):
         """Every vec (8 at most) divides every bk and bn, and every tm and tn fits every bm and bn: a tile's rows
         split into whole aligned chunks, and a block has whole micro-tiles. The tc parameters have one value where
         tensor cores do not serve the dtype; strategy comes last, so a seed that does not fit
-        a card is moved to its nearest valid params within its own strategy first."""
-        tensor_cores = dtype_of(card) in TENSOR_CORE_TYPES
+        a card is moved to its nearest valid params within its own strategy first. A contraction's B is no [K, N]
+        matrix the tc kernel could copy: it takes fma only."""
+        tensor_cores = dtype_of(card) in TENSOR_CORE_TYPES and not _contraction(card)  # tc reads B as [K, N]
         return {
             "bm": (16, 32, 64, 128, 256),
             "bn": (16, 32, 64, 128, 256),
@@ -252,6 +272,8 @@ class MatmulTemplate(Template[MatmulParams]):
     def problem(self, card: OperatorCard, params: MatmulParams) -> str | None:
         if params.strategy == "tc":
             return self._tensor_core_problem(card, params)
+        if _contraction(card) and (nc := evaluate(card.inputs[1].shape[3], card.sizes)) % params.vec:
+            return f"vec {params.vec} does not divide c = {nc}: a chunk of B would span two of its rows"
         bm, bn, bk = params.bm, params.bn, params.bk
         tm, tn, pad = params.tm, params.tn, params.pad
         m, n, k = _dims(card)
@@ -325,6 +347,7 @@ class MatmulTemplate(Template[MatmulParams]):
             row=row,
             col=col,
             vector_store=blocked and tn % vec == 0,
+            **self._contraction_values(card),
         )
         m, n, k = _formulas(card)
         plan = LaunchPlan(
@@ -334,6 +357,13 @@ class MatmulTemplate(Template[MatmulParams]):
             args=["A", "B", "C", m, n, k],
         )
         return source, plan
+
+    def _contraction_values(self, card: OperatorCard) -> dict[str, Value]:
+        """What cuda/matmul_fma.cu needs to read a contraction's B: e and c (its index's inner sizes)."""
+        if not _contraction(card):
+            return {"contraction": False}
+        e, c = (evaluate(card.inputs[1].shape[axis], card.sizes) for axis in (2, 3))
+        return {"contraction": True, "e": e, "nc": c}
 
     def _render_tensor_cores(self, card: OperatorCard, params: MatmulParams) -> tuple[str, LaunchPlan]:
         dtype = dtype_of(card)

@@ -224,20 +224,16 @@ def _card(name: str, precision: Precision = "float32", scale: int = SMALLEST) ->
 
 @pytest.mark.parametrize("precision", PRECISIONS)
 def test_the_templates_serve_the_dense_cards_they_are_for(precision: Precision) -> None:
-    for name in ("matrix_mul", "square_matrix_mul"):
+    for name in ("matrix_mul", "square_matrix_mul", "high_order_contraction"):
         assert isinstance(template_for(_card(name, precision)), MatmulTemplate), name
     for name in ("reverse_array", "matrix_copy", "matrix_transpose"):
         assert isinstance(template_for(_card(name, precision)), CopyTemplate), name
     for name in ("vector_add", "matrix_scalar_mul"):
         assert isinstance(template_for(_card(name, precision)), ElementwiseTemplate), name
     assert isinstance(template_for(_card("matrix_vector_mul", precision)), GemvTemplate)
-    for name, why in (
-        ("matrix_power", "expects inputs ['A', 'B']"),
-        ("high_order_contraction", "expects matrices"),
-    ):
-        card = _card(name, precision)
-        reason = TemplateProposer().cannot_serve(card)
-        assert template_for(card) is None and reason is not None and why in reason, name
+    card = _card("matrix_power", precision)
+    reason = TemplateProposer().cannot_serve(card)
+    assert template_for(card) is None and reason is not None and "expects inputs ['A', 'B']" in reason
 
 
 def test_the_matmul_template_refuses_tiles_that_do_not_divide_the_sizes() -> None:
