@@ -49,6 +49,7 @@ from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 from kernelforge_tui.proposers.templates.gemv import GemvTemplate
 from kernelforge_tui.proposers.templates.group_norm import GroupNormTemplate
 from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
+from kernelforge_tui.proposers.templates.matrix_power import MatrixPowerTemplate
 from kernelforge_tui.proposers.templates.pooling import PoolingTemplate
 from kernelforge_tui.proposers.templates.reduction import ReductionTemplate, RowReductionTemplate
 from kernelforge_tui.proposers.templates.row_reductions import RowTemplate
@@ -71,6 +72,7 @@ TEMPLATES: tuple[Template[Any], ...] = (
     RowReductionTemplate(),
     SparseTemplate(),
     MatmulTemplate(),
+    MatrixPowerTemplate(),
     GemmSm90Template(),
     GemvTemplate(),
     CopyTemplate(),

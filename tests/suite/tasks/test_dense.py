@@ -24,6 +24,7 @@ from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
 from kernelforge_tui.proposers.templates.gemv import GemvTemplate
 from kernelforge_tui.proposers.templates.matmul import MatmulTemplate
+from kernelforge_tui.proposers.templates.matrix_power import MatrixPowerTemplate
 from kernelforge_tui.suite import cards
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import PRECISIONS, Precision, Task
@@ -231,9 +232,7 @@ def test_the_templates_serve_the_dense_cards_they_are_for(precision: Precision) 
     for name in ("vector_add", "matrix_scalar_mul"):
         assert isinstance(template_for(_card(name, precision)), ElementwiseTemplate), name
     assert isinstance(template_for(_card("matrix_vector_mul", precision)), GemvTemplate)
-    card = _card("matrix_power", precision)
-    reason = TemplateProposer().cannot_serve(card)
-    assert template_for(card) is None and reason is not None and "expects inputs ['A', 'B']" in reason
+    assert isinstance(template_for(_card("matrix_power", precision)), MatrixPowerTemplate)
 
 
 def test_the_matmul_template_refuses_tiles_that_do_not_divide_the_sizes() -> None:
