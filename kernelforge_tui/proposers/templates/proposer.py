@@ -42,6 +42,7 @@ from kernelforge_tui.proposers.templates.common import (
     changes,
     describe,
 )
+from kernelforge_tui.proposers.templates.attention import AttentionTemplate
 from kernelforge_tui.proposers.templates.convolution import ConvolutionTemplate
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
@@ -67,6 +68,7 @@ TEMPLATES: tuple[Template[Any], ...] = (
     PoolingTemplate(),
     StencilTemplate(),
     ConvolutionTemplate(),
+    AttentionTemplate(),
     ScanTemplate(),
     ReductionTemplate(),
     RowReductionTemplate(),

@@ -321,6 +321,8 @@ def test_the_elementwise_template_serves_swiglu_and_the_merged_layout() -> None:
         "softmax",
         "layer_norm",
         "rms_norm",
+        "softmax_attention",
         "swiglu",
         "silu_and_mul",
+        "triangle_attention",
     ]
