@@ -102,7 +102,7 @@ class ConvolutionTemplate(Template[ConvolutionParams]):
     }
 
     def unsupported(self, card: OperatorCard) -> str | None:
-        one_d = len(card.inputs[0].shape) == 3 if card.inputs else True
+        one_d = len(card.inputs[0].shape) == 3
         spatial = ["l"] if one_d else ["h", "w"]
         problem = naming_problem(card, ["x", "weight"], ["y"], ["n", "ci", "co", "k", *spatial])
         if problem is not None:
