@@ -2,7 +2,7 @@
 # The GPU checks this code still owes the H200 (written while no device was lent): run on the device tool's
 # machine from the repo root, carrying .device-wheels (../shared/device/prepare.sh), .whl (the nvidia-cutlass
 # wheel) and what a part names (tma.sh: out/gemm_tma_cubins). Each part is capped; its log lands in $OUT/<part>/.
-#   bash scripts/h200_checks/run.sh launcher:110 tma:170 chains:90 costmodel:100 cards:80 audit:110 bench:600
+#   bash scripts/h200_checks/run.sh launcher:110 tma:170 chains:145 costmodel:100 cards:80 audit:110 suite:200 bench:600
 # One call is at most 600 s: split the parts over calls. Parts: the files beside this one.
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .device-wheels/*.whl .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD
