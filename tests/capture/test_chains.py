@@ -32,6 +32,7 @@ import torch.nn.functional as F
 from kernelforge_tui.capture.run import CaptureRequest, capture_model
 from kernelforge_tui.cli.capture import template_problem
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
 MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "chains_model.py"
 CHAINS = {
     "residual_layer_norm",

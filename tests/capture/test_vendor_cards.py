@@ -27,6 +27,7 @@ else:
 
 from kernelforge_tui.capture.run import CaptureRequest, capture_model
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
 MODEL = """
 import torch
 import torch.nn.functional as F

@@ -23,6 +23,8 @@ from tests.conftest import typed
 from tests.proposers.templates.test_emulation import INTRINSICS, namespace, wrong_outputs
 from tests.support.cuda_emulator import build, emulation_source
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 TASKS = ("softmax_attention", "triangle_attention")
 TEMPLATE = AttentionTemplate()

@@ -37,6 +37,7 @@ if not os.environ.get("KERNELFORGE_REQUIRE_TORCH"):
 
 from kernelforge_tui.capture.run import CaptureRequest, capture_model
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
 FIXTURES = Path(__file__).parents[2] / "support" / "fixtures"
 MODELS: list[tuple[Path, dict[str, Any], str]] = [
     (FIXTURES / "chains_model.py", {"dim": 256, "seq": 64, "side": 16}, ""),

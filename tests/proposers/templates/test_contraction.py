@@ -25,6 +25,8 @@ from kernelforge_tui.suite.task import Precision
 from tests.conftest import typed
 from tests.support.cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 GRID_2D = """namespace emu {
 unsigned grid_x = 1;

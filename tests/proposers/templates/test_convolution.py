@@ -24,6 +24,8 @@ from tests.conftest import canonical, typed
 from tests.proposers.templates.test_emulation import namespace, wrong_outputs
 from tests.support.cuda_emulator import build, emulation_source
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 TEMPLATE = ConvolutionTemplate()
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 ODD = {

@@ -21,6 +21,8 @@ from kernelforge_tui.suite.registry import task
 from tests.conftest import typed
 from tests.support.cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 RUNNER = """
 void run(const std::string& dir) {{
 {loads}{allocations}    emu::launch({grid}, {block}, [&] {{ {call}; }});

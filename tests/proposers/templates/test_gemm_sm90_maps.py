@@ -2,8 +2,8 @@
 (`operand_maps`, resolved over the card's tensors) must ask cuTensorMapEncodeTiled for exactly what CUTLASS's host
 make_tma_copy asks for the same collective, or the mainloop would read tiles laid out otherwise than its wgmma
 expects. CUTLASS's side comes from a small host program (tests/support/cuda/tma_maps_host.cu) that includes the
-rendered candidate and records the driver call instead of making it: no GPU needed. Each program takes ~15 s of
-nvcc; the binaries are kept in the session's cache, by the hash of what they are built from."""
+rendered candidate up to its entry and records the driver call instead of making it: no GPU needed. Each program
+takes ~20 s of nvcc; the binaries are kept in the session's cache, by the hash of what they are built from."""
 
 from __future__ import annotations
 
@@ -51,7 +51,9 @@ def cutlass_maps(card: OperatorCard, params: GemmParams, cache: Path) -> list[di
     headers = find_cutlass()
     nvcc = shutil.which("nvcc")
     assert headers is not None and nvcc is not None
-    source, _ = TEMPLATE.render(card, params)
+    render, _ = TEMPLATE.render(card, params)
+    entry = render.index('\nextern "C"')  # the host program needs the collective's types, not the kernel: its device
+    source = render[:entry] + "\n"  # code is most of nvcc's time (the render's types and asserts stay, word for word)
     sizes = card.sizes
     defines = [f"-DKF_{name}={sizes.get(name, 1) if name != 'L' else sizes.get('batch', 1)}" for name in "MNKL"]
     key = hashlib.sha256("\0".join([source, HOST_PROGRAM.read_text(), *defines, headers.tree_hash]).encode())

@@ -40,6 +40,8 @@ from tests.conftest import typed
 from tests.proposers.templates.test_templates import _card
 from tests.support.cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 NCHW = ["n", "c", "h", "w"]
 HOPPER_SHARED_PER_BLOCK = 227 * 1024
 TEMPLATE = GroupNormTemplate()

@@ -22,6 +22,8 @@ from tests.conftest import typed
 from tests.proposers.templates.test_contraction import GRID_2D, namespace, wrong_on_seeded_sets
 from tests.support.cuda_emulator import build, emulation_source
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 TEMPLATE = MatrixPowerTemplate()
 

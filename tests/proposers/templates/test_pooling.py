@@ -33,6 +33,8 @@ from kernelforge_tui.proposers.templates.pooling import PoolingTemplate, stream_
 from tests.conftest import canonical, typed
 from tests.support.cuda_emulator import build, emulation_source, kernel_namespace, launch_call
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 TEMPLATE = PoolingTemplate()
 SMALL_SHAPES = [(3, 37, 7, 7), (2, 5, 8, 8), (4, 9, 1, 1), (1, 6, 14, 14), (2, 3, 5, 3)]
 """(n, c, h, w): odd and even planes, one-element planes, odd channel counts (partial last runs)."""

@@ -43,6 +43,8 @@ from kernelforge_tui.suite.tasks import sparse
 from tests.conftest import canonical, typed
 from tests.support.cuda_emulator import build, emulation_source, kernel_namespace
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 EMULATED_SCALE = 2**14
 """1024 rows: blocks of 32 to 1024 rows, power-law rows up to 512 entries."""

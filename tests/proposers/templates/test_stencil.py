@@ -34,6 +34,8 @@ from kernelforge_tui.suite.task import Arrays, Precision
 from tests.conftest import canonical, typed
 from tests.support.cuda_emulator import build, emulation_source, kernel_namespace
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
+
 PRECISIONS: tuple[Precision, ...] = ("float32", "bfloat16")
 TEMPLATE = StencilTemplate()
 OLD_SPACE = {"bx": (32, 64, 128), "by": (1, 2, 4, 8, 16), "smem": (0, 1), "ypt": (1, 2, 4)}
