@@ -31,6 +31,7 @@ from typing import Any
 from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, SpaceCoverage
+from kernelforge_tui.proposers.templates.attention import AttentionTemplate
 from kernelforge_tui.proposers.templates.chains import CHAIN_TEMPLATES
 from kernelforge_tui.proposers.templates.common import (
     Lever,
@@ -42,7 +43,6 @@ from kernelforge_tui.proposers.templates.common import (
     changes,
     describe,
 )
-from kernelforge_tui.proposers.templates.attention import AttentionTemplate
 from kernelforge_tui.proposers.templates.convolution import ConvolutionTemplate
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
