@@ -6,7 +6,6 @@ einsum on the seeded sets in both precisions, and the seeds of the 2^22 cards bu
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from kernelforge_tui.suite.registry import task
 from kernelforge_tui.suite.task import Precision
 from tests.conftest import typed
 from tests.support.cuda_emulator import build, emulation_source, kernel_namespace, launch_call
+from tests.support.seed_builds import build_problems
 
 pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
 
@@ -129,14 +129,4 @@ def test_the_seeds_build_without_spills(sm90_builder: Builder) -> None:
         for proposal in TemplateProposer().seeds(spec)
     ]
 
-    async def build_all() -> list[str]:
-        built = await asyncio.gather(
-            *(sm90_builder.build(p.source, p.plan.entry, resolve(p.plan, spec).args) for spec, p in chosen)
-        )
-        return [
-            f"{spec.name} {proposal.params}: {result.log[-1500:]}"
-            for (spec, proposal), result in zip(chosen, built, strict=True)
-            if not result.ok or (stats := result.ptxas.get(proposal.plan.entry)) is None or stats.spill_store_bytes
-        ]
-
-    assert asyncio.run(build_all()) == []
+    assert build_problems(sm90_builder, chosen) == []

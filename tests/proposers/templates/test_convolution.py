@@ -5,14 +5,13 @@ that stage the input channels in several steps on planes no tile divides (partia
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from kernelforge_tui.build.nvcc import Builder
-from kernelforge_tui.cards import Card, resolve, save_card
+from kernelforge_tui.cards import Card, save_card
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params
@@ -23,6 +22,7 @@ from kernelforge_tui.suite.task import Precision
 from tests.conftest import canonical, typed
 from tests.proposers.templates.test_emulation import namespace, wrong_outputs
 from tests.support.cuda_emulator import build, emulation_source
+from tests.support.seed_builds import build_problems
 
 pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
 
@@ -121,18 +121,5 @@ def test_the_seeds_build_without_spills(sm90_builder: Builder) -> None:
         for proposal in TemplateProposer().seeds(spec)[:2]
     ]
 
-    async def build_all() -> list[str]:
-        built = await asyncio.gather(
-            *(sm90_builder.build(p.source, p.plan.entry, resolve(p.plan, spec).args) for spec, p in chosen)
-        )
-        problems = []
-        for (spec, proposal), result in zip(chosen, built, strict=True):
-            stats = result.ptxas.get(proposal.plan.entry)
-            if not result.ok or stats is None:
-                problems.append(f"{spec.name} {proposal.params}: {result.log[-1500:]}")
-            elif stats.spill_store_bytes or stats.spill_load_bytes:
-                problems.append(f"{spec.name} {proposal.params}: spills {stats}")
-        return problems
-
     assert len(chosen) == 8
-    assert asyncio.run(build_all()) == []
+    assert build_problems(sm90_builder, chosen) == []

@@ -5,13 +5,12 @@ task's generator's, entries of variance 1/n), and the seeds of the 2^22 cards bu
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
 
 from kernelforge_tui.build.nvcc import Builder
-from kernelforge_tui.cards import Card, resolve
+from kernelforge_tui.cards import Card
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.proposers.templates.matrix_power import MatrixPowerTemplate
@@ -21,6 +20,7 @@ from kernelforge_tui.suite.task import Precision
 from tests.conftest import typed
 from tests.proposers.templates.test_contraction import GRID_2D, namespace, wrong_on_seeded_sets
 from tests.support.cuda_emulator import build, emulation_source
+from tests.support.seed_builds import build_problems
 
 pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture builds once, on one worker
 
@@ -74,14 +74,4 @@ def test_the_seeds_build_without_spills(sm90_builder: Builder) -> None:
         for proposal in TemplateProposer().seeds(spec)
     ]
 
-    async def build_all() -> list[str]:
-        built = await asyncio.gather(
-            *(sm90_builder.build(p.source, p.plan.entry, resolve(p.plan, spec).args) for spec, p in chosen)
-        )
-        return [
-            f"{spec.name} {proposal.params}: {result.log[-1500:]}"
-            for (spec, proposal), result in zip(chosen, built, strict=True)
-            if not result.ok or (stats := result.ptxas.get(proposal.plan.entry)) is None or stats.spill_store_bytes
-        ]
-
-    assert asyncio.run(build_all()) == []
+    assert build_problems(sm90_builder, chosen) == []
