@@ -3,8 +3,11 @@
 # machine from the repo root, carrying .device-wheels (../shared/device/prepare.sh), .whl (the nvidia-cutlass
 # wheel) and what a part names (tma.sh: out/gemm_tma_cubins). Each part is capped; its log lands in $OUT/<part>/.
 #   bash scripts/h200_checks/run.sh launcher:110 tma:170 chains:145 costmodel:100 cards:80 audit:110 suite:200 bench:600
+#   or side by side where parts time nothing: bash run.sh; bash run.sh chains:145 & bash run.sh suite:200 & wait
 # One call is at most 600 s: split the parts over calls. Parts: the files beside this one.
-python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .device-wheels/*.whl .whl/*.whl || exit 1
+# installed once per machine, so that parts may run side by side: run.sh with no parts, then several run.sh at once
+[ -f /tmp/site/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site \
+  .device-wheels/*.whl .whl/*.whl && touch /tmp/site/.installed; } || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m kernelforge_tui.cli "$@"\n' >/tmp/bin/kernelforge
 chmod +x /tmp/bin/kernelforge && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
