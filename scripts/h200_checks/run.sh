@@ -10,7 +10,8 @@
   .device-wheels/*.whl .whl/*.whl && touch /tmp/site/.installed; } || exit 1
 export PYTHONPATH=/tmp/site:$PWD
 mkdir -p /tmp/bin && printf '#!/bin/sh\nexec python3 -m kernelforge_tui.cli "$@"\n' >/tmp/bin/kernelforge
-chmod +x /tmp/bin/kernelforge && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
+printf '#!/bin/sh\nexec python3 "$@"\n' >/tmp/bin/python  # a script: a link to a venv's python finds no venv
+chmod +x /tmp/bin/kernelforge /tmp/bin/python && export PATH=/tmp/bin:$PATH
 here=$(dirname "$0")
 start=$(date +%s)
 for part in "$@"; do
@@ -18,5 +19,6 @@ for part in "$@"; do
   mkdir -p "$OUT/$name"
   echo "=== $name (cap ${cap}s) at $(( $(date +%s) - start ))s"
   timeout -k 5 "$cap" bash "$here/$name.sh" >"$OUT/$name/log.txt" 2>&1
-  echo "rc=$? after $(( $(date +%s) - start ))s"; tail -5 "$OUT/$name/log.txt"
+  echo "rc=$? after $(( $(date +%s) - start ))s"; tail -n 5 "$OUT/$name/log.txt"
+  tar czf "$OUT/$name.tgz" -C "$OUT" "$name" && rm -rf "${OUT:?}/$name"  # one file a part: the device returns few
 done
