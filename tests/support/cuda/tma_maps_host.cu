@@ -1,9 +1,13 @@
-// A host program (trusted test code, never a candidate): includes a rendered gemm_sm90 TMA candidate, builds its
-// mainloop's Params with CUTLASS's own host code (to_underlying_arguments -> make_tma_copy_{A,B}_sm90) and prints,
-// one JSON line per map, what CUTLASS asks cuTensorMapEncodeTiled for. The driver call is this file's: it records its
-// arguments and encodes nothing, so no GPU is needed. tests/proposers/templates/test_gemm_sm90_maps.py compares the
-// lines with the maps the harness encodes from the template's plan. Built with -DKF_M=... -DKF_N=... -DKF_K=...
-// -DKF_L=... and the candidate's directory on the include path.
+// A host program (trusted test code, never a candidate): includes rendered gemm_sm90 TMA candidates, builds each
+// one's mainloop Params with CUTLASS's own host code (to_underlying_arguments -> make_tma_copy_{A,B}_sm90) and prints,
+// one JSON line per map and a "--" line after each candidate, what CUTLASS asks cuTensorMapEncodeTiled for. The
+// driver call is this file's: it records its arguments and encodes nothing, so no GPU is needed.
+// tests/proposers/templates/test_gemm_sm90_maps.py compares the lines with the maps the harness encodes from the
+// template's plan. One program for every case, since parsing CUTLASS is most of nvcc's time: the test writes the
+// renders' #include lines to headers.cuh (included here, at global scope) and each render's body, up to its entry, to
+// case_N.cu, which lands in its own namespace. Built with -DKF_CASES=n and -DKF_M_N=..., -DKF_N_N, -DKF_K_N and -DKF_L_N per case, and that
+// directory on the include path. Each render's #defines follow the one before (the preprocessor warns of the
+// redefinition): the values right after a case's include are that case's.
 #define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1
 #include <cstdio>
 #include <cuda.h>
@@ -30,25 +34,69 @@ extern "C" CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap*, CUtensorMapData
     return CUDA_SUCCESS;
 }
 
-#include "candidate.cu"
+#include "headers.cuh"
 
-int main() {
-    using Mainloop = kf::BuiltMainloop;
-    const int M = KF_M, N = KF_N, K = KF_K, L = KF_L;
-    Mainloop::Arguments args{};
-#if A_ROW_MAJOR
-    args.dA = cute::make_stride(int64_t(K), cute::Int<1>{}, int64_t(M) * K);
-#else
-    args.dA = cute::make_stride(cute::Int<1>{}, int64_t(M), int64_t(M) * K);
-#endif
-#if B_ROW_MAJOR
-    args.dB = cute::make_stride(cute::Int<1>{}, int64_t(N), int64_t(N) * K);
-#else
-    args.dB = cute::make_stride(int64_t(K), cute::Int<1>{}, int64_t(N) * K);
-#endif
-    alignas(128) static kf::Element operands[2][64];  // any aligned addresses: nothing is read
+template <class Mainloop, bool a_row_major, bool b_row_major>
+void record_maps(int M, int N, int K, int L) {
+    typename Mainloop::Arguments args{};
+    if constexpr (a_row_major) {
+        args.dA = cute::make_stride(int64_t(K), cute::Int<1>{}, int64_t(M) * K);
+    } else {
+        args.dA = cute::make_stride(cute::Int<1>{}, int64_t(M), int64_t(M) * K);
+    }
+    if constexpr (b_row_major) {
+        args.dB = cute::make_stride(cute::Int<1>{}, int64_t(N), int64_t(N) * K);
+    } else {
+        args.dB = cute::make_stride(int64_t(K), cute::Int<1>{}, int64_t(N) * K);
+    }
+    using Element = cute::remove_cvref_t<decltype(*args.ptr_A)>;
+    alignas(128) static Element operands[2][64];  // any aligned addresses: nothing is read
     args.ptr_A = operands[0];
     args.ptr_B = operands[1];
     (void)Mainloop::to_underlying_arguments(cute::make_shape(M, N, K, L), args, nullptr);
+    std::printf("--\n");
+}
+
+#if KF_CASES > 0
+namespace case_0 {
+#include "case_0.cu"
+void record() { record_maps<kf::BuiltMainloop, A_ROW_MAJOR, B_ROW_MAJOR>(KF_M_0, KF_N_0, KF_K_0, KF_L_0); }
+}  // namespace case_0
+#endif
+#if KF_CASES > 1
+namespace case_1 {
+#include "case_1.cu"
+void record() { record_maps<kf::BuiltMainloop, A_ROW_MAJOR, B_ROW_MAJOR>(KF_M_1, KF_N_1, KF_K_1, KF_L_1); }
+}  // namespace case_1
+#endif
+#if KF_CASES > 2
+namespace case_2 {
+#include "case_2.cu"
+void record() { record_maps<kf::BuiltMainloop, A_ROW_MAJOR, B_ROW_MAJOR>(KF_M_2, KF_N_2, KF_K_2, KF_L_2); }
+}  // namespace case_2
+#endif
+#if KF_CASES > 3
+namespace case_3 {
+#include "case_3.cu"
+void record() { record_maps<kf::BuiltMainloop, A_ROW_MAJOR, B_ROW_MAJOR>(KF_M_3, KF_N_3, KF_K_3, KF_L_3); }
+}  // namespace case_3
+#endif
+#if KF_CASES > 4
+#error "at most four cases: add a block above"
+#endif
+
+int main() {
+#if KF_CASES > 0
+    case_0::record();
+#endif
+#if KF_CASES > 1
+    case_1::record();
+#endif
+#if KF_CASES > 2
+    case_2::record();
+#endif
+#if KF_CASES > 3
+    case_3::record();
+#endif
     return 0;
 }
