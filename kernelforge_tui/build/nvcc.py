@@ -302,9 +302,10 @@ class Builder:
                 uses = cutlass is not None and uses_cutlass(included_headers(source))
                 target = arch_specific(arch) if uses else arch  # also where a cluster worker got the plain arch
                 nvcc_command = [nvcc, "-cubin", f"-arch={target}", "--std=c++17", "-Xptxas", "-v", *self.flags]
-                if cutlass is not None and uses:
-                    nvcc_command += [*CUTLASS_FLAGS, "-I", str(cutlass.root)]
-                    read_only.append(str(cutlass.root))
+                readable = [cutlass.root] if cutlass is not None and uses else []  # its messages reach the debugger
+                for root in readable:
+                    nvcc_command += [*CUTLASS_FLAGS, "-I", str(root)]
+                    read_only.append(str(root))
                 nvcc_command += ["-o", "kernel.cubin", SOURCE_NAME]
                 command = sandbox_command(nvcc_command, work, scratch, read_only, sandbox)
                 # The sandbox's TMPDIR keeps nvcc's intermediates in the build dir: a killed build leaves nothing.
@@ -342,13 +343,12 @@ class Builder:
                     leftovers.cancel()
                 raw = host_paths_removed(cap.text(), work)
                 if cap.overflowed:
-                    return self._overflowed(key, cap, raw, source)
-                return self._result(key, proc.returncode, raw, source, work, sandbox)
+                    return self._overflowed(key, cap, candidate_messages(raw, readable), source)
+                return self._result(key, proc.returncode, raw, source, work, sandbox, readable)
 
-    def _overflowed(self, key: str, cap: OutputCap, raw: str, source: str) -> BuildResult:
+    def _overflowed(self, key: str, cap: OutputCap, log: str, source: str) -> BuildResult:
         """A build stopped because its output went over a cap: refused, its first messages kept (cached: the
         same source floods again)."""
-        log = candidate_messages(raw)
         message = cap.overflow_message()
         overflow = Diagnostic(file="nvcc", severity="error", message=message)
         return BuildResult(
@@ -360,7 +360,14 @@ class Builder:
         )
 
     def _result(
-        self, key: str, status: int | None, raw: str, source: str, work: Path, sandbox: SandboxStatus
+        self,
+        key: str,
+        status: int | None,
+        raw: str,
+        source: str,
+        work: Path,
+        sandbox: SandboxStatus,
+        readable: Sequence[Path],
     ) -> BuildResult:
         """Judge a finished nvcc: sandbox trouble, a signal, a compile error, an oversized cubin, or a cubin."""
         if (status == SETUP_FAILED and "kernelforge sandbox:" in raw) or raw.startswith("bwrap: "):
@@ -371,7 +378,7 @@ class Builder:
             number = status - 128
         if number is not None:
             return build_failure(key, "killed", _killed_message(number, sandbox.limits))
-        log = candidate_messages(raw)
+        log = candidate_messages(raw, readable)
         diagnostics = parse_diagnostics(log, source)
         ptxas = parse_ptxas(log)
         cubin = Path(work, "kernel.cubin")

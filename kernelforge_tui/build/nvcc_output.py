@@ -9,6 +9,7 @@ and what ptxas and nvcc say: a message about any other file becomes a line sayin
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -31,6 +32,11 @@ _REACHED_FROM = re.compile(rf"at line (\d+) of {re.escape(SOURCE_NAME)}")
 _WITHHELD = re.compile(
     r"^kernelforge withheld: (?P<sev>error|warning) in another file(?:, reached from line (?P<line>\d+))?"
 )
+_IN_HEADER = re.compile(
+    r"^kernelforge: (?P<sev>error|warning) in header (?P<where>\S+)(?:, reached from line (?P<line>\d+))?: (?P<msg>.*)$"
+)
+HEADER_MESSAGE_CHARS = 300
+"""A readable header's message is kept to this: a template's types can run to kilobytes."""
 _DIED = re.compile(r"^nvcc error\s*: '[\w.+-]+' died due to signal (\d+)", re.MULTILINE)  # nvcc's own line only
 _GCC_GUTTER = re.compile(r"^ *\d* \| ")
 
@@ -205,6 +211,17 @@ def parse_diagnostics(log: str, source: str) -> list[Diagnostic]:
                     source_line=line_text(file, number),
                 )
             )
+        elif match := _IN_HEADER.match(text):
+            line = match.group("line")
+            diagnostics.append(
+                Diagnostic(
+                    file=SOURCE_NAME if line else match.group("where"),
+                    line=int(line) if line else None,
+                    severity="warning" if match.group("sev") == "warning" else "error",
+                    message=f"in {match.group('where')}: {match.group('msg')}",
+                    source_line=line_text(SOURCE_NAME, int(line)) if line else None,
+                )
+            )
         elif match := _WITHHELD.match(text):
             line = match.group("line")
             diagnostics.append(
@@ -227,23 +244,34 @@ def parse_diagnostics(log: str, source: str) -> list[Diagnostic]:
     return diagnostics
 
 
-def candidate_messages(log: str) -> str:
+def candidate_messages(log: str, readable_roots: Sequence[Path] = ()) -> str:
     """nvcc's output reduced to what it says about the candidate and what ptxas and nvcc say.
 
     A message about another file (a toolkit header, or a host file that got in) is one line saying it was
     withheld, with the candidate line it was reached from when nvcc names one; its text, the lines it
-    quotes and include traces are dropped. Unknown lines are dropped too.
+    quotes and include traces are dropped. Unknown lines are dropped too. Under a readable root (the CUTLASS
+    headers: public, read-only, what a candidate's template instantiates) the message's first line is kept, its
+    file named from the root, so that a debugger reads the cause (a static_assert's text) at the candidate's
+    line, not the instantiation backtrace below it.
     """
     kept: list[str] = []
     keep = True
     withheld: list[str] | None = None
+    roots = [f"{root}/" for root in readable_roots]
 
     def close_withheld() -> None:
         if withheld is not None:
             severity = "warning" if ": warning" in withheld[0] else "error"
             reached = [m.group(1) for line in withheld if (m := _REACHED_FROM.search(line))]
             where = f", reached from line {reached[-1]}" if reached else ""
-            kept.append(f"kernelforge withheld: {severity} in another file{where}")
+            header = next((withheld[0][len(root) :] for root in roots if withheld[0].startswith(root)), None)
+            placed = _EDG.match(header) if header is not None else None
+            if placed is not None:
+                name = f"{placed.group('file')}({placed.group('line')})"
+                message = placed.group("msg")[:HEADER_MESSAGE_CHARS]
+                kept.append(f"kernelforge: {severity} in header {name}{where}: {message}")
+            else:
+                kept.append(f"kernelforge withheld: {severity} in another file{where}")
 
     for line in log.splitlines():
         if not line.strip() or line[0] in " \t":  # a message's continuation, echo or caret

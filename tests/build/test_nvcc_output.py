@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from kernelforge_tui.build.cubin_check import CubinError, cubin_use
-from kernelforge_tui.build.nvcc_output import OutputCap, host_paths_removed
+from kernelforge_tui.build.nvcc_output import OutputCap, candidate_messages, host_paths_removed, parse_diagnostics
 from kernelforge_tui.config import MAX_DIAGNOSTICS, MAX_LOG_BYTES
 from kernelforge_tui.engine.settings import RunSettings
+from kernelforge_tui.proposers.sections import diagnostics_text
 from kernelforge_tui.store import RunStore
 from kernelforge_tui.vocabulary.evaluation import (
     MAX_DIAGNOSTIC_CHARS,
@@ -79,3 +80,36 @@ def test_a_damaged_cubin_is_an_error() -> None:
         cubin_use(b"not an elf")
     with pytest.raises(CubinError):
         cubin_use(b"\x7fELF\x02\x01" + b"\0" * 58 + b"\xff" * 8)
+
+
+# nvcc 13's output for a gemm_sm90 render whose TILE_K was set to 40 (the CUTLASS 4.2 headers' root replaced)
+CUTLASS_LOG = Path(__file__).parents[1] / "support" / "fixtures" / "cutlass_static_assert.log"
+
+
+def test_a_cutlass_error_reaches_the_debugger_as_its_cause_at_the_candidates_line() -> None:
+    root = Path("/opt/cutlass/include")
+    log = CUTLASS_LOG.read_text().replace("CUTLASS_ROOT", str(root))
+    kept = candidate_messages(log, [root])
+    assert kept.splitlines()[0] == (
+        "kernelforge: error in header cute/arch/mma_sm90.hpp(1312), reached from line 73: "
+        'static assertion failed with "Tile_K must be a multiple of 16."'
+    )
+    assert "instantiation of" not in kept and str(root) not in kept and len(kept) < 1000  # no backtrace
+    source = "\n".join(f"line {n}" for n in range(1, 100))
+    first = parse_diagnostics(kept, source)[0]
+    assert (first.file, first.line, first.severity) == ("candidate.cu", 73, "error")
+    assert (
+        first.message
+        == 'in cute/arch/mma_sm90.hpp(1312): static assertion failed with "Tile_K must be a multiple of 16."'
+    )
+    shown = diagnostics_text(parse_diagnostics(kept, source))
+    assert shown.splitlines()[:2] == [
+        'candidate.cu:73: error: in cute/arch/mma_sm90.hpp(1312): static assertion failed with "Tile_K must be a '
+        'multiple of 16."',
+        "    73 | line 73",
+    ]
+    # any other header's text stays withheld, as before
+    assert (
+        candidate_messages(log).splitlines()[0] == "kernelforge withheld: error in another file, reached from line 73"
+    )
+    assert candidate_messages(log, [Path("/opt/other")]).splitlines()[0].startswith("kernelforge withheld")

@@ -122,19 +122,26 @@ BUILDS = {
 }
 
 
+BROKEN = "cp.async, TILE_K 40"
+"""A render CUTLASS refuses (its wgmma K tile must be a multiple of 16): its first error is a static_assert in a
+CUTLASS header, several instantiations below the candidate's line."""
+
+
 @pytest.fixture(scope="module")
 def built(cubin_cache: Path) -> dict[str, BuildResult]:
-    """One sandboxed build of a cp.async and of a TMA render, side by side (~30 s on two cores), over the session's
-    cubin cache."""
+    """One sandboxed build of a cp.async and of a TMA render, side by side (~30 s on two cores), and of the broken
+    render (the front end only: ~7 s), over the session's cubin cache."""
     builder = Builder(arch="sm_90", cache_dir=cubin_cache, timeout_s=240)
+    renders = {name: TEMPLATE.render(card, params) for name, (card, params) in BUILDS.items()}
+    source, plan = TEMPLATE.render(LINEAR, COOPERATIVE)
+    renders[BROKEN] = (source.replace("#define TILE_K 64", "#define TILE_K 40"), plan)
 
-    async def both() -> list[BuildResult]:
-        renders = [TEMPLATE.render(card, params) for card, params in BUILDS.values()]
-        args = [resolve(plan, card).args for (card, _), (_, plan) in zip(BUILDS.values(), renders, strict=True)]
-        jobs = [builder.build(source, "kf_gemm", a) for (source, _), a in zip(renders, args, strict=True)]
+    async def all_of_them() -> list[BuildResult]:
+        args = [resolve(plan, LINEAR).args for _, plan in renders.values()]
+        jobs = [builder.build(source, "kf_gemm", a) for (source, _), a in zip(renders.values(), args, strict=True)]
         return list(await asyncio.gather(*jobs))
 
-    return dict(zip(BUILDS, asyncio.run(both()), strict=True))
+    return dict(zip(renders, asyncio.run(all_of_them()), strict=True))
 
 
 @needs_nvcc
@@ -146,6 +153,17 @@ def test_a_render_builds_for_sm90a_in_the_sandbox(built: dict[str, BuildResult],
     stats = result.ptxas["kf_gemm"]
     assert stats.registers <= 168  # __launch_bounds__(384, 1): 65536 / 384, rounded down to 8
     assert "sm_90a" in result.log
+
+
+@needs_nvcc
+def test_cutlass_refusing_a_render_tells_the_debugger_why_at_the_candidates_line(built: dict[str, BuildResult]) -> None:
+    result = built[BROKEN]
+    assert not result.ok and result.failure == "compile error"
+    first = next(d for d in result.diagnostics if d.severity == "error")
+    assert first.file == "candidate.cu" and first.line is not None and first.source_line is not None
+    assert 'static assertion failed with "Tile_K must be a multiple of 16."' in first.message
+    assert first.message.startswith("in cute/arch/mma_sm90.hpp(")
+    assert "instantiation of" not in result.log and len(result.log) < 2000  # the cause, not the backtrace
 
 
 def test_the_template_library_serves_a_captured_product_and_says_why_not_without_cutlass(
