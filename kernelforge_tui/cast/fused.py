@@ -26,7 +26,7 @@ from typing import Any
 from kernelforge_tui.cast.fusion_cost import overload_of, refusal
 from kernelforge_tui.cast.manifest import Chain
 from kernelforge_tui.cast.ops import kernel_op
-from kernelforge_tui.cast.runtime import _PLAIN, KernelRunner, _accept_set, _accepted, _argument, _plain
+from kernelforge_tui.cast.runtime import _PLAIN, KernelRunner, _accept_set, _accepted, _argument, _count, _plain
 
 
 @dataclass(frozen=True)
@@ -159,6 +159,7 @@ def replace_chains(
                 reason = admitted if isinstance(admitted, str) else refusal(runner, matcher.calls.values())
             overload = runner.entry.guard.overload
             if reason:
+                _count(runner.graph_refused, reason)
                 decisions.append(ChainDecision(node.name, overload, None, reason))
                 continue
             _replace(graph, chain, matcher, kernel_op(runner).overload, [matcher.inputs[n] for n in names])

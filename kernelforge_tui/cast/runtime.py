@@ -147,6 +147,9 @@ class KernelStats(BaseModel):
     chain's kernel counts each chain it replaced once."""
     serves: list[str] = Field(default_factory=lambda: ["eager", "compile"])
     """Where it can run (`KernelEntry.serves`): a fused chain's kernel in compiled graphs only."""
+    graph_refused: dict[str, int] = Field(default_factory=dict)
+    """A chain's kernel: the chains of compiled graphs it matched and left to Inductor, by reason (a single
+    kernel's are its overload's, `OverloadStats.graph_refused`)."""
 
     @property
     def used_in(self) -> str:
@@ -433,7 +436,8 @@ class KernelRunner:
         """Calls of its kernelforge op that ran the kernel (a compiled graph's, or a direct call)."""
         self.graph_nodes = 0
         """Graph nodes the compile path replaced with its op."""
-        self._load_lock = threading.Lock()
+        self.graph_refused: Counter[str] = Counter()
+        """A chain's kernel: the chains of compiled graphs it matched and left to Inductor, by reason."""
         # -- made once for the hot path --
         self._tensor_type = torch.Tensor
         self.launchers: dict[int, drivers.Launcher] = {}
@@ -617,6 +621,7 @@ class KernelRunner:
             compiled_calls=self.compiled_calls,
             graph_nodes=self.graph_nodes,
             serves=self.entry.serves,
+            graph_refused=dict(self.graph_refused),
         )
 
 
@@ -1122,6 +1127,8 @@ class Cast:
                 )
             lines.append(kernel_line(runner.package.manifest, runner.entry, counters, k.used_in))
             lines += [f"      {n} x {reason}" for reason, n in sorted(k.fallbacks.items(), key=lambda kv: -kv[1])]
+            refused = sorted(k.graph_refused.items(), key=lambda kv: -kv[1])
+            lines += [f"      {n} x left to Inductor: {why}" for why, n in refused]
             if k.disabled:
                 lines.append(f"      DISABLED {k.disabled}")
         for o in stats.overloads:

@@ -115,6 +115,9 @@ def test_the_pass_replaces_a_proven_chain_and_says_why_it_leaves_the_others(tmp_
     chain, single = cast.stats().kernels
     assert (chain.graph_nodes, chain.compiled_calls, chain.used_in, chain.serves) == (1, 1, "compile", ["compile"])
     assert single.graph_nodes == 2 and "a fused chain: compile only" in cast.report()
+    # the chains it matched and left, counted with their reasons for the report (not only the backend's decisions)
+    assert chain.graph_refused == {decided[1][2]: 1, "shape x[3, 8] (kernel: [4, 8])": 1}
+    assert "      1 x left to Inductor: shape x[3, 8] (kernel: [4, 8])" in cast.report().splitlines()
 
 
 class HostKept(HostSoftmax):
