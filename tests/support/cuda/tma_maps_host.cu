@@ -5,9 +5,9 @@
 // tests/proposers/templates/test_gemm_sm90_maps.py compares the lines with the maps the harness encodes from the
 // template's plan. One program for every case, since parsing CUTLASS is most of nvcc's time: the test writes the
 // renders' #include lines to headers.cuh (included here, at global scope) and each render's body, up to its entry, to
-// case_N.cu, which lands in its own namespace. Built with -DKF_CASES=n and -DKF_M_N=..., -DKF_N_N, -DKF_K_N and -DKF_L_N per case, and that
-// directory on the include path. Each render's #defines follow the one before (the preprocessor warns of the
-// redefinition): the values right after a case's include are that case's.
+// case_N.cu, which lands in its own namespace. Built with -DKF_CASES=n, with -DKF_M_N, -DKF_N_N, -DKF_K_N and
+// -DKF_L_N for case N (the sizes), and with that directory on the include path. Each render's #defines follow the
+// one before (the preprocessor warns of the redefinition): the values right after a case's include are its own.
 #define CUTLASS_ENABLE_DIRECT_CUDA_DRIVER_CALL 1
 #include <cstdio>
 #include <cuda.h>
