@@ -237,6 +237,11 @@ def tensors_signature(tensors: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple([(t.shape, t.stride(), t.dtype, t.device) for t in tensors])
 
 
+def _counted(counts: dict[str, int], prefix: str = "") -> list[str]:
+    """A report's lines for counts by reason, the most frequent first."""
+    return [f"      {n} x {prefix}{reason}" for reason, n in sorted(counts.items(), key=lambda kv: -kv[1])]
+
+
 def _count(counter: Counter[str], reason: str, calls: int = 1) -> None:
     if reason in counter or len(counter) < MAX_REASONS:
         counter[reason] += calls
@@ -1126,19 +1131,18 @@ class Cast:
                     "forwards (a CUDA graph's replays call nothing: not counted)"
                 )
             lines.append(kernel_line(runner.package.manifest, runner.entry, counters, k.used_in))
-            lines += [f"      {n} x {reason}" for reason, n in sorted(k.fallbacks.items(), key=lambda kv: -kv[1])]
-            refused = sorted(k.graph_refused.items(), key=lambda kv: -kv[1])
-            lines += [f"      {n} x left to Inductor: {why}" for why, n in refused]
+            lines += _counted(k.fallbacks)
+            lines += _counted(k.graph_refused, "left to Inductor: ")
             if k.disabled:
                 lines.append(f"      DISABLED {k.disabled}")
         for o in stats.overloads:
             if o.uncovered:
                 lines.append(f"  {o.overload}: {sum(o.uncovered.values())} calls no kernel covers (original operator)")
-                lines += [f"      {n} x {reason}" for reason, n in sorted(o.uncovered.items(), key=lambda kv: -kv[1])]
+                lines += _counted(o.uncovered)
             if o.graph_refused:
                 left = sum(o.graph_refused.values())
                 lines.append(f"  {o.overload}: {left} graph nodes left to Inductor")
-                lines += [f"      {n} x {why}" for why, n in sorted(o.graph_refused.items(), key=lambda kv: -kv[1])]
+                lines += _counted(o.graph_refused)
         compiled = sum(k.compiled_calls for k in stats.kernels)
         lines.append(
             f"  total: {stats.hits} calls ran generated kernels, {stats.fallbacks} fell back"
