@@ -12,16 +12,20 @@ replayed calls are drained into the Python ones when the stats are read.
 
 Built once per machine with torch's cpp_extension (which needs a C++ compiler and ninja) into the cache directory
 (KERNELFORGE_CACHE_DIR, else the platform's user cache), keyed by the source, torch's version and the compiler;
-later processes load the built library. Where it cannot be built, or with KERNELFORGE_CAST_LAUNCHER=off, the
-Python path serves every call, and `Cast.stats().launcher` says why.
+later processes load the built library. Processes that start together (test workers, ranks) take turns through a
+lock file beside it; each build runs in a staging directory of its own and the library is renamed into place whole,
+so no process loads a half-written one, and a library that does not load is built again. Where it cannot be built,
+or with KERNELFORGE_CAST_LAUNCHER=off, the Python path serves every call, and `Cast.stats().launcher` says why.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 import weakref
 from collections.abc import Sequence
@@ -92,25 +96,39 @@ def load_library() -> str:
 
 
 def _load() -> str:
-    import torch
-
     where = build_dir()
     if isinstance(where, str):
         return where
-    library = where / f"{NAME}.so"
     try:
-        if library.is_file():
-            ops: Any = torch.ops  # untyped
-            ops.load_library(str(library))
-            return ""
-        from torch.utils.cpp_extension import load
-
         where.mkdir(parents=True, exist_ok=True)
-        load(name=NAME, sources=[str(SOURCE)], build_directory=str(where), is_python_module=False, verbose=False)
+        with open(where.with_name(where.name + ".lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # released by the kernel if this process dies
+            _load_or_build(where / f"{NAME}.so")
     except (OSError, RuntimeError, ImportError, subprocess.SubprocessError) as exc:
         first = str(exc).strip().splitlines()
         return f"the compiled launcher did not build ({first[0] if first else type(exc).__name__}; see {where})"
     return ""
+
+
+def _load_or_build(library: Path) -> None:
+    """Load `library`; where it is missing or does not load, build it in a fresh staging directory (loading it from
+    there), then rename it onto `library`."""
+    import torch
+    from torch.utils.cpp_extension import load
+
+    if library.is_file():
+        try:
+            ops: Any = torch.ops  # untyped
+            ops.load_library(str(library))
+            return
+        except OSError:
+            library.unlink()  # damaged, or half-written by a build from before staging: built again
+    staging = Path(tempfile.mkdtemp(prefix="build-", dir=library.parent))
+    try:
+        load(name=NAME, sources=[str(SOURCE)], build_directory=str(staging), is_python_module=False, verbose=False)
+        os.replace(staging / library.name, library)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def hook(address: int) -> None:

@@ -8,7 +8,10 @@ else to the Python path, and its counts reach the runtime's counters. The real l
 from __future__ import annotations
 
 import ctypes
+import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -99,6 +102,27 @@ def test_the_launcher_builds_into_the_cache_keyed_by_source_torch_and_compiler()
     where = launchers.build_dir()
     assert isinstance(where, Path) and (where / "kernelforge_launcher.so").is_file()
     assert where.parent == launchers.cache_root() / "launcher"
+
+
+def test_processes_that_start_together_on_a_damaged_library_each_load_a_whole_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Test workers or ranks that start at once share one cache: none may load a library another is still writing,
+    and a library a killed build left half-written is built again, not reported as a failure for good."""
+    monkeypatch.setenv("KERNELFORGE_CACHE_DIR", str(tmp_path))
+    where = launchers.build_dir()
+    assert isinstance(where, Path)
+    where.mkdir(parents=True)
+    (where / "kernelforge_launcher.so").write_bytes(b"\x7fELF half-written")
+    loads = "from kernelforge_tui.cast import launcher; print(repr(launcher.load_library()))"
+    started = [
+        subprocess.Popen([sys.executable, "-c", loads], stdout=subprocess.PIPE, text=True, env=dict(os.environ))
+        for _ in range(2)
+    ]
+    said = [process.communicate(timeout=300)[0].strip() for process in started]
+    assert said == ["''", "''"]
+    assert (where / "kernelforge_launcher.so").stat().st_size > 100_000
+    assert sorted(path.name for path in where.iterdir()) == ["kernelforge_launcher.so"]  # no staging left behind
 
 
 def test_without_a_compiler_the_reason_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
