@@ -223,6 +223,7 @@ def write_card(
         baseline=BaselineSpec(source="baseline.cu", plan=plan.plan),
         stress=StressSpec(seed=STRESS_SEED, skip=plan.stress_skip),
         chain=plan.chain,
+        call=plan.call,
     )
     if root.exists():
         shutil.rmtree(root)

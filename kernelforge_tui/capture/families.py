@@ -109,6 +109,8 @@ class CardPlan:
     """A norm's eps, as its baseline has it baked in."""
     chain: Chain | None = None
     """A fused chain's calls and wiring (`chain_record`), which the card records."""
+    call: ChainStep | None = None
+    """A single-call card's call with its scalars (`call_record`), which the card records."""
     rounded_source: str | None = None
     """A chain's baseline that keeps its intermediate results in the card's dtype, as eager does: the card's
     baseline when its reference does (`Chain.rounded`)."""
@@ -1228,8 +1230,26 @@ def _recordable(value: Json) -> ChainValue | None:
 
 
 def chain_record(pattern: str, steps: list[Step], made: CardPlan) -> Chain:
-    """The chain a card stands for (`cards.chain`): its calls, each argument a card input, an earlier call's result
-    or the scalar the call passed; Refuse for an argument the record cannot hold."""
+    """The chain a card stands for (`cards.chain`): its calls and which of their results are the card's outputs;
+    Refuse for an argument the record cannot hold."""
+    outputs = {
+        t.name: (t.step, int(t.path.removeprefix("out[").rstrip("]"))) for t in made.tensors if t.role == "output"
+    }
+    return Chain(pattern=pattern, steps=recorded_calls(steps, made), outputs=outputs)
+
+
+def call_record(step: Step, made: CardPlan) -> ChainStep | None:
+    """The one call a single-call card stands for, with the scalars it passed (`OperatorCard.call`); None where the
+    record cannot hold one of its arguments (the card is still made: only a template that reads them refuses it)."""
+    try:
+        return recorded_calls([step], made)[0]
+    except Refuse:
+        return None
+
+
+def recorded_calls(steps: list[Step], made: CardPlan) -> list[ChainStep]:
+    """The calls as a card records them: each argument a card input, an earlier call's result or the scalar the call
+    passed; Refuse for an argument the record cannot hold."""
     inputs = made.input_places()
     calls: list[ChainStep] = []
     for k, step in enumerate(steps):
@@ -1249,10 +1269,7 @@ def chain_record(pattern: str, steps: list[Step], made: CardPlan) -> Chain:
             else:
                 raise Refuse(f"call {k} ({step.op}) takes {arg.path} = {arg.value!r}, which a chain cannot record")
         calls.append(ChainStep(op=step.op, args=args, results=max(1, len(step.outputs))))
-    outputs = {
-        t.name: (t.step, int(t.path.removeprefix("out[").rstrip("]"))) for t in made.tensors if t.role == "output"
-    }
-    return Chain(pattern=pattern, steps=calls, outputs=outputs)
+    return calls
 
 
 PATTERNS: dict[str, Callable[[list[Step]], CardPlan]] = {
@@ -1297,11 +1314,12 @@ def plan(group: Group) -> CardPlan | NoCard:
                 "call in the model (relu(x) rather than relu_(x), inplace=False) can become a card",
             )
         if step.op in ATTENTION:
-            return _attention(step, group.read[0] if group.read else {0})
-        handler = OPS.get(step.op)
-        if handler is None:
+            made = _attention(step, group.read[0] if group.read else {0})
+        elif (handler := OPS.get(step.op)) is not None:
+            made = handler(step)
+        else:
             return NoCard("unsupported", _why_not(step.op))
-        return handler(step)
+        return dataclasses.replace(made, call=call_record(step, made))
     except Refuse as exc:
         return NoCard("unsupported", str(exc))
 

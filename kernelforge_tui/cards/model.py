@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from kernelforge_tui.cards import expr
-from kernelforge_tui.cards.chain import Chain
+from kernelforge_tui.cards.chain import Chain, ChainStep
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY, DType
 from kernelforge_tui.cards.errors import FieldProblem
 from kernelforge_tui.cards.stress import check as check_stress
@@ -313,6 +313,9 @@ class OperatorCard(Strict):
     stress: StressSpec = Field(default_factory=StressSpec)
     chain: Chain | None = None
     """For a card of several fused aten calls (a capture's chain): those calls and their wiring (`cards.chain`)."""
+    call: ChainStep | None = None
+    """For a card of one captured aten call: that call with the scalars it passed (a convolution's stride, padding,
+    dilation and groups; an attention's scale and causality), which a template reads to serve the card."""
 
     @model_validator(mode="after")
     def _consistent(self) -> OperatorCard:

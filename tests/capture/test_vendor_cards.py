@@ -137,6 +137,12 @@ def check_card(variant: Variant, card: Card) -> None:
         assert tolerance.accepts(replay(variant, drawn), card.reference(drawn)["y"]).all(), planned.name
 
 
+def scalars_of(card: Card) -> dict[str, object]:
+    """The scalars the card's recorded call passed, by argument path."""
+    assert card.spec.call is not None
+    return {a.path: a.value for a in card.spec.call.args if a.kind == "scalar"}
+
+
 def test_convolutions_keep_their_layout_and_reproduce_the_call(captured: tuple[list[Variant], Path]) -> None:
     variants, root = captured
     cards = {card.spec.name: (v, card) for v, card in carded(variants, root, "convolution")}
@@ -166,6 +172,21 @@ def test_convolutions_keep_their_layout_and_reproduce_the_call(captured: tuple[l
     assert all(f"#define {k} {v}\n" in baseline for k, v in {"PW": 2, "DW": 2, "GROUPS": 2, "SH": 1}.items())
     sizes = cards["conv2d_f32_2x4x9x7"][1].spec.sizes
     assert (sizes["oh"], sizes["ow"]) == (5, 4)  # stride 2, padding 1 of 9 x 7
+    # the call with its scalars, for a template to read: the dilated, grouped one's as the model passed them
+    call = card.spec.call
+    assert call is not None and call.op == "aten.convolution.default"
+    passed = {a.path: a.value if a.kind != "input" else a.input for a in call.args}
+    assert passed == {
+        "args[0]": "x",
+        "args[1]": "weight",
+        "args[2]": None,
+        "args[3]": [1, 1],
+        "args[4]": [1, 2],
+        "args[5]": [1, 2],
+        "args[6]": False,
+        "args[7]": [0, 0],
+        "args[8]": 2,
+    }
     for variant, card in cards.values():
         assert variant.template_note == "convolution card: no template yet (LLM proposers only)"
         check_card(variant, card)
@@ -190,13 +211,15 @@ def test_attention_keeps_its_layout_flag_and_scale(captured: tuple[list[Variant]
     cards = carded(variants, root, "attention")
     assert len(cards) == 2
     by_layout = {tuple(next(t.shape for t in c.spec.inputs if t.name == "q")): (v, c) for v, c in cards}
-    causal, card = by_layout[("batch", "heads", "sq", "d")]
+    causal, causal_card = by_layout[("batch", "heads", "sq", "d")]
     assert "#define CAUSAL 1" in (root / str(causal.card) / "baseline.cu").read_text()
-    assert card.spec.sizes == {"batch": 2, "heads": 3, "sq": 5, "sk": 7, "d": 12, "dv": 12}
+    assert causal_card.spec.sizes == {"batch": 2, "heads": 3, "sq": 5, "sk": 7, "d": 12, "dv": 12}
     permuted, card = by_layout[("batch", "sq", "heads", "d")]  # q.reshape(b, s, h, d).transpose(1, 2): as it lies
     assert {b.tensor: b.order for b in permuted.bindings} == {name: [0, 2, 1, 3] for name in "qkvy"}
     baseline = (root / str(permuted.card) / "baseline.cu").read_text()
     assert "#define CAUSAL 0" in baseline and "#define SCALE 0.3f" in baseline
+    assert scalars_of(card) == {"kwargs.scale": 0.3}
+    assert scalars_of(causal_card) == {"args[3]": 0.0, "args[4]": True}
     assert [o.name for o in card.spec.outputs] == ["y"]  # the logsumexp nothing reads is no output
     for variant, card in cards:
         assert variant.template_note == "attention card: no template yet (LLM proposers only)"
