@@ -25,14 +25,13 @@ Writes OUT/gemm_cutlass.json and OUT/gemm_cutlass.md.
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
-import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+import cubins as bench
 
 CASES: list[dict[str, Any]] = [
     # name, sizes, a dims, b dims, bias; the decoder's projections read nn.Linear's weight [N, K] as b^T
@@ -44,21 +43,6 @@ CASES: list[dict[str, Any]] = [
     {"name": "mm_tails", "what": "tails in M, N and K", "M": 2000, "N": 1032, "K": 1000, "b": "NK"},
     {"name": "linear_gelu", "what": "gelu(x @ W^T + bias)", "M": 2048, "N": 5632, "K": 2048, "b": "NK", "bias": True},
 ]
-REPS = 30
-WARMUP = 5
-FLUSH_BYTES = 256 << 20
-
-
-@dataclass(frozen=True)
-class Variant:
-    case: str
-    config: str
-    cubin: str
-    grid: list[int]
-    block: int
-    shared: int
-    args: list[dict[str, Any]]
-    """The resolved launch's arguments (cards.plan.ResolvedArg as JSON)."""
 
 
 def card_of(case: dict[str, Any]) -> Any:
@@ -87,85 +71,19 @@ def card_of(case: dict[str, Any]) -> Any:
 
 
 def build(out: Path, variants: list[dict[str, Any]] | None = None) -> None:
-    """Render and build every case's seed configurations, or `variants` (each a change to the first seed) in their
-    place; manifest.json lists what was built and how to launch it."""
-    from kernelforge_tui.build.nvcc import Builder
-    from kernelforge_tui.cards.plan import resolve
-    from kernelforge_tui.proposers.templates.common import describe
+    """Render and build every case's seed configurations, or `variants` (each a change to the first seed)."""
     from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 
-    template = GemmSm90Template()
-    builder = Builder(arch="sm_90", cache_dir=out / "cache", timeout_s=300)
-    jobs = []
-    for case in CASES:
-        card = card_of(case)
-        problem = template.unsupported(card)
-        if problem is not None:
-            sys.exit(f"{case['name']}: {problem}")
-        seeds = template.seed_params(card)
-        for seed in [{**seeds[0], **change} for change in variants] if variants else seeds:
-            params = template.valid(card, seed)
-            if params is not None:
-                source, plan = template.render(card, params)
-                jobs.append((case, describe(params.as_dict()), source, resolve(plan, card)))
-
-    async def run_all() -> list[Any]:
-        return await asyncio.gather(*(builder.build(source, "kf_gemm", launch.args) for _, _, source, launch in jobs))
-
-    results = asyncio.run(run_all())
-    variants = []
-    for (case, config, _, launch), result in zip(jobs, results, strict=True):
-        if not result.ok:
-            sys.exit(f"{case['name']} {config}: build failed\n{result.log[-3000:]}")
-        name = f"{result.key[:16]}.cubin"
-        (out / name).write_bytes(Path(result.cubin_path).read_bytes())
-        args = [a.model_dump(mode="json") for a in launch.args]
-        grid = list(launch.grid)
-        variants.append(Variant(case["name"], config, name, grid, launch.block[0], launch.shared_bytes, args))
-    manifest = {"cases": CASES, "variants": [v.__dict__ for v in variants]}
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
-    print(f"{len(variants)} variants built ({len({v.cubin for v in variants})} distinct sources)")
+    bench.build(out, "kf_gemm", CASES, card_of, GemmSm90Template(), variants)
 
 
 def run(cubins: Path, out: Path) -> None:
-    import numpy as np
-    import pycuda.driver as drv
     import torch
     import torch.nn.functional as F
 
-    from kernelforge_tui.cards.plan import ResolvedArg
-    from kernelforge_tui.tensor_maps import encode, struct_format
-
-    manifest = json.loads((cubins / "manifest.json").read_text())
-    torch.manual_seed(0)
-    torch.cuda.init()
-    torch.empty(1, device="cuda")
-    drv.init()
-    context = drv.Device(0).retain_primary_context()
-    context.push()
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    loaded = bench.Cubins(cubins, "kf_gemm")
     report: dict[str, Any] = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "cases": []}
-    functions: dict[str, Any] = {}
-    modules = []
-    for v in manifest["variants"]:
-        module = drv.module_from_buffer((cubins / v["cubin"]).read_bytes())
-        modules.append(module)
-        function = module.get_function("kf_gemm")
-        function.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, v["shared"])
-        codes = {"tensor": "P", "tensor_map": "map", "scalar": "i"}
-        function.prepare(struct_format([codes[a["kind"]] for a in v["args"]]))
-        functions[v["cubin"]] = function
-
-    def timed(fn: Any) -> float:
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3
-
-    for case in manifest["cases"]:
+    for case in loaded.manifest["cases"]:
         lead = [case["batch"]] if "batch" in case else []
         m, n, k = case["M"], case["N"], case["K"]
         a = torch.randn(*lead, m, k, device="cuda", dtype=torch.bfloat16)
@@ -173,7 +91,6 @@ def run(cubins: Path, out: Path) -> None:
         b = torch.randn(*b_shape, device="cuda", dtype=torch.bfloat16) / k**0.5
         bias = torch.randn(n, device="cuda", dtype=torch.bfloat16) if case.get("bias") else None
         b_op = b.transpose(-1, -2) if case["b"] == "NK" else b  # the [K, N] operand the product reads
-        tensors = {"a": a, "b": b, "bias": bias}
 
         def vendor(a: Any = a, b: Any = b, b_op: Any = b_op, bias: Any = bias, case: dict[str, Any] = case) -> Any:
             if case.get("bias"):
@@ -188,62 +105,25 @@ def run(cubins: Path, out: Path) -> None:
 
         fused_vendor = (lambda a=a, b=b, bias=bias: F.gelu(F.linear(a, b, bias))) if case.get("bias") else vendor
         ref = reference()
-        rms = float(ref.pow(2).mean().sqrt())
-
-        def error(y: Any, ref: Any = ref, rms: float = rms) -> dict[str, float]:
-            diff = (y.float() - ref).abs()
-            outside = diff > 1e-2 * rms + 1.6e-2 * ref.abs()
-            return {"max_error_over_rms": float(diff.max()) / rms, "outside": float(outside.float().mean())}
+        error = bench.error_against(ref)
 
         y = torch.empty(*lead, m, n, device="cuda", dtype=torch.bfloat16)
         rows: list[dict[str, Any]] = []
         launchers = {}
-        for v in manifest["variants"]:
-            if v["case"] != case["name"]:
-                continue
-            args: list[Any] = []
-            for arg in map(ResolvedArg.model_validate, v["args"]):
-                if arg.kind == "scalar":
-                    args.append(np.int32(arg.value))
-                    continue
-                tensor = {**tensors, "y": y}[arg.name]
-                if arg.tensor_map is None:
-                    args.append(np.uintp(tensor.data_ptr()))
-                else:
-                    args.append(encode(arg.tensor_map, tensor.data_ptr(), tensor.numel() * tensor.element_size()))
-
-            def launch(v: dict[str, Any] = v, args: list[Any] = args) -> None:
-                grid = tuple(v["grid"])
-                functions[v["cubin"]].prepared_call(grid, (v["block"], 1, 1), *args, shared_size=v["shared"])
-
+        for v in loaded.variants(case["name"]):
+            launch = loaded.launcher(v, {"a": a, "b": b, "bias": bias, "y": y})
             y.fill_(float("nan"))
             launch()
             torch.cuda.synchronize()
             rows.append({"config": v["config"], "cubin": v["cubin"], **error(y)})
             launchers[v["config"]] = launch
         vendor_error = error(fused_vendor())
-        for _ in range(WARMUP):
-            vendor()
-            fused_vendor()
-            for launch in launchers.values():
-                launch()
-        times: dict[str, list[float]] = {name: [] for name in [*launchers, "cuBLAS", "cuBLAS + gelu"]}
-        for _ in range(REPS):
-            times["cuBLAS"].append(timed(vendor))
-            if case.get("bias"):
-                times["cuBLAS + gelu"].append(timed(fused_vendor))
-            for name, launch in launchers.items():
-                times[name].append(timed(launch))
+        calls = {"cuBLAS": vendor, **({"cuBLAS + gelu": fused_vendor} if case.get("bias") else {}), **launchers}
+        times = loaded.interleaved(calls)
         flops = 2 * m * n * k * (lead[0] if lead else 1)
-
-        def summary(samples: list[float], flops: int = flops) -> dict[str, float]:
-            median = statistics.median(samples)
-            spread = statistics.pstdev(samples) / statistics.mean(samples)
-            return {"median_us": median, "cv": spread, "tflops": flops / median / 1e6}
-
         for row in rows:
-            row.update(summary(times[row["config"]]))
-        vendor_time = summary(times["cuBLAS"])
+            row.update(bench.summary(times[row["config"]], flops))
+        vendor_time = bench.summary(times["cuBLAS"], flops)
         best = min(rows, key=lambda r: r["median_us"])
         entry = {
             "case": case,
@@ -254,11 +134,11 @@ def run(cubins: Path, out: Path) -> None:
             "best_pct_of_cublas": 100 * vendor_time["median_us"] / best["median_us"],
         }
         if case.get("bias"):
-            entry["cuBLAS + gelu"] = {**summary(times["cuBLAS + gelu"]), **vendor_error}
+            entry["cuBLAS + gelu"] = {**bench.summary(times["cuBLAS + gelu"], flops), **vendor_error}
             entry["best_pct_of_cublas_plus_gelu"] = 100 * entry["cuBLAS + gelu"]["median_us"] / best["median_us"]
         report["cases"].append(entry)
         print(json.dumps({k: entry[k] for k in entry if k != "variants"} | {"best_row": best}), flush=True)
-    context.pop()
+    loaded.close()
     out.mkdir(parents=True, exist_ok=True)
     (out / "gemm_cutlass.json").write_text(json.dumps(report, indent=1))
     (out / "gemm_cutlass.md").write_text(markdown(report))
@@ -268,7 +148,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# CUTLASS GEMM template vs cuBLAS ({report['device']}, torch {report['torch']})",
         "",
-        f"bf16 in and out, fp32 sums; L2 flushed before every launch; median of {REPS} interleaved launches.",
+        f"bf16 in and out, fp32 sums; L2 flushed before every launch; median of {bench.REPS} interleaved launches.",
         "",
         "| case | shape | cuBLAS us | best config | ours us | % of cuBLAS | ours TFLOP/s | max err / rms |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -287,30 +167,9 @@ def markdown(report: dict[str, Any]) -> str:
                 f"| {case['name']} vs cuBLAS + separate gelu | | {entry['cuBLAS + gelu']['median_us']:.1f} | | | "
                 f"{entry['best_pct_of_cublas_plus_gelu']:.0f}% | | |"
             )
-    lines += ["", "Every configuration:", "", "| case | config | us | TFLOP/s | cv | max err / rms | outside |"]
-    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
-    for entry in report["cases"]:
-        for r in entry["variants"]:
-            lines.append(
-                f"| {entry['case']['name']} | {r['config']} | {r['median_us']:.1f} | {r['tflops']:.0f} | "
-                f"{r['cv']:.1%} | {r['max_error_over_rms']:.2g} | {r['outside']:.2%} |"
-            )
+    lines += bench.configurations(report)
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("step", choices=("build", "run"))
-    parser.add_argument("cubins", type=Path)
-    parser.add_argument("--out", type=Path, default=Path("out/gemm_cutlass"))
-    parser.add_argument("--variants", type=Path, help="build: a JSON list of changes to the first seed, in its place")
-    args = parser.parse_args()
-    if args.step == "build":
-        args.cubins.mkdir(parents=True, exist_ok=True)
-        build(args.cubins, json.loads(args.variants.read_text()) if args.variants else None)
-    else:
-        run(args.cubins, args.out)
-
-
 if __name__ == "__main__":
-    main()
+    bench.main(__doc__ or "", build, run, Path("out/gemm_cutlass"))

@@ -844,7 +844,6 @@ def _convolution(step: Step) -> CardPlan:
             f"groups {groups}) of x {x.shape} into y {y.shape}; {baselines.layouts(orders)}"
         ),
         tolerance=CONVOLUTION_TF32 if tf32 else MATMUL_TOLERANCE[dtype],
-        template_problem=NO_TEMPLATE.format(what="convolution"),
         notes=[
             "the baseline is a plain direct convolution; the vendor's (cuDNN, eager) time is the variant's measured "
             "one",

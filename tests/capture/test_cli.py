@@ -154,7 +154,7 @@ def test_show_prints_the_ranked_table(
     row = {name: next(k for k, line in enumerate(lines) if name in line) for name in ("group_norm_bf16", "convolution")}
     assert row["group_norm_bf16"] < row["convolution"]  # carded variants first, by expected saving
     assert "broadcast operands" in shown and "views and allocations" in shown and "expected saving" in shown
-    assert "convolution card: no template yet (LLM proposers only)" in shown
+    assert "no convolution template can serve it" in shown and "channels_last" in shown
     assert "CPU capture" in shown
     code, shown = run(["capture", "--show", str(tmp_path)], capsys)
     assert code == 2 and "no capture manifest here" in shown

@@ -43,6 +43,7 @@ from kernelforge_tui.proposers.templates.common import (
     changes,
     describe,
 )
+from kernelforge_tui.proposers.templates.conv_igemm import ConvIgemmTemplate
 from kernelforge_tui.proposers.templates.convolution import ConvolutionTemplate
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
@@ -68,6 +69,7 @@ TEMPLATES: tuple[Template[Any], ...] = (
     PoolingTemplate(),
     StencilTemplate(),
     ConvolutionTemplate(),
+    ConvIgemmTemplate(),
     AttentionTemplate(),
     ScanTemplate(),
     ReductionTemplate(),

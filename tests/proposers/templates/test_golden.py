@@ -14,9 +14,12 @@ from typing import Any
 
 import pytest
 
+from bench.conv_cutlass import CASES as CONV_CASES
+from bench.conv_cutlass import card_of as conv_card
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.proposers.templates import TEMPLATES, TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.common import Params, Template, TemplateParams
+from kernelforge_tui.proposers.templates.conv_igemm import ConvIgemmTemplate
 from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import TASKS
@@ -86,8 +89,8 @@ def _gemm_card(name: str, dtype: str, sizes: dict[str, int], b: list[str], bias:
 
 def golden_cards() -> Iterator[OperatorCard]:
     """Every card a template serves among the suite's (both ends of each task's scales), and cards of the modes the
-    suite lacks: group norm (with and without its statistics), average pooling, captured matrix products and fused
-    chains."""
+    suite lacks: group norm (with and without its statistics), average pooling, captured matrix products and
+    convolutions, and fused chains."""
     for case in TASKS.values():
         for precision in case.precisions:
             for scale in dict.fromkeys((case.scales[0], case.scales[-1])):
@@ -102,7 +105,12 @@ def golden_cards() -> Iterator[OperatorCard]:
     yield _gemm_card(
         "bmm_f16_32x1024x1024", "float16", {"batch": 32, "M": 1024, "N": 128, "K": 1024}, ["K", "N"], False
     )
+    yield from (conv_card(case) for case in CONV_CASES if case["name"] in ("diffusion_3x3", "tails"))
     yield from chain_cards()
+
+
+CUTLASS_TEMPLATES = (GemmSm90Template, ConvIgemmTemplate)
+"""Those whose renders need the CUTLASS headers (their version is in the source)."""
 
 
 def _key(card: OperatorCard, params: Params) -> str:
@@ -138,7 +146,7 @@ def renders(template: Template[Any]) -> dict[str, str]:
 
 @pytest.mark.parametrize(
     "template",
-    [pytest.param(t, marks=needs_cutlass) if isinstance(t, GemmSm90Template) else t for t in TEMPLATES],
+    [pytest.param(t, marks=needs_cutlass) if isinstance(t, CUTLASS_TEMPLATES) else t for t in TEMPLATES],
     ids=lambda t: type(t).__name__,
 )
 def test_every_render_matches_its_golden_digest(template: Template[Any]) -> None:
