@@ -946,7 +946,6 @@ def _attention(step: Step, read: set[int]) -> CardPlan:
             f"{k.shape}, v {v.shape} ({step.op}); {baselines.layouts(orders)}"
         ),
         tolerance=MATMUL_TOLERANCE[dtype],
-        template_problem=NO_TEMPLATE.format(what="attention"),
         notes=[
             "the output only: the call's logsumexp (for backward) is read by nothing in the model",
             f"the reference re-runs it as {ATTENTION_REPLAY} (dropout 0, the call's is_causal and scale); the "
@@ -1238,8 +1237,10 @@ def chain_record(pattern: str, steps: list[Step], made: CardPlan) -> Chain:
 
 
 def call_record(step: Step, made: CardPlan) -> ChainStep | None:
-    """The one call a single-call card stands for, with the scalars it passed (`OperatorCard.call`); None where the
-    record cannot hold one of its arguments (the card is still made: only a template that reads them refuses it)."""
+    """The one call a single-call card stands for, with the scalars it passed (`OperatorCard.call`): the call its
+    reference replays where that is another overload (an attention's CPU flash attention, whose scalars lie at the
+    same places whichever kernel CUDA ran); None where the record cannot hold one of its arguments (the card is
+    still made: only a template that reads them refuses it)."""
     try:
         return recorded_calls([step], made)[0]
     except Refuse:
@@ -1318,7 +1319,7 @@ def plan(group: Group) -> CardPlan | NoCard:
             made = handler(step)
         else:
             return NoCard("unsupported", _why_not(step.op))
-        return dataclasses.replace(made, call=call_record(step, made))
+        return dataclasses.replace(made, call=call_record(made.replay[0] if made.replay else step, made))
     except Refuse as exc:
         return NoCard("unsupported", str(exc))
 

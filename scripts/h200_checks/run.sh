@@ -2,7 +2,7 @@
 # The GPU checks this code still owes the H200 (written while no device was lent): run on the device tool's
 # machine from the repo root, carrying .device-wheels (../shared/device/prepare.sh), .whl (the nvidia-cutlass
 # wheel) and what a part names (tma.sh: out/gemm_tma_cubins). Each part is capped; its log lands in $OUT/<part>/.
-#   bash scripts/h200_checks/run.sh launcher:110 tma:170 conv:120 chains:145 costmodel:100 cards:80 audit:110 suite:200 bench:600
+#   bash scripts/h200_checks/run.sh launcher:110 tma:170 conv:120 attention:90 chains:145 costmodel:100 cards:80 audit:110 suite:200 bench:600
 #   or side by side where parts time nothing: bash run.sh; bash run.sh chains:145 & bash run.sh suite:200 & wait
 # One call is at most 600 s: split the parts over calls. Parts: the files beside this one.
 # installed once per machine, so that parts may run side by side: run.sh with no parts, then several run.sh at once

@@ -77,6 +77,9 @@ unsigned order;  // 1: the cluster's blocks in reverse rank order first (see lau
 long events, cluster_generation, cluster_arrived, cluster_split_arrived, wakeups;
 std::vector<long> block_generation, block_arrived, block_left, warp_generation, warp_arrived;
 std::vector<uint64_t> slots[2];
+// Warp-collective fragments (ldmatrix, mma.sync): each thread's FRAGMENT bytes, alternating as the shuffles' slots do.
+constexpr size_t FRAGMENT = 64;
+std::vector<unsigned char> fragments[2];
 std::function<void()> kernel;
 
 // Clustered kernels' shared memory: a block's arrays at the same offsets of its own arena.
@@ -148,6 +151,8 @@ void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned 
         warp_arrived.assign(threads / 32, 0);
         slots[0].assign(threads, 0);
         slots[1].assign(threads, 0);
+        fragments[0].assign(threads * FRAGMENT, 0);
+        fragments[1].assign(threads * FRAGMENT, 0);
         if (cluster > 1) {
             for (unsigned b = 0; b < cluster; ++b) std::memset(arena[b], 0xff, ARENA);  // uninitialised: NaN
         }
@@ -261,6 +266,46 @@ V exchange(unsigned mask, V value, int source) {
     V out;
     std::memcpy(&out, &slot[warp * 32 + source], sizeof(V));
     return out;
+}
+// A warp-wide gather for the collective instructions: every lane deposits `bytes` of its own, waits for the 32, and
+// reads the warp's deposits (lane i's at i * FRAGMENT).
+const unsigned char* gather(const void* mine, size_t bytes) {
+    const unsigned warp = running / 32;
+    const long generation = warp_generation[warp];
+    unsigned char* slot = fragments[generation & 1].data();
+    std::memcpy(slot + size_t(running) * FRAGMENT, mine, bytes);
+    ++events;
+    if (++warp_arrived[warp] == 32) {
+        warp_arrived[warp] = 0;
+        ++warp_generation[warp];
+    } else {
+        while (warp_generation[warp] == generation) yield();
+    }
+    return slot + size_t(warp) * 32 * FRAGMENT;
+}
+// ldmatrix .x4: lane l gives the address of row l % 8 of matrix l / 8 (8 16-bit elements); each lane gets, of
+// matrix i, the pair at row lane / 4, columns 2 (lane % 4) and + 1 (transposed: rows 2 (lane % 4) and + 1 of column
+// lane / 4), the first element in the low half.
+template <typename E>
+void ldmatrix(uint32_t (&r)[4], const E* row, bool transposed) {
+    static_assert(sizeof(E) == 2, "ldmatrix .b16");
+    if (reinterpret_cast<uintptr_t>(row) % 16) fail("an ldmatrix row address off 16-byte alignment");
+    const unsigned char* all = gather(&row, sizeof(row));
+    const unsigned lane = running % 32;
+    for (int i = 0; i < 4; ++i) {
+        uint16_t pair[2];
+        for (int e = 0; e < 2; ++e) {
+            const unsigned at_row = transposed ? 2 * (lane % 4) + e : lane / 4;
+            const unsigned at_col = transposed ? lane / 4 : 2 * (lane % 4) + e;
+            const E* rows;
+            std::memcpy(&rows, all + size_t(8 * i + at_row) * FRAGMENT, sizeof(rows));
+            std::memcpy(&pair[e], rows + at_col, 2);
+        }
+        r[i] = uint32_t(pair[0]) | uint32_t(pair[1]) << 16;
+    }
+}
+inline float bf16_bits(uint32_t word, int half) {
+    return __bfloat162float(__nv_bfloat16{uint16_t(word >> (16 * half))});
 }
 }  // namespace emu
 
@@ -381,6 +426,57 @@ template <typename V>
 V __shfl_up_sync(unsigned mask, V v, unsigned delta) {
     const unsigned lane = emu::running % 32;
     return emu::exchange(mask, v, int(lane >= delta ? lane - delta : lane));
+}
+// The tensor-core kernels' PTX helpers (EMULATED_HELPERS): cp.async as a plain copy (zeros where not inside), its
+// groups and waits as nothing (the copy has landed), ldmatrix and mma.sync m16n8k16 (bf16 in, fp32 sums) as warp
+// collectives over the documented fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k16").
+template <typename E>
+void copy16(E* dst, const E* src, bool inside) {
+    if (reinterpret_cast<uintptr_t>(dst) % 16 || (inside && reinterpret_cast<uintptr_t>(src) % 16)) {
+        emu::fail("a 16-byte cp.async off 16-byte alignment");
+    }
+    if (inside) {
+        std::memcpy(dst, src, 16);
+    } else {
+        std::memset(dst, 0, 16);
+    }
+}
+inline void copies_commit() {}
+inline void copies_wait_but_one() {}
+inline void copies_wait_all() {}
+template <typename E>
+void ldsm_x4(uint32_t (&r)[4], const E* row) {
+    emu::ldmatrix(r, row, false);
+}
+template <typename E>
+void ldsm_x4_trans(uint32_t (&r)[4], const E* row) {
+    emu::ldmatrix(r, row, true);
+}
+// c += a b: lane (g, t) = (lane / 4, lane % 4) holds a's (g, 2t..2t+1), (g + 8, 2t..), (g, 2t + 8..), (g + 8,
+// 2t + 8..), b's (k 2t..2t+1, n g) and (k 2t + 8.., n g), c's (g, 2t..2t+1) and (g + 8, 2t..).
+void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    const unsigned char* all = emu::gather(mine, sizeof(mine));
+    auto word = [&](unsigned lane, int k) {
+        uint32_t w;
+        std::memcpy(&w, all + size_t(lane) * emu::FRAGMENT + 4 * k, 4);
+        return w;
+    };
+    auto a_at = [&](unsigned row, unsigned col) {  // a[row][col], 16 x 16
+        const unsigned lane = (row % 8) * 4 + (col % 8) / 2;
+        return emu::bf16_bits(word(lane, (row / 8) + 2 * (col / 8)), col % 2);
+    };
+    auto b_at = [&](unsigned k, unsigned n) {  // b[k][n], 16 x 8
+        return emu::bf16_bits(word(n * 4 + (k % 8) / 2, 4 + k / 8), k % 2);
+    };
+    const unsigned lane = emu::running % 32;
+    for (int e = 0; e < 4; ++e) {
+        const unsigned row = lane / 4 + 8 * (e / 2);
+        const unsigned col = 2 * (lane % 4) + e % 2;
+        float sum = c[e];
+        for (unsigned k = 0; k < 16; ++k) sum += a_at(row, k) * b_at(k, col);
+        c[e] = sum;
+    }
 }
 float atomicAdd(float* p, float v) {
     const float old = *p;

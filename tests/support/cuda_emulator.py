@@ -12,9 +12,11 @@ in another block's. A block's shared memory starts as NaN bytes and turns to NaN
 rank order between even-numbered cluster barriers and in reverse between odd ones (`emu::order` 1: the other way
 round), so a missing cluster.sync() shows, and an output two blocks write differs between the two orders.
 
-The sm_90 mbarrier helpers the kernels write in PTX (EMULATED_HELPERS: bulk copies, and the cluster exchanges that
-store into other blocks' shared memory) are the emulator's own: a store into a block whose barrier is not yet
-initialised, or that has left, fails; a wait lets the other blocks run till the phase it waits for completes.
+The helpers the kernels write in PTX (EMULATED_HELPERS) are the emulator's own: the tensor-core kernels' cp.async,
+ldmatrix and mma.sync (warp collectives over the PTX ISA's fragment layouts, bf16 in and fp32 sums), and the sm_90
+mbarrier helpers (bulk copies, and the cluster exchanges that store into other blocks' shared memory): a store
+into a block whose barrier is not yet initialised, or that has left, fails; a wait lets the other blocks run till
+the phase it waits for completes.
 """
 
 from __future__ import annotations
@@ -74,6 +76,13 @@ EMULATED_HELPERS = (
     "cluster_arrive_relaxed",
     "cluster_wait",
     "send_word",
+    "copy16",
+    "copies_commit",
+    "copies_wait_but_one",
+    "copies_wait_all",
+    "ldsm_x4",
+    "ldsm_x4_trans",
+    "mma_bf16",
 )
 """The device helpers written in PTX that the emulator defines instead (a kernel's own definitions are dropped)."""
 HELPER = re.compile(r"^__device__ __forceinline__ [\w\s*]+? (\w+)\(", re.MULTILINE)

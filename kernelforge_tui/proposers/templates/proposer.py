@@ -32,6 +32,7 @@ from kernelforge_tui.cards.directory import Card
 from kernelforge_tui.cards.model import OperatorCard
 from kernelforge_tui.proposers.base import Proposal, ProposalContext, SpaceCoverage
 from kernelforge_tui.proposers.templates.attention import AttentionTemplate
+from kernelforge_tui.proposers.templates.attention_mma import AttentionMmaTemplate
 from kernelforge_tui.proposers.templates.chains import CHAIN_TEMPLATES
 from kernelforge_tui.proposers.templates.common import (
     Lever,
@@ -71,6 +72,7 @@ TEMPLATES: tuple[Template[Any], ...] = (
     ConvolutionTemplate(),
     ConvIgemmTemplate(),
     AttentionTemplate(),
+    AttentionMmaTemplate(),
     ScanTemplate(),
     ReductionTemplate(),
     RowReductionTemplate(),

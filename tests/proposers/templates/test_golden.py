@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from bench.attention_mma import CASES as ATTENTION_CASES
+from bench.attention_mma import card_of as attention_card
 from bench.conv_cutlass import CASES as CONV_CASES
 from bench.conv_cutlass import card_of as conv_card
 from kernelforge_tui.cards.model import OperatorCard
@@ -89,8 +91,8 @@ def _gemm_card(name: str, dtype: str, sizes: dict[str, int], b: list[str], bias:
 
 def golden_cards() -> Iterator[OperatorCard]:
     """Every card a template serves among the suite's (both ends of each task's scales), and cards of the modes the
-    suite lacks: group norm (with and without its statistics), average pooling, captured matrix products and
-    convolutions, and fused chains."""
+    suite lacks: group norm (with and without its statistics), average pooling, captured matrix products,
+    convolutions and attention, and fused chains."""
     for case in TASKS.values():
         for precision in case.precisions:
             for scale in dict.fromkeys((case.scales[0], case.scales[-1])):
@@ -106,6 +108,7 @@ def golden_cards() -> Iterator[OperatorCard]:
         "bmm_f16_32x1024x1024", "float16", {"batch": 32, "M": 1024, "N": 128, "K": 1024}, ["K", "N"], False
     )
     yield from (conv_card(case) for case in CONV_CASES if case["name"] in ("diffusion_3x3", "tails"))
+    yield from (attention_card(case) for case in ATTENTION_CASES if case["name"] in ("llama", "vit"))
     yield from chain_cards()
 
 
