@@ -71,8 +71,8 @@ TEMPLATES: tuple[Template[Any], ...] = (
     StencilTemplate(),
     ConvolutionTemplate(),
     ConvIgemmTemplate(),
+    AttentionMmaTemplate(),  # before the CUDA-core one: bf16 and fp16 suite attention goes to tensor cores
     AttentionTemplate(),
-    AttentionMmaTemplate(),
     ScanTemplate(),
     ReductionTemplate(),
     RowReductionTemplate(),

@@ -14,6 +14,7 @@ from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.cards import Card
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.attention import AttentionTemplate
+from kernelforge_tui.proposers.templates.attention_mma import AttentionMmaTemplate
 from kernelforge_tui.proposers.templates.common import Params
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task
@@ -33,7 +34,9 @@ TEMPLATE = AttentionTemplate()
 def test_the_suite_attention_cards_are_served_and_the_rules() -> None:
     for name in TASKS:
         for precision in PRECISIONS:
-            assert isinstance(template_for(suite_cards.spec(task(name), precision, 2**14)), AttentionTemplate)
+            served = template_for(suite_cards.spec(task(name), precision, 2**14))
+            tensor_cores = (name, precision) == ("softmax_attention", "bfloat16")  # attention_mma's (its own tests)
+            assert isinstance(served, AttentionMmaTemplate if tensor_cores else AttentionTemplate), (name, precision)
     spec = suite_cards.spec(task("softmax_attention"), "float32", 2**14)  # 4 heads of 64 rows, d = 64
     seed = TemplateProposer().seeds(spec)[0]
     assert seed.plan.args == ["q", "k", "v", "o"] and "bias" not in seed.source

@@ -6,6 +6,7 @@ query and key counts no tile divides. Builds for sm_90 without spills; the H200 
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -88,10 +89,12 @@ def test_captured_cards_are_served_and_the_others_told_why(captured: tuple[Path,
 
 def test_a_render_reads_the_layouts_and_the_call(captured: tuple[Path, list[Card]]) -> None:
     _, cards = captured
-    by_causal = {"CAUSAL 1" in TEMPLATE.render(c.spec, AttentionMmaParams(warps=4, bkv=64))[0]: c for c in cards}
+    by_causal = {
+        "CAUSAL 1" in TEMPLATE.render(c.spec, AttentionMmaParams(warps=4, bkv=64, split_p=0))[0]: c for c in cards
+    }
     permuted = by_causal[False].spec
     assert [str(d) for d in permuted.inputs[0].shape] == ["batch", "sq", "heads", "d"]
-    source, plan = TEMPLATE.render(permuted, AttentionMmaParams(warps=4, bkv=64))
+    source, plan = TEMPLATE.render(permuted, AttentionMmaParams(warps=4, bkv=64, split_p=0))
     # q [2, 40, 2, 64] as it lies: batch 40 * 2 * 64 apart, heads 64, rows 2 * 64; k and v alike over 72 keys
     expected = {"Q_SB": 5120, "Q_SH": 64, "Q_SS": 128, "K_SB": 9216, "K_SS": 128, "SQ": 40, "SK": 72}
     for name, value in expected.items():
@@ -129,7 +132,8 @@ def test_every_configuration_builds_for_sm90_without_spills(
     spec = cards[0].spec
     long = spec.model_copy(update={"sizes": {**spec.sizes, "d": 128, "dv": 128, "sq": 2048, "sk": 2048}})
     space = TEMPLATE.space(long)
-    renders = [TEMPLATE.render(long, AttentionMmaParams(warps=w, bkv=b)) for w in space["warps"] for b in space["bkv"]]
+    every = [dict(zip(space, values, strict=True)) for values in itertools.product(*space.values())]
+    renders = [TEMPLATE.render(long, AttentionMmaParams.model_validate(params)) for params in every]
     chosen = [(long, Proposal(source=s, plan=p, mutation="", proposer="test")) for s, p in renders]
-    assert len(chosen) == 9
+    assert len(chosen) == 18
     assert build_problems(sm90_builder, chosen) == []
