@@ -601,8 +601,6 @@ reordered fp32 sum, or cuBLAS's split-K partials rounded to bf16 (torch allows t
 default), about 2^-8 of a partial sum at unit-scale activations and 1/sqrt(K)-scale weights."""
 GEMM_ALIGNMENT = 16
 """Bytes of one cp.async copy of the GEMM template: a data pointer aligned to less is refused by it."""
-NO_TEMPLATE = "{what} card: no template yet (LLM proposers only)"
-"""Why the template search does not serve a card of a family the template library has no template for."""
 
 
 def _operand_layout(meta: TensorMeta, what: str, batched: bool) -> bool:
@@ -715,7 +713,6 @@ def _baddbmm(step: Step) -> CardPlan:
         source=source,
         plan=launch,
         what=f"y = {beta!r} c + {alpha!r} {made.what.removeprefix('y = ')}, c {c.shape}",
-        template_problem=NO_TEMPLATE.format(what="baddbmm"),
     )
 
 

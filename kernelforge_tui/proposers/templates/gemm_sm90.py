@@ -1,11 +1,14 @@
 """Hopper matrix products through CUTLASS 3.x: y = act(a b + bias), bf16 or fp16 in and out, fp32 sums on wgmma.
 
-Convention (the cards `kernelforge capture` makes of mm, addmm, bmm, linear and baddbmm-free chains): inputs `a`, `b`
+Convention (the cards `kernelforge capture` makes of mm, addmm, bmm, baddbmm, linear and their chains): inputs `a`, `b`
 and optionally `bias` [N], output `y`; sizes M, N, K and optionally `batch`. The operands keep the layout the model
 gave them, and the card says which by the order of its dims: `a` is [M, K] (row-major) or [K, M] (a transposed view,
 column-major to CUTLASS), `b` is [K, N] or [N, K] (nn.Linear's weight, read as b^T), each with a leading `batch` dim
 on a batched card, `y` is [(batch,) M, N]. An activation fused after the bias is named in the card's name
-(`addmm_gelu_...`, `mm_gelu_tanh_...`, `..._silu_...`, `..._relu_...`: capture's product chains).
+(`addmm_gelu_...`, `mm_gelu_tanh_...`, `..._silu_...`, `..._relu_...`: capture's product chains). A baddbmm card
+(inputs a, b and c, the added tensor in any of its broadcasts along batch and M) gives y = beta c + alpha a b, with
+beta and alpha read from its recorded call (`[call]`); c is the epilogue's source at its own strides (0 along a
+broadcast dim), not read where beta is 0 (as torch leaves it).
 
 The kernel (cuda/gemm_sm90.cu) is CUTLASS's CollectiveBuilder sm90 warp-specialised mainloop, the persistent tile
 scheduler and the direct-store epilogue, wrapped in an `extern "C"` entry that builds the kernel's Params on the
@@ -28,6 +31,7 @@ epilogue predicates its stores, so K need not be a multiple of tile_k.
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 from kernelforge_tui.build.cutlass_headers import cutlass_problem, find_cutlass
@@ -58,6 +62,8 @@ ACTIVATIONS = {"relu": "ReLu", "silu": "SiLu", "gelu": "GELU", "gelu_tanh": "GEL
 approximation, with tanh.approx)."""
 SCHEDULES = {"cooperative": "Cooperative", "pingpong": "Pingpong"}
 MAINLOOPS = {"tma": "KernelTmaWarpSpecialized", "cp_async": "KernelCpAsyncWarpSpecialized"}
+BADDBMM_SCALARS = (("args[3]", "kwargs.beta"), ("args[4]", "kwargs.alpha"))
+"""Where aten.baddbmm's beta and alpha lie in its recorded call (1 where it passed neither)."""
 SWIZZLES = (128, 64, 32)
 """The shared-memory swizzle spans (bytes) of CUTLASS's Hopper smem layout atoms, widest first."""
 ELEMENT_BYTES = 2
@@ -76,8 +82,19 @@ class GemmParams(TemplateParams):
     cluster_n: int
 
 
+class Scaled(TemplateParams):
+    """baddbmm's y = beta c + alpha a b: its scalars and c's strides (elements) between rows and batches, 0 along a
+    broadcast dim."""
+
+    beta: float
+    alpha: float
+    row_stride: int
+    batch_stride: int
+
+
 class GemmLayout(TemplateParams):
-    """How a card's operands lie: its layouts, batch, bias and activation (read from the card, never searched)."""
+    """How a card's operands lie: its layouts, batch, bias and activation, and a baddbmm's c (read from the card,
+    never searched)."""
 
     a_row_major: bool
     b_row_major: bool
@@ -85,13 +102,29 @@ class GemmLayout(TemplateParams):
     bias: bool
     activation: str
     """"" or a key of ACTIVATIONS."""
+    scaled: Scaled | None = None
+
+
+def scaled_of(card: OperatorCard, c_dims: list[str]) -> Scaled | str:
+    """A baddbmm card's scalars (from its recorded call) and c's strides, or why they cannot be served."""
+    if c_dims[-1:] != ["N"]:
+        return f"c has dims {c_dims}: the epilogue reads c along N (a c broadcast along N is not served)"
+    later = {name: math.prod(card.sizes.get(d, 1) for d in c_dims[k + 1 :]) for k, name in enumerate(c_dims)}
+    if card.call is None or card.call.op != "aten.baddbmm.default":
+        return "the card records no aten.baddbmm call ([call]) to read beta and alpha from"
+    passed = {a.path: a.value for a in card.call.args}
+    beta, alpha = (next((passed[p] for p in paths if p in passed), 1) for paths in BADDBMM_SCALARS)
+    numbers = [float(v) for v in (beta, alpha) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    if len(numbers) != 2 or not all(map(math.isfinite, numbers)):
+        return f"beta {beta!r}, alpha {alpha!r} in the recorded call: expects finite numbers"
+    return Scaled(beta=numbers[0], alpha=numbers[1], row_stride=later.get("M", 0), batch_stride=later.get("batch", 0))
 
 
 def layout_of(card: OperatorCard) -> GemmLayout | str:
     """The card's layout, or why it does not follow the convention (in words for `unsupported`)."""
     names = [t.name for t in card.inputs]
-    if names not in (["a", "b"], ["a", "b", "bias"]) or [t.name for t in card.outputs] != ["y"]:
-        return f"expects inputs a, b (, bias) and output y, card has {names} -> {[t.name for t in card.outputs]}"
+    if names not in (["a", "b"], ["a", "b", "bias"], ["a", "b", "c"]) or [t.name for t in card.outputs] != ["y"]:
+        return f"expects inputs a, b (, bias or c) and output y, card has {names} -> {[t.name for t in card.outputs]}"
     batched = "batch" in card.sizes
     lead: list[str | int] = ["batch"] if batched else []
     a, b, *rest = card.inputs
@@ -107,13 +140,22 @@ def layout_of(card: OperatorCard) -> GemmLayout | str:
         row_major[tensor.name] = found
     if card.outputs[0].shape != [*lead, "M", "N"]:
         return f"y has dims {card.outputs[0].shape}: expects {[*lead, 'M', 'N']}"
-    if rest and rest[0].shape != ["N"]:
+    from_c = scaled_of(card, [str(d) for d in rest[0].shape]) if rest and rest[0].name == "c" else None
+    if isinstance(from_c, str):
+        return from_c
+    scaled = from_c
+    if rest and scaled is None and rest[0].shape != ["N"]:
         return f"bias has dims {rest[0].shape}: expects ['N']"
     words = set(card.name.split("_"))
     activation = next((word for word in ("relu", "silu", "gelu") if word in words), "")
     activation += "_tanh" if activation == "gelu" and "tanh" in words else ""
     return GemmLayout(
-        a_row_major=row_major["a"], b_row_major=row_major["b"], batched=batched, bias=bool(rest), activation=activation
+        a_row_major=row_major["a"],
+        b_row_major=row_major["b"],
+        batched=batched,
+        bias=bool(rest) and scaled is None,
+        activation="" if scaled else activation,
+        scaled=scaled,
     )
 
 
@@ -221,10 +263,14 @@ class GemmSm90Template(Template[GemmParams]):
         headers = find_cutlass()
         assert headers is not None, "unsupported() refuses cards without the CUTLASS headers"
         dtype = dtype_of(card)
+        scaled = layout.scaled
         epilogue = " + bias" if layout.bias else ""
         if layout.activation:
             epilogue = f"{layout.activation}(a b{epilogue})"
+        if scaled:
+            epilogue = f"{scaled.beta!r} c + {scaled.alpha!r} a b"
         what = f"y = {epilogue or 'a b'}" + (", batched" if layout.batched else "")
+        source_read = layout.bias or (scaled is not None and scaled.beta != 0)
         source = render(
             "gemm_sm90.cu",
             what=what,
@@ -240,7 +286,12 @@ class GemmSm90Template(Template[GemmParams]):
             sm_count=SM_COUNT,
             a_row_major=int(layout.a_row_major),
             b_row_major=int(layout.b_row_major),
-            has_bias=int(layout.bias),
+            has_bias=int(source_read),
+            scaled=scaled is not None,
+            alpha=f"{scaled.alpha!r}f" if scaled else "",
+            beta=f"{scaled.beta!r}f" if scaled else "",
+            c_row_stride=scaled.row_stride if scaled else 0,
+            c_batch_stride=scaled.batch_stride if scaled else 0,
             threads=THREADS,
             shared_bytes=SHARED_BYTES,
             element=ELEMENTS[dtype],
@@ -267,7 +318,7 @@ class GemmSm90Template(Template[GemmParams]):
             grid=grid,
             block=[THREADS],
             shared_bytes=SHARED_BYTES,
-            args=[*(maps or ["a", "b"]), *(["bias"] if layout.bias else []), "y", "M", "N", "K", batch],
+            args=[*(maps or ["a", "b"]), *([card.inputs[2].name] if source_read else []), "y", "M", "N", "K", batch],
             tensor_maps=maps,
         )
         return source, plan

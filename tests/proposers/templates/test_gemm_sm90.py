@@ -55,6 +55,19 @@ def gemm_card(
     )
 
 
+def baddbmm_card(c: list[str | int], **scalars: float) -> OperatorCard:
+    """A captured baddbmm's card (capture/families.py): a [batch, M, K], b [batch, K, N], c in its broadcast, the
+    call with its beta and alpha where given (`kwargs.NAME`)."""
+    card = gemm_card(["M", "K"], ["K", "N"], {"batch": 8, "M": 256, "N": 128, "K": 64}, name="baddbmm_bf16")
+    args: list[dict[str, Any]] = [{"path": f"args[{i}]", "kind": "input", "input": n} for i, n in enumerate("cab")]
+    args += [{"path": f"kwargs.{name}", "kind": "scalar", "value": value} for name, value in scalars.items()]
+    fields = card.model_dump()
+    fields["inputs"].append({**fields["inputs"][0], "name": "c", "shape": c})
+    return OperatorCard.model_validate({**fields, "call": {"op": "aten.baddbmm.default", "args": args}})
+
+
+BADDBMM = baddbmm_card(["M", "N"], beta=0.5, alpha=2.0)
+"""c [M, N], broadcast over the batch."""
 LINEAR = gemm_card(["M", "K"], ["N", "K"], {"M": 2048, "N": 5632, "K": 2048}, bias=True, name="linear_gelu_bf16")
 COOPERATIVE = GemmParams(
     tile_m=128, tile_n=128, tile_k=64, schedule="cooperative", swizzle=1, mainloop="cp_async", cluster_m=1, cluster_n=1
@@ -71,6 +84,24 @@ def test_the_card_says_each_operands_layout_by_the_order_of_its_dims() -> None:
     assert (batched.a_row_major, batched.b_row_major, batched.batched, batched.activation) == (False, True, True, "")
     # a dims order that is not a matrix product's is refused, not guessed
     assert "expects one of" in str(layout_of(gemm_card(["M", "N"], ["K", "N"], {"M": 8, "N": 8, "K": 8})))
+
+
+def test_a_baddbmm_reads_beta_alpha_and_cs_broadcast_from_the_card() -> None:
+    layout = layout_of(BADDBMM)
+    assert not isinstance(layout, str) and layout.scaled is not None
+    assert (layout.scaled.beta, layout.scaled.alpha) == (0.5, 2.0)
+    assert (layout.scaled.row_stride, layout.scaled.batch_stride) == (128, 0)  # c [M, N]: every batch the same
+    source, plan = TEMPLATE.render(BADDBMM, COOPERATIVE)
+    for define in ("ALPHA 2.0f", "BETA 0.5f", "C_ROW_STRIDE 128", "C_BATCH_STRIDE 0", "HAS_BIAS 1"):
+        assert f"#define {define}\n" in source, define
+    assert plan.args == ["a", "b", "c", "y", "M", "N", "K", "batch"]
+    rows = layout_of(baddbmm_card(["batch", 1, "N"]))  # c [batch, 1, N]: one row a batch, beta and alpha 1
+    assert not isinstance(rows, str) and rows.scaled == rows.scaled.but(beta=1.0, alpha=1.0, row_stride=0)
+    assert rows.scaled.batch_stride == 128
+    unread = TEMPLATE.render(baddbmm_card(["batch", "M", "N"], beta=0.0), COOPERATIVE)
+    assert "#define HAS_BIAS 0\n" in unread[0] and "c" not in unread[1].args  # beta 0: c is not read
+    assert "c broadcast along N is not served" in str(TEMPLATE.unsupported(baddbmm_card(["batch", "M", 1])))
+    assert "records no aten.baddbmm call" in str(TEMPLATE.unsupported(BADDBMM.model_copy(update={"call": None})))
 
 
 def test_what_the_kernel_cannot_copy_is_refused_before_a_build() -> None:
@@ -117,7 +148,7 @@ def test_a_tma_render_passes_maps_the_plan_declares_and_a_cluster_a_2d_grid() ->
 
 
 BUILDS = {
-    "cp.async pingpong": (LINEAR, COOPERATIVE.but(schedule="pingpong", tile_n=128)),
+    "cp.async pingpong, baddbmm": (BADDBMM, COOPERATIVE.but(schedule="pingpong", tile_n=128)),
     "tma 2x1 cluster": (LINEAR, TMA.but(tile_n=256, cluster_m=2)),
 }
 
@@ -129,15 +160,17 @@ CUTLASS header, several instantiations below the candidate's line."""
 
 @pytest.fixture(scope="module")
 def built(cubin_cache: Path) -> dict[str, BuildResult]:
-    """One sandboxed build of a cp.async and of a TMA render, side by side (~30 s on two cores), and of the broken
-    render (the front end only: ~7 s), over the session's cubin cache."""
+    """One sandboxed build of a cp.async render (a baddbmm's epilogue) and of a TMA render (bias and GELU), side by
+    side (~30 s on two cores), and of the broken render (the front end only: ~7 s), over the session's cubin
+    cache."""
     builder = Builder(arch="sm_90", cache_dir=cubin_cache, timeout_s=240)
     renders = {name: TEMPLATE.render(card, params) for name, (card, params) in BUILDS.items()}
     source, plan = TEMPLATE.render(LINEAR, COOPERATIVE)
     renders[BROKEN] = (source.replace("#define TILE_K 64", "#define TILE_K 40"), plan)
 
     async def all_of_them() -> list[BuildResult]:
-        args = [resolve(plan, LINEAR).args for _, plan in renders.values()]
+        cards = [*(card for card, _ in BUILDS.values()), LINEAR]
+        args = [resolve(plan, card).args for (_, plan), card in zip(renders.values(), cards, strict=True)]
         jobs = [builder.build(source, "kf_gemm", a) for (source, _), a in zip(renders.values(), args, strict=True)]
         return list(await asyncio.gather(*jobs))
 

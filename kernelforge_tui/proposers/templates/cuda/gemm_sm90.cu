@@ -32,6 +32,12 @@
 #define A_ROW_MAJOR $a_row_major
 #define B_ROW_MAJOR $b_row_major
 #define HAS_BIAS $has_bias
+//@if scaled
+#define ALPHA $alpha
+#define BETA $beta
+#define C_ROW_STRIDE $c_row_stride
+#define C_BATCH_STRIDE $c_batch_stride
+//@end
 #define THREADS $threads
 #define SHARED_BYTES $shared_bytes
 #define ALIGNMENT 8
@@ -69,10 +75,19 @@ struct BiasActivation {
     __host__ __device__ explicit BiasActivation(Params const&) {}
     __device__ bool is_source_needed() const { return HAS_BIAS; }
     __device__ Element operator()(Accumulator acc, Element bias) const {
+//@if scaled
+        // baddbmm's D = beta c + alpha acc: c is the source, at the strides C_ROW_STRIDE and C_BATCH_STRIDE
+        return Element(Accumulator(ALPHA) * acc + Accumulator(BETA) * Accumulator(bias));
+//@else
         return Element(cutlass::epilogue::thread::$activation<Accumulator>{}(acc + Accumulator(bias)));
+//@end
     }
     __device__ Element operator()(Accumulator acc) const {
+//@if scaled
+        return Element(Accumulator(ALPHA) * acc);
+//@else
         return Element(cutlass::epilogue::thread::$activation<Accumulator>{}(acc));
+//@end
     }
 };
 using CollectiveEpilogue = cutlass::epilogue::collective::detail::Sm90TmaWarpSpecializedAdapter<
@@ -135,7 +150,11 @@ __device__ __forceinline__ Kernel::Params kf_params(const Element* A, const Elem
                                                     int M, int N, int K, int L) {
 //@end
     const StrideC stride_c = make_stride(int64_t(N), Int<1>{}, int64_t(M) * N);
+//@if scaled
+    const StrideC stride_bias = make_stride(int64_t(C_ROW_STRIDE), Int<1>{}, int64_t(C_BATCH_STRIDE));
+//@else
     const StrideC stride_bias = make_stride(int64_t(0), Int<1>{}, int64_t(0));
+//@end
     Kernel::Params params;
     params.mode = L > 1 ? cutlass::gemm::GemmUniversalMode::kBatched : cutlass::gemm::GemmUniversalMode::kGemm;
     params.problem_shape = make_shape(M, N, K, L);
