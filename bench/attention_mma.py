@@ -65,11 +65,11 @@ def card_of(case: dict[str, Any]) -> Any:
     )
 
 
-def build(out: Path, variants: list[dict[str, Any]] | None = None) -> None:
+def build(out: Path, variants: list[dict[str, Any]] | None = None, one_at_a_time: bool = False) -> None:
     """Render and build every case's seeds, or `variants` (each a change to the first seed)."""
     from kernelforge_tui.proposers.templates.attention_mma import AttentionMmaTemplate
 
-    bench.build(out, "kf_attention", CASES, card_of, AttentionMmaTemplate(), variants)
+    bench.build(out, "kf_attention", CASES, card_of, AttentionMmaTemplate(), variants, one_at_a_time)
 
 
 def run(cubins: Path, out: Path) -> None:

@@ -82,11 +82,11 @@ def card_of(case: dict[str, Any], dtype: str = "bfloat16") -> Any:
     )
 
 
-def build(out: Path, variants: list[dict[str, Any]] | None = None) -> None:
+def build(out: Path, variants: list[dict[str, Any]] | None = None, one_at_a_time: bool = False) -> None:
     """Render and build every case's seed configurations, or `variants` (each a change to the first seed)."""
     from kernelforge_tui.proposers.templates.conv_igemm import ConvIgemmTemplate
 
-    bench.build(out, "kf_conv", CASES, card_of, ConvIgemmTemplate(), variants)
+    bench.build(out, "kf_conv", CASES, card_of, ConvIgemmTemplate(), variants, one_at_a_time)
 
 
 def run(cubins: Path, out: Path) -> None:

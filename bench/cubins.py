@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 from collections.abc import Callable, Mapping
@@ -35,10 +36,12 @@ class Variant:
 
 def build(
     out: Path, entry: str, cases: list[dict[str, Any]], card_of: Callable[[dict[str, Any]], Any], template: Any,
-    variants: list[dict[str, Any]] | None = None,
+    variants: list[dict[str, Any]] | None = None, one_at_a_time: bool = False,
 ) -> None:  # fmt: skip
     """Render and build every case's seed configurations, or `variants` (each a change to the first seed) in their
-    place, sandboxed as a search builds them; OUT/manifest.json lists the cases and how to launch each cubin."""
+    place, sandboxed as a search builds them; OUT/manifest.json lists the cases and how to launch each cubin, and
+    each build's seconds. `one_at_a_time`: one nvcc at a time, so that those seconds are one candidate's build, not
+    a share of the machine (the median is what a search waits for a candidate of the template)."""
     from kernelforge_tui.build.nvcc import Builder
     from kernelforge_tui.cards.plan import resolve
     from kernelforge_tui.proposers.templates.common import describe
@@ -58,7 +61,8 @@ def build(
                 jobs.append((case, describe(params.as_dict()), source, resolve(plan, card)))
 
     async def run_all() -> list[Any]:
-        return await asyncio.gather(*(builder.build(source, entry, launch.args) for _, _, source, launch in jobs))
+        builds = [builder.build(source, entry, launch.args) for _, _, source, launch in jobs]
+        return [await b for b in builds] if one_at_a_time else await asyncio.gather(*builds)
 
     results = asyncio.run(run_all())
     built = []
@@ -69,9 +73,14 @@ def build(
         (out / name).write_bytes(Path(result.cubin_path).read_bytes())
         args = [a.model_dump(mode="json") for a in launch.args]
         built.append(Variant(case["name"], config, name, list(launch.grid), launch.block[0], launch.shared_bytes, args))
-    manifest = {"cases": cases, "variants": [v.__dict__ for v in built]}
+    seconds = [r.seconds for r in results if not r.cached]
+    manifest = {"cases": cases, "variants": [v.__dict__ for v in built], "build_seconds": seconds}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"{len(built)} variants built ({len({v.cubin for v in built})} distinct sources)")
+    if seconds:
+        how = "one at a time" if one_at_a_time else f"up to {os.cpu_count()} at a time"
+        print(f"nvcc per build ({how}, {len(seconds)} builds): median {statistics.median(seconds):.1f} s, "
+              f"max {max(seconds):.1f} s")  # fmt: skip
 
 
 class Cubins:
@@ -190,17 +199,19 @@ def configurations(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def main(doc: str, build: Callable[[Path, list[dict[str, Any]] | None], None], run: Callable[[Path, Path], None],
-         out: Path) -> None:  # fmt: skip
-    """The benchmarks' command line: `build CUBINS [--variants V]` here, `run CUBINS --out OUT` on the GPU."""
+def main(doc: str, build: Callable[[Path, list[dict[str, Any]] | None, bool], None],
+         run: Callable[[Path, Path], None], out: Path) -> None:  # fmt: skip
+    """The benchmarks' command line: `build CUBINS [--variants V] [--one-at-a-time]` here, `run CUBINS --out OUT`
+    on the GPU."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("step", choices=("build", "run"))
     parser.add_argument("cubins", type=Path)
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--variants", type=Path, help="build: a JSON list of changes to the first seed, in its place")
+    parser.add_argument("--one-at-a-time", action="store_true", help="build: one nvcc at a time (to time each)")
     args = parser.parse_args()
     if args.step == "build":
         args.cubins.mkdir(parents=True, exist_ok=True)
-        build(args.cubins, json.loads(args.variants.read_text()) if args.variants else None)
+        build(args.cubins, json.loads(args.variants.read_text()) if args.variants else None, args.one_at_a_time)
     else:
         run(args.cubins, args.out)

@@ -70,11 +70,11 @@ def card_of(case: dict[str, Any]) -> Any:
     )
 
 
-def build(out: Path, variants: list[dict[str, Any]] | None = None) -> None:
+def build(out: Path, variants: list[dict[str, Any]] | None = None, one_at_a_time: bool = False) -> None:
     """Render and build every case's seed configurations, or `variants` (each a change to the first seed)."""
     from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 
-    bench.build(out, "kf_gemm", CASES, card_of, GemmSm90Template(), variants)
+    bench.build(out, "kf_gemm", CASES, card_of, GemmSm90Template(), variants, one_at_a_time)
 
 
 def run(cubins: Path, out: Path) -> None:

@@ -40,6 +40,7 @@ from tests.support.fixtures.cast.cast_support import (  # noqa: E402
     write_cast,
 )
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture is made once, on one worker
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
 MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "chains_model.py"
 

@@ -41,6 +41,7 @@ from tests.support.fixtures.cast.cast_support import (  # noqa: E402
     write_cast,
 )
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture is made once, on one worker
 MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "per_forward_model.py"
 FORMAT_2 = Path(__file__).parents[1] / "support" / "fixtures" / "cast" / "format2_softmax.cast"
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})

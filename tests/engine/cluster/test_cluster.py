@@ -27,6 +27,7 @@ from tests.cli.test_optimize import TOY, kernelforge, kill_9_then_resume
 from tests.engine.test_bench_gpus import bench
 from tests.engine.test_search import BLOCKS, VECS, Harness, ToyProposer, make_card, run_settings, toy_speedup
 
+pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture is made once, on one worker
 LANES = "GPU lanes: {} (the cluster's GPUs now)"
 
 

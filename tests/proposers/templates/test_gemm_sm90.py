@@ -21,7 +21,7 @@ from kernelforge_tui.proposers.templates.proposer import template_for
 from kernelforge_tui.vocabulary.evaluation import BuildResult
 from tests.support.cutlass_marks import needs_cutlass
 
-pytestmark = needs_cutlass
+pytestmark = [needs_cutlass, pytest.mark.xdist_group(__name__)]  # its module fixture builds once, on one worker
 TEMPLATE = GemmSm90Template()
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 
