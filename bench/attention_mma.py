@@ -90,21 +90,11 @@ def run(cubins: Path, out: Path) -> None:
         ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=case["causal"])
         error = bench.error_against(ref)
         y = torch.empty(b, h, s, d, device="cuda", dtype=torch.bfloat16)
-        rows: list[dict[str, Any]] = []
-        launchers = {}
-        for variant in loaded.variants(case["name"]):
-            launch = loaded.launcher(variant, {"q": stored[0], "k": stored[1], "v": stored[2], "y": y})
-            y.fill_(float("nan"))
-            launch()
-            torch.cuda.synchronize()
-            rows.append({"config": variant["config"], "cubin": variant["cubin"], **error(y)})
-            launchers[variant["config"]] = launch
+        rows, launchers = loaded.proven(case["name"], {"q": stored[0], "k": stored[1], "v": stored[2], "y": y}, error)
         times = loaded.interleaved({"torch": vendor, **launchers})
         flops = 4 * b * h * s * s * d // (2 if case["causal"] else 1)
-        for row in rows:
-            row.update(bench.summary(times[row["config"]], flops))
+        best = bench.timed_rows(rows, times, flops)
         torch_time = {**bench.summary(times["torch"], flops), **error(vendor())}
-        best = min(rows, key=lambda r: r["median_us"])
         entry = {
             "case": case,
             "flops": flops,

@@ -115,24 +115,14 @@ def run(cubins: Path, out: Path) -> None:
         error = bench.error_against(ref)
 
         y = torch.empty_like(ref, dtype=torch.bfloat16).contiguous(memory_format=last)
-        rows: list[dict[str, Any]] = []
-        launchers = {}
-        for v in loaded.variants(case["name"]):
-            launch = loaded.launcher(v, {"x": x, "weight": weight, "bias": bias, "y": y})
-            y.fill_(float("nan"))
-            launch()
-            torch.cuda.synchronize()
-            rows.append({"config": v["config"], "cubin": v["cubin"], **error(y)})
-            launchers[v["config"]] = launch
+        rows, launchers = loaded.proven(case["name"], {"x": x, "weight": weight, "bias": bias, "y": y}, error)
         calls = {"cuDNN": vendor}
         if case["name"].startswith("diffusion"):
             calls["cuDNN NCHW"] = lambda x=x_nchw, w=w_nchw, b=bias, g=geometry: F.conv2d(x, w, b, **g)
         times = loaded.interleaved({**calls, **launchers})
         flops = 2 * ref.numel() * c * k * k
-        for row in rows:
-            row.update(bench.summary(times[row["config"]], flops))
+        best = bench.timed_rows(rows, times, flops)
         vendors = {name: {**bench.summary(times[name], flops), **error(fn())} for name, fn in calls.items()}
-        best = min(rows, key=lambda r: r["median_us"])
         entry = {
             "case": case,
             "flops": flops,

@@ -139,6 +139,24 @@ class Cubins:
 
         return launch
 
+    def proven(
+        self, case: str, tensors: Mapping[str, Any], error: Callable[[Any], dict[str, float]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Callable[[], None]]]:
+        """Each of the case's variants launched once on `tensors` (the card's names; its output `y` filled with NaN
+        first): a row of its error against the reference, and its launch by configuration, for `interleaved`."""
+        import torch
+
+        rows: list[dict[str, Any]] = []
+        launchers: dict[str, Callable[[], None]] = {}
+        for v in self.variants(case):
+            launch = self.launcher(v, tensors)
+            tensors["y"].fill_(float("nan"))
+            launch()
+            torch.cuda.synchronize()
+            rows.append({"config": v["config"], "cubin": v["cubin"], **error(tensors["y"])})
+            launchers[v["config"]] = launch
+        return rows, launchers
+
     def timed(self, fn: Callable[[], Any]) -> float:
         """Microseconds of one call of `fn`, by CUDA events, after the L2 is flushed."""
         import torch
@@ -164,6 +182,13 @@ class Cubins:
 
     def close(self) -> None:
         self.context.pop()
+
+
+def timed_rows(rows: list[dict[str, Any]], times: Mapping[str, list[float]], flops: int) -> dict[str, Any]:
+    """Each variant's row with its time (`summary`), and the fastest row."""
+    for row in rows:
+        row.update(summary(times[row["config"]], flops))
+    return min(rows, key=lambda r: r["median_us"])
 
 
 def summary(samples: list[float], flops: int) -> dict[str, float]:

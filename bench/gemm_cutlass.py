@@ -108,23 +108,13 @@ def run(cubins: Path, out: Path) -> None:
         error = bench.error_against(ref)
 
         y = torch.empty(*lead, m, n, device="cuda", dtype=torch.bfloat16)
-        rows: list[dict[str, Any]] = []
-        launchers = {}
-        for v in loaded.variants(case["name"]):
-            launch = loaded.launcher(v, {"a": a, "b": b, "bias": bias, "y": y})
-            y.fill_(float("nan"))
-            launch()
-            torch.cuda.synchronize()
-            rows.append({"config": v["config"], "cubin": v["cubin"], **error(y)})
-            launchers[v["config"]] = launch
+        rows, launchers = loaded.proven(case["name"], {"a": a, "b": b, "bias": bias, "y": y}, error)
         vendor_error = error(fused_vendor())
         calls = {"cuBLAS": vendor, **({"cuBLAS + gelu": fused_vendor} if case.get("bias") else {}), **launchers}
         times = loaded.interleaved(calls)
         flops = 2 * m * n * k * (lead[0] if lead else 1)
-        for row in rows:
-            row.update(bench.summary(times[row["config"]], flops))
+        best = bench.timed_rows(rows, times, flops)
         vendor_time = bench.summary(times["cuBLAS"], flops)
-        best = min(rows, key=lambda r: r["median_us"])
         entry = {
             "case": case,
             "flops": flops,

@@ -207,7 +207,9 @@ def test_baddbmm_is_carded_with_its_beta_alpha_and_broadcast_c(captured: tuple[l
     baseline = (root / str(scaled.card) / "baseline.cu").read_text()
     assert "#define BETA 0.5f" in baseline and "#define ALPHA 2.0f" in baseline
     for variant, card in cards:
-        assert "gemm_sm90: wgmma takes one of ['bfloat16', 'float16']" in str(template_problem(card.spec))
+        assert "gemm_sm90: wgmma (fp32 is the matmul template's) takes one of ['bfloat16', 'float16']" in str(
+            template_problem(card.spec)
+        )
         check_card(variant, card)
 
 

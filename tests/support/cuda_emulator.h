@@ -244,6 +244,16 @@ void cluster_arrive() {
 void cluster_wait() {
     while (cluster_split_arrived < long(block_size * cluster_size)) yield();
 }
+// The barrier of a warp's collectives: the 32nd lane to arrive at `generation` opens the next one.
+void warp_barrier(unsigned warp, long generation) {
+    ++events;
+    if (++warp_arrived[warp] == 32) {
+        warp_arrived[warp] = 0;
+        ++warp_generation[warp];
+    } else {
+        while (warp_generation[warp] == generation) yield();
+    }
+}
 // A warp-wide exchange: every lane writes its value, waits for the 32, reads its source lane's. Values of two
 // consecutive shuffles go to alternate slots, so a lane running ahead never overwrites one not yet read.
 template <typename V>
@@ -256,13 +266,7 @@ V exchange(unsigned mask, V value, int source) {
     uint64_t bits = 0;
     std::memcpy(&bits, &value, sizeof(V));
     slot[running] = bits;
-    ++events;
-    if (++warp_arrived[warp] == 32) {
-        warp_arrived[warp] = 0;
-        ++warp_generation[warp];
-    } else {
-        while (warp_generation[warp] == generation) yield();
-    }
+    warp_barrier(warp, generation);
     V out;
     std::memcpy(&out, &slot[warp * 32 + source], sizeof(V));
     return out;
@@ -274,13 +278,7 @@ const unsigned char* gather(const void* mine, size_t bytes) {
     const long generation = warp_generation[warp];
     unsigned char* slot = fragments[generation & 1].data();
     std::memcpy(slot + size_t(running) * FRAGMENT, mine, bytes);
-    ++events;
-    if (++warp_arrived[warp] == 32) {
-        warp_arrived[warp] = 0;
-        ++warp_generation[warp];
-    } else {
-        while (warp_generation[warp] == generation) yield();
-    }
+    warp_barrier(warp, generation);
     return slot + size_t(warp) * 32 * FRAGMENT;
 }
 // ldmatrix .x4: lane l gives the address of row l % 8 of matrix l / 8 (8 16-bit elements); each lane gets, of

@@ -33,6 +33,7 @@ from kernelforge_tui.proposers.templates.common import (
     Template,
     TemplateParams,
     dtype_of,
+    dtypes_problem,
     prelude_values,
 )
 from kernelforge_tui.proposers.templates.source import render
@@ -138,9 +139,9 @@ class AttentionMmaTemplate(Template[AttentionMmaParams]):
         found = attention_of(card)
         if isinstance(found, str):
             return found
-        dtypes = {t.dtype for t in [*card.inputs, *card.outputs]}
-        if len(dtypes) != 1 or not dtypes <= set(MMA_TYPES):
-            return f"tensor cores take one of {sorted(MMA_TYPES)} here, card has {sorted(dtypes)}"
+        dtype = dtypes_problem(card, MMA_TYPES, "tensor cores take")
+        if dtype is not None:
+            return dtype
         if found.d != found.dv or found.d not in HEAD_DIMS:
             return f"head dims d {found.d} and dv {found.dv}: this kernel takes d = dv, one of {list(HEAD_DIMS)}"
         return None

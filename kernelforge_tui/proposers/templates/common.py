@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import ClassVar, Generic, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -241,6 +241,15 @@ def naming_problem(
 
 def dtype_of(card: OperatorCard) -> str:
     return card.outputs[0].dtype
+
+
+def dtypes_problem(card: OperatorCard, allowed: Collection[str], what: str) -> str | None:
+    """Why the card's tensors are not all of one dtype among `allowed` (`what` takes them: "tensor cores take"), or
+    None."""
+    dtypes = sorted({t.dtype for t in [*card.inputs, *card.outputs]})
+    if len(dtypes) == 1 and dtypes[0] in allowed:
+        return None
+    return f"{what} one of {sorted(allowed)} here, card has {dtypes}"
 
 
 def vec_widths(dtype: str) -> tuple[int, ...]:

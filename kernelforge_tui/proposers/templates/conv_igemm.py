@@ -33,6 +33,7 @@ from kernelforge_tui.proposers.templates.common import (
     Template,
     TemplateParams,
     dtype_of,
+    dtypes_problem,
 )
 from kernelforge_tui.proposers.templates.source import render
 
@@ -153,10 +154,7 @@ class ConvIgemmTemplate(Template[ConvParams]):
         geometry = geometry_of(card)
         if isinstance(geometry, str):
             return geometry
-        dtypes = {t.dtype for t in [*card.inputs, *card.outputs]}
-        if len(dtypes) != 1 or not dtypes <= set(ELEMENTS):
-            return f"tensor cores take one of {sorted(ELEMENTS)} here, card has {sorted(dtypes)}"
-        return cutlass_problem() or shape_problem(card)
+        return dtypes_problem(card, ELEMENTS, "tensor cores take") or cutlass_problem() or shape_problem(card)
 
     def space(self, card: OperatorCard) -> Space:
         return {

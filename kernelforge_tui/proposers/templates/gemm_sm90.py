@@ -45,6 +45,7 @@ from kernelforge_tui.proposers.templates.common import (
     Template,
     TemplateParams,
     dtype_of,
+    dtypes_problem,
 )
 from kernelforge_tui.proposers.templates.source import render
 
@@ -218,12 +219,8 @@ class GemmSm90Template(Template[GemmParams]):
         layout = layout_of(card)
         if isinstance(layout, str):
             return layout
-        dtypes = {t.dtype for t in [*card.inputs, *card.outputs]}
-        if len(dtypes) != 1 or not dtypes <= set(ELEMENTS):
-            return (
-                f"wgmma takes one of {sorted(ELEMENTS)} here (fp32 is the matmul template's), card has {sorted(dtypes)}"
-            )
-        return cutlass_problem() or alignment_problem(card, layout)
+        dtype = dtypes_problem(card, ELEMENTS, "wgmma (fp32 is the matmul template's) takes")
+        return dtype or cutlass_problem() or alignment_problem(card, layout)
 
     def space(self, card: OperatorCard) -> Space:
         return {
