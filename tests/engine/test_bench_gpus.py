@@ -102,7 +102,9 @@ def _measured(run_dir: Path) -> int:
 def test_kill_9_with_two_cards_in_flight_then_rerun_finishes_both(tmp_path: Path) -> None:
     out = tmp_path / "bench"
     args = ["bench", "--simulate", "--gpus", "2", "--tasks", "vector_add", "--scales", "10", "--budget-iters", "4"]
-    args += ["--simulate-seconds", "0.3", "-o", str(out)]  # both in flight long enough to be caught
+    # a second a simulated evaluation: both cards stay in flight for seconds, so the poll catches them together even
+    # when one starts late on a loaded machine (at 0.3 s, one once finished before the other had measured two)
+    args += ["--simulate-seconds", "1.0", "-o", str(out)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernelforge_tui.cli", *args, "--json"],
         cwd=ROOT,
