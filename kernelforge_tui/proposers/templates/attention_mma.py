@@ -156,7 +156,7 @@ class AttentionMmaTemplate(Template[AttentionMmaParams]):
 
     def problem(self, card: OperatorCard, params: AttentionMmaParams) -> str | None:
         """None: every combination of the space fits a Hopper SM at head dim 128 (at most 160 KiB of shared memory;
-        the tests build them all, none spills)."""
+        the tests build the heaviest, 128 keys a tile with P split, at every block size: none spills)."""
         return None
 
     def render(self, card: OperatorCard, params: AttentionMmaParams) -> tuple[str, LaunchPlan]:

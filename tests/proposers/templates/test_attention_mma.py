@@ -6,7 +6,6 @@ query and key counts no tile divides. Builds for sm_90 without spills; the H200 
 
 from __future__ import annotations
 
-import itertools
 import os
 from pathlib import Path
 from typing import Any
@@ -124,16 +123,18 @@ def test_every_seed_matches_the_captured_calls_on_every_set(
         assert wrong_outputs(work, card, seeds) == [], card.spec.name
 
 
-def test_every_configuration_builds_for_sm90_without_spills(
+def test_the_heaviest_configurations_build_for_sm90_without_spills(
     captured: tuple[Path, list[Card]], sm90_builder: Builder
 ) -> None:
-    """The whole space at the largest head dim and a long sequence (what `problem` relies on to refuse nothing)."""
+    """At the largest head dim, the most keys a tile and P split (the most a thread holds: its scores, P's two
+    halves, o and q) for every block size (8 warps: the most shared memory): what `problem` relies on to refuse
+    nothing, since every other configuration holds less."""
     _, cards = captured
     spec = cards[0].spec
     long = spec.model_copy(update={"sizes": {**spec.sizes, "d": 128, "dv": 128, "sq": 2048, "sk": 2048}})
     space = TEMPLATE.space(long)
-    every = [dict(zip(space, values, strict=True)) for values in itertools.product(*space.values())]
-    renders = [TEMPLATE.render(long, AttentionMmaParams.model_validate(params)) for params in every]
+    heaviest = [{"warps": w, "bkv": max(space["bkv"]), "split_p": max(space["split_p"])} for w in space["warps"]]
+    renders = [TEMPLATE.render(long, AttentionMmaParams.model_validate(params)) for params in heaviest]
     chosen = [(long, Proposal(source=s, plan=p, mutation="", proposer="test")) for s, p in renders]
-    assert len(chosen) == 18
+    assert len(chosen) == 3 and {p.plan.shared_bytes for _, p in chosen} >= {(128 + 4 * 128) * 128 * 2}
     assert build_problems(sm90_builder, chosen) == []
