@@ -106,6 +106,16 @@ class Distribution(Strict):
         return self
 
 
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides (elements) of a row-major array of `shape`."""
+    strides: list[int] = []
+    step = 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return tuple(reversed(strides))
+
+
 class TensorSpec(Strict):
     """One tensor argument: name, dtype, shape over named sizes, layout."""
 
@@ -125,6 +135,11 @@ class TensorSpec(Strict):
     def dims(self, sizes: dict[str, int]) -> tuple[int, ...]:
         """The concrete shape."""
         return tuple(expr.evaluate(dim, sizes) for dim in self.shape)
+
+    def strides(self, sizes: dict[str, int]) -> tuple[int, ...]:
+        """Elements between consecutive indices of each dim: the card's array is row-major over its dims (which a
+        captured card gives in the order they lay in memory)."""
+        return contiguous_strides(self.dims(sizes))
 
     def numel(self, sizes: dict[str, int]) -> int:
         count = 1

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kernelforge_tui.cards.chain import ChainArg
-from kernelforge_tui.cards.model import OperatorCard
+from kernelforge_tui.cards.model import OperatorCard, contiguous_strides
 from kernelforge_tui.cast.manifest import (
     DEFAULT_ALIGNMENT,
     AtenArg,
@@ -46,15 +46,6 @@ class CallBinding:
     """The call in words (for the audit)."""
     chain: Chain | None = None
     """A fused chain's calls: its kernel replaces them in compiled graphs only."""
-
-
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides: list[int] = []
-    step = 1
-    for dim in reversed(shape):
-        strides.append(step)
-        step *= max(dim, 1)
-    return tuple(reversed(strides))
 
 
 def normalize_overload(op: str) -> str:

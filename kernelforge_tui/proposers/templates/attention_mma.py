@@ -32,6 +32,7 @@ from kernelforge_tui.proposers.templates.common import (
     Space,
     Template,
     TemplateParams,
+    call_scalars,
     dtype_of,
     dtypes_problem,
     prelude_values,
@@ -93,12 +94,11 @@ def attention_of(card: OperatorCard) -> Attention | str:
             return f"{tensor.name} has dims {dims}: expects a memory order of {list(DIMS[tensor.name])}"
         if dims[-1] != inner:
             return f"{tensor.name} lies as {dims}: the kernel reads rows of {inner} contiguous elements"
-        step = {name: math.prod(card.sizes[d] for d in dims[k + 1 :]) for k, name in enumerate(dims)}
+        step = dict(zip(dims, tensor.strides(card.sizes), strict=True))
         strides[tensor.name] = (step[batch], step[head], step[row])
-    call = card.call
-    if call is None or call.op != ATTENTION_REPLAY:
-        return f"the card records no {ATTENTION_REPLAY} call ([call]) to read is_causal and scale from"
-    passed = {a.path: a.value for a in call.args}
+    passed = call_scalars(card, ATTENTION_REPLAY, "is_causal and scale")
+    if isinstance(passed, str):
+        return passed
     causal, scale = passed.get("args[4]", False), passed.get("kwargs.scale")
     if not isinstance(causal, bool) or not isinstance(scale, (int, float)) or isinstance(scale, bool):
         return f"is_causal {causal!r} and scale {scale!r} in the recorded call: expects a bool and a number"

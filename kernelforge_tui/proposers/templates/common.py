@@ -21,6 +21,7 @@ from typing import ClassVar, Generic, Literal, NamedTuple, Self, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from kernelforge_tui.cards.chain import ChainValue
 from kernelforge_tui.cards.model import LaunchPlan, OperatorCard
 from kernelforge_tui.proposers.templates.source import Value
 from kernelforge_tui.vocabulary.identity import TemplateIdentity
@@ -250,6 +251,14 @@ def dtypes_problem(card: OperatorCard, allowed: Collection[str], what: str) -> s
     if len(dtypes) == 1 and dtypes[0] in allowed:
         return None
     return f"{what} one of {sorted(allowed)} here, card has {dtypes}"
+
+
+def call_scalars(card: OperatorCard, op: str, what: str) -> dict[str, ChainValue | None] | str:
+    """What the card's recorded call (`[call]`) passed, by argument path, where it is a call of `op`; else why a
+    template cannot read `what` from it."""
+    if card.call is None or card.call.op != op:
+        return f"the card records no {op.removesuffix('.default')} call ([call]) to read {what} from"
+    return {a.path: a.value for a in card.call.args}
 
 
 def vec_widths(dtype: str) -> tuple[int, ...]:

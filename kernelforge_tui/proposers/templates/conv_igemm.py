@@ -32,6 +32,7 @@ from kernelforge_tui.proposers.templates.common import (
     Space,
     Template,
     TemplateParams,
+    call_scalars,
     dtype_of,
     dtypes_problem,
 )
@@ -86,10 +87,9 @@ def geometry_of(card: OperatorCard) -> Geometry | str:
                 f"{tensor.name} lies as {tensor.shape}: the implicit GEMM reads channels-last tensors "
                 f"({CHANNELS_LAST[tensor.name]}); convert the model with .to(memory_format=torch.channels_last)"
             )
-    call = card.call
-    if call is None or call.op != "aten.convolution.default":
-        return "the card records no aten.convolution call ([call]) to read its stride, padding and dilation from"
-    passed = {a.path: a.value for a in call.args}
+    passed = call_scalars(card, "aten.convolution.default", "its stride, padding and dilation")
+    if isinstance(passed, str):
+        return passed
     pairs: dict[str, tuple[int, int]] = {}
     for name, path in GEOMETRY.items():
         value = passed.get(path)
@@ -179,8 +179,7 @@ class ConvIgemmTemplate(Template[ConvParams]):
         accumulators = params.warp_m * params.warp_n // 32
         if accumulators > MAX_ACCUMULATORS:
             return f"{accumulators} fp32 accumulators per thread (at most {MAX_ACCUMULATORS})"
-        if shared_bytes(params) > MAX_DYNAMIC_SHARED:
-            taken = shared_bytes(params)
+        if (taken := shared_bytes(params)) > MAX_DYNAMIC_SHARED:
             return f"{params.stages} stages take {taken} bytes, over {MAX_DYNAMIC_SHARED} of shared memory"
         return None
 

@@ -35,7 +35,7 @@ import math
 from typing import ClassVar, Literal
 
 from kernelforge_tui.build.cutlass_headers import cutlass_problem, find_cutlass
-from kernelforge_tui.cards.model import LaunchPlan, OperatorCard, TensorMapSpec
+from kernelforge_tui.cards.model import LaunchPlan, OperatorCard, TensorMapSpec, TensorSpec
 from kernelforge_tui.proposers.templates.common import (
     SM_COUNT,
     Lever,
@@ -44,6 +44,7 @@ from kernelforge_tui.proposers.templates.common import (
     Space,
     Template,
     TemplateParams,
+    call_scalars,
     dtype_of,
     dtypes_problem,
 )
@@ -106,19 +107,20 @@ class GemmLayout(TemplateParams):
     scaled: Scaled | None = None
 
 
-def scaled_of(card: OperatorCard, c_dims: list[str]) -> Scaled | str:
+def scaled_of(card: OperatorCard, c: TensorSpec) -> Scaled | str:
     """A baddbmm card's scalars (from its recorded call) and c's strides, or why they cannot be served."""
+    c_dims = [str(d) for d in c.shape]
     if c_dims[-1:] != ["N"]:
         return f"c has dims {c_dims}: the epilogue reads c along N (a c broadcast along N is not served)"
-    later = {name: math.prod(card.sizes.get(d, 1) for d in c_dims[k + 1 :]) for k, name in enumerate(c_dims)}
-    if card.call is None or card.call.op != "aten.baddbmm.default":
-        return "the card records no aten.baddbmm call ([call]) to read beta and alpha from"
-    passed = {a.path: a.value for a in card.call.args}
+    step = dict(zip(c_dims, c.strides(card.sizes), strict=True))
+    passed = call_scalars(card, "aten.baddbmm.default", "beta and alpha")
+    if isinstance(passed, str):
+        return passed
     beta, alpha = (next((passed[p] for p in paths if p in passed), 1) for paths in BADDBMM_SCALARS)
     numbers = [float(v) for v in (beta, alpha) if isinstance(v, (int, float)) and not isinstance(v, bool)]
     if len(numbers) != 2 or not all(map(math.isfinite, numbers)):
         return f"beta {beta!r}, alpha {alpha!r} in the recorded call: expects finite numbers"
-    return Scaled(beta=numbers[0], alpha=numbers[1], row_stride=later.get("M", 0), batch_stride=later.get("batch", 0))
+    return Scaled(beta=numbers[0], alpha=numbers[1], row_stride=step.get("M", 0), batch_stride=step.get("batch", 0))
 
 
 def layout_of(card: OperatorCard) -> GemmLayout | str:
@@ -141,7 +143,7 @@ def layout_of(card: OperatorCard) -> GemmLayout | str:
         row_major[tensor.name] = found
     if card.outputs[0].shape != [*lead, "M", "N"]:
         return f"y has dims {card.outputs[0].shape}: expects {[*lead, 'M', 'N']}"
-    from_c = scaled_of(card, [str(d) for d in rest[0].shape]) if rest and rest[0].name == "c" else None
+    from_c = scaled_of(card, rest[0]) if rest and rest[0].name == "c" else None
     if isinstance(from_c, str):
         return from_c
     scaled = from_c
