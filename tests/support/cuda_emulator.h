@@ -76,8 +76,7 @@ unsigned block_index, block_size, grid_size, cluster_size, running;
 unsigned order;  // 1: the cluster's blocks in reverse rank order first (see launch)
 long events, cluster_generation, cluster_arrived, cluster_split_arrived, wakeups;
 std::vector<long> block_generation, block_arrived, block_left, warp_generation, warp_arrived;
-std::vector<uint64_t> slots[2];
-// Warp-collective fragments (ldmatrix, mma.sync): each thread's FRAGMENT bytes, alternating as the shuffles' slots do.
+// Warp collectives' deposits (shuffles, ldmatrix, mma.sync): each thread's FRAGMENT bytes, in two alternating buffers.
 constexpr size_t FRAGMENT = 64;
 std::vector<unsigned char> fragments[2];
 std::function<void()> kernel;
@@ -142,6 +141,7 @@ void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned 
             if (!f.stack) f.stack.reset(new char[STACK]);
         }
     }
+    for (std::vector<unsigned char>& deposits : fragments) deposits.resize(threads * FRAGMENT);  // written first
     for (block_index = 0; block_index < grid; block_index += cluster) {
         cluster_generation = cluster_arrived = cluster_split_arrived = 0;
         block_generation.assign(cluster, 0);
@@ -149,10 +149,6 @@ void launch(unsigned grid, unsigned block, std::function<void()> body, unsigned 
         block_left.assign(cluster, 0);
         warp_generation.assign(threads / 32, 0);
         warp_arrived.assign(threads / 32, 0);
-        slots[0].assign(threads, 0);
-        slots[1].assign(threads, 0);
-        fragments[0].assign(threads * FRAGMENT, 0);
-        fragments[1].assign(threads * FRAGMENT, 0);
         if (cluster > 1) {
             for (unsigned b = 0; b < cluster; ++b) std::memset(arena[b], 0xff, ARENA);  // uninitialised: NaN
         }
@@ -254,25 +250,9 @@ void warp_barrier(unsigned warp, long generation) {
         while (warp_generation[warp] == generation) yield();
     }
 }
-// A warp-wide exchange: every lane writes its value, waits for the 32, reads its source lane's. Values of two
-// consecutive shuffles go to alternate slots, so a lane running ahead never overwrites one not yet read.
-template <typename V>
-V exchange(unsigned mask, V value, int source) {
-    static_assert(sizeof(V) <= 8, "shuffled values are 4 or 8 bytes");
-    if (mask != 0xffffffffu) fail("a shuffle without the full mask");
-    const unsigned warp = running / 32;
-    const long generation = warp_generation[warp];
-    std::vector<uint64_t>& slot = slots[generation & 1];
-    uint64_t bits = 0;
-    std::memcpy(&bits, &value, sizeof(V));
-    slot[running] = bits;
-    warp_barrier(warp, generation);
-    V out;
-    std::memcpy(&out, &slot[warp * 32 + source], sizeof(V));
-    return out;
-}
-// A warp-wide gather for the collective instructions: every lane deposits `bytes` of its own, waits for the 32, and
-// reads the warp's deposits (lane i's at i * FRAGMENT).
+// A warp-wide gather, every collective's (shuffles, ldmatrix, mma.sync): every lane deposits `bytes` of its own,
+// waits for the 32, and reads the warp's deposits (lane i's at i * FRAGMENT). Two consecutive collectives deposit in
+// alternate buffers, so a lane running ahead never overwrites one not yet read.
 const unsigned char* gather(const void* mine, size_t bytes) {
     const unsigned warp = running / 32;
     const long generation = warp_generation[warp];
@@ -280,6 +260,16 @@ const unsigned char* gather(const void* mine, size_t bytes) {
     std::memcpy(slot + size_t(running) * FRAGMENT, mine, bytes);
     warp_barrier(warp, generation);
     return slot + size_t(warp) * 32 * FRAGMENT;
+}
+// A warp-wide exchange: every lane gives its value and reads its source lane's.
+template <typename V>
+V exchange(unsigned mask, V value, int source) {
+    static_assert(sizeof(V) <= 8, "shuffled values are 4 or 8 bytes");
+    if (mask != 0xffffffffu) fail("a shuffle without the full mask");
+    const unsigned char* all = gather(&value, sizeof(V));
+    V out;
+    std::memcpy(&out, all + size_t(source) * FRAGMENT, sizeof(V));
+    return out;
 }
 // ldmatrix .x4: lane l gives the address of row l % 8 of matrix l / 8 (8 16-bit elements); each lane gets, of
 // matrix i, the pair at row lane / 4, columns 2 (lane % 4) and + 1 (transposed: rows 2 (lane % 4) and + 1 of column
