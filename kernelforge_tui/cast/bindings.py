@@ -261,17 +261,29 @@ def from_variant(variant: object, spec: OperatorCard) -> CallBinding | str:
             return made
         args.append(made)
     outputs: list[TensorGuard] = []
+    carded: list[tuple[int, int]] = []
     by_output = {b.path: b for b in variant.bindings if b.role == "output" and b.step == 0}
     for index, meta in enumerate(step.outputs):
         binding = by_output.get(f"out[{index}]")
-        if meta is not None and binding is None:
-            return f"{step.op} also returns out[{index}] {meta.shape}, which the card does not compute"
+        if binding is None:
+            continue  # a result the card does not compute (attention's logsumexp): see below
         out = _output_guard(spec, step.op, index, binding, meta)
         if isinstance(out, str):
             return out
         outputs.append(out)
+        carded.append((0, index))
     if not inputs or not outputs:
         return "the call has no tensor input or no tensor output"
+    if len(carded) < len(step.outputs):
+        # An eager override must return every result; a graph can do without those nothing reads: the call
+        # becomes a chain of one, whose outputs are the card's, and only the compile path replaces it.
+        name = overload.partition("::")[2].partition(".")[0].lstrip("_")
+        chain = Chain(
+            pattern=f"{name}_{'_'.join(str(i) for _, i in carded)}",
+            steps=[ChainStep(overload=overload, args=args, results=len(step.outputs))],
+            outputs=carded,
+        )
+        return _chain_call(chain, inputs, outputs)
     return CallBinding(overload, args, inputs, outputs, describe(overload, inputs))
 
 
@@ -319,7 +331,12 @@ def _chain_binding(variant: object, spec: OperatorCard) -> CallBinding | str:
         typed = [a for a in args if isinstance(a, AtenArg)]
         steps.append(ChainStep(overload=normalize_overload(made.op), args=typed, results=made.results))
     guard_chain = Chain(pattern=chain.pattern, steps=steps, outputs=[chain.outputs[t.name] for t in outputs])
+    return _chain_call(guard_chain, inputs, outputs)
+
+
+def _chain_call(chain: Chain, inputs: list[TensorGuard], outputs: list[TensorGuard]) -> CallBinding:
+    """A chain guard's binding: its kernel op `kernelforge::<pattern>` takes the card inputs in order."""
     overload = f"{CHAIN_NAMESPACE}::{chain.pattern}"
     kernel_args = [AtenArg(name=t.name, position=k, tensor=t.name) for k, t in enumerate(inputs)]
-    words = f"{describe(overload, inputs)}: {guard_chain.describe()}"
-    return CallBinding(overload, kernel_args, inputs, outputs, words, chain=guard_chain)
+    words = f"{describe(overload, inputs)}: {chain.describe()}"
+    return CallBinding(overload, kernel_args, inputs, outputs, words, chain=chain)

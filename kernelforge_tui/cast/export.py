@@ -383,12 +383,17 @@ def admits(kernel: CallBinding, other: CallBinding) -> bool:
 
 def compile_only(binding: CallBinding) -> str:
     """What the audit says of a fused chain's kernel ('' for a single call's): where it runs, and where not."""
-    if binding.chain is None:
+    chain = binding.chain
+    if chain is None:
         return ""
-    return (
-        f"; compile only: a fused chain of {len(binding.chain.steps)} calls ({binding.chain.describe()}), which "
-        'torch.compile(backend="kernelforge") and cast.compile replace; eager runs the calls one by one'
-    )
+    replace = 'torch.compile(backend="kernelforge") and cast.compile replace'
+    if len(chain.steps) == 1:
+        return (
+            f"; compile only: {chain.describe()} also returns results the card does not compute, which an eager "
+            f"override would have to return; {replace} the call where nothing reads them"
+        )
+    calls = f"a fused chain of {len(chain.steps)} calls ({chain.describe()})"
+    return f"; compile only: {calls}, which {replace}; eager runs the calls one by one"
 
 
 # -- the command -------------------------------------------------------------------------------------------------

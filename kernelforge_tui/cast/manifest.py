@@ -177,6 +177,12 @@ class Chain(Model):
     def describe(self) -> str:
         return " -> ".join(step.overload.removeprefix("aten::") for step in self.steps)
 
+    @property
+    def kind(self) -> str:
+        """In the audit's words: several calls fused, or one call of whose results the kernel computes some (an
+        attention's output, not the logsumexp it keeps for backward)."""
+        return "a fused chain" if len(self.steps) > 1 else "part of one call's results"
+
 
 class LaunchArg(Model):
     kind: Literal["tensor", "scalar"]
@@ -460,9 +466,9 @@ def kernel_line(manifest: CastManifest, kernel: KernelEntry, counters: str = "",
     chain = kernel.chain
     parts = [counters] if counters else []
     if used_in is None:
-        parts.append("serves: compile only (a fused chain)" if chain else "serves: eager and compile")
+        parts.append(f"serves: compile only ({chain.kind})" if chain else "serves: eager and compile")
     else:
-        parts.append(f"used in: {used_in}" + (" (a fused chain: compile only)" if chain else ""))
+        parts.append(f"used in: {used_in}" + (f" ({chain.kind}: compile only)" if chain else ""))
     lat, per_call = kernel.latency, kernel.saved_per_call_us
     if lat.kernel_us is None or lat.eager_us is None or per_call is None:
         base = f" ({lat.speedup_vs_baseline:.2f}x the card's baseline in the search)" if lat.speedup_vs_baseline else ""
