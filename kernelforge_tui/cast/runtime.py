@@ -676,8 +676,9 @@ def call_arguments(
     devices as torch's objects."""
     import torch
 
-    schema = {i: str(a.type) for i, a in enumerate(op._schema.arguments)}
-    named = {a.name: str(a.type) for a in op._schema.arguments}
+    # real_type: the JIT's own type of a ScalarType, Layout or MemoryFormat argument is int
+    schema = {i: str(a.real_type) for i, a in enumerate(op._schema.arguments)}
+    named = {a.name: str(a.real_type) for a in op._schema.arguments}
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for arg in guard_args:

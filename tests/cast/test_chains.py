@@ -26,9 +26,9 @@ from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.cast.bindings import from_variant  # noqa: E402
 from kernelforge_tui.cast.compiled import Backend  # noqa: E402
 from kernelforge_tui.cast.export import export  # noqa: E402
-from kernelforge_tui.cast.manifest import AtenArg, KernelEntry, LaunchArg  # noqa: E402
+from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry, LaunchArg  # noqa: E402
 from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
-from kernelforge_tui.cast.runtime import Cast, aten_call, load  # noqa: E402
+from kernelforge_tui.cast.runtime import Cast, ChainReplay, aten_call, load  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
 from tests.cast.test_compile import Inductor, _ops_in  # noqa: E402
 from tests.support.fixtures.cast.cast_support import (  # noqa: E402
@@ -203,6 +203,36 @@ def test_eager_keeps_single_calls_and_the_chain_op_falls_back_to_its_calls(tmp_p
     assert torch.allclose(kernel_op(runner).overload(misaligned), torch.softmax(misaligned * 2, -1))
     assert kernel_op(runner).name.startswith("scale_softmax_") and NAMESPACE == "kernelforge"
     assert runner.fallbacks == {"x not 64-byte aligned (a view that starts mid-buffer)": 1}
+
+
+def test_a_chains_replay_hands_torch_a_recorded_dtype_as_a_dtype() -> None:
+    """A chain records a dtype by its name (`_to_copy(x, dtype=float32)`: the casts of a decomposed rms_norm on CUDA);
+    its replay, the fallback and the checks' reference, must pass torch.float32, though the schema's JIT type for a
+    ScalarType is int."""
+    chain = Chain(
+        pattern="cast_softmax",
+        steps=[
+            ChainStep(
+                overload="aten::_to_copy.default",
+                args=[
+                    AtenArg(name="self", position=0, tensor="x"),
+                    AtenArg(name="dtype", position=None, accepts=["float32"]),
+                ],
+            ),
+            ChainStep(
+                overload="aten::_softmax.default",
+                args=[
+                    AtenArg(name="self", position=0, link=(0, 0)),
+                    AtenArg(name="dim", position=1, accepts=[-1]),
+                    AtenArg(name="half_to_float", position=2, accepts=[False]),
+                ],
+            ),
+        ],
+        outputs=[(1, 0)],
+    )
+    x = torch.randn(4, 8, dtype=torch.bfloat16)
+    y = ChainReplay(chain, ["x"])(x)
+    assert y.dtype == torch.float32 and torch.allclose(y, torch.softmax(x.float(), -1))
 
 
 @pytest.fixture(scope="module")
