@@ -14,8 +14,8 @@ each mode's outputs against eager (max and mean |diff|, and whether within the d
 where each mode's GPU time goes (torch.profiler: kernel time per forward against the back-to-back time, the
 busiest kernels), and the package's counters (hits, graph nodes, compiled calls, used in). Then, per kernel, host
 time per call: eager's, through the package (`cast_gpu.host_overhead`), and through its kernelforge op (what a
-compiled graph pays per call). Writes OUT/<block>.json after each block (a block already there is skipped:
-resumable), and OUT/compile_path.csv and .md from all of them.
+compiled graph pays per call). Writes OUT/<block>.json after each block, with what it measured before any error (a
+block already there without an error is skipped: resumable), and OUT/compile_path.csv and .md from all of them.
 
     python bench/compile_path.py --out OUT [--blocks decoder llama ...] [--top 3] [--iters 24] [--max-autotune]
 """
@@ -208,9 +208,9 @@ def where_time_goes(fn: Callable[[], Any], forwards: int = 3, top: int = 8) -> d
     }
 
 
-def bench_block(block: str, args: argparse.Namespace) -> dict[str, Any]:
+def bench_block(block: str, args: argparse.Namespace, report: dict[str, Any]) -> None:
+    """Fills `report` as it goes: a later step's failure keeps what the earlier ones measured."""
     started = time.perf_counter()
-    report: dict[str, Any] = {"block": block}
     if args.package:
         capture, package = args.capture, args.package
     else:
@@ -229,11 +229,11 @@ def bench_block(block: str, args: argparse.Namespace) -> dict[str, Any]:
     eager = [t.clone() for t in flat(modes["eager"]())]
     report["outputs"] = {}
     for name, fn in modes.items():
-        started = time.perf_counter()
+        first = time.perf_counter()
         with cast if name == "cast" else contextlib.nullcontext():
             ours = [t.clone() for t in flat(fn())]
         torch.cuda.synchronize()
-        report["outputs"][name] = {**outputs_against_eager(eager, ours), "first_call_s": time.perf_counter() - started}
+        report["outputs"][name] = {**outputs_against_eager(eager, ours), "first_call_s": time.perf_counter() - first}
     say(f"{block}: timing {', '.join(modes)}")
     parts: dict[str, Part] = {name: (fn, (lambda: cast) if name == "cast" else None) for name, fn in modes.items()}
     report["timing"] = time_modes(parts, args.rounds, args.per_round)
@@ -245,10 +245,10 @@ def bench_block(block: str, args: argparse.Namespace) -> dict[str, Any]:
     report["used_in"] = {k.kernel: k.used_in for k in cast.stats().kernels}
     report["counters"] = cast.report()
     say(f"{block}: host time per call")
-    report["host_overhead"] = {k.id: host_overhead(package, None, k) for k in manifest.kernels}
+    # eager's host cost per call, for the kernels an eager call can reach (a chain's kernel: compiled graphs only)
+    report["host_overhead"] = {k.id: host_overhead(package, None, k) for k in manifest.kernels if "eager" in k.serves}
     report["op_host"] = {r.entry.id: op_host_time(r) for r in cast.runners}
     report["seconds"] = time.perf_counter() - started
-    return report
 
 
 def table(reports: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -291,7 +291,8 @@ def markdown(reports: list[dict[str, Any]], rows: list[dict[str, Any]], machine:
         lines += [f"## {r['block']}: {r.get('workload', '')}", ""]
         if "error" in r:
             lines += ["```", r["error"], "```", ""]
-            continue
+            if "timing" not in r:
+                continue
         lines += [f"- package: `{r['package']}`; prepared in {r.get('prepare_seconds', {})} s"]
         for k in r["kernels"]:
             lat = k["latency"]
@@ -321,18 +322,25 @@ def markdown(reports: list[dict[str, Any]], rows: list[dict[str, Any]], machine:
             lines += [f"- {k['us']:.1f} us, {k['calls']:g} x `{k['name']}`" for k in top]
         lines += ["", "Host time per call (us):", ""]
         nan = float("nan")
-        for kid, h in r["host_overhead"].items():
-            op = r["op_host"].get(kid, {})
+        for kid, op in r.get("op_host", {}).items():
+            h = r.get("host_overhead", {}).get(kid)
+            through = (
+                "compile only: no eager call reaches it"
+                if h is None
+                else (
+                    f"eager {h['eager_us']:.2f}; through the package {h['cast_us']:.2f} (launcher: "
+                    f"{h.get('launcher', '?')}; the Python path {h.get('python_path_us', nan):.2f}: guard "
+                    f"{h['guard_us']:.2f}, alloc {h['alloc_us']:.2f}, driver call {h['driver_call_us']:.2f}, dispatch "
+                    f"{h['dispatch_us']:.2f}); a refused call {h['refused_call_us']:.2f} vs eager "
+                    f"{h['eager_refused_call_us']:.2f}"
+                )
+            )
             lines.append(
-                f"- {kid}: eager {h['eager_us']:.2f}; through the package {h['cast_us']:.2f} (launcher: "
-                f"{h.get('launcher', '?')}; the Python path {h.get('python_path_us', nan):.2f}: guard "
-                f"{h['guard_us']:.2f}, alloc {h['alloc_us']:.2f}, driver call {h['driver_call_us']:.2f}, dispatch "
-                f"{h['dispatch_us']:.2f}); a refused call {h['refused_call_us']:.2f} vs eager "
-                f"{h['eager_refused_call_us']:.2f}; the kernelforge op {op.get('op_us', nan):.2f} vs eager "
+                f"- {kid}: {through}; the kernelforge op {op.get('op_us', nan):.2f} vs eager "
                 f"{op.get('eager_us', nan):.2f}; the driver call alone: cuLaunchKernelEx "
                 f"{op.get('cuLaunchKernelEx_us', nan):.2f}, cuLaunchKernel {op.get('cuLaunchKernel_us', nan):.2f}"
             )
-        lines += ["", "```", r["counters"], "```", ""]
+        lines += ["", "```", r.get("counters", ""), "```", ""]
     return "\n".join(lines)
 
 
@@ -357,14 +365,15 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     for block in args.blocks:
         path = args.out / f"{block}.json"
-        if path.exists():
+        if path.exists() and "error" not in json.loads(path.read_text()):
             say(f"{block}: done before ({path})")
             reports.append(json.loads(path.read_text()))
             continue
+        report: dict[str, Any] = {"block": block}
         try:
-            report = bench_block(block, args)
-        except Exception as exc:  # one block's failure is written down, the next one runs
-            report = {"block": block, "error": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
+            bench_block(block, args, report)
+        except Exception as exc:  # one block's failure is written down beside what it measured; the next one runs
+            report["error"] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
         say(f"{block}: {report.get('seconds', 0):.0f} s")
         path.write_text(json.dumps(report, indent=1, default=str))
         reports.append(report)
