@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from kernelforge_tui.capture import reference
-from kernelforge_tui.capture.families import CardPlan, RoundedStatistics
+from kernelforge_tui.capture.families import CardPlan, RoundedBeforeSum, RoundedStatistics
 from kernelforge_tui.capture.manifest import Step
 from kernelforge_tui.cards.directory import MAX_STORED_SET_BYTES, Arrays, Card, draw_inputs, load_card, save_card
 from kernelforge_tui.cards.dtypes import FLOATING, NUMPY
@@ -165,6 +165,34 @@ def statistics_tolerance(
     return tolerance, note
 
 
+def sum_tolerance(
+    base: Tolerance, rounded: RoundedBeforeSum, samples: list[Arrays], inputs: dict[str, Distribution]
+) -> tuple[Tolerance, str]:
+    """The card's tolerance for a batch norm rounded before a residual add (`RoundedBeforeSum`), and the note that
+    says why: base.atol plus one rounding step, 2 * unit * the largest |bn(x)|, on the captured values (exactly, per
+    channel) and on what the seeded sets draw (the fitted distributions' extents, the smallest variance)."""
+    largest = 0.0
+    shape = [1, 1, 1]
+    shape[rounded.channel_axis] = -1
+    for sample in samples:
+        if all(name in sample for name in ("x", "w", "b", "mean", "var")):
+            w, b, mean, var = (sample[n].astype(np.float64).reshape(shape) for n in ("w", "b", "mean", "var"))
+            x = sample["x"].astype(np.float64)
+            largest = max(largest, float(np.max(np.abs((x - mean) * w / np.sqrt(var + rounded.eps) + b))))
+    drawn_var = inputs["var"]
+    smallest_var = drawn_var.low if drawn_var.kind != "normal" else drawn_var.mean - 4 * drawn_var.std
+    drawn = (_extent(inputs["x"]) + _extent(inputs["mean"])) * _extent(inputs["w"])
+    drawn = drawn / np.sqrt(max(smallest_var, 0.0) + rounded.eps) + _extent(inputs["b"])
+    largest = max(largest, float(drawn))
+    tolerance = Tolerance(rtol=base.rtol, atol=base.atol + 2 * rounded.unit * largest)
+    note = (
+        f"atol {tolerance.atol:.3g} = {base.atol:g} + one rounding step (2 * {rounded.unit:g}) of the largest "
+        f"|batch_norm(x)| {largest:.3g}: eager rounds the norm to the tensors' dtype before the residual add, and two "
+        "correct roundings of it may differ by that step, which stays whole where the sum cancels"
+    )
+    return tolerance, note
+
+
 def write_card(
     root: Path,
     name: str,
@@ -189,6 +217,10 @@ def write_card(
     if plan.rounded_statistics is not None and tolerance is not None:
         distributions = {t.name: t.distribution for t in inputs}
         tolerance, note = statistics_tolerance(tolerance, plan.rounded_statistics, samples, distributions)
+        notes.append(note)
+    if plan.rounded_before_sum is not None and tolerance is not None:
+        distributions = {t.name: t.distribution for t in inputs}
+        tolerance, note = sum_tolerance(tolerance, plan.rounded_before_sum, samples, distributions)
         notes.append(note)
     outputs = [
         OutputSpec(name=t.name, dtype=t.meta.dtype, shape=t.dims, tolerance=tolerance)

@@ -272,6 +272,68 @@ def test_resnets_batch_norms_are_chained_with_their_in_place_add_and_relu(tmp_pa
     assert [t.name for t in card.inputs] == ["x", "w", "b", "mean", "var", "r"] and card.family == "elementwise"
 
 
+def test_a_16_bit_batch_norm_before_a_residual_add_allows_one_rounding_step_of_it(tmp_path: Path) -> None:
+    """Eager rounds the batch norm to bf16 before `out += identity`; another correct fp32 order (the CPU reference's,
+    a kernel's) may round it one step the other way (the H100 saw ResNet-50's cards fail so), and where the sum
+    cancels, y keeps that step whole. The card's tolerance accepts either rounding on its stored set and on a seeded
+    one, which a norm's atol 1e-3 does not; batch_norm_relu, with no add to cancel, keeps 1e-3."""
+    import ml_dtypes
+
+    out = tmp_path / "bottleneck.capture"
+    request = CaptureRequest(BOTTLENECK, out, device="cpu", repeats=1, samples=1, kwargs={"dtype": "bfloat16"})
+    capture_model(request, template_problem)
+    found = _chains(load_capture(out))
+    card = load_card(out / str(found["batch_norm_add_relu"].card))
+    plain = load_card(out / str(found["batch_norm_relu"].card)).spec.outputs[0].effective_tolerance()
+    tolerance = card.spec.outputs[0].effective_tolerance()
+    assert plain.atol == 1e-3 < tolerance.atol and "one rounding step" in card.spec.description
+    norm_only = type(tolerance)(rtol=tolerance.rtol, atol=plain.atol)
+    stored = next(s for s in card.spec.input_sets if s.file is not None)
+    for inputs in (card.input_set(stored)[0], draw_inputs(card.spec, 5)):
+        f = {name: array.astype(np.float64) for name, array in inputs.items()}
+
+        def per_channel(name: str, values: dict[str, np.ndarray] = f) -> np.ndarray:
+            return values[name].reshape(1, -1, 1)
+
+        bn = (f["x"] - per_channel("mean")) / np.sqrt(per_channel("var") + 1e-5) * per_channel("w") + per_channel("b")
+        near = bn.astype(ml_dtypes.bfloat16)
+        off = (near.view(np.uint16) + 1).view(ml_dtypes.bfloat16)  # one step further from zero
+        eager, other = (np.maximum((b.astype(np.float64) + f["r"]).astype(ml_dtypes.bfloat16), 0) for b in (near, off))
+        assert tolerance.accepts(other, eager).all()
+        assert not norm_only.accepts(other, eager).all()
+
+
+def test_the_rounding_step_is_taken_at_the_largest_norm_captured_or_drawn() -> None:
+    """`sum_tolerance` on hand-computed numbers: with no captured sample, the seeded sets' bound, (|x| + |mean|) *
+    |w| / sqrt(smallest var + eps) + |b| at the distributions' extents; a captured outlier beyond it, exactly."""
+    from kernelforge_tui.capture.cards import sum_tolerance
+    from kernelforge_tui.capture.families import RoundedBeforeSum
+    from kernelforge_tui.cards.model import Distribution, Tolerance
+
+    base, rounded = Tolerance(rtol=1.6e-2, atol=1e-3), RoundedBeforeSum(2.0**-8, 1e-5, 1)
+    drawn = {
+        "x": Distribution(kind="normal", mean=0.0, std=1.0),
+        "mean": Distribution(kind="uniform", low=-0.5, high=0.5),
+        "w": Distribution(kind="uniform", low=0.5, high=1.5),
+        "var": Distribution(kind="uniform", low=0.25, high=2.0),
+        "b": Distribution(kind="uniform", low=-0.5, high=0.5),
+    }
+    bound = (4 + 0.5) * 1.5 / math.sqrt(0.25 + 1e-5) + 0.5
+    tolerance, note = sum_tolerance(base, rounded, [], drawn)
+    assert tolerance.atol == pytest.approx(1e-3 + 2 * 2.0**-8 * bound) and f"|batch_norm(x)| {bound:.3g}:" in note
+    x = np.zeros((1, 2, 3))
+    x[0, 1, 2] = 100.0  # channel 1: (100 - 0) * 2 / sqrt(4 + eps) - 1
+    sample = {
+        "x": x,
+        "w": np.array([1.0, 2.0]),
+        "b": np.array([0.0, -1.0]),
+        "mean": np.zeros(2),
+        "var": np.full(2, 4.0),
+    }
+    tolerance, _ = sum_tolerance(base, rounded, [sample], drawn)
+    assert tolerance.atol == pytest.approx(1e-3 + 2 * 2.0**-8 * (200 / math.sqrt(4 + 1e-5) - 1))
+
+
 INTO_INPUT = """
 import torch
 from torch import nn
