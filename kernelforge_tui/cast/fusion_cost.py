@@ -14,10 +14,11 @@ back, and written too unless something else (a matrix product, the graph's outpu
 Matrix products, convolutions, custom ops (the package's own), reductions, placeholders and outputs are kernels or
 buffers of their own in Inductor as well: next to them a replacement splits nothing.
 
-The traffic is timed at the copy ceiling the export's GPU check measured on the machine the package was verified
-on (`Machine.copy_gbps`). A package without one (unverified, or exported before it was measured) is timed at
-ASSUMED_COPY_GBPS, half the H200's measured ceiling: there the estimate errs toward leaving Inductor's fusion whole;
-on a GPU with less bandwidth it errs the other way. A split also costs a kernel launch, which the estimate leaves out.
+The traffic is timed at SPLIT_SHARE of the copy ceiling the export's GPU check measured on the machine the package
+was verified on (`Machine.copy_gbps`): a split's kernels do not move their round trip at the ceiling. A package
+without one (unverified, or exported before it was measured) takes ASSUMED_COPY_GBPS, an H200's ceiling: on a GPU
+with less bandwidth the estimate errs toward splitting. A split also costs a kernel launch, which the estimate leaves
+out.
 """
 
 from __future__ import annotations
@@ -29,9 +30,14 @@ from typing import Any
 
 from kernelforge_tui.cast.runtime import KernelRunner
 
-ASSUMED_COPY_GBPS = 2000.0
-"""Bytes read plus written per second (GB/s) that an extra round trip is timed at where the package measured no
-copy ceiling (docs/guides/cast.md, "What a replacement costs Inductor", says where the number comes from)."""
+ASSUMED_COPY_GBPS = 4000.0
+"""The copy ceiling (bytes read plus written per second, GB/s) of a package that measured none: an H200's (3735-4209
+GB/s measured)."""
+SPLIT_SHARE = 0.5
+"""The share of the copy ceiling a split's extra round trip runs at. Measured on an H100 (docs/results.md, the
+2026-12-07 section): splitting scale + mask + softmax after its producer cost 83.5 us for 134 MB more traffic, half
+its 3191 GB/s ceiling; splitting group norm + SiLU before its consumer cost 7x its traffic's time, most of it not
+traffic (Inductor compiles the norm otherwise alone), which no traffic model sees."""
 
 
 def overload_of(target: Any) -> str | None:
@@ -136,11 +142,12 @@ def refusal(runner: KernelRunner, nodes: Collection[Any]) -> str:
     measured = stamp.machine.copy_gbps if stamp is not None else None
     gbps = measured or ASSUMED_COPY_GBPS
     ceiling = f"the measured {gbps:.0f} GB/s" if measured else f"an assumed {gbps:.0f} GB/s"
+    split_us = split.us(SPLIT_SHARE * gbps)
     cost = (
         f"would split Inductor's fusion with {', '.join(split.neighbours)}: {split.extra_bytes / 1e6:.1f} MB more "
-        f"memory traffic, ~{split.us(gbps):.1f} us at {ceiling}"
+        f"memory traffic, ~{split_us:.1f} us at {SPLIT_SHARE:g} of {ceiling}"
     )
     if latency.kernel_us is None or latency.eager_us is None:
         return f"{cost}, and the package measured no saving to pay for it"
     saved = latency.eager_us - latency.kernel_us
-    return "" if saved > split.us(gbps) else f"{cost}, more than the {saved:.1f} us the kernel saves per call"
+    return "" if saved > split_us else f"{cost}, more than the {saved:.1f} us the kernel saves per call"
