@@ -1,5 +1,5 @@
 # costmodel: what splitting an Inductor fusion really costs on the H200, against the pass's estimate
-# (cast/fusion_cost.py: 2 x the intermediate's bytes at an assumed 2000 GB/s). About 40 s of GPU time; run it alone.
+# (cast/fusion_cost.py: 2 x the intermediate's bytes at half the copy ceiling; 2000 GB/s where none was measured). About 40 s of GPU time; run it alone.
 mkdir -p "$OUT/costmodel"
 python - > "$OUT/costmodel/split_cost.log" 2>&1 <<'PY'
 import torch
