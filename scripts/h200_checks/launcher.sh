@@ -1,6 +1,6 @@
 # launcher: the compiled launcher (issue 31, "Eager host cost"). About 75 s: the C++ launcher built into the user
 # cache (~15 s) and again in pytest's session cache (~15 s), 8 GPU tests (each builds the small softmax kernel: ~45 s).
-# Its host time per call: launcher_host.sh.
+# Its host time per call: python bench/cast_gpu.py --run examples/runs/softmax_bf16 --host-only --out DIR.
 mkdir -p "$OUT/launcher"
 { g++ --version | head -1; ninja --version; python -c "import torch; print(torch.__version__, torch.version.cuda)"; } \
   > "$OUT/launcher/env.txt" 2>&1
