@@ -7,31 +7,20 @@ The GPU steps themselves (capture on CUDA, the modes' timing) are `bench_block`'
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.support.scripts import load_script
 
 pytest.importorskip("torch", reason="the bench imports torch (CI installs it: .ci/run)")
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script() -> ModuleType:
-    sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location("compile_path", ROOT / "bench" / "compile_path.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compile_path"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = _script()
+bench = load_script(ROOT / "bench" / "compile_path.py")
 
 
 def _timing(us: float) -> dict[str, Any]:

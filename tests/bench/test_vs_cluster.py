@@ -3,29 +3,23 @@ same search on the in-process lanes and through the cluster, a small bench throu
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 from kernelforge_tui.suite import cards as suite_cards
 from kernelforge_tui.suite.registry import task
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def load_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("vs_cluster", ROOT / "bench" / "vs_cluster.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vs_cluster"] = module
-    spec.loader.exec_module(module)
-    return module
+def load_vs_cluster() -> ModuleType:
+    return load_script(ROOT / "bench" / "vs_cluster.py")
 
 
 def test_the_search_through_the_cluster_against_the_in_process_lanes(tmp_path: Path) -> None:
-    vs_cluster = load_script()
+    vs_cluster = load_vs_cluster()
     card = suite_cards.write(task("vector_add"), "float32", 2**10, tmp_path / "cards")
     out = tmp_path / "out"
     assert vs_cluster.main([str(card.root), "--out", str(out), "--iters", "4", "--simulate", "--simulate-seconds",

@@ -10,12 +10,9 @@ the GPU worker.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -39,21 +36,12 @@ from kernelforge_tui.store import RunStore
 from kernelforge_tui.suite.registry import task
 from kernelforge_tui.vocabulary.evaluation import Ceilings
 from tests.store.test_store import profile_of
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _script() -> ModuleType:
-    """bench/vs_torch.py (a script, not a package module), imported by path."""
-    spec = importlib.util.spec_from_file_location("vs_torch", ROOT / "bench" / "vs_torch.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["vs_torch"] = module  # pydantic resolves the module's annotations through it
-    spec.loader.exec_module(module)
-    return module
-
-
-vs = _script()
+vs = load_script(ROOT / "bench" / "vs_torch.py")
 
 ISSUE = {
     # workload: (shape, dtype, eager share, torch.compile share, goal share), as the issue's table has them

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import re
 import shutil
 import subprocess
-import sys
 import tomllib
 import tracemalloc
 import zipfile
@@ -33,6 +31,7 @@ from kernelforge_tui.cards.model import (
     TensorSpec,
     Tolerance,
 )
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 CARDS = ROOT / "examples" / "cards"
@@ -49,12 +48,7 @@ def matches(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> bool:
 
 
 def make_cards() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("make_cards", CARDS / "make_cards.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["make_cards"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(CARDS / "make_cards.py")
 
 
 # --- round trip -------------------------------------------------------------------------------------

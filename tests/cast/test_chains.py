@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,8 @@ from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry
 from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
 from kernelforge_tui.cast.runtime import Cast, ChainReplay, aten_call, load  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
-from tests.cast.test_compile import Inductor, _ops_in  # noqa: E402
+from tests.cast.conftest import Inductor  # noqa: E402
+from tests.cast.test_compile import _ops_in  # noqa: E402
 from tests.support.fixtures.cast.cast_support import (  # noqa: E402
     MACHINE,
     HostSoftmax,
@@ -40,7 +40,7 @@ from tests.support.fixtures.cast.cast_support import (  # noqa: E402
     write_cast,
 )
 
-pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture is made once, on one worker
+pytestmark = [pytest.mark.xdist_group(__name__), pytest.mark.usefixtures("fresh_dynamo")]  # module fixture: once
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
 MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "chains_model.py"
 
@@ -59,22 +59,6 @@ def _cast(tmp_path: Path, driver: Any) -> Cast:
     """The chain kernel and a single softmax kernel of the same shape, on runners that take CPU tensors."""
     entries = [_chain_entry(), softmax_entry("k1-softmax", alignment=64)]
     return load(write_cast(tmp_path / "m.cast", entries, machine=HERE), machine=HERE, device_type="cpu", driver=driver)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-@pytest.fixture
-def inductor(monkeypatch: pytest.MonkeyPatch) -> Inductor:
-    import torch._inductor.compile_fx as compile_fx
-
-    stand_in = Inductor()
-    monkeypatch.setattr(compile_fx, "compile_fx", stand_in)
-    return stand_in
 
 
 class Chained(torch.nn.Module):  # type: ignore[misc]

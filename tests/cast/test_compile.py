@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import tomllib
 import warnings
-from collections.abc import Iterator
 from importlib.metadata import EntryPoint
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,10 @@ from kernelforge_tui.cast.compiled import NEEDS_GRAD, SYMBOLIC, Backend, rewrite
 from kernelforge_tui.cast.manifest import AtenArg, CastError, TensorGuard  # noqa: E402
 from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
 from kernelforge_tui.cast.runtime import Cast, load  # noqa: E402
+from tests.cast.conftest import Inductor  # noqa: E402
 from tests.support.fixtures.cast.cast_support import MACHINE, HostSoftmax, softmax_entry, write_cast  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("fresh_dynamo")
 
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,35 +66,6 @@ def _group_norm_entry() -> Any:
         }
     )
     return entry.model_copy(update={"id": "k0-group-norm", "guard": guard}), files
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-class Inductor:
-    """Stands in for Inductor's compile_fx: records what it is given and runs that graph as it is."""
-
-    def __init__(self) -> None:
-        self.graphs: list[Any] = []
-        self.patches: list[dict[str, Any]] = []
-
-    def __call__(self, gm: Any, example_inputs: Any, config_patches: Any = None, **_: Any) -> Any:
-        self.graphs.append(gm)
-        self.patches.append(dict(config_patches or {}))
-        return gm.forward
-
-
-@pytest.fixture
-def inductor(monkeypatch: pytest.MonkeyPatch) -> Inductor:
-    import torch._inductor.compile_fx as compile_fx
-
-    stand_in = Inductor()
-    monkeypatch.setattr(compile_fx, "compile_fx", stand_in)
-    return stand_in
 
 
 def _ops_in(gm: Any) -> list[str]:

@@ -10,7 +10,6 @@ where the call ran, attention."""
 from __future__ import annotations
 
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +27,11 @@ from kernelforge_tui.cast.export import export  # noqa: E402
 from kernelforge_tui.cast.manifest import Guard, Launch, LaunchArg  # noqa: E402
 from kernelforge_tui.cast.runtime import load  # noqa: E402
 from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
-from tests.cast.test_compile import Inductor, _ops_in  # noqa: E402
+from tests.cast.conftest import Inductor  # noqa: E402
+from tests.cast.test_compile import _ops_in  # noqa: E402
 from tests.support.fixtures.cast.cast_support import MACHINE, HostSoftmax, make_run, softmax_entry, write_cast  # noqa: E402
 
-pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture is made once, on one worker
+pytestmark = [pytest.mark.xdist_group(__name__), pytest.mark.usefixtures("fresh_dynamo")]  # module fixture: once
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
 SHAPE = (2, 3, 16, 64)
 ATTENTION = "aten::_scaled_dot_product_flash_attention_for_cpu.default"
@@ -81,22 +81,6 @@ def test_an_attention_call_binds_as_a_chain_of_one_whose_outputs_are_the_cards(c
     assert [a.accepts for a in step.args if a.position == 4] == [[True]]  # is_causal
     assert [(a.name, a.position, a.tensor) for a in binding.args] == [("q", 0, "q"), ("k", 1, "k"), ("v", 2, "v")]
     assert [t.name for t in binding.outputs] == ["y"] and tuple(binding.outputs[0].shape) == SHAPE
-
-
-@pytest.fixture(autouse=True)
-def _fresh_dynamo() -> Iterator[None]:
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-
-
-@pytest.fixture
-def inductor(monkeypatch: pytest.MonkeyPatch) -> Inductor:
-    import torch._inductor.compile_fx as compile_fx
-
-    stand_in = Inductor()
-    monkeypatch.setattr(compile_fx, "compile_fx", stand_in)
-    return stand_in
 
 
 def _cast(tmp_path: Path, binding: CallBinding) -> Any:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
 import json
 import os
 import re
@@ -49,6 +48,7 @@ from kernelforge_tui.suite.score import CardResult, Scored, score_card
 from kernelforge_tui.suite.task import Precision, Task, Vendor
 from kernelforge_tui.suite.vendor_timing import VendorReply, VendorRequest, time_calls, time_interleaved, time_vendor
 from kernelforge_tui.vocabulary.evaluation import Ceilings, EvalResult, Evaluation, SetCheck
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 VECTOR_ADD = registry.task("vector_add")
@@ -310,12 +310,7 @@ def test_the_bench_guide_task_table_is_the_registry() -> None:
 
 
 def _suite_baselines() -> ModuleType:
-    """bench/suite_baselines.py (a script, not a package module), imported by path."""
-    spec = importlib.util.spec_from_file_location("suite_baselines", ROOT / "bench" / "suite_baselines.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "bench" / "suite_baselines.py")
 
 
 def test_suite_baselines_script_selects_cards_and_writes_its_summary(tmp_path: Path) -> None:
