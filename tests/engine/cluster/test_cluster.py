@@ -32,7 +32,7 @@ LANES = "GPU lanes: {} (the cluster's GPUs now)"
 
 
 def local_cluster(workers: int) -> distributed.LocalCluster:
-    return distributed.LocalCluster(
+    cluster = distributed.LocalCluster(
         n_workers=workers,
         threads_per_worker=2,
         processes=True,
@@ -40,6 +40,11 @@ def local_cluster(workers: int) -> distributed.LocalCluster:
         dashboard_address=":0",
         worker_dashboard_address=":0",
     )
+    # every worker known to the scheduler before a test counts GPUs: a search takes the GPUs there are when it starts,
+    # and a loaded CI machine once had one of two registered then (a search on one lane, not two)
+    if workers:
+        cluster.wait_for_workers(workers, timeout=60)
+    return cluster
 
 
 @pytest.fixture(scope="module")
