@@ -365,9 +365,10 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     for block in args.blocks:
         path = args.out / f"{block}.json"
-        if path.exists() and "error" not in json.loads(path.read_text()):
+        before = json.loads(path.read_text()) if path.exists() else None
+        if before is not None and "error" not in before:
             say(f"{block}: done before ({path})")
-            reports.append(json.loads(path.read_text()))
+            reports.append(before)
             continue
         report: dict[str, Any] = {"block": block}
         try:

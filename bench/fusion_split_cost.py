@@ -4,37 +4,27 @@
 Two splits a package kernel makes when it replaces one node of a fused neighbourhood: after a producer (the scale and
 mask before a softmax: the scaled logits written, then read by the softmax) and before a consumer (the SiLU after a
 group norm). Each chain is compiled whole, then as its two halves, and timed back to back (median of rounds of
-CUDA-event means, no L2 flush: a model's layers run back to back).
+CUDA-event means, interleaved, no L2 flush: a model's layers run back to back; `cast_gpu.time_modes`).
 
     python bench/fusion_split_cost.py
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from cast_gpu import Part, time_modes
+
 from kernelforge_tui.cast.fusion_cost import SPLIT_SHARE
 from kernelforge_tui.cast.probe import copy_gbps
-
-
-def time_us(fn: Callable[..., Any], *args: Any, rounds: int = 15, per_round: int = 20) -> float:
-    for _ in range(5):
-        fn(*args)
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(per_round):
-            fn(*args)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / per_round)
-    return sorted(times)[len(times) // 2]
 
 
 def case(
@@ -47,10 +37,14 @@ def case(
 ) -> None:
     with torch.no_grad():
         whole, head, tail = torch.compile(fused), torch.compile(first), torch.compile(then)
-        fused_us = time_us(whole, *args)
-        split_us = time_us(lambda *a: tail(head(*a)), *args)
         intermediate = head(*args)
-        alone_us = time_us(tail, intermediate)
+        parts: dict[str, Part] = {
+            "fused": (lambda: whole(*args), None),
+            "split": (lambda: tail(head(*args)), None),
+            "alone": (lambda: tail(intermediate), None),
+        }
+        timed = time_modes(parts, rounds=15, per_round=20)
+    fused_us, split_us, alone_us = (timed[name]["back_to_back"]["median_us"] for name in ("fused", "split", "alone"))
     round_trip = 2 * intermediate.numel() * intermediate.element_size()
     estimate = round_trip / (SPLIT_SHARE * ceiling_gbps * 1e3)
     print(

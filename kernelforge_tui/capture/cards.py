@@ -214,12 +214,11 @@ def write_card(
         if note:
             notes.append(f"{t.name}: {note}")
     tolerance = plan.tolerance
+    distributions = {t.name: t.distribution for t in inputs}
     if plan.rounded_statistics is not None and tolerance is not None:
-        distributions = {t.name: t.distribution for t in inputs}
         tolerance, note = statistics_tolerance(tolerance, plan.rounded_statistics, samples, distributions)
         notes.append(note)
     if plan.rounded_before_sum is not None and tolerance is not None:
-        distributions = {t.name: t.distribution for t in inputs}
         tolerance, note = sum_tolerance(tolerance, plan.rounded_before_sum, samples, distributions)
         notes.append(note)
     outputs = [

@@ -387,7 +387,7 @@ def compile_only(binding: CallBinding) -> str:
     if chain is None:
         return ""
     replace = 'torch.compile(backend="kernelforge") and cast.compile replace'
-    if len(chain.steps) == 1:
+    if chain.partial:
         return (
             f"; compile only: {chain.describe()} also returns results the card does not compute, which an eager "
             f"override would have to return; {replace} the call where nothing reads them"

@@ -178,10 +178,15 @@ class Chain(Model):
         return " -> ".join(step.overload.removeprefix("aten::") for step in self.steps)
 
     @property
+    def partial(self) -> bool:
+        """One call of whose results the kernel computes some (an attention's output, not the logsumexp it keeps
+        for backward), not several calls fused."""
+        return len(self.steps) == 1
+
+    @property
     def kind(self) -> str:
-        """In the audit's words: several calls fused, or one call of whose results the kernel computes some (an
-        attention's output, not the logsumexp it keeps for backward)."""
-        return "a fused chain" if len(self.steps) > 1 else "part of one call's results"
+        """What it is, in the audit's words."""
+        return "part of one call's results" if self.partial else "a fused chain"
 
 
 class LaunchArg(Model):

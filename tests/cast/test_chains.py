@@ -24,17 +24,15 @@ from kernelforge_tui.capture.run import CaptureRequest, capture_model  # noqa: E
 from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.cast.bindings import from_variant  # noqa: E402
 from kernelforge_tui.cast.compiled import Backend  # noqa: E402
-from kernelforge_tui.cast.export import export  # noqa: E402
 from kernelforge_tui.cast.manifest import AtenArg, Chain, ChainStep, KernelEntry, LaunchArg  # noqa: E402
 from kernelforge_tui.cast.ops import NAMESPACE, kernel_op  # noqa: E402
 from kernelforge_tui.cast.runtime import Cast, ChainReplay, aten_call, load  # noqa: E402
-from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
 from tests.cast.conftest import Inductor  # noqa: E402
 from tests.cast.test_compile import _ops_in  # noqa: E402
 from tests.support.fixtures.cast.cast_support import (  # noqa: E402
     MACHINE,
     HostSoftmax,
-    make_run,
+    export_seeded,
     scale_softmax_chain,
     softmax_entry,
     write_cast,
@@ -336,10 +334,7 @@ def test_export_lists_a_chains_kernel_as_compile_only(captured: Path, tmp_path: 
     shutil.copytree(captured, capture)
     variant = next(v for v in load_capture(capture).variants if v.op == "bias_gelu")
     assert variant.card is not None
-    card = load_card(capture / variant.card)
-    seed = TemplateProposer().seeds(card.spec)[0]
-    make_run(capture / "runs" / "bias_gelu", capture / variant.card, seed.source, seed.plan, 10.0, 100.0)
-    manifest = export(capture, tmp_path / "model.cast", sanitize=False, arch="sm_90")
+    manifest = export_seeded(capture, capture / variant.card, tmp_path / "model.cast")
     (kernel,) = manifest.kernels
     assert kernel.chain is not None and kernel.serves == ["compile"]
     assert kernel.guard.overload == "kernelforge::bias_gelu" and [s.overload for s in kernel.chain.steps] == [

@@ -23,13 +23,17 @@ from kernelforge_tui.capture.run import CaptureRequest, capture_model  # noqa: E
 from kernelforge_tui.cards import load_card  # noqa: E402
 from kernelforge_tui.cast.bindings import CallBinding, from_variant  # noqa: E402
 from kernelforge_tui.cast.compiled import Backend  # noqa: E402
-from kernelforge_tui.cast.export import export  # noqa: E402
-from kernelforge_tui.cast.manifest import Guard, Launch, LaunchArg  # noqa: E402
+from kernelforge_tui.cast.manifest import Guard, LaunchArg  # noqa: E402
 from kernelforge_tui.cast.runtime import load  # noqa: E402
-from kernelforge_tui.proposers.templates import TemplateProposer  # noqa: E402
 from tests.cast.conftest import Inductor  # noqa: E402
 from tests.cast.test_compile import _ops_in  # noqa: E402
-from tests.support.fixtures.cast.cast_support import MACHINE, HostSoftmax, make_run, softmax_entry, write_cast  # noqa: E402
+from tests.support.fixtures.cast.cast_support import (  # noqa: E402
+    MACHINE,
+    HostSoftmax,
+    export_seeded,
+    softmax_entry,
+    write_cast,
+)
 
 pytestmark = [pytest.mark.xdist_group(__name__), pytest.mark.usefixtures("fresh_dynamo")]  # module fixture: once
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
@@ -85,28 +89,17 @@ def test_an_attention_call_binds_as_a_chain_of_one_whose_outputs_are_the_cards(c
 
 def _cast(tmp_path: Path, binding: CallBinding) -> Any:
     """The captured binding's guard and chain on the host stand-in, launched as (q, y, k, v, rows, cols)."""
-    entry, files = softmax_entry("k0-attention", dtype="bfloat16", alignment=64)
     rows = SHAPE[0] * SHAPE[1] * SHAPE[2]
+    entry, files = softmax_entry("k0-attention", shape=(rows, SHAPE[3]), dtype="bfloat16", alignment=64)
     # the CPU allocator promises 64-byte alignment, not the capture's (which saw 128 or more: a test tensor then
     # falls back now and then)
     inputs = [t.model_copy(update={"alignment": 64}) for t in binding.inputs]
     guard = Guard(
         overload=binding.overload, args=binding.args, inputs=inputs, outputs=binding.outputs, capability=(9, 0)
     )
-    launch = Launch(
-        entry="softmax_rows",
-        grid=(rows, 1, 1),
-        block=(32, 1, 1),
-        shared_bytes=0,
-        args=[
-            *(LaunchArg(kind="tensor", name=name) for name in "qykv"),
-            LaunchArg(kind="scalar", name="rows", scalar_type="int32", value=rows),
-            LaunchArg(kind="scalar", name="cols", scalar_type="int32", value=SHAPE[3]),
-        ],
-    )
-    entry = entry.model_copy(
-        update={"guard": guard, "launch": launch, "chain": binding.chain, "tolerances": {"y": entry.tolerances["y"]}}
-    )
+    tensors = [LaunchArg(kind="tensor", name=name) for name in "qykv"]  # the softmax's x and y, then k and v
+    launch = entry.launch.model_copy(update={"args": tensors + entry.launch.args[2:]})
+    entry = entry.model_copy(update={"guard": guard, "launch": launch, "chain": binding.chain})
     path = write_cast(tmp_path / "m.cast", [(entry, files)], machine=HERE)
     return load(path, machine=HERE, device_type="cpu", driver=HostSoftmax(dtype="bfloat16"))
 
@@ -149,10 +142,7 @@ def test_export_lists_the_kernel_as_compile_only(captured: Path, tmp_path: Path)
     shutil.copytree(captured, capture)
     variant, _ = _attention(capture)
     assert variant.card is not None
-    card = load_card(capture / variant.card)
-    seed = TemplateProposer().seeds(card.spec)[0]
-    make_run(capture / "runs" / "attention", capture / variant.card, seed.source, seed.plan, 10.0, 100.0)
-    manifest = export(capture, tmp_path / "model.cast", sanitize=False, arch="sm_90")
+    manifest = export_seeded(capture, capture / variant.card, tmp_path / "model.cast")
     (kernel,) = manifest.kernels
     assert kernel.chain is not None and kernel.serves == ["compile"] and kernel.guard.overload.startswith("kernelforge")
     (audit,) = [a for a in manifest.audit if a.decision == "kernel"]
