@@ -227,9 +227,10 @@ def configurations(report: dict[str, Any]) -> list[str]:
 def main(doc: str, build: Callable[[Path, list[dict[str, Any]] | None, bool], None],
          run: Callable[[Path, Path], None], out: Path) -> None:  # fmt: skip
     """The benchmarks' command line: `build CUBINS [--variants V] [--one-at-a-time]` here, `run CUBINS --out OUT`
-    on the GPU."""
+    on the GPU, and `split CUBINS --out DIR` (anywhere): one folder per configuration, to run each in a process
+    of its own (a kernel that faults kills its process's CUDA context, and the rest of that run with it)."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
-    parser.add_argument("step", choices=("build", "run"))
+    parser.add_argument("step", choices=("build", "run", "split"))
     parser.add_argument("cubins", type=Path)
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--variants", type=Path, help="build: a JSON list of changes to the first seed, in its place")
@@ -238,5 +239,28 @@ def main(doc: str, build: Callable[[Path, list[dict[str, Any]] | None, bool], No
     if args.step == "build":
         args.cubins.mkdir(parents=True, exist_ok=True)
         build(args.cubins, json.loads(args.variants.read_text()) if args.variants else None, args.one_at_a_time)
+    elif args.step == "split":
+        for folder in split(args.cubins, args.out):
+            print(folder)
     else:
         run(args.cubins, args.out)
+
+
+def split(cubins: Path, out: Path) -> list[Path]:
+    """OUT/<n>: a manifest of configuration n's variants (every case), its cubins linked from CUBINS; in the
+    manifest's order, so that n names the same configuration on every machine."""
+    manifest = json.loads((cubins / "manifest.json").read_text())
+    configs = list(dict.fromkeys(v["config"] for v in manifest["variants"]))
+    folders = []
+    for number, config in enumerate(configs):
+        folder = out / str(number)
+        folder.mkdir(parents=True, exist_ok=True)
+        variants = [v for v in manifest["variants"] if v["config"] == config]
+        for v in variants:
+            link = folder / v["cubin"]
+            if not link.exists():
+                link.symlink_to((cubins / v["cubin"]).resolve())
+        cases = [c for c in manifest["cases"] if any(v["case"] == c["name"] for v in variants)]
+        (folder / "manifest.json").write_text(json.dumps({**manifest, "cases": cases, "variants": variants}, indent=1))
+        folders.append(folder)
+    return folders

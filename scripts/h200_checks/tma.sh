@@ -1,26 +1,31 @@
-# tma: the gemm_sm90 TMA mainloop over harness-encoded tensor maps (issue 32). Not yet run: no device this session.
-# Needs the cubins built on the CPU machine first (~10-15 min of nvcc on 2 cores), and carried to the device:
+# tma: the gemm_sm90 TMA mainloop over harness-encoded tensor maps (issue 32).
+# Needs the cubins built on the CPU machine first, and carried to the device:
 #   python bench/gemm_cutlass.py build out/gemm_tma_cubins && rm -rf out/gemm_tma_cubins/cache   # the 6 seeds
 #   (optional, the 8 further variants of scripts/h200_checks/tma_more.json:
 #    python bench/gemm_cutlass.py build out/gemm_tma_more --variants scripts/h200_checks/tma_more.json && rm -rf out/gemm_tma_more/cache)
-#   run(..., carry=["out/gemm_tma_cubins", "out/gemm_tma_more"])   (7 + 9 MiB)
-# Both folders are built as of commit f58ac24 in out/ of the lead checkout (ignored by git).
-# About 130-160 s of GPU time:
-# 1. bench/gemm_cutlass.py run: every seed (TMA 1x1 / 2x1 / 1x2 clusters, pingpong, and the cp.async best) at the
-#    decoder's shapes: each one's error against an fp32 product of the same inputs (beside cuBLAS's), and its time
-#    against cuBLAS (L2 flushed, interleaved). ~50 s; the further variants another ~50 s if carried.
-# 2. the further variants (out/gemm_tma_more), if carried. The product-path GPU tests are tma_tests.sh.
-# On the H100 (2026-12-07) the run aborted: "an illegal instruction was encountered", which kills the context (the
-# log's head did not come back). 0. first, memcheck over the run names the faulting kernel and its error (~60 s).
+#   run(..., carry=["out/gemm_tma_cubins", "out/gemm_tma_more"])   (7 + 15 MiB)
+# On the H100 (2026-12-07) one run of every seed aborted: "an illegal instruction was encountered", which kills the
+# context and the rest of the run. So each configuration runs in a process of its own (`split`), every case of it:
+# its error against an fp32 product of the same inputs (beside cuBLAS's) and its time against cuBLAS (L2 flushed,
+# interleaved). Then memcheck over the first configuration that failed names its fault. About 10-15 s a
+# configuration (14 of them), memcheck 60 s.
 mkdir -p "$OUT/tma"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/tma/env.txt" 2>&1
-timeout 90 compute-sanitizer --tool memcheck --print-limit 5 python bench/gemm_cutlass.py run out/gemm_tma_cubins \
-  --out /tmp/tma_memcheck > "$OUT/tma/memcheck.log" 2>&1
-head -c 20000 "$OUT/tma/memcheck.log" > "$OUT/tma/memcheck_head.log" && rm "$OUT/tma/memcheck.log"
-timeout 100 python bench/gemm_cutlass.py run out/gemm_tma_cubins --out "$OUT/tma" > "$OUT/tma/bench.log" 2>&1
-echo "bench rc=$?" >> "$OUT/tma/bench.log"
-if [ -d out/gemm_tma_more ]; then
-  mkdir -p "$OUT/tma/more"
-  timeout 100 python bench/gemm_cutlass.py run out/gemm_tma_more --out "$OUT/tma/more" > "$OUT/tma/more/bench.log" 2>&1
-  echo "bench rc=$?" >> "$OUT/tma/more/bench.log"
+failed=""
+for set in gemm_tma_cubins gemm_tma_more; do
+  [ -d "out/$set" ] || continue
+  for one in $(python bench/gemm_cutlass.py split "out/$set" --out "/tmp/tma_split/$set"); do
+    name="$set/$(basename "$one")"
+    mkdir -p "$OUT/tma/$name"
+    timeout 40 python bench/gemm_cutlass.py run "$one" --out "$OUT/tma/$name" > "$OUT/tma/$name/log.txt" 2>&1
+    rc=$?
+    config=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['variants'][0]['config'])" "$one/manifest.json")
+    echo "$name rc=$rc $config | $(grep -m1 -o 'CUDA error[^|]*\|illegal[^|]*\|Error[^|]*' "$OUT/tma/$name/log.txt" | head -c 200)" >> "$OUT/tma/summary.txt"
+    [ "$rc" != 0 ] && [ -z "$failed" ] && failed="$one"
+  done
+done
+if [ -n "$failed" ]; then
+  echo "memcheck over $failed" > "$OUT/tma/memcheck_head.log"
+  timeout 90 compute-sanitizer --tool memcheck --print-limit 5 python bench/gemm_cutlass.py run "$failed" \
+    --out /tmp/tma_memcheck 2>&1 | head -c 20000 >> "$OUT/tma/memcheck_head.log"
 fi

@@ -13,8 +13,10 @@
 // opened with dlopen at the first launch (never linked), so the library builds against a CPU-only torch; a test
 // routes the launch through a function of its own (`hook`).
 
+#include <ATen/EmptyTensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <dlfcn.h>
 #include <torch/library.h>
@@ -200,6 +202,17 @@ struct Output {
 
 constexpr size_t kMaxParams = 64;
 
+// An output as eager's own CUDA kernels allocate theirs (at::detail::empty_strided_cuda: torch's caching allocator on
+// the current device, no dispatcher call), where the tensor's device is the current one; elsewhere through the
+// dispatcher (at::empty_strided), which sets the device first: a round trip eager's own kernels do not make.
+at::Tensor allocate(const Output& o, c10::Device device) {
+  if (device.is_cuda() && c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getDevice() == device) {
+    return at::detail::empty_strided_generic(o.sizes, o.strides, c10::GetAllocator(c10::DeviceType::CUDA),
+                                             c10::DispatchKeySet(c10::DispatchKey::CUDA), o.dtype);
+  }
+  return at::empty_strided(o.sizes, o.strides, at::TensorOptions().dtype(o.dtype).device(device));
+}
+
 // One decision: a launch plan (the guard admitted the signature) or a refusal (the original kernel runs).
 struct Entry {
   uint64_t hash = 0;
@@ -365,7 +378,7 @@ class Replay {
     const at::Tensor& on = args[entry.device_position].toTensor();
     c10::SmallVector<at::Tensor, 4> outs;
     for (const Output& o : entry.outputs) {
-      outs.push_back(at::empty_strided(o.sizes, o.strides, at::TensorOptions().dtype(o.dtype).device(on.device())));
+      outs.push_back(allocate(o, on.device()));
     }
     uint64_t values[kMaxParams];
     void* params[kMaxParams];
