@@ -3,7 +3,7 @@
 // then load through it. kf_probe_build writes VARIANTS such maps of a 2-D bf16 tensor, one per guess at how PTX
 // encodes the fields (the value or the value less one for the rank, box and element strides; the driver's or a
 // shifted element type code), for the host to compare byte by byte with the driver's own encoding;
-// kf_probe_load loads one box through a map and writes it out.
+// kf_probe_load loads one box through a map and writes it out; kf_probe_load_param through a map passed by value.
 #include <cuda_bf16.h>
 #include <stdint.h>
 
@@ -46,13 +46,17 @@ extern "C" __global__ void kf_probe_build(char* maps, const __nv_bfloat16* x, ui
     }
 }
 
-extern "C" __global__ void kf_probe_load(const char* map, __nv_bfloat16* out, int col0, int row0, int box_elements) {
+// One box through `map` (a generic address of the map in global or param space) into `out`.
+__device__ __forceinline__ void load_box(const void* map, __nv_bfloat16* out, int col0, int row0, int box_elements,
+                                         bool acquire) {
     __shared__ alignas(128) __nv_bfloat16 box[64 * 64];
     __shared__ alignas(8) uint64_t barrier;
     const uint32_t bar = static_cast<uint32_t>(__cvta_generic_to_shared(&barrier));
     const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(box));
     if (threadIdx.x == 0) {
-        asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(map) : "memory");
+        if (acquire) {  // a map written in global memory by the device: its writes reach the tensormap proxy
+            asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(map) : "memory");
+        }
         asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar));
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
         asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(box_elements * 2));
@@ -68,4 +72,24 @@ extern "C" __global__ void kf_probe_load(const char* map, __nv_bfloat16* out, in
     for (int i = threadIdx.x; i < box_elements; i += blockDim.x) {
         out[i] = box[i];
     }
+}
+
+extern "C" __global__ void kf_probe_load(const char* map, __nv_bfloat16* out, int col0, int row0, int box_elements) {
+    load_box(map, out, col0, row0, box_elements, true);
+}
+
+// The map passed by value, as the gemm_sm90 TMA template's harness passes its maps: a __grid_constant__ parameter,
+// whose address the load takes. `through_local`: that address stored in local memory and read back first, as the
+// template's Params (built on the device, in local memory) carry it to CUTLASS's producer.
+struct alignas(64) Map {
+    char bytes[128];
+};
+struct Holder {
+    const Map* map;
+};
+extern "C" __global__ void kf_probe_load_param(const __grid_constant__ Map map, __nv_bfloat16* out, int col0, int row0,
+                                               int box_elements, int through_local) {
+    volatile Holder holder{&map};  // volatile: kept in local memory, not folded into the address
+    const Map* address = through_local ? holder.map : &map;
+    load_box(address, out, col0, row0, box_elements, false);
 }

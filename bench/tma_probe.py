@@ -3,8 +3,9 @@
 A candidate is device code launched from a plan of pointers and sizes, so it has no host to call the driver's
 cuTensorMapEncodeTiled. bench/tma_probe.cu builds maps of one bf16 tensor with tensormap.replace from zeroed global
 memory, in four guesses at the fields' encoding; this script (on the GPU machine, torch + pycuda) compares each with
-the driver's own map of the same tensor byte by byte, then loads a 64x64 box through the driver's map and through
-every device map equal to it, and compares the box with the tensor. Writes OUT/tma_probe.json.
+the driver's own map of the same tensor byte by byte, then loads a 64x64 box through the driver's map (in global
+memory, then by value as a __grid_constant__ parameter, the gemm_sm90 TMA template's way) and through every device
+map equal to it, and compares the box with the tensor. Writes OUT/tma_probe.json.
 
     nvcc -cubin -arch=sm_90a -O3 -o out/tma_probe.cubin bench/tma_probe.cu     # here
     python3 bench/tma_probe.py out/tma_probe.cubin --out OUT                   # on the H200
@@ -83,6 +84,20 @@ def main() -> None:
 
     report["driver_map_loads_the_box"] = box_through(reference)
     print("driver map loads the box:", report["driver_map_loads_the_box"], flush=True)
+    # the driver's map by value, laid out as the worker lays out a candidate's parameters (the GEMM template's path)
+    from kernelforge_tui.tensor_maps import struct_format
+
+    by_value = module.get_function("kf_probe_load_param")
+    by_value.prepare(struct_format(["map", "P", "i", "i", "i", "i"]))
+    for through_local in (0, 1):
+        out = torch.empty(BOX * BOX, device="cuda", dtype=torch.bfloat16)
+        by_value.prepared_call((1, 1, 1), (128, 1, 1), reference, np.uintp(out.data_ptr()), np.int32(64),
+                               np.int32(128), np.int32(BOX * BOX), np.int32(through_local))  # fmt: skip
+        torch.cuda.synchronize()
+        loaded = bool(torch.equal(out.view(BOX, BOX), x[128 : 128 + BOX, 64 : 64 + BOX]))
+        report[f"by_value_{'through_local' if through_local else 'direct'}_loads_the_box"] = loaded
+        where = "through local memory" if through_local else "directly"
+        print(f"driver map by value, its address read {where}: loads the box: {loaded}", flush=True)
     equal = [v for v in report["variants"] if v["equal"]]
     # none equal: the closest one is tried last (a map the hardware refuses faults the context)
     for variant in equal or [min(report["variants"], key=lambda v: len(v["differing_words"]))]:

@@ -11,6 +11,11 @@
 # configuration (14 of them), memcheck 60 s.
 mkdir -p "$OUT/tma"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/tma/env.txt" 2>&1
+# 0. the maps' way in alone: the driver's map loaded by TMA from global memory, then by value as a __grid_constant__
+# parameter (the template's way), its address read directly and through local memory (out/tma_probe.cubin, built
+# here: nvcc -cubin -arch=sm_90a -O3 -o out/tma_probe.cubin bench/tma_probe.cu). ~10 s.
+[ -f out/tma_probe.cubin ] && timeout 40 python bench/tma_probe.py out/tma_probe.cubin --out "$OUT/tma/probe" \
+  > "$OUT/tma/probe.log" 2>&1
 failed=""
 for set in gemm_tma_cubins gemm_tma_more; do
   [ -d "out/$set" ] || continue
