@@ -69,7 +69,7 @@ def build(out: Path, variants: list[dict[str, Any]] | None = None, one_at_a_time
     """Render and build every case's seeds, or `variants` (each a change to the first seed)."""
     from kernelforge_tui.proposers.templates.attention_mma import AttentionMmaTemplate
 
-    bench.build(out, "kf_attention", CASES, card_of, AttentionMmaTemplate(), variants, one_at_a_time)
+    bench.build(out, "kf_attention", CASES, card_of, [AttentionMmaTemplate()], variants, one_at_a_time)
 
 
 def run(cubins: Path, out: Path) -> None:

@@ -1,5 +1,6 @@
-"""Benchmark (not a test): the implicit-GEMM convolution template (CUTLASS 2.x) against cuDNN (torch) at the
-example diffusion block's 3x3 convolution and at ResNet-50's, channels-last, bf16.
+"""Benchmark (not a test): the implicit-GEMM convolution templates, Hopper's (conv_sm90: CUTLASS 3.x wgmma, stride 1)
+and CUTLASS 2.x's (conv_igemm), against cuDNN (torch) at the example diffusion block's 3x3 convolution and at
+ResNet-50's, channels-last, bf16.
 
 Two steps, so that the GPU machine spends its time timing, not compiling:
 
@@ -7,9 +8,9 @@ Two steps, so that the GPU machine spends its time timing, not compiling:
     python bench/conv_cutlass.py build out/more --variants v.json   # or other changes to the first seed
     python bench/conv_cutlass.py run out/conv_cubins --out OUT      # on the H200: proves and times them
 
-`build` renders the template (proposers/templates/conv_igemm.py) for the card of each case below (as capture makes
-it of a channels-last aten.convolution: `card_of`) with each of its seeds and builds them with the product's Builder
-(bench/cubins.py). `run` launches each as the worker does and, per case:
+`build` renders each template (proposers/templates/conv_sm90.py, conv_igemm.py) that serves the card of a case
+below (as capture makes it of a channels-last aten.convolution: `card_of`) with each of its seeds and builds them
+with the product's Builder (bench/cubins.py). `run` launches each as the worker does and, per case:
 - checks every configuration's output against an fp32 convolution of the same bf16 inputs (torch, TF32 off), beside
   cuDNN's own bf16 output: the largest error over the reference's RMS, and the share of elements outside rtol 1.6e-2
   with atol 1e-2 x that RMS;
@@ -85,8 +86,10 @@ def card_of(case: dict[str, Any], dtype: str = "bfloat16") -> Any:
 def build(out: Path, variants: list[dict[str, Any]] | None = None, one_at_a_time: bool = False) -> None:
     """Render and build every case's seed configurations, or `variants` (each a change to the first seed)."""
     from kernelforge_tui.proposers.templates.conv_igemm import ConvIgemmTemplate
+    from kernelforge_tui.proposers.templates.conv_sm90 import ConvSm90Template
 
-    bench.build(out, "kf_conv", CASES, card_of, ConvIgemmTemplate(), variants, one_at_a_time)
+    templates = [ConvSm90Template(), ConvIgemmTemplate()]
+    bench.build(out, "kf_conv", CASES, card_of, templates, variants, one_at_a_time)
 
 
 def run(cubins: Path, out: Path) -> None:
@@ -141,7 +144,7 @@ def run(cubins: Path, out: Path) -> None:
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
-        f"# Implicit-GEMM convolution template vs cuDNN ({report['device']}, torch {report['torch']})",
+        f"# Implicit-GEMM convolution templates vs cuDNN ({report['device']}, torch {report['torch']})",
         "",
         f"bf16 in and out, fp32 sums, channels-last; L2 flushed before every launch; median of {bench.REPS} "
         "interleaved launches; cuDNN with cudnn.benchmark on.",

@@ -12,7 +12,7 @@ import json
 import os
 import statistics
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +35,15 @@ class Variant:
 
 
 def build(
-    out: Path, entry: str, cases: list[dict[str, Any]], card_of: Callable[[dict[str, Any]], Any], template: Any,
-    variants: list[dict[str, Any]] | None = None, one_at_a_time: bool = False,
+    out: Path, entry: str, cases: list[dict[str, Any]], card_of: Callable[[dict[str, Any]], Any],
+    templates: Sequence[Any], variants: list[dict[str, Any]] | None = None, one_at_a_time: bool = False,
 ) -> None:  # fmt: skip
-    """Render and build every case's seed configurations, or `variants` (each a change to the first seed) in their
-    place, sandboxed as a search builds them; OUT/manifest.json lists the cases and how to launch each cubin, and
-    each build's seconds. `one_at_a_time`: one nvcc at a time, so that those seconds are one candidate's build, not
-    a share of the machine (the median is what a search waits for a candidate of the template)."""
+    """Render and build every case's seed configurations of each template that serves it, or `variants` (each a
+    change to a template's first seed, where that template takes it) in their place, sandboxed as a search builds
+    them; OUT/manifest.json lists the cases and how to launch each cubin, and each build's seconds. With several
+    templates a configuration is named with its template's. `one_at_a_time`: one nvcc at a time, so that those
+    seconds are one candidate's build, not a share of the machine (the median is what a search waits for a
+    candidate of the template)."""
     from kernelforge_tui.build.nvcc import Builder
     from kernelforge_tui.cards.plan import resolve
     from kernelforge_tui.proposers.templates.common import describe
@@ -50,15 +52,17 @@ def build(
     jobs = []
     for case in cases:
         card = card_of(case)
-        problem = template.unsupported(card)
-        if problem is not None:
-            sys.exit(f"{case['name']}: {problem}")
-        seeds = template.seed_params(card)
-        for seed in [{**seeds[0], **change} for change in variants] if variants else seeds:
-            params = template.valid(card, seed)
-            if params is not None:
-                source, plan = template.render(card, params)
-                jobs.append((case, describe(params.as_dict()), source, resolve(plan, card)))
+        serving = [t for t in templates if t.unsupported(card) is None]
+        if not serving:
+            sys.exit(f"{case['name']}: " + "; ".join(f"{t.name}: {t.unsupported(card)}" for t in templates))
+        for template in serving:
+            seeds = template.seed_params(card)
+            named = f"{template.name}: " if len(templates) > 1 else ""
+            for seed in [{**seeds[0], **change} for change in variants] if variants else seeds:
+                params = template.valid(card, seed)
+                if params is not None:
+                    source, plan = template.render(card, params)
+                    jobs.append((case, named + describe(params.as_dict()), source, resolve(plan, card)))
 
     async def run_all() -> list[Any]:
         builds = [builder.build(source, entry, launch.args) for _, _, source, launch in jobs]

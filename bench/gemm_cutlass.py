@@ -74,7 +74,7 @@ def build(out: Path, variants: list[dict[str, Any]] | None = None, one_at_a_time
     """Render and build every case's seed configurations, or `variants` (each a change to the first seed)."""
     from kernelforge_tui.proposers.templates.gemm_sm90 import GemmSm90Template
 
-    bench.build(out, "kf_gemm", CASES, card_of, GemmSm90Template(), variants, one_at_a_time)
+    bench.build(out, "kf_gemm", CASES, card_of, [GemmSm90Template()], variants, one_at_a_time)
 
 
 def run(cubins: Path, out: Path) -> None:

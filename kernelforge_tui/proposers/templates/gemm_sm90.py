@@ -48,7 +48,7 @@ from kernelforge_tui.proposers.templates.common import (
     dtype_of,
     dtypes_problem,
 )
-from kernelforge_tui.proposers.templates.source import render
+from kernelforge_tui.proposers.templates.source import Value, render
 
 ELEMENTS = {"bfloat16": "cutlass::bfloat16_t", "float16": "cutlass::half_t"}
 ALIGNMENT = 8
@@ -105,6 +105,11 @@ class GemmLayout(TemplateParams):
     activation: str
     """"" or a key of ACTIVATIONS."""
     scaled: Scaled | None = None
+
+    @property
+    def reads_source(self) -> bool:
+        """Whether the epilogue reads a source tensor: the bias, or baddbmm's c unless beta is 0."""
+        return self.bias or (self.scaled is not None and self.scaled.beta != 0)
 
 
 def scaled_of(card: OperatorCard, c: TensorSpec) -> Scaled | str:
@@ -192,6 +197,58 @@ def operand_maps(layout: GemmLayout, params: GemmParams) -> dict[str, TensorMapS
     return maps
 
 
+def kernel_values(
+    card: OperatorCard, layout: GemmLayout, params: GemmParams, entry: str, what: str
+) -> dict[str, Value]:
+    """What cuda/gemm_sm90.cu renders with, but for `conv` and its geometry (conv_sm90.py's)."""
+    headers = find_cutlass()
+    assert headers is not None, "unsupported() refuses cards without the CUTLASS headers"
+    dtype = dtype_of(card)
+    scaled = layout.scaled
+    return {
+        "what": what,
+        "entry": entry,
+        "dtype": dtype,
+        "cutlass_version": headers.version,
+        "schedule": params.schedule,
+        "tile_m": params.tile_m,
+        "tile_n": params.tile_n,
+        "tile_k": params.tile_k,
+        "swizzle": params.swizzle,
+        "layout_a": "row-major [M, K]" if layout.a_row_major else "a transposed view, [K, M]",
+        "layout_b": "row-major [K, N]" if layout.b_row_major else "a transposed view, [N, K]",
+        "sm_count": SM_COUNT,
+        "a_row_major": int(layout.a_row_major),
+        "b_row_major": int(layout.b_row_major),
+        "has_bias": int(layout.reads_source),
+        "scaled": scaled is not None,
+        "alpha": f"{scaled.alpha!r}f" if scaled else "",
+        "beta": f"{scaled.beta!r}f" if scaled else "",
+        "c_row_stride": scaled.row_stride if scaled else 0,
+        "c_batch_stride": scaled.batch_stride if scaled else 0,
+        "threads": THREADS,
+        "shared_bytes": SHARED_BYTES,
+        "element": ELEMENTS[dtype],
+        "activation": ACTIVATIONS.get(layout.activation, "Identity"),
+        "kernel_schedule": MAINLOOPS[params.mainloop] + SCHEDULES[params.schedule],
+        "mainloop": params.mainloop,
+        "tma": params.mainloop == "tma",
+        "cluster_m": params.cluster_m,
+        "cluster_n": params.cluster_n,
+        "clustered": params.cluster_m * params.cluster_n > 1,
+    }
+
+
+def persistent_grid(params: GemmParams, m: str, n: str, batch: str) -> list[str | int]:
+    """The persistent kernel's grid: a CTA per tile up to one per SM. A cluster's CTAs are neighbours in the grid,
+    (CTAs along M, CLUSTER_N), the scheduler rasterising along M."""
+    cm, cn = params.cluster_m, params.cluster_n
+    clusters = f"cdiv({m}, {params.tile_m * cm}) * cdiv({n}, {params.tile_n * cn}) * {batch}"
+    if cm * cn > 1:
+        return [f"min({clusters}, {SM_COUNT // (cm * cn)}) * {cm}", cn]
+    return [f"min({clusters}, {SM_COUNT})"]
+
+
 class GemmSm90Template(Template[GemmParams]):
     name = "gemm_sm90"
     version = 2
@@ -259,9 +316,6 @@ class GemmSm90Template(Template[GemmParams]):
     def render(self, card: OperatorCard, params: GemmParams) -> tuple[str, LaunchPlan]:
         layout = layout_of(card)
         assert not isinstance(layout, str), layout
-        headers = find_cutlass()
-        assert headers is not None, "unsupported() refuses cards without the CUTLASS headers"
-        dtype = dtype_of(card)
         scaled = layout.scaled
         epilogue = " + bias" if layout.bias else ""
         if layout.activation:
@@ -269,55 +323,16 @@ class GemmSm90Template(Template[GemmParams]):
         if scaled:
             epilogue = f"{scaled.beta!r} c + {scaled.alpha!r} a b"
         what = f"y = {epilogue or 'a b'}" + (", batched" if layout.batched else "")
-        source_read = layout.bias or (scaled is not None and scaled.beta != 0)
-        source = render(
-            "gemm_sm90.cu",
-            what=what,
-            dtype=dtype,
-            cutlass_version=headers.version,
-            schedule=params.schedule,
-            tile_m=params.tile_m,
-            tile_n=params.tile_n,
-            tile_k=params.tile_k,
-            swizzle=params.swizzle,
-            layout_a="row-major [M, K]" if layout.a_row_major else "a transposed view, [K, M]",
-            layout_b="row-major [K, N]" if layout.b_row_major else "a transposed view, [N, K]",
-            sm_count=SM_COUNT,
-            a_row_major=int(layout.a_row_major),
-            b_row_major=int(layout.b_row_major),
-            has_bias=int(source_read),
-            scaled=scaled is not None,
-            alpha=f"{scaled.alpha!r}f" if scaled else "",
-            beta=f"{scaled.beta!r}f" if scaled else "",
-            c_row_stride=scaled.row_stride if scaled else 0,
-            c_batch_stride=scaled.batch_stride if scaled else 0,
-            threads=THREADS,
-            shared_bytes=SHARED_BYTES,
-            element=ELEMENTS[dtype],
-            activation=ACTIVATIONS.get(layout.activation, "Identity"),
-            kernel_schedule=MAINLOOPS[params.mainloop] + SCHEDULES[params.schedule],
-            mainloop=params.mainloop,
-            tma=params.mainloop == "tma",
-            cluster_m=params.cluster_m,
-            cluster_n=params.cluster_n,
-            clustered=params.cluster_m * params.cluster_n > 1,
-        )
+        source = render("gemm_sm90.cu", **kernel_values(card, layout, params, self.entry, what), conv=False)
         batch = "batch" if layout.batched else "1"
-        cm, cn = params.cluster_m, params.cluster_n
-        clusters = f"cdiv(M, {params.tile_m * cm}) * cdiv(N, {params.tile_n * cn}) * {batch}"
-        # a cluster's CTAs are neighbours in the grid: (CTAs along M, CLUSTER_N), the scheduler rasterising along M
-        grid: list[str | int] = (
-            [f"min({clusters}, {SM_COUNT // (cm * cn)}) * {cm}", cn]
-            if cm * cn > 1
-            else [f"min({clusters}, {SM_COUNT})"]
-        )
         maps = operand_maps(layout, params) if params.mainloop == "tma" else {}
+        source_tensor = [card.inputs[2].name] if layout.reads_source else []
         plan = LaunchPlan(
             entry=self.entry,
-            grid=grid,
+            grid=persistent_grid(params, "M", "N", batch),
             block=[THREADS],
             shared_bytes=SHARED_BYTES,
-            args=[*(maps or ["a", "b"]), *([card.inputs[2].name] if source_read else []), "y", "M", "N", "K", batch],
+            args=[*(maps or ["a", "b"]), *source_tensor, "y", "M", "N", "K", batch],
             tensor_maps=maps,
         )
         return source, plan

@@ -45,6 +45,7 @@ from kernelforge_tui.proposers.templates.common import (
     describe,
 )
 from kernelforge_tui.proposers.templates.conv_igemm import ConvIgemmTemplate
+from kernelforge_tui.proposers.templates.conv_sm90 import ConvSm90Template
 from kernelforge_tui.proposers.templates.convolution import ConvolutionTemplate
 from kernelforge_tui.proposers.templates.copy import CopyTemplate
 from kernelforge_tui.proposers.templates.elementwise import ElementwiseTemplate
@@ -70,6 +71,7 @@ TEMPLATES: tuple[Template[Any], ...] = (
     PoolingTemplate(),
     StencilTemplate(),
     ConvolutionTemplate(),
+    ConvSm90Template(),  # before CUTLASS 2.x's: Hopper's wgmma, where the card's geometry allows it
     ConvIgemmTemplate(),
     AttentionMmaTemplate(),  # before the CUDA-core one: bf16 and fp16 suite attention goes to tensor cores
     AttentionTemplate(),

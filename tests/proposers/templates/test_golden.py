@@ -107,7 +107,11 @@ def golden_cards() -> Iterator[OperatorCard]:
     yield _gemm_card(
         "bmm_f16_32x1024x1024", "float16", {"batch": 32, "M": 1024, "N": 128, "K": 1024}, ["K", "N"], False
     )
-    yield from (conv_card(case) for case in CONV_CASES if case["name"] in ("diffusion_3x3", "tails"))
+    yield from (
+        conv_card(case)
+        for case in CONV_CASES
+        if case["name"] in ("diffusion_3x3", "resnet_s1_3x3", "resnet_s2_3x3_stride2", "tails")
+    )
     yield from (attention_card(case) for case in ATTENTION_CASES if case["name"] in ("llama", "vit"))
     yield from chain_cards()
 
