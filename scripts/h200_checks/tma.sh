@@ -7,8 +7,8 @@
 # On the H100 (2026-12-07) one run of every seed aborted: "an illegal instruction was encountered", which kills the
 # context and the rest of the run. So each configuration runs in a process of its own (`split`), every case of it:
 # its error against an fp32 product of the same inputs (beside cuBLAS's) and its time against cuBLAS (L2 flushed,
-# interleaved). Then memcheck over the first configuration that failed names its fault. About 10-15 s a
-# configuration (14 of them), memcheck 60 s.
+# interleaved). Then memcheck over the first configuration that failed names its fault (each_config.sh). About
+# 10-15 s a configuration (14 of them), memcheck 60 s.
 mkdir -p "$OUT/tma"
 nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/tma/env.txt" 2>&1
 # 0. the maps' way in alone: the driver's map loaded by TMA from global memory, then by value as a __grid_constant__
@@ -16,21 +16,6 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/tma/env.txt" 2>&
 # here: nvcc -cubin -arch=sm_90a -O3 -o out/tma_probe.cubin bench/tma_probe.cu). ~10 s.
 [ -f out/tma_probe.cubin ] && timeout 40 python bench/tma_probe.py out/tma_probe.cubin --out "$OUT/tma/probe" \
   > "$OUT/tma/probe.log" 2>&1
-failed=""
 for set in gemm_tma_cubins gemm_tma_more; do
-  [ -d "out/$set" ] || continue
-  for one in $(python bench/gemm_cutlass.py split "out/$set" --out "/tmp/tma_split/$set"); do
-    name="$set/$(basename "$one")"
-    mkdir -p "$OUT/tma/$name"
-    timeout 40 python bench/gemm_cutlass.py run "$one" --out "$OUT/tma/$name" > "$OUT/tma/$name/log.txt" 2>&1
-    rc=$?
-    config=$(python -c "import json,sys; print(json.load(open(sys.argv[1]))['variants'][0]['config'])" "$one/manifest.json")
-    echo "$name rc=$rc $config | $(grep -m1 -o 'CUDA error[^|]*\|illegal[^|]*\|Error[^|]*' "$OUT/tma/$name/log.txt" | head -c 200)" >> "$OUT/tma/summary.txt"
-    [ "$rc" != 0 ] && [ -z "$failed" ] && failed="$one"
-  done
+  [ -d "out/$set" ] && bash "$(dirname "$0")/each_config.sh" bench/gemm_cutlass.py "$set" "$OUT/tma"
 done
-if [ -n "$failed" ]; then
-  echo "memcheck over $failed" > "$OUT/tma/memcheck_head.log"
-  timeout 90 compute-sanitizer --tool memcheck --print-limit 5 python bench/gemm_cutlass.py run "$failed" \
-    --out /tmp/tma_memcheck 2>&1 | head -c 20000 >> "$OUT/tma/memcheck_head.log"
-fi
