@@ -229,16 +229,19 @@ def configurations(report: dict[str, Any]) -> list[str]:
 
 
 def main(doc: str, build: Callable[[Path, list[dict[str, Any]] | None, bool], None],
-         run: Callable[[Path, Path], None], out: Path) -> None:  # fmt: skip
+         run: Callable[..., None], out: Path, **flags: str) -> None:  # fmt: skip
     """The benchmarks' command line: `build CUBINS [--variants V] [--one-at-a-time]` here, `run CUBINS --out OUT`
     on the GPU, and `split CUBINS --out DIR` (anywhere): one folder per configuration, to run each in a process
-    of its own (a kernel that faults kills its process's CUDA context, and the rest of that run with it)."""
+    of its own (a kernel that faults kills its process's CUDA context, and the rest of that run with it). `flags`:
+    a bench's own switches for `run` (name: help), each passed to it as a keyword."""
     parser = argparse.ArgumentParser(description=doc.split("\n")[0])
     parser.add_argument("step", choices=("build", "run", "split"))
     parser.add_argument("cubins", type=Path)
     parser.add_argument("--out", type=Path, default=out)
     parser.add_argument("--variants", type=Path, help="build: a JSON list of changes to the first seed, in its place")
     parser.add_argument("--one-at-a-time", action="store_true", help="build: one nvcc at a time (to time each)")
+    for name, text in flags.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", action="store_true", help=text)
     args = parser.parse_args()
     if args.step == "build":
         args.cubins.mkdir(parents=True, exist_ok=True)
@@ -247,7 +250,7 @@ def main(doc: str, build: Callable[[Path, list[dict[str, Any]] | None, bool], No
         for folder in split(args.cubins, args.out):
             print(folder)
     else:
-        run(args.cubins, args.out)
+        run(args.cubins, args.out, **{name: getattr(args, name) for name in flags})
 
 
 def split(cubins: Path, out: Path) -> list[Path]:

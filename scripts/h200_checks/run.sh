@@ -2,7 +2,7 @@
 # The GPU checks this code still owes the H200 (written while no device was lent): run on the device tool's
 # machine from the repo root, carrying .device-wheels (../shared/device/prepare.sh), .whl (the nvidia-cutlass
 # wheel) and what a part names (tma.sh: out/gemm_tma_cubins). Each part is capped; its log lands in $OUT/<part>/.
-#   bash scripts/h200_checks/run.sh launcher:110 host:150 tma:260 conv:260 chains:145 cards:80 audit:110 suite:200 bench:600
+#   bash scripts/h200_checks/run.sh launcher:110 host:150 tma:260 epilogue:420 conv:260 chains:145 cards:80 audit:110 suite:200 bench:600
 #   or side by side where parts time nothing: bash run.sh; bash run.sh chains:145 & bash run.sh suite:200 & wait
 # Each part's log lands in OUT/parts.tar, one file for all of them (unpack: tar xf parts.tar).
 # One call is at most 600 s: split the parts over calls. Parts: the files beside this one.

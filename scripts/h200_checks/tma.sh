@@ -19,3 +19,4 @@ nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/tma/env.txt" 2>&
 for set in gemm_tma_cubins gemm_tma_more; do
   [ -d "out/$set" ] && bash "$(dirname "$0")/each_config.sh" bench/gemm_cutlass.py "$set" "$OUT/tma"
 done
+[ -f "$OUT/tma/summary.txt" ] && cp "$OUT/tma/summary.txt" /tmp/tma_summary.txt  # for epilogue.sh, after run.sh has packed this part
