@@ -5,7 +5,10 @@ headers). The kernels run on the H200 in bench/conv_cutlass.py."""
 
 from __future__ import annotations
 
+import re
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +20,9 @@ from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.conv_igemm import ConvIgemmTemplate
 from kernelforge_tui.proposers.templates.conv_sm90 import Box, ConvSm90Params, ConvSm90Template, box_of
+from kernelforge_tui.proposers.templates.source import CUDA
 from tests.proposers.templates.test_conv_igemm import changed
+from tests.support.cuda_emulator import build
 from tests.support.cutlass_marks import needs_cutlass
 from tests.support.seed_builds import build_problems
 
@@ -100,3 +105,48 @@ def test_a_render_builds_for_sm90a_in_the_sandbox_without_spills(cubin_cache: Pa
     pingpong = next(s for s in TemplateProposer().seeds(RESNET) if s.params["schedule"] == "pingpong")
     assert "#define BOXES 16\n" in pingpong.source
     assert build_problems(builder, [(DIFFUSION, TemplateProposer().seeds(DIFFUSION)[0]), (RESNET, pingpong)]) == []
+
+
+HOST_CHECK = Path(__file__).parents[2] / "support" / "cuda" / "conv_boxes_host.cpp"
+DEFINE = re.compile(r"^#define (\w+) (-?\d+)$", re.MULTILINE)
+
+
+def geometry(name: str, n: int, c: int, hw: int, o: int, **call: Any) -> Any:
+    """A stride-1 3x3 card of the bench's kind, hw x hw (or `h` rows); `pad` and `dilation` change its recorded
+    call and output size."""
+    pad, dilation, h = call.get("pad", 1), call.get("dilation", 1), call.get("h", hw)
+    card = card_of({"name": name, "n": n, "c": c, "h": h, "w": hw, "o": o, "k": 3, "stride": 1, "pad": pad})
+    grown = 2 * pad - 2 * dilation
+    return changed(card, call_args={"args[5]": [dilation, dilation]}, sizes={"oh": h + grown, "ow": hw + grown})
+
+
+HOST_CASES = {
+    "one box of two rows": (geometry("rows", 2, 64, 64, 64), BASE),
+    "16 runs of 8, a tail tile": (geometry("runs", 1, 64, 56, 64), BASE.but(tile_n=128)),
+    "boxes of two images, a tile past the last": (geometry("images", 3, 32, 8, 64), BASE.but(tile_k=32)),
+    "four boxes of two rows": (geometry("row_pairs", 2, 32, 16, 64, h=6), BASE.but(tile_k=32)),
+    "padding 2, dilation 2": (geometry("dilated", 2, 32, 16, 64, pad=2, dilation=2), BASE.but(tile_k=32)),
+    "a 64-pixel tile": (geometry("small_tile", 2, 64, 24, 64), BASE.but(tile_m=64, schedule="pingpong", tile_n=128)),
+}
+
+
+def test_every_tile_the_producer_copies_holds_the_im2col_of_its_pixels(tmp_path: Path) -> None:
+    """The producer's box arithmetic (cuda/conv_sm90_boxes.cuh, the text the render pastes, with the render's own
+    constants) on the host, each box read as a tiled TMA box reads (zeros outside the tensor), against the
+    convolution's im2col, and the filter's box against its [o, K] rows in the same K order
+    (tests/support/cuda/conv_boxes_host.cpp)."""
+    programs = {}
+    for number, (card, params) in enumerate(HOST_CASES.values()):
+        assert TEMPLATE.problem(card, params) is None, params
+        source, _ = TEMPLATE.render(card, params)
+        constants = dict(DEFINE.findall(source))
+        sizes = {f"CARD_{k.upper()}": card.sizes[k] for k in ("n", "h", "w", "kh", "o")}
+        defines = "".join(f"#define {k} {v}\n" for k, v in {**constants, **sizes}.items())
+        boxes = CUDA.render("conv_sm90_boxes.cuh")
+        assert boxes in source  # the arithmetic checked is the kernel's
+        programs[f"case_{number}"] = defines + HOST_CHECK.read_text().replace('#include "boxes.cuh"', boxes)
+    build(tmp_path, programs)
+    for number, name in enumerate(HOST_CASES):
+        ran = subprocess.run([str(tmp_path / f"case_{number}")], capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0, (name, ran.stdout, ran.stderr)
+        assert "tiles checked" in ran.stdout, name

@@ -8,6 +8,7 @@
 // [TILE_N output channels, one tap, TILE_K channels] box. Both maps are the harness's, encoded over x and weight
 // themselves and passed by value (gemm_sm90_harness_maps.cuh says why). Everything but the producer's copies, the
 // consumers' wgmma loop, the pipeline and the epilogue (which stores only rows inside M), is the base's.
+#include "conv_sm90_boxes.cuh"
 namespace kf {
 using namespace cute;
 
@@ -55,22 +56,16 @@ struct ConvMapsMainloop : Base {
             pipeline.producer_acquire(smem_pipe_write);
             uint64_t* barrier = pipeline.producer_get_barrier(smem_pipe_write);
             const int stage = smem_pipe_write.index();
-            const int k_tile = int(*k_tile_iter);
-            const int tap = k_tile / (CHANNELS / TILE_K);
-            const int channel = k_tile % (CHANNELS / TILE_K) * TILE_K;
-            const int r = tap / FILTER_W, s = tap % FILTER_W;
+            const Tap tap = tap_of(int(*k_tile_iter));
             auto* tile_a = shared_tensors.smem_A.data() + stage * kStageA;
 #pragma unroll 1  // unrolled, BOXES copies' coordinates spill the 168 registers a thread has
             for (int box = 0; box < BOXES; ++box) {
-                const int pixel = first + box * kBoxPixels;
-                const int image = pixel / (OUT_H * OUT_W);
-                const int row = pixel % (OUT_H * OUT_W) / OUT_W;
-                const int column = pixel % OUT_W;
-                SM90_TMA_LOAD_4D::copy(params.map_a, barrier, cache_hint, tile_a + box * kBoxPixels * TILE_K, channel,
-                                       column + s * DILATION_W - PADDING_W, row + r * DILATION_H - PADDING_H, image);
+                const Origin at = box_origin(first, box, tap);
+                SM90_TMA_LOAD_4D::copy(params.map_a, barrier, cache_hint, tile_a + box * kBoxPixels * TILE_K,
+                                       tap.channel, at.column, at.row, at.image);
             }
             SM90_TMA_LOAD_4D::copy(params.map_b, barrier, cache_hint, shared_tensors.smem_B.data() + stage * kStageB,
-                                   channel, s, r, channel_out);
+                                   tap.channel, tap.s, tap.r, channel_out);
             ++k_tile_iter;
             ++smem_pipe_write;
         }
