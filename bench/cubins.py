@@ -82,9 +82,11 @@ def build(
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"{len(built)} variants built ({len({v.cubin for v in built})} distinct sources)")
     if seconds:
-        how = "one at a time" if one_at_a_time else f"up to {os.cpu_count()} at a time"
-        print(f"nvcc per build ({how}, {len(seconds)} builds): median {statistics.median(seconds):.1f} s, "
-              f"max {max(seconds):.1f} s")  # fmt: skip
+        if one_at_a_time:
+            what = "nvcc per build, one at a time"
+        else:  # a build's seconds run from its request, so they hold the wait for a free slot
+            what = f"request to result, up to {os.cpu_count()} builds at a time and the rest waiting"
+        print(f"{what} ({len(seconds)} builds): median {statistics.median(seconds):.1f} s, max {max(seconds):.1f} s")
 
 
 class Cubins:
