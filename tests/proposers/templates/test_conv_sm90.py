@@ -99,12 +99,12 @@ def test_the_rules() -> None:
 
 @needs_nvcc
 def test_a_render_builds_for_sm90a_in_the_sandbox_without_spills(cubin_cache: Path) -> None:
-    """The diffusion block's first seed (one box a K tile) and a pingpong ResNet seed (16 boxes), side by side
-    (~25 s of nvcc on two cores)."""
+    """A pingpong ResNet seed, 16 boxes a K tile: the producer's most copies, where an unrolled box loop spilled
+    (~12 s of nvcc; the one-box renders share all else)."""
     builder = Builder(arch="sm_90", cache_dir=cubin_cache, timeout_s=300)
     pingpong = next(s for s in TemplateProposer().seeds(RESNET) if s.params["schedule"] == "pingpong")
     assert "#define BOXES 16\n" in pingpong.source
-    assert build_problems(builder, [(DIFFUSION, TemplateProposer().seeds(DIFFUSION)[0]), (RESNET, pingpong)]) == []
+    assert build_problems(builder, [(RESNET, pingpong)]) == []
 
 
 HOST_CHECK = Path(__file__).parents[2] / "support" / "cuda" / "conv_boxes_host.cpp"
