@@ -1,6 +1,7 @@
 # epilogue: issue 32's fused-epilogue goal, gemm_sm90's bias + GELU against cuBLAS then the separate GELU and against
-# torch.compile(mode="max-autotune") of the same chain, at the decoder's gate shape (2048 x 5632 x 2048, bf16). Runs
-# after tma in the same call (its summary, /tmp/tma_summary.txt, says which configurations ran without a fault) on out/gemm_tma_cubins' linear_gelu case.
+# torch.compile(mode="max-autotune") of the same chain, at the decoder's gate shape (2048 x 5632 x 2048, bf16), on
+# out/gemm_tma_cubins' linear_gelu case. Runs after tma in the same call: its summary, /tmp/tma_summary.txt, says which
+# configurations ran without a fault.
 # About 2-4 min: Inductor's autotuning of the chain, then the interleaved timing.
 mkdir -p "$OUT/epilogue"
 python - /tmp/tma_summary.txt > "$OUT/epilogue/chosen.txt" 2>&1 <<'PY'

@@ -11,11 +11,12 @@ import pytest
 
 from kernelforge_tui.build import cutlass_headers
 from kernelforge_tui.build.cutlass_headers import ALLOWED_PATTERNS, CutlassHeaders, headers_at
-from kernelforge_tui.build.nvcc import Builder, find_nvcc
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.build.source_check import check_source, included_headers
 from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
 from kernelforge_tui.cli.doctor import cutlass_check
 from tests.support.cutlass_marks import needs_cutlass
+from tests.support.nvcc_marks import needs_nvcc
 
 WITH_CUTLASS = DEFAULT_ALLOWED_INCLUDES | ALLOWED_PATTERNS
 KERNEL = 'extern "C" __global__ void kf(float* y) {{ y[0] = {value}; }}\n'
@@ -93,7 +94,7 @@ def test_the_tree_enters_the_cache_key_of_sources_that_include_it(tmp_path: Path
     assert key(plain, one) == key(plain, two) == key(plain, None)  # other candidates' cached builds stay valid
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
+@needs_nvcc
 def test_the_sandboxed_build_reads_the_tree_for_sm_90a(tmp_path: Path) -> None:
     headers = fake_tree(tmp_path / "tree", "2.0f")
     builder = Builder(arch="sm_90", cutlass=headers, cache_dir=tmp_path / "cache")

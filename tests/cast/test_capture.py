@@ -28,10 +28,10 @@ from kernelforge_tui.cast.probe import FRESH_SEEDS, check_kernel, sanitizer_call
 from kernelforge_tui.cast.runtime import KernelRunner  # noqa: E402
 from kernelforge_tui.cli.main import main  # noqa: E402
 from tests.support.fixtures.cast.cast_support import EXAMPLES, MACHINE, HostSoftmax, make_run, stamped  # noqa: E402
+from tests.support.nvcc_marks import needs_nvcc  # noqa: E402
 
 MODEL = EXAMPLES / "models" / "decoder_block.py"
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from kernelforge_tui.build.nvcc import find_nvcc  # noqa: E402
 from kernelforge_tui.capture import load_capture  # noqa: E402
 from kernelforge_tui.capture.run import CaptureRequest, capture_model  # noqa: E402
 from kernelforge_tui.cards import load_card  # noqa: E402
@@ -37,6 +36,7 @@ from tests.support.fixtures.cast.cast_support import (  # noqa: E402
     softmax_entry,
     write_cast,
 )
+from tests.support.nvcc_marks import needs_nvcc  # noqa: E402
 
 pytestmark = [pytest.mark.xdist_group(__name__), pytest.mark.usefixtures("fresh_dynamo")]  # module fixture: once
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
@@ -328,7 +328,7 @@ def test_a_refused_call_returns_its_outputs_as_the_fake_lays_them_out() -> None:
     assert KernelOp._laid_out(x[:1], channels_last).is_contiguous()  # another signature: as before, contiguous
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
+@needs_nvcc
 def test_export_lists_a_chains_kernel_as_compile_only(captured: Path, tmp_path: Path) -> None:
     capture = tmp_path / "chains"
     shutil.copytree(captured, capture)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from kernelforge_tui.build.nvcc import find_nvcc
 from kernelforge_tui.cards import plan_for_kernel
 from kernelforge_tui.cast.export import export
 from kernelforge_tui.cast.manifest import read_package
@@ -16,10 +15,10 @@ from kernelforge_tui.cli.main import main
 from kernelforge_tui.gpu.detect import detect_gpus
 from kernelforge_tui.vocabulary.nodes import NodeStatus
 from tests.support.fixtures.cast.cast_support import EXAMPLES, make_run
+from tests.support.nvcc_marks import needs_nvcc
 
 CARD = EXAMPLES / "cards" / "softmax_bf16_small"
 KERNEL = CARD / "candidates" / "block_row_bf16.cu"
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 
 
 def _run(tmp_path: Path, candidate_us: float = 10.0, baseline_us: float = 100.0, **kwargs: object) -> Path:

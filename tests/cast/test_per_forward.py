@@ -40,12 +40,12 @@ from tests.support.fixtures.cast.cast_support import (  # noqa: E402
     softmax_entry,
     write_cast,
 )
+from tests.support.nvcc_marks import needs_nvcc  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group(__name__)  # its module fixture is made once, on one worker
 MODEL = Path(__file__).parents[1] / "support" / "fixtures" / "per_forward_model.py"
 FORMAT_2 = Path(__file__).parents[1] / "support" / "fixtures" / "cast" / "format2_softmax.cast"
 HERE = MACHINE.model_copy(update={"torch_version": str(torch.__version__)})
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 
 
 @pytest.fixture(scope="module")

@@ -60,6 +60,8 @@ MIN_CHANNEL_TILE = 32
 """The narrowest K tile (a 64-byte swizzled row): c must be a multiple of it, so that a K tile is one tap's."""
 OUTPUT_ALIGNMENT = 8
 """Output channels of one 16-byte row of the filter's map and of the epilogue's stores."""
+TILE_MS = (64, 128, 256)
+"""Output pixels a tile takes (wgmma's M, by warp groups of 64)."""
 
 
 class ConvSm90Params(TemplateParams):
@@ -84,21 +86,32 @@ class Box(TemplateParams):
         return self.w * self.h * self.n
 
 
-def box_of(sizes: dict[str, int], tile_m: int) -> Box | None:
-    """The widest box of whole output rows (or of a part of one) that `tile_m` pixels split into evenly, or None
-    where a box would not start on a swizzle atom (8 rows of shared memory) or a tile would take over MAX_BOXES."""
+def box_split(sizes: dict[str, int], tile_m: int) -> Box:
+    """The widest box of whole output rows (or of a part of one) that `tile_m` pixels split into evenly."""
     ow, oh = sizes["ow"], sizes["oh"]
     width = math.gcd(ow, tile_m)
     if width < ow:
-        box = Box(w=width, h=1, n=1, count=tile_m // width)
-    else:
-        rows = tile_m // ow
-        height = math.gcd(oh, rows)
-        images = 1 if height < oh else rows // oh
-        box = Box(w=ow, h=height, n=images, count=tile_m // (ow * height * images))
-    if box.pixels % SWIZZLE_ATOM_ROWS or box.count > MAX_BOXES:
-        return None
-    return box
+        return Box(w=width, h=1, n=1, count=tile_m // width)
+    rows = tile_m // ow
+    height = math.gcd(oh, rows)
+    images = 1 if height < oh else rows // oh
+    return Box(w=ow, h=height, n=images, count=tile_m // (ow * height * images))
+
+
+def box_problem(box: Box) -> str | None:
+    """Why the producer cannot copy a tile as these boxes, or None."""
+    if box.pixels % SWIZZLE_ATOM_ROWS:
+        return f"boxes of {box.pixels} pixels, which would start inside a swizzle atom ({SWIZZLE_ATOM_ROWS} rows)"
+    if box.count > MAX_BOXES:
+        return f"more than {MAX_BOXES} boxes of the input"
+    return None
+
+
+def box_of(sizes: dict[str, int], tile_m: int) -> Box | None:
+    """`box_split`'s boxes, or None where a box would not start on a swizzle atom (8 rows of shared memory) or a
+    tile would take over MAX_BOXES."""
+    box = box_split(sizes, tile_m)
+    return None if box_problem(box) else box
 
 
 def shape_problem(card: OperatorCard, geometry: Geometry) -> str | None:
@@ -112,9 +125,10 @@ def shape_problem(card: OperatorCard, geometry: Geometry) -> str | None:
         return f"c = {sizes['c']} channels is not a multiple of {MIN_CHANNEL_TILE} (a K tile is one filter tap's)"
     if sizes["o"] % OUTPUT_ALIGNMENT:
         return f"o = {sizes['o']} output channels is not a multiple of {OUTPUT_ALIGNMENT} (16-byte rows)"
-    if not any(box_of(sizes, tile_m) for tile_m in (64, 128, 256)):
+    if not any(box_of(sizes, tile_m) for tile_m in TILE_MS):
         return (
-            f"{sizes['oh']}x{sizes['ow']} output images: no tile of 64, 128 or 256 pixels splits into at most "
+            f"{sizes['oh']}x{sizes['ow']} output images: no tile of {', '.join(map(str, TILE_MS[:-1]))} or "
+            f"{TILE_MS[-1]} pixels splits into at most "
             f"{MAX_BOXES} boxes of whole rows or of runs of 8k pixels"
         )
     return None
@@ -162,7 +176,7 @@ class ConvSm90Template(Template[ConvSm90Params]):
 
     def space(self, card: OperatorCard) -> Space:
         return {
-            "tile_m": (64, 128, 256),
+            "tile_m": TILE_MS,
             "tile_n": (64, 128, 256),
             "tile_k": (32, 64),
             "schedule": ("cooperative", "pingpong"),
@@ -175,11 +189,9 @@ class ConvSm90Template(Template[ConvSm90Params]):
     def problem(self, card: OperatorCard, params: ConvSm90Params) -> str | None:
         if card.sizes["c"] % params.tile_k:
             return f"c = {card.sizes['c']} is not a multiple of tile_k {params.tile_k}: a K tile is one tap's channels"
-        if box_of(card.sizes, params.tile_m) is None:
-            return (
-                f"a tile of {params.tile_m} pixels of the {card.sizes['oh']}x{card.sizes['ow']} output takes more than "
-                f"{MAX_BOXES} boxes of the input"
-            )
+        why = box_problem(box_split(card.sizes, params.tile_m))
+        if why is not None:
+            return f"a tile of {params.tile_m} pixels of the {card.sizes['oh']}x{card.sizes['ow']} output takes {why}"
         return GemmSm90Template().problem(card, gemm_params(params))
 
     def render(self, card: OperatorCard, params: ConvSm90Params) -> tuple[str, LaunchPlan]:
@@ -244,5 +256,4 @@ class ConvSm90Template(Template[ConvSm90Params]):
             {"tile_m": 256, "tile_n": 128, "tile_k": tile_k, "schedule": "cooperative", "swizzle": 1},
             {"tile_m": 128, "tile_n": 256, "tile_k": 32, "schedule": "cooperative", "swizzle": 1},
         ]
-        fits = [s for s in seeds if box_of(card.sizes, int(s["tile_m"])) is not None]
-        return list({tuple(sorted(s.items())): s for s in fits}.values())
+        return [s for s in seeds if box_of(card.sizes, int(s["tile_m"])) is not None]

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from bench.conv_cutlass import CASES, card_of
-from kernelforge_tui.build.nvcc import Builder, find_nvcc
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
 from kernelforge_tui.cards.model import OperatorCard
@@ -17,6 +15,7 @@ from kernelforge_tui.cards.plan import resolve
 from kernelforge_tui.proposers.templates import TemplateProposer, template_for
 from kernelforge_tui.proposers.templates.conv_igemm import ConvIgemmTemplate, ConvParams
 from tests.support.cutlass_marks import needs_cutlass
+from tests.support.nvcc_marks import needs_nvcc
 from tests.support.seed_builds import build_problems
 
 pytestmark = needs_cutlass
@@ -100,9 +99,6 @@ def test_the_rules() -> None:
         assert message in str(TEMPLATE.problem(DIFFUSION, params)), params
     seeds = TemplateProposer().seeds(STRIDED)
     assert len(seeds) == 5 and all(s.plan.entry == "kf_conv" for s in seeds)
-
-
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 
 
 @needs_nvcc

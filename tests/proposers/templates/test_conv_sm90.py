@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from bench.conv_cutlass import CASES, card_of
-from kernelforge_tui.build.nvcc import Builder, find_nvcc
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
 from kernelforge_tui.cards.plan import resolve
@@ -24,6 +24,7 @@ from kernelforge_tui.proposers.templates.source import CUDA
 from tests.proposers.templates.test_conv_igemm import changed
 from tests.support.cuda_emulator import build
 from tests.support.cutlass_marks import needs_cutlass
+from tests.support.nvcc_marks import needs_nvcc
 from tests.support.seed_builds import build_problems
 
 pytestmark = [needs_cutlass, pytest.mark.xdist_group(__name__)]
@@ -32,7 +33,6 @@ BY_NAME = {case["name"]: case for case in CASES}
 DIFFUSION = card_of(BY_NAME["diffusion_3x3"])
 RESNET = card_of(BY_NAME["resnet_s1_3x3"])
 BASE = ConvSm90Params(tile_m=128, tile_n=256, tile_k=64, schedule="cooperative", swizzle=1)
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 
 
 def test_stride_1_cards_are_served_here_and_the_others_by_cutlass_2x_or_told_why() -> None:
@@ -87,6 +87,10 @@ def test_the_rules() -> None:
     problems = {
         "c = 64 is not a multiple of tile_k 128": (RESNET, BASE.but(tile_k=128)),
         "a tile of 256 pixels of the 56x56 output takes more than 16 boxes": (RESNET, BASE.but(tile_m=256, tile_n=64)),
+        "a tile of 64 pixels of the 28x28 output takes boxes of 4 pixels, which would start inside a swizzle atom": (
+            card_of(BY_NAME["resnet_s2_3x3"]),
+            BASE.but(tile_m=64, tile_n=64, schedule="pingpong"),
+        ),
         "a cooperative tile splits its 64 rows over two warp groups": (DIFFUSION, BASE.but(tile_m=64)),
         "256 fp32 accumulators per consumer thread": (DIFFUSION, BASE.but(tile_m=256)),
     }
@@ -135,6 +139,7 @@ def test_every_tile_the_producer_copies_holds_the_im2col_of_its_pixels(tmp_path:
     constants) on the host, each box read as a tiled TMA box reads (zeros outside the tensor), against the
     convolution's im2col, and the filter's box against its [o, K] rows in the same K order
     (tests/support/cuda/conv_boxes_host.cpp)."""
+    boxes = CUDA.render("conv_sm90_boxes.cuh")
     programs = {}
     for number, (card, params) in enumerate(HOST_CASES.values()):
         assert TEMPLATE.problem(card, params) is None, params
@@ -142,7 +147,6 @@ def test_every_tile_the_producer_copies_holds_the_im2col_of_its_pixels(tmp_path:
         constants = dict(DEFINE.findall(source))
         sizes = {f"CARD_{k.upper()}": card.sizes[k] for k in ("n", "h", "w", "kh", "o")}
         defines = "".join(f"#define {k} {v}\n" for k, v in {**constants, **sizes}.items())
-        boxes = CUDA.render("conv_sm90_boxes.cuh")
         assert boxes in source  # the arithmetic checked is the kernel's
         programs[f"case_{number}"] = defines + HOST_CHECK.read_text().replace('#include "boxes.cuh"', boxes)
     build(tmp_path, programs)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from kernelforge_tui.build import cutlass_headers
-from kernelforge_tui.build.nvcc import Builder, find_nvcc
+from kernelforge_tui.build.nvcc import Builder
 from kernelforge_tui.build.source_check import check_source
 from kernelforge_tui.build.source_policy import DEFAULT_ALLOWED_INCLUDES
 from kernelforge_tui.cards.model import OperatorCard
@@ -20,10 +20,10 @@ from kernelforge_tui.proposers.templates.gemm_sm90 import GemmParams, GemmSm90Te
 from kernelforge_tui.proposers.templates.proposer import template_for
 from kernelforge_tui.vocabulary.evaluation import BuildResult
 from tests.support.cutlass_marks import needs_cutlass
+from tests.support.nvcc_marks import needs_nvcc
 
 pytestmark = [needs_cutlass, pytest.mark.xdist_group(__name__)]  # its module fixture builds once, on one worker
 TEMPLATE = GemmSm90Template()
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc is not installed (CI has it)")
 
 
 def gemm_card(
